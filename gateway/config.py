@@ -1,0 +1,399 @@
+"""Settings: `config.yml` with `${VAR}` / `${VAR:-default}` interpolation, validated by pydantic.
+
+Secrets (API keys, bot tokens, signing secrets) come only from the environment: in the file
+they must be written as `${VAR}` references, and each has an environment default. A `.env`
+file beside the config is read first (it never overrides variables already set).
+Every error names the file and the key path, e.g. `llm.context_window: expected an integer`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG_PATH = "config.yml"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who edits the file."""
+
+
+def parse_duration(value: Any) -> float:
+    """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 30s, 15m or 2h, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"expected a duration like 30s, 15m or 2h, got {value!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DatabaseConfig(_Section):
+    url: str = "sqlite+aiosqlite:///data/gateway.db"
+    auto_migrate: bool = True
+    echo: bool = False
+
+
+class ModelPrice(_Section):
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cached_input: float | None = None  # defaults to `input`
+
+
+class LLMConfig(_Section):
+    base_url: str = "http://127.0.0.1:11434/v1"
+    api_key: str = ""
+    model: str = "gpt-4o-mini"
+    fallback_models: list[str] = []
+    context_window: int = 0  # 0 = unbudgeted: never truncate, never compact
+    reserve_pct: float = 12.0
+    prices: dict[str, ModelPrice] = {}
+    request_timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 4
+    retry_budget_s: float = 120.0
+    max_tokens: int | None = None
+    temperature: float | None = None
+    verbatim_tool_results: bool = False
+
+
+class AgentConfig(_Section):
+    system_prompt: str = "You are a helpful assistant. Be concise."
+    max_rounds: int = Field(25, ge=1)
+    workspace: str = "workspace"
+    tools: list[str] = ["*"]  # names or globs of the tools offered to the model
+    timezone: str = "UTC"
+    max_tool_result_chars: int = 16_000  # results of previous turns above this are hidden
+    shell_timeout_s: float = 60.0
+    shell_output_chars: int = 20_000
+    http_fetch_max_bytes: int = 1_000_000
+    http_fetch_timeout_s: float = 20.0
+    http_fetch_allow_private: bool = False
+
+
+class ContextConfig(_Section):
+    headroom_tokens: int = 10_000
+    keep_messages: int = 8
+    keep_tool_exchanges: int = 4
+    pin_first_user: bool = False
+    lod_above_chars: int = 4_000
+    lod_step: int = 8
+    max_tool_result_chars: int = 64_000
+    max_folds_per_build: int = 4
+
+
+class TracesConfig(_Section):
+    max_payload_chars: int = 8_000
+
+
+BusyMode = Literal["steer", "queue", "interrupt"]
+
+
+class InboxConfig(_Section):
+    busy_mode: BusyMode = "steer"
+    busy_mode_by_channel: dict[str, BusyMode] = {}
+    max_concurrent_turns: int = Field(8, ge=1)
+    lease_ttl_s: float = 30.0
+    poll_interval_s: float = 1.0
+
+    def busy_mode_for(self, channel: str) -> BusyMode:
+        return self.busy_mode_by_channel.get(channel, self.busy_mode)
+
+
+class ApprovalRule(_Section):
+    tool: str
+    action: Literal["allow", "deny", "require"]
+    args: dict[str, str] = {}
+    source: list[str] | str | None = None
+    priority: int = 0
+
+
+class ApprovalsConfig(_Section):
+    rules: list[dict[str, Any]] = []  # validated one by one; a bad rule fails closed
+    approvers: dict[str, list[str]] = {}
+    admins: dict[str, list[str]] = {}
+    expire_after: float = 24 * 3600.0
+
+    _duration = field_validator("expire_after", mode="before")(lambda cls, v: parse_duration(v))
+
+    @field_validator("approvers", "admins", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [str(x) for x in (v or [])] for k, v in value.items()}
+        return value
+
+
+class QuestionsConfig(_Section):
+    timeout: float = 3600.0
+
+    _duration = field_validator("timeout", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class HttpConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+class ServeConfig(_Section):
+    shutdown_grace: float = 20.0
+    instance_id: str = ""  # defaults to host:pid
+
+    _duration = field_validator("shutdown_grace", mode="before")(lambda cls, v: parse_duration(v))
+
+
+def _strings(value: Any) -> Any:
+    if isinstance(value, list):
+        return [str(x) for x in value]
+    return value
+
+
+class TelegramConfig(_Section):
+    token: str = ""
+    api_base_url: str = "https://api.telegram.org/bot"
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    allowed_users: list[str] = []  # ids or @usernames; empty = everyone
+    allowed_chats: list[str] = []
+    group_trigger: Literal["mention", "all"] = "mention"
+    streaming: Literal["auto", "edit", "off"] = "auto"
+    show_tool_progress: bool = False
+    process_edited: bool = False
+    poll_timeout_s: int = 30
+
+    _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token)
+
+
+class SlackConfig(_Section):
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str = ""
+    api_base_url: str = "https://slack.com/api/"
+    allowed_users: list[str] = []
+    allowed_channels: list[str] = []
+    thread_followups: bool = True
+    streaming: Literal["auto", "native", "edit", "off"] = "auto"
+
+    _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.bot_token)
+
+
+class JobConfig(_Section):
+    name: str
+    kind: Literal["cron", "every", "at", "tick"] = "cron"
+    cron: str | None = None
+    every: str | None = None
+    at: str | None = None
+    in_: str | None = Field(None, alias="in")
+    timezone: str | None = None
+    prompt: str = ""
+    deliver_to: str = "none"
+    max_rounds: int | None = None
+    max_tokens: int | None = None
+    timeout: str | float | None = None
+    misfire: Literal["run_once", "skip"] = "run_once"
+    misfire_grace: str | float | None = None
+    notify_on_failure: bool = True
+    enabled: bool = True
+    active_hours: str | None = None  # "08:00-22:00" for ticks
+    quiet_sentinel: str | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SchedulerConfig(_Section):
+    enabled: bool = True
+    timezone: str = "UTC"
+    misfire_grace: float = 3600.0
+    quiet_sentinel: str = "NOTHING_TO_REPORT"
+    jobs: list[JobConfig] = []
+
+    _duration = field_validator("misfire_grace", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class Config(_Section):
+    database: DatabaseConfig = DatabaseConfig()
+    llm: LLMConfig = LLMConfig()
+    agent: AgentConfig = AgentConfig()
+    context: ContextConfig = ContextConfig()
+    traces: TracesConfig = TracesConfig()
+    inbox: InboxConfig = InboxConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
+    questions: QuestionsConfig = QuestionsConfig()
+    http: HttpConfig = HttpConfig()
+    serve: ServeConfig = ServeConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    slack: SlackConfig = SlackConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+
+    source: str = Field("<defaults>", exclude=True)
+
+
+# Secret key paths and the environment variable each falls back to.
+SECRETS: dict[tuple[str, ...], str] = {
+    ("llm", "api_key"): "LLM_API_KEY",
+    ("telegram", "token"): "TELEGRAM_BOT_TOKEN",
+    ("telegram", "webhook_secret"): "TELEGRAM_WEBHOOK_SECRET",
+    ("slack", "bot_token"): "SLACK_BOT_TOKEN",
+    ("slack", "signing_secret"): "SLACK_SIGNING_SECRET",
+    ("slack", "app_token"): "SLACK_APP_TOKEN",
+}
+# Plain settings the environment overrides (handy for containers and tests).
+ENV_OVERRIDES: dict[tuple[str, ...], str] = {
+    ("database", "url"): "GATEWAY_DATABASE_URL",
+}
+
+
+def read_dotenv(path: Path) -> None:
+    """Load KEY=VALUE lines into os.environ without overriding what is already set."""
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        os.environ.setdefault(key.strip(), value)
+
+
+def _interpolate(node: Any, path: tuple[str, ...], env: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, path + (str(k),), env) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, path + (str(i),), env) for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{'.'.join(path)}: environment variable {name} is not set")
+
+    # Pydantic's lax mode turns "8080" or "true" into the declared type afterwards.
+    return _ENV_REF.sub(substitute, node)
+
+
+def _check_secrets_are_references(raw: dict[str, Any]) -> None:
+    for path, env_name in SECRETS.items():
+        node: Any = raw
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, str) and node and "${" not in node:
+            raise ConfigError(
+                f"{'.'.join(path)}: secrets are read from the environment only; "
+                f"write ${{{env_name}}} here and set {env_name}"
+            )
+
+
+def _apply_env(data: dict[str, Any], env: dict[str, str]) -> None:
+    for table in (SECRETS, ENV_OVERRIDES):
+        for path, env_name in table.items():
+            section = data.setdefault(path[0], {})
+            if not isinstance(section, dict):
+                continue
+            explicit = table is ENV_OVERRIDES
+            if env.get(env_name) and (explicit or not section.get(path[1])):
+                section[path[1]] = env[env_name]
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    got = error.get("input")
+    shown = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
+    messages = {
+        "int_parsing": "expected an integer",
+        "int_type": "expected an integer",
+        "int_from_float": "expected an integer",
+        "float_parsing": "expected a number",
+        "float_type": "expected a number",
+        "bool_parsing": "expected true or false",
+        "bool_type": "expected true or false",
+        "string_type": "expected a string",
+        "list_type": "expected a list",
+        "dict_type": "expected a mapping",
+        "model_type": "expected a mapping",
+        "model_attributes_type": "expected a mapping",
+    }
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return f"{error['msg'].replace('Input should be', 'expected')}, got {shown}"
+    if kind in messages:
+        return f"{messages[kind]}, got {shown}"
+    return f"{error['msg']}, got {shown}"
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error["loc"] if p not in ("function-after", "function-before"))
+        lines.append(f"{source}: {loc}: {_describe(error)}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | None = None) -> Config:
+    """Read, interpolate and validate the configuration.
+
+    Without a path: `$GATEWAY_CONFIG`, else `config.yml` if it exists, else the defaults.
+    """
+    explicit = path is not None or "GATEWAY_CONFIG" in os.environ
+    file = Path(path or os.environ.get("GATEWAY_CONFIG", DEFAULT_CONFIG_PATH))
+    if env is None:
+        read_dotenv(file.parent / ".env")
+        env = dict(os.environ)
+    raw: Any = {}
+    if file.is_file():
+        try:
+            raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{file}: the top level must be a mapping of sections")
+    elif explicit:
+        raise ConfigError(f"{file}: no such configuration file")
+    source = str(file) if file.is_file() else "<defaults>"
+    try:
+        _check_secrets_are_references(raw)
+        data = _interpolate(raw, (), env)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    _apply_env(data, env)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from exc
+    config.source = source
+    return config

@@ -1,0 +1,219 @@
+"""The neutral vocabulary shared by the core and the channels.
+
+Channels translate platform payloads into these events and render these outbound
+messages and prompts back. Nothing here knows about a platform, the store or the LLM,
+so this module imports nothing from the project (a test enforces it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Awaitable, Callable, Literal, Protocol, Sequence, runtime_checkable
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, order=True)
+class ThreadKey:
+    """One conversation: Telegram chat + topic, Slack channel + thread_ts, a DM, a cron run.
+
+    `thread` is "" when the platform has no sub-thread (a private chat, the general topic).
+    """
+
+    channel: str
+    chat: str
+    thread: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.chat}:{self.thread}"
+
+    @classmethod
+    def parse(cls, text: str) -> "ThreadKey":
+        channel, _, rest = text.partition(":")
+        chat, _, thread = rest.partition(":")
+        if not channel or not chat:
+            raise ValueError(f"not a thread key: {text!r} (expected channel:chat[:thread])")
+        return cls(channel, chat, thread)
+
+
+@dataclass(frozen=True)
+class Sender:
+    id: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    kind: str  # photo | document | audio | video | file
+    file_id: str
+    name: str = ""
+    mime: str = ""
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A message a person (or the scheduler) sent into a thread."""
+
+    thread: ThreadKey
+    sender: Sender
+    text: str
+    event_id: str  # platform-unique, e.g. "tg:<bot>:<update_id>", "slack:<channel>:<ts>"
+    received_at: datetime = field(default_factory=utcnow)
+    attachments: tuple[Attachment, ...] = ()
+    message_id: str = ""  # the platform id of this message (reply anchor, reactions)
+    kind: Literal["message"] = "message"
+
+
+@dataclass(frozen=True)
+class ButtonPress:
+    """Someone tapped an inline button. `token` is opaque to the channel."""
+
+    thread: ThreadKey
+    sender: Sender
+    token: str
+    event_id: str
+    received_at: datetime = field(default_factory=utcnow)
+    message_id: str = ""  # the prompt message that carried the button
+    kind: Literal["button"] = "button"
+
+
+InboundEvent = InboundMessage | ButtonPress
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What `submit` did with one event.
+
+    `duplicate` is True when the event id was already stored (a redelivery: no-op).
+    For a button press, `answer` is the short text to show the tapper (Telegram
+    answerCallbackQuery / Slack ephemeral) and `alert` says whether it is an error
+    the tapper must notice (stale, foreign, unknown).
+    """
+
+    event_id: str
+    duplicate: bool = False
+    answer: str = ""
+    alert: bool = False
+
+
+class Submit(Protocol):
+    """The core's intake. Returns only after the events (and the cursor) are committed.
+
+    `cursor` is (name, value) progress recorded in the same transaction, e.g. the
+    Telegram getUpdates offset, so that confirming to the platform happens only after
+    the batch is durable.
+    """
+
+    def __call__(
+        self,
+        events: Sequence[InboundEvent],
+        *,
+        cursor: tuple[str, str] | None = None,
+    ) -> Awaitable[list[SubmitResult]]: ...
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A reply to send. `text` is the model's Markdown; the channel renders it."""
+
+    thread: ThreadKey
+    text: str
+    key: str  # idempotency key, recorded by the outbox
+    reply_to: str = ""  # platform message id the reply relates to (Slack reactions, Telegram reply)
+    document: tuple[str, str] | None = None  # (file name, content) attached in full
+
+
+@dataclass(frozen=True)
+class Button:
+    label: str
+    token: str  # opaque, <= 64 bytes
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """An approval request or a clarifying question, shown with inline buttons."""
+
+    kind: Literal["approval", "question"]
+    thread: ThreadKey
+    key: str  # idempotency key
+    text: str  # approval: a one-line summary; question: the question
+    buttons: tuple[tuple[Button, ...], ...]  # rows of buttons
+    tool_name: str = ""
+    arguments: str = ""  # pretty JSON of the call's arguments (approval)
+    hint: str = ""  # e.g. "or type your answer"
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Platform message ids of what was sent (one per chunk)."""
+
+    message_ids: tuple[str, ...]
+
+
+class ChannelError(Exception):
+    """A send failed. `retry_after` (seconds) when the platform asked us to wait;
+    `permanent` when retrying cannot help (chat not found, bot blocked)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+@runtime_checkable
+class ReplyStream(Protocol):
+    """A reply being generated: shown progressively where the channel can."""
+
+    async def update(self, text: str) -> None:
+        """The whole text so far (not a delta). Channels throttle as they need."""
+
+    async def finish(self, text: str) -> Delivered:
+        """The final text; returns the ids of the messages that now hold it."""
+
+    async def abort(self) -> None:
+        """Stop showing progress (the turn parked, failed or was cancelled)."""
+
+
+@runtime_checkable
+class Channel(Protocol):
+    name: str  # "telegram", "slack", "console"
+
+    async def start(self, submit: Submit) -> None:
+        """Begin receiving (polling / socket / webhook routes are ready)."""
+
+    async def stop(self) -> None: ...
+
+    async def send(self, message: Outbound) -> Delivered: ...
+
+    async def send_prompt(self, prompt: Prompt) -> Delivered: ...
+
+    async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
+        """Remove the buttons of a decided prompt and show `outcome` (e.g. "✅ Approved by Ann")."""
+
+    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream: ...
+
+    async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
+        """Presence while a turn runs (typing, a status line or a reaction)."""
+
+
+ProgressCallback = Callable[[str], Awaitable[None]]
+
+
+class ChannelState(Protocol):
+    """The little durable state a channel may keep, provided by the core.
+
+    Channels never touch the store; they get this instead.
+    """
+
+    async def load_cursor(self, name: str) -> str | None:
+        """Progress committed by `submit(..., cursor=(name, value))`, e.g. the getUpdates offset."""
+
+    async def bump_counter(self, name: str) -> int:
+        """Increment a named counter and return its new value (e.g. refusals per chat per day)."""
+
+    async def knows_thread(self, thread: ThreadKey) -> bool:
+        """True when the agent already has a session in this thread (Slack thread follow-ups)."""
