@@ -41,8 +41,9 @@ class ThreadKey:
 
 @dataclass(frozen=True)
 class Sender:
-    id: str
-    name: str = ""
+    id: str  # platform user id ("123456789", "U012ABCDEF"); "scheduler" for cron runs
+    name: str = ""  # display name, shown in "Approved by <name>"
+    username: str = ""  # Telegram @username without the @, when known
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class Button:
 class Prompt:
     """An approval request or a clarifying question, shown with inline buttons."""
 
-    kind: Literal["approval", "question"]
+    kind: Literal["approval", "question", "notice"]  # notice: a message with action buttons
     thread: ThreadKey
     key: str  # idempotency key
     text: str  # approval: a one-line summary; question: the question
@@ -201,6 +202,22 @@ class Channel(Protocol):
 
 
 ProgressCallback = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """Told to listeners (the scheduler) when a turn ends or parks."""
+
+    thread: ThreadKey
+    session_id: int
+    run_id: int
+    stage: str  # SUCCESS | FAILED | CANCELED | AWAITING_INPUT
+    end_reason: str  # reply | max_rounds | overflow | repetition | tool_loop | canceled | error | budget | awaiting_input
+    reply: str  # the final assistant text ("" when none)
+    auto_denied: tuple[str, ...] = ()  # "tool(args)" summaries of calls auto-denied in a headless run
+    error: str = ""
+    tokens: int = 0
+    cost_nano_usd: int | None = None
 
 
 class ChannelState(Protocol):

@@ -1,0 +1,169 @@
+"""What the store hands out: plain frozen dataclasses, never ORM rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+SessionKind = Literal["interactive", "cron", "tick"]
+ToolStatus = Literal["running", "pending", "done", "failed", "cancelled", "rejected"]
+RunStage = Literal["RUNNING", "AWAITING_INPUT", "SUCCESS", "FAILED", "CANCELED"]
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: int
+    thread_key: str
+    kind: SessionKind
+    interactive: bool
+    ephemeral: bool
+    source: str
+    started_by: str
+    schedule_id: int | None
+    max_rounds: int | None
+    max_tokens: int | None
+    next_seq: int
+    notes: dict[str, str]
+    created_at: datetime
+    closed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    id: int
+    message_id: int
+    session_id: int
+    call_id: str
+    ordinal: int
+    name: str
+    arguments: str
+    result: str | None
+    status: ToolStatus
+    note: str | None
+    run_id: int | None
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    id: int
+    session_id: int
+    seq: int
+    role: str
+    content: str
+    status: str
+    synthetic: bool
+    reasoning: str | None
+    usage: dict[str, Any] | None
+    sender_id: str | None
+    sender_name: str | None
+    run_id: int | None
+    created_at: datetime
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class NewToolCall:
+    call_id: str
+    name: str
+    arguments: str
+    status: ToolStatus = "running"
+    result: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    session_id: int
+    thread_key: str
+    stage: RunStage
+    end_reason: str | None
+    error: str | None
+    model: str | None
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    llm_calls: int
+    tool_calls: int
+    cost_nano_usd: int | None
+    unpriced: bool
+    rounds: int
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunEventRecord:
+    id: int
+    run_id: int
+    seq: int
+    kind: str
+    at: datetime
+    parent_seq: int | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    id: int
+    event_id: str
+    thread_key: str
+    kind: str  # message | button | resume | command
+    payload: dict[str, Any]
+    status: str
+    session_id: int | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    owner: str
+    fence: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    id: int
+    token: str
+    kind: Literal["approval", "question"]
+    session_id: int
+    thread_key: str
+    run_id: int | None
+    tool_call_id: int | None
+    status: str
+    payload: dict[str, Any]
+    requested_by: str
+    decided_by: str | None
+    decided_by_name: str | None
+    decision: str | None
+    answer: str | None
+    message_ids: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BypassRecord:
+    id: int
+    thread_key: str
+    tool: str
+    expires_at: datetime | None
+    granted_by: str
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    id: int
+    key: str
+    thread_key: str
+    kind: str
+    payload: dict[str, Any]
+    status: str
+    message_ids: list[str]
+    attempts: int
+    error: str | None

@@ -1,0 +1,328 @@
+"""Every table of the gateway (SQLAlchemy Core). Migrations are generated from this file."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware UTC datetimes on both engines (SQLite keeps no zone, so we add it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None:
+            if value.tzinfo is None:
+                raise ValueError("naive datetime given to the store; use timezone-aware UTC")
+            value = value.astimezone(timezone.utc)
+            if dialect.name == "sqlite":
+                value = value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrement needs INTEGER
+
+
+def _pk() -> Column:
+    return Column("id", Id, primary_key=True, autoincrement=True)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# A thread (chat + topic, channel + thread_ts, DM, a scheduled run) and its current session.
+threads = Table(
+    "threads",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("channel", String(32), nullable=False),
+    Column("session_id", Id, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    _pk(),
+    Column("thread_key", String(255), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # interactive | cron | tick
+    Column("interactive", Boolean, nullable=False, default=True),
+    Column("ephemeral", Boolean, nullable=False, default=False),
+    Column("source", String(32), nullable=False),  # telegram | slack | console | cron | tick
+    Column("started_by", String(64), nullable=False, default=""),
+    Column("schedule_id", Id, nullable=True),
+    Column("max_rounds", Integer, nullable=True),
+    Column("max_tokens", Integer, nullable=True),
+    Column("next_seq", Integer, nullable=False, default=1),
+    Column("notes", JSON, nullable=False, default=dict),  # scratchpad
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("closed_at", UTCDateTime, nullable=True),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    _pk(),
+    Column("session_id", Id, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("role", String(16), nullable=False),  # system | user | assistant | tool(not used)
+    Column("content", Text, nullable=False, default=""),
+    Column("status", String(8), nullable=False, default="ok"),  # ok | failed
+    Column("synthetic", Boolean, nullable=False, default=False),
+    Column("reasoning", Text, nullable=True),
+    Column("usage", JSON, nullable=True),
+    Column("sender_id", String(64), nullable=True),
+    Column("sender_name", String(255), nullable=True),
+    Column("run_id", Id, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    _pk(),
+    Column("message_id", Id, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", Id, nullable=False, index=True),
+    Column("call_id", String(128), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("arguments", Text, nullable=False, default="{}"),
+    Column("result", Text, nullable=True),
+    # running | pending | done | failed | cancelled | rejected
+    Column("status", String(16), nullable=False),
+    Column("note", Text, nullable=True),
+    Column("run_id", Id, nullable=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    UniqueConstraint("message_id", "ordinal", name="uq_tool_calls_message_ordinal"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    _pk(),
+    Column("session_id", Id, nullable=False, index=True),
+    Column("thread_key", String(255), nullable=False),
+    # RUNNING | AWAITING_INPUT | SUCCESS | FAILED | CANCELED
+    Column("stage", String(16), nullable=False),
+    Column("end_reason", String(16), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("model", String(128), nullable=True),
+    Column("next_event_seq", Integer, nullable=False, default=1),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("cached_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("reasoning_tokens", BigInteger, nullable=False, default=0),
+    Column("llm_calls", Integer, nullable=False, default=0),
+    Column("tool_calls", Integer, nullable=False, default=0),
+    Column("cost_nano_usd", BigInteger, nullable=True),  # NULL while nothing is priced
+    Column("unpriced", Boolean, nullable=False, default=False),
+    Column("rounds", Integer, nullable=False, default=0),
+    Column("started_at", UTCDateTime, nullable=False, default=_now),
+    Column("finished_at", UTCDateTime, nullable=True),
+)
+
+run_events = Table(
+    "run_events",
+    metadata,
+    _pk(),
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("at", UTCDateTime, nullable=False, default=_now),
+    Column("parent_seq", Integer, nullable=True),  # TOOL_CALL -> the LLM_RESPONSE that asked for it
+    Column("payload", JSON, nullable=False, default=dict),
+    UniqueConstraint("run_id", "seq", name="uq_run_events_run_seq"),
+)
+
+# Durable per-thread inbox: every inbound event, unique on its platform id.
+inbox = Table(
+    "inbox",
+    metadata,
+    _pk(),
+    Column("event_id", String(255), nullable=False, unique=True),
+    Column("thread_key", String(255), nullable=False),
+    Column("kind", String(16), nullable=False),  # message | button | resume | command
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False, default="pending"),  # pending | done | dropped
+    Column("session_id", Id, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("done_at", UTCDateTime, nullable=True),
+    Index("ix_inbox_thread_status", "thread_key", "status", "id"),
+    Index("ix_inbox_status_id", "status", "id"),
+)
+
+# Leases with fencing tokens: "thread:<key>" (one worker per thread), "leader" (polling, clock).
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("owner", String(128), nullable=True),
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("expires_at", UTCDateTime, nullable=True),
+)
+
+# Channel progress committed with the events it covers (Telegram getUpdates offset).
+cursors = Table(
+    "cursors",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("value", String(255), nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+)
+
+counters = Table(
+    "counters",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("value", BigInteger, nullable=False, default=0),
+    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+)
+
+prompts = Table(
+    "prompts",
+    metadata,
+    _pk(),
+    Column("token", String(32), nullable=False, unique=True),  # random, url-safe
+    Column("kind", String(16), nullable=False),  # approval | question
+    Column("session_id", Id, nullable=False, index=True),
+    Column("thread_key", String(255), nullable=False, index=True),
+    Column("run_id", Id, nullable=True),
+    Column("tool_call_id", Id, nullable=True),
+    # pending | approved | rejected | answered | expired | canceled | superseded
+    Column("status", String(16), nullable=False, default="pending"),
+    Column("payload", JSON, nullable=False, default=dict),  # question, choices, tool, arguments
+    Column("requested_by", String(64), nullable=False, default=""),
+    Column("decided_by", String(64), nullable=True),
+    Column("decided_by_name", String(255), nullable=True),
+    Column("decision", String(32), nullable=True),  # approve | deny | allow_15m | allow_thread | choice:N | text
+    Column("answer", Text, nullable=True),
+    Column("message_ids", JSON, nullable=False, default=list),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("expires_at", UTCDateTime, nullable=True),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Index("ix_prompts_status_expires", "status", "expires_at"),
+)
+
+# Human-granted approval bypasses (never set by the model).
+bypasses = Table(
+    "bypasses",
+    metadata,
+    _pk(),
+    Column("thread_key", String(255), nullable=False, index=True),
+    Column("tool", String(128), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=True),  # NULL = for this thread
+    Column("granted_by", String(64), nullable=False),
+    Column("prompt_id", Id, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    _pk(),
+    Column("key", String(255), nullable=False, unique=True),
+    Column("thread_key", String(255), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # message | prompt | close_prompt | stream
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False, default="pending"),  # pending | sent | failed
+    Column("message_ids", JSON, nullable=False, default=list),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Index("ix_outbox_status_id", "status", "id"),
+)
+
+compactions = Table(
+    "compactions",
+    metadata,
+    _pk(),
+    Column("session_id", Id, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("first_seq", Integer, nullable=False),
+    Column("last_seq", Integer, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("folded_text", Text, nullable=False, default=""),  # searchable copy of the folded span
+    Column("tokens_before", Integer, nullable=True),
+    Column("tokens_after", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+)
+
+schedules = Table(
+    "schedules",
+    metadata,
+    _pk(),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("kind", String(8), nullable=False),  # cron | every | at | tick
+    Column("spec", String(255), nullable=False),  # "0 9 * * 1-5" | "30m" | ISO time
+    Column("timezone", String(64), nullable=False, default="UTC"),
+    Column("prompt", Text, nullable=False),
+    Column("deliver_to", String(255), nullable=False, default="none"),
+    Column("max_rounds", Integer, nullable=True),
+    Column("max_tokens", Integer, nullable=True),
+    Column("timeout_s", Integer, nullable=True),
+    Column("misfire", String(16), nullable=False, default="run_once"),
+    Column("misfire_grace_s", Integer, nullable=True),
+    Column("notify_on_failure", Boolean, nullable=False, default=True),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("active_hours", String(32), nullable=True),
+    Column("quiet_sentinel", String(64), nullable=True),
+    Column("source", String(16), nullable=False, default="config"),  # config | cli | agent
+    Column("created_by", String(255), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+)
+
+job_runs = Table(
+    "job_runs",
+    metadata,
+    _pk(),
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    # running | success | failed | canceled | skipped | missed
+    Column("status", String(16), nullable=False),
+    Column("interactive", Boolean, nullable=False, default=False),
+    Column("session_id", Id, nullable=True),
+    Column("run_id", Id, nullable=True),
+    Column("delivered", JSON, nullable=False, default=list),
+    Column("error", Text, nullable=True),
+    Column("tokens", BigInteger, nullable=False, default=0),
+    Column("cost_nano_usd", BigInteger, nullable=True),
+    UniqueConstraint("schedule_id", "scheduled_for", name="uq_job_runs_schedule_time"),
+)

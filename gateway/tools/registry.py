@@ -1,0 +1,213 @@
+"""The tool registry: specs with JSON-schema parameters, the per-call context, and `run_tool`.
+
+Argument validation against the schema happens before `run_tool` (gateway/guards.py); the
+registry only produces the schema. `run_tool` turns every failure into a failed outcome the
+model can read, except cancellation, which propagates so the turn can stop a running tool.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol
+
+from gateway.config import AgentConfig
+from gateway.events import ThreadKey
+from gateway.tools.schema import ArgumentError, derive
+
+log = logging.getLogger(__name__)
+
+Lod = Literal["head", "tail", "both"]
+Source = Literal["telegram", "slack", "console", "cron", "tick"]
+SOURCES: frozenset[str] = frozenset({"telegram", "slack", "console", "cron", "tick"})
+ToolFunc = Callable[["ToolContext", dict[str, Any]], Awaitable[Any]]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
+
+
+class ToolError(Exception):
+    """A tool's clear, expected failure; its message is the result the model sees."""
+
+
+class Notes(Protocol):
+    """Per-session notes (the scratchpad); the store implements it."""
+
+    async def get_notes(self, session_id: int) -> dict[str, str]: ...
+
+    async def set_note(self, session_id: int, key: str, value: str | None) -> None:
+        """Set a note, or remove it when `value` is None."""
+
+
+class InMemoryNotes:
+    """Notes kept in a dict: for tests and throwaway sessions."""
+
+    def __init__(self) -> None:
+        self._notes: dict[int, dict[str, str]] = {}
+
+    async def get_notes(self, session_id: int) -> dict[str, str]:
+        return dict(self._notes.get(session_id, {}))
+
+    async def set_note(self, session_id: int, key: str, value: str | None) -> None:
+        notes = self._notes.setdefault(session_id, {})
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+
+
+@dataclass
+class ToolContext:
+    """What every tool call is given. `services` carries what other features' tools need."""
+
+    session_id: int
+    thread: ThreadKey
+    source: str  # telegram | slack | console | cron | tick
+    interactive: bool
+    workspace: Path
+    agent: AgentConfig
+    notes: Notes
+    services: dict[str, Any] = field(default_factory=dict)
+    call_id: str = ""  # the model's tool call id, for tools that park on it (ask_user)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model.
+
+    `func(ctx, args)` runs it; `side_effects` says whether it changes anything outside the
+    session (approvals require a human for those by default, and a restart does not re-run
+    them); `classes` feed approval rules (`@fs_write`, `@exec`, `@network`); `lod` says which
+    end of a long result matters when the context is shortened.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    func: ToolFunc
+    side_effects: bool = False
+    classes: frozenset[str] = frozenset()
+    lod: Lod = "head"
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r}: use 1-64 letters, digits, _ or -")
+        if self.lod not in ("head", "tail", "both"):
+            raise ValueError(f"tool {self.name}: lod must be head, tail or both, got {self.lod!r}")
+        if self.parameters.get("type") != "object":
+            raise ValueError(f"tool {self.name}: parameters must be a JSON schema of type object")
+
+    def openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    text: str
+    failed: bool = False
+
+
+def build_spec(
+    func: Callable[..., Awaitable[Any]],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = False,
+    classes: Iterable[str] = (),
+    lod: Lod = "head",
+) -> ToolSpec:
+    """A spec from a typed `async def tool(ctx, ...)`; the schema comes from the signature."""
+    tool_name = name or func.__name__
+    derived = derive(func, f"tool {tool_name}")
+    return ToolSpec(
+        name=tool_name,
+        description=description if description is not None else derived.description,
+        parameters=derived.parameters,
+        func=derived.invoke,
+        side_effects=side_effects,
+        classes=frozenset(classes),
+        lod=lod,
+    )
+
+
+class ToolRegistry:
+    """Tools by name, in registration order."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        if spec.name in self._specs:
+            raise ValueError(f"tool {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+        return spec
+
+    def add(self, func: Callable[..., Awaitable[Any]], **meta: Any) -> ToolSpec:
+        """Register a typed async function; `meta` as for `build_spec`."""
+        return self.register(build_spec(func, **meta))
+
+    def tool(self, **meta: Any) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        """Decorator form of `add`; the function itself is returned unchanged."""
+
+        def decorate(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            self.add(func, **meta)
+            return func
+
+        return decorate
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def specs(self, names_or_globs: Iterable[str] | None = None) -> list[ToolSpec]:
+        """Specs matching any of the names or globs (all when None), in registration order."""
+        if names_or_globs is None:
+            return list(self._specs.values())
+        patterns = list(names_or_globs)
+        return [spec for spec in self._specs.values() if matches_any(spec.name, patterns)]
+
+    def openai_tools(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The `tools` array of a Chat Completions request."""
+        return [spec.openai() for spec in self.specs(names)]
+
+
+def matches_any(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+async def run_tool(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """Run one call. Failures become failed outcomes; cancellation propagates."""
+    try:
+        result = await spec.func(ctx, args)
+    except ToolError as exc:
+        return ToolOutcome(str(exc) or f"{spec.name} failed", failed=True)
+    except ArgumentError as exc:
+        return ToolOutcome(f"Invalid arguments for {spec.name}: {exc}. Fix the arguments and call again.", True)
+    except Exception as exc:  # a bug in a tool must not end the turn
+        log.exception("tool %s raised", spec.name)
+        return ToolOutcome(f"{spec.name} failed with an internal error: {type(exc).__name__}: {exc}", True)
+    return ToolOutcome(render_result(result))
+
+
+def render_result(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return "(no output)"
+    return json.dumps(result, ensure_ascii=False, default=str)

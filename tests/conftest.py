@@ -1,0 +1,64 @@
+"""Shared fixtures: a migrated store on SQLite and, when GATEWAY_TEST_POSTGRES_URL is set, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from gateway.store import Store
+
+POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "")
+NO_POSTGRES = "GATEWAY_TEST_POSTGRES_URL is not set (CI sets it; e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)"
+
+
+async def make_store(kind: str, tmp_path) -> tuple[Store, object]:
+    """A fresh, migrated store and a cleanup coroutine factory."""
+    if kind == "sqlite":
+        store = Store(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}")
+        await store.migrate()
+        return store, None
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    import asyncpg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE SCHEMA "{schema}"')
+    await conn.close()
+    store = Store(POSTGRES_URL, pg_schema=schema)
+    await store.migrate()
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await conn.close()
+
+    return store, drop
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+async def store(db_kind, tmp_path):
+    store, drop = await make_store(db_kind, tmp_path)
+    try:
+        yield store
+    finally:
+        await store.close()
+        if drop is not None:
+            await drop()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path):
+    store, _ = await make_store("sqlite", tmp_path)
+    try:
+        yield store
+    finally:
+        await store.close()

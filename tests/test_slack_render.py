@@ -1,0 +1,4 @@
+import sys
+def test_path():
+    print(sys.path[:4])
+    import tests.fakes

@@ -1,0 +1,72 @@
+import asyncio
+
+import pytest
+
+from gateway.store import Fence, LeaseLost, NewItem, NewToolCall
+
+
+async def test_concurrent_appends_get_distinct_increasing_sequence_numbers(store):
+    session = await store.sessions.open("console:local:", source="console")
+
+    async def append(i: int):
+        return await store.sessions.append(session.id, "user", f"message {i}")
+
+    records = await asyncio.gather(*(append(i) for i in range(200)))
+    seqs = sorted(r.seq for r in records)
+    assert seqs == list(range(1, 201))
+    history = await store.sessions.history(session.id)
+    assert [m.seq for m in history] == list(range(1, 201))
+
+
+async def test_history_attaches_tool_calls_in_declared_order(store):
+    session = await store.sessions.open("console:local:", source="console")
+    await store.sessions.append(session.id, "user", "hi")
+    msg = await store.sessions.append(
+        session.id, "assistant", "", calls=[NewToolCall("b", "clock", "{}"), NewToolCall("a", "list_dir", '{"path": "."}')]
+    )
+    await store.sessions.set_tool_call(msg.tool_calls[1].id, status="done", result="files")
+    history = await store.sessions.history(session.id)
+    assert [c.call_id for c in history[1].tool_calls] == ["b", "a"]
+    assert history[1].tool_calls[1].result == "files"
+    assert history[1].tool_calls[0].status == "running"
+
+
+async def test_open_with_fresh_starts_a_new_session(store):
+    first = await store.sessions.open("slack:C1:1.0", source="slack")
+    again = await store.sessions.open("slack:C1:1.0", source="slack")
+    fresh = await store.sessions.open("slack:C1:1.0", source="slack", fresh=True)
+    assert first.id == again.id
+    assert fresh.id != first.id
+    assert (await store.sessions.current("slack:C1:1.0")).id == fresh.id
+    assert (await store.sessions.get(first.id)).closed_at is not None
+
+
+async def test_inbox_ignores_duplicate_event_ids_and_commits_cursor(store):
+    item = NewItem("tg:1:10", "telegram:5:", "message", {"text": "hi"})
+    assert await store.inbox.add([item], cursor=("telegram:offset", "11")) == [True]
+    assert await store.inbox.add([item], cursor=("telegram:offset", "11")) == [False]
+    assert await store.inbox.load_cursor("telegram:offset") == "11"
+    assert len(await store.inbox.pending("telegram:5:")) == 1
+
+
+async def test_lease_takeover_bumps_fence_and_old_holder_cannot_write(store):
+    session = await store.sessions.open("console:x:", source="console")
+    first = await store.inbox.acquire("thread:console:x:", "a", ttl_s=0.05)
+    assert first is not None
+    assert await store.inbox.acquire("thread:console:x:", "b", ttl_s=10) is None
+    await asyncio.sleep(0.1)
+    second = await store.inbox.acquire("thread:console:x:", "b", ttl_s=10)
+    assert second is not None and second.fence == first.fence + 1
+    with pytest.raises(LeaseLost):
+        await store.sessions.append(session.id, "user", "late", fence=Fence(first.name, first.owner, first.fence))
+    await store.sessions.append(session.id, "user", "ok", fence=Fence(second.name, second.owner, second.fence))
+    assert await store.inbox.renew(first, 10) is None
+
+
+async def test_counters_and_run_event_sequences(store):
+    assert await store.inbox.bump_counter("refused:1") == 1
+    assert await store.inbox.bump_counter("refused:1") == 2
+    session = await store.sessions.open("console:y:", source="console")
+    run = await store.runs.start(session.id, "console:y:")
+    seqs = await asyncio.gather(*(store.runs.add_event(run.id, "LLM_REQUEST", {"i": i}) for i in range(30)))
+    assert sorted(seqs) == list(range(1, 31))
