@@ -178,6 +178,11 @@ class TelegramConfig(_Section):
     show_tool_progress: bool = False
     process_edited: bool = False
     poll_timeout_s: int = 30
+    edit_interval_s: float = 1.0  # streaming edits/drafts: at most one per chat per interval
+    rate_overall_per_s: float = 30.0  # sends per second for the whole bot (0 = no pacing)
+    rate_private_per_s: float = 1.0  # sends per second per private chat (bursts of 3)
+    rate_group_per_min: float = 20.0  # sends per minute per group
+    max_retries: int = 3  # per call, after a flood wait or a network error / 5xx
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
 
@@ -195,6 +200,8 @@ class SlackConfig(_Section):
     allowed_channels: list[str] = []
     thread_followups: bool = True
     streaming: Literal["auto", "native", "edit", "off"] = "auto"
+    send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
+    rate_limit_retries: int = Field(2, ge=0)  # 429 retries inside the client, honouring Retry-After
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 
@@ -231,9 +238,11 @@ class SchedulerConfig(_Section):
     timezone: str = "UTC"
     misfire_grace: float = 3600.0
     quiet_sentinel: str = "NOTHING_TO_REPORT"
+    timeout: float = 3600.0  # a run still going after this (unless the job sets `timeout`) is stopped
+    poll_interval: float = 15.0  # the leader looks for schedule changes and overdue runs this often
     jobs: list[JobConfig] = []
 
-    _duration = field_validator("misfire_grace", mode="before")(lambda cls, v: parse_duration(v))
+    _duration = field_validator("misfire_grace", "timeout", "poll_interval", mode="before")(lambda cls, v: parse_duration(v))
 
 
 class Config(_Section):

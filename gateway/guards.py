@@ -87,10 +87,6 @@ class RepetitionGuard:
                 return self.cut
         return None
 
-    @property
-    def text(self) -> str:
-        return self._buf.decode("utf-8", errors="replace")
-
     def _check_at(self, end: int) -> RepetitionCut | None:
         start = max(0, end - self._window)
         found = _periodic_tail(
@@ -168,7 +164,10 @@ def _count_copies(data: bytes, period: int) -> int:
     n = len(data)
     last = data[n - period:]
     copies = 1
-    while (copies + 1) * period <= n and data[n - (copies + 1) * period:n - copies * period] == last:
+    while (copies + 1) * period <= n:
+        start = n - (copies + 1) * period
+        if data[start:start + period] != last:
+            break
         copies += 1
     return copies
 

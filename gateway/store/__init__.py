@@ -25,6 +25,31 @@ class Store:
     def is_sqlite(self) -> bool:
         return self.db.is_sqlite
 
+    async def consume_messages(
+        self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None, run_id: int | None = None
+    ) -> list[MessageRecord]:  # noqa: F405
+        """Append inbox messages to a session as user rows and mark the items done, in one
+        transaction: a crash can neither lose them nor append them twice."""
+        from sqlalchemy import update
+
+        from gateway.store.base import utcnow
+        from gateway.store.tables import inbox
+
+        async with self.db.write() as conn:
+            records = []
+            for item_id, payload in items:
+                sender = payload.get("sender") or {}
+                records.append(
+                    await self.sessions.append(
+                        session_id, "user", str(payload.get("text", "")), synthetic=sender.get("id") == "scheduler",
+                        sender_id=sender.get("id"), sender_name=sender.get("name"), run_id=run_id, fence=fence, conn=conn,
+                    )
+                )
+                await conn.execute(
+                    update(inbox).where(inbox.c.id == item_id).values(status="done", done_at=utcnow(), session_id=session_id)
+                )
+        return records
+
     async def migrate(self, *, auto: bool = True) -> None:
         await ensure_migrated(self.db, auto_migrate=auto)
 

@@ -21,6 +21,7 @@ class NewItem:
     thread_key: str
     kind: str
     payload: dict[str, Any]
+    status: str = "pending"  # "done" records an event only for dedupe (button presses)
 
 
 def insert_ignoring(conn: AsyncConnection, table, keys: list[str]):  # noqa: ANN001, ANN201
@@ -50,11 +51,31 @@ class InboxRepo(Repo):
                 thread_key=item.thread_key,
                 kind=item.kind,
                 payload=item.payload,
-                status="pending",
+                status=item.status,
                 created_at=utcnow(),
             )
         )
         return result.rowcount == 1
+
+    @staticmethod
+    async def release_held_in(conn: AsyncConnection, thread_key: str, *, take_reason: bool) -> str | None:
+        """Held items of the thread become pending again; with `take_reason` the newest held
+        message is consumed and its text returned."""
+        held = (
+            await conn.execute(select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id))
+        ).all()
+        reason = None
+        if take_reason and held:
+            last = held[-1]
+            reason = str(last.payload.get("text", "")).strip() or None
+            await conn.execute(update(inbox).where(inbox.c.id == last.id).values(status="done", done_at=utcnow()))
+        if held:
+            await conn.execute(update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending"))
+        return reason
+
+    async def hold(self, item_id: int) -> None:
+        async with self.db.write() as conn:
+            await conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
 
     # ---- consumption -----------------------------------------------------------------------
     async def pending_threads(self, *, limit: int = 100, exclude: Sequence[str] = ()) -> list[str]:
@@ -94,10 +115,11 @@ class InboxRepo(Repo):
             await conn.execute(update(inbox).where(inbox.c.id.in_(list(item_ids)), inbox.c.status == "pending").values(**values))
 
     async def drop_pending(self, thread_key: str, *, kinds: Sequence[str] = ("message",)) -> int:
+        """Drop queued (and held) items of the thread, e.g. on /stop."""
         async with self.db.write() as conn:
             result = await conn.execute(
                 update(inbox)
-                .where(inbox.c.thread_key == thread_key, inbox.c.status == "pending", inbox.c.kind.in_(list(kinds)))
+                .where(inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds)))
                 .values(status="dropped", done_at=utcnow())
             )
         return result.rowcount

@@ -77,6 +77,14 @@ class PromptRepo(Repo):
             row = (await conn.execute(select(prompts).where(prompts.c.token == token))).first()
         return to_record(PromptRecord, row) if row else None
 
+    async def for_tool_call(self, tool_call_id: int) -> PromptRecord | None:
+        """The latest prompt about a tool call (approval or ask_user question)."""
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(select(prompts).where(prompts.c.tool_call_id == tool_call_id).order_by(prompts.c.id.desc()).limit(1))
+            ).first()
+        return to_record(PromptRecord, row) if row else None
+
     async def set_message_ids(self, prompt_id: int, message_ids: Sequence[str]) -> None:
         async with self.db.write() as conn:
             await conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids)))
@@ -106,6 +114,7 @@ class PromptRepo(Repo):
         resume: NewItem | None = None,
         now: datetime | None = None,
         enforce_expiry: bool = True,
+        reason_from_held: bool = False,
     ) -> Decision:
         """Compare-and-set pending -> `status`, in one transaction with the inbound event (dedupe)
         and the resume item that continues the turn. Only one decision ever wins."""
@@ -128,6 +137,11 @@ class PromptRepo(Repo):
             )
             if changed.rowcount != 1:
                 return Decision("not_pending", to_record(PromptRecord, row))
+            # Messages held while the prompt was pending go back to the queue; on a denial the
+            # latest of them may be the reason the person typed.
+            reason = await InboxRepo.release_held_in(conn, row.thread_key, take_reason=reason_from_held)
+            if reason:
+                await conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(answer=reason))
             if resume is not None:
                 await InboxRepo.add_in(conn, resume)
             decided = (await conn.execute(select(prompts).where(prompts.c.id == prompt_id))).first()

@@ -178,7 +178,7 @@ inbox = Table(
     Column("thread_key", String(255), nullable=False),
     Column("kind", String(16), nullable=False),  # message | button | resume | command
     Column("payload", JSON, nullable=False),
-    Column("status", String(16), nullable=False, default="pending"),  # pending | done | dropped
+    Column("status", String(16), nullable=False, default="pending"),  # pending | held | done | dropped
     Column("session_id", Id, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=_now),
     Column("done_at", UTCDateTime, nullable=True),
@@ -222,7 +222,7 @@ prompts = Table(
     Column("session_id", Id, nullable=False, index=True),
     Column("thread_key", String(255), nullable=False, index=True),
     Column("run_id", Id, nullable=True),
-    Column("tool_call_id", Id, nullable=True),
+    Column("tool_call_id", Id, nullable=True, index=True),
     # pending | approved | rejected | answered | expired | canceled | superseded
     Column("status", String(16), nullable=False, default="pending"),
     Column("payload", JSON, nullable=False, default=dict),  # question, choices, tool, arguments
@@ -299,6 +299,7 @@ schedules = Table(
     Column("misfire_grace_s", Integer, nullable=True),
     Column("notify_on_failure", Boolean, nullable=False, default=True),
     Column("enabled", Boolean, nullable=False, default=True),
+    Column("disabled_reason", String(64), nullable=True),  # "removed from config", "one-shot done", ...
     Column("active_hours", String(32), nullable=True),
     Column("quiet_sentinel", String(64), nullable=True),
     Column("source", String(16), nullable=False, default="config"),  # config | cli | agent
@@ -317,6 +318,7 @@ job_runs = Table(
     Column("finished_at", UTCDateTime, nullable=True),
     # running | success | failed | canceled | skipped | missed
     Column("status", String(16), nullable=False),
+    Column("origin", String(16), nullable=False, default="schedule"),  # schedule | manual | retry
     Column("interactive", Boolean, nullable=False, default=False),
     Column("session_id", Id, nullable=True),
     Column("run_id", Id, nullable=True),

@@ -1,0 +1,47 @@
+"""Tools the agent can call: the registry, the per-call context and the built-ins."""
+
+from __future__ import annotations
+
+from gateway.config import AgentConfig
+from gateway.tools.builtin_basic import basic_specs
+from gateway.tools.builtin_files import file_specs
+from gateway.tools.builtin_http import http_specs
+from gateway.tools.builtin_shell import shell_specs
+from gateway.tools.registry import (
+    SOURCES,
+    InMemoryNotes,
+    Notes,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    ToolRegistry,
+    ToolSpec,
+    build_spec,
+    matches_any,
+    run_tool,
+)
+
+__all__ = [
+    "SOURCES",
+    "InMemoryNotes",
+    "Notes",
+    "ToolContext",
+    "ToolError",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolSpec",
+    "build_spec",
+    "builtin_specs",
+    "default_registry",
+    "matches_any",
+    "run_tool",
+]
+
+
+def builtin_specs() -> list[ToolSpec]:
+    return [*basic_specs(), *file_specs(), *shell_specs(), *http_specs()]
+
+
+def default_registry(agent: AgentConfig) -> ToolRegistry:
+    """The built-ins named (or matched by a glob) in `agent.tools`."""
+    return ToolRegistry(spec for spec in builtin_specs() if matches_any(spec.name, agent.tools))

@@ -22,7 +22,6 @@ from gateway.tools.schema import ArgumentError, derive
 log = logging.getLogger(__name__)
 
 Lod = Literal["head", "tail", "both"]
-Source = Literal["telegram", "slack", "console", "cron", "tick"]
 SOURCES: frozenset[str] = frozenset({"telegram", "slack", "console", "cron", "tick"})
 ToolFunc = Callable[["ToolContext", dict[str, Any]], Awaitable[Any]]
 

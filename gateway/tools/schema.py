@@ -40,7 +40,10 @@ def derive(func: Callable[..., Awaitable[Any]], where: str) -> DerivedTool:
     """Schema and invoker for `async def f(ctx, a: int, b: str = "x")` or `f(ctx, args: Model)`."""
     if not inspect.iscoroutinefunction(func):
         raise TypeError(f"{where}: a tool must be an async function")
-    hints = get_type_hints(func, include_extras=True)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except NameError as exc:
+        raise TypeError(f"{where}: cannot resolve a type annotation ({exc}); define the type at module level") from None
     params = _tool_params(func, where)
     summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
     if len(params) == 1 and _is_model(_unwrap_annotated(hints.get(params[0].name))):
@@ -57,7 +60,7 @@ def derive(func: Callable[..., Awaitable[Any]], where: str) -> DerivedTool:
         if param.default is inspect.Parameter.empty:
             required.append(param.name)
         elif _json_safe(param.default):
-            schema["default"] = param.default
+            schema["default"] = json.loads(json.dumps(param.default))  # tuples become lists
         properties[param.name] = schema
     parameters: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:

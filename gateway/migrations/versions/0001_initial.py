@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-02 11:43:19.537834
+Create Date: 2026-12-02 11:51:36.511892
 """
 
 from alembic import op
@@ -153,6 +153,7 @@ def upgrade() -> None:
     sa.Column('misfire_grace_s', sa.Integer(), nullable=True),
     sa.Column('notify_on_failure', sa.Boolean(), nullable=False),
     sa.Column('enabled', sa.Boolean(), nullable=False),
+    sa.Column('disabled_reason', sa.String(length=64), nullable=True),
     sa.Column('active_hours', sa.String(length=32), nullable=True),
     sa.Column('quiet_sentinel', sa.String(length=64), nullable=True),
     sa.Column('source', sa.String(length=16), nullable=False),
@@ -212,6 +213,7 @@ def upgrade() -> None:
     sa.Column('started_at', gateway.store.tables.UTCDateTime(), nullable=True),
     sa.Column('finished_at', gateway.store.tables.UTCDateTime(), nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('origin', sa.String(length=16), nullable=False),
     sa.Column('interactive', sa.Boolean(), nullable=False),
     sa.Column('session_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('run_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),

@@ -1,0 +1,192 @@
+"""Slack event and interactivity payloads -> what the channel should do with them.
+
+Pure functions over the JSON Slack sends: which conversation a message belongs to, whether it
+addresses the agent, its text for the model, its files. The channel adds the I/O (allow
+lists, known threads, user names, submit).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gateway.events import Attachment, ThreadKey
+
+from .slack_blocks import ACTION_PREFIX
+
+Route = Literal["mention", "followup", "dm"]
+# Message subtypes that are still a person talking; edits, deletions, joins, bot posts are not.
+_PERSON_SUBTYPES = (None, "", "file_share", "thread_broadcast")
+_LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the app is in the workspace (from auth.test)."""
+
+    bot_user_id: str
+    bot_id: str = ""
+    team_id: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A message that may be for the agent."""
+
+    route: Route
+    thread: ThreadKey
+    channel: str
+    user: str
+    team: str
+    ts: str
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def event_id(self) -> str:
+        # app_mention and message for one mention, and retries, share channel + ts.
+        return f"slack:{self.channel}:{self.ts}"
+
+
+@dataclass(frozen=True)
+class Press:
+    """A click on one of the gateway's buttons."""
+
+    thread: ThreadKey
+    channel: str
+    user: str
+    username: str
+    token: str
+    message_ts: str
+    event_id: str
+
+
+def _mention_pattern(bot_user_id: str) -> re.Pattern[str]:
+    return re.compile(r"<@" + re.escape(bot_user_id) + r"(?:\|[^>]*)?>")
+
+
+def mentions(text: str, bot_user_id: str) -> bool:
+    return bool(bot_user_id) and bool(_mention_pattern(bot_user_id).search(text))
+
+
+def text_for_model(text: str, bot_user_id: str) -> str:
+    """Slack's escaped mrkdwn -> plain text: the bot mention removed, links as Markdown."""
+    if bot_user_id:
+        text = _mention_pattern(bot_user_id).sub("", text)
+    text = _LINK.sub(lambda m: f"[{m.group(2)}]({m.group(1)})" if m.group(2) else m.group(1), text)
+    text = html.unescape(text) if "&" in text else text
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+def _attachment_kind(mime: str) -> str:
+    major = mime.split("/", 1)[0]
+    return {"image": "photo", "audio": "audio", "video": "video"}.get(major, "file")
+
+
+def attachments_of(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    found = []
+    for item in event.get("files") or []:
+        if not isinstance(item, dict) or not item.get("id"):
+            continue
+        mime = str(item.get("mimetype") or "")
+        size = item.get("size")
+        found.append(
+            Attachment(
+                kind=_attachment_kind(mime),
+                file_id=str(item["id"]),
+                name=str(item.get("name") or item.get("title") or ""),
+                mime=mime,
+                size=size if isinstance(size, int) else 0,
+            )
+        )
+    return tuple(found)
+
+
+def attachment_note(attachments: tuple[Attachment, ...]) -> str:
+    """A line per file so the model knows something was attached."""
+    lines = []
+    for item in attachments:
+        detail = ", ".join(part for part in (item.mime, f"{item.size:,} bytes" if item.size else "") if part)
+        lines.append(f"[attached {item.kind}: {item.name or item.file_id}" + (f" ({detail})" if detail else "") + "]")
+    return "\n".join(lines)
+
+
+def _route(event: dict[str, Any], me: Identity) -> Route | None:
+    if event.get("channel_type") == "im":
+        return "dm"
+    if event.get("type") == "app_mention" or mentions(str(event.get("text") or ""), me.bot_user_id):
+        return "mention"
+    thread_ts = event.get("thread_ts")
+    if thread_ts and thread_ts != event.get("ts"):
+        return "followup"
+    return None
+
+
+def _is_from_a_person(event: dict[str, Any], me: Identity) -> bool:
+    if event.get("subtype") not in _PERSON_SUBTYPES or not event.get("user"):
+        return False
+    if event.get("user") == me.bot_user_id:
+        return False
+    return not (me.bot_id and event.get("bot_id") == me.bot_id)
+
+
+def _thread_of(route: Route, channel: str, event: dict[str, Any]) -> ThreadKey:
+    thread_ts = str(event.get("thread_ts") or "")
+    if route == "dm":
+        return ThreadKey("slack", channel, thread_ts)  # one session per DM, per thread if threaded
+    return ThreadKey("slack", channel, thread_ts or str(event["ts"]))
+
+
+def candidate(event: Any, me: Identity) -> Candidate | None:
+    """The message in an `app_mention` / `message` event, or None when it is not for us."""
+    if not isinstance(event, dict) or event.get("type") not in ("app_mention", "message"):
+        return None
+    if not event.get("channel") or not event.get("ts") or not _is_from_a_person(event, me):
+        return None
+    route = _route(event, me)
+    if route is None:
+        return None
+    channel = str(event["channel"])
+    files = attachments_of(event)
+    text = text_for_model(str(event.get("text") or ""), me.bot_user_id)
+    note = attachment_note(files)
+    return Candidate(
+        route=route,
+        thread=_thread_of(route, channel, event),
+        channel=channel,
+        user=str(event["user"]),
+        team=str(event.get("team") or me.team_id),
+        ts=str(event["ts"]),
+        text="\n".join(part for part in (text, note) if part),
+        attachments=files,
+    )
+
+
+def press(payload: Any) -> Press | None:
+    """The click in a `block_actions` payload, or None when it is not one of our buttons."""
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return None
+    actions = payload.get("actions") or []
+    action = actions[0] if actions and isinstance(actions[0], dict) else {}
+    if not str(action.get("action_id", "")).startswith(ACTION_PREFIX) or not action.get("value"):
+        return None
+    container = payload.get("container") or {}
+    message = payload.get("message") or {}
+    channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
+    message_ts = container.get("message_ts") or message.get("ts")
+    user = payload.get("user") or {}
+    if not channel or not message_ts or not user.get("id"):
+        return None
+    thread_ts = message.get("thread_ts") or container.get("thread_ts") or ""
+    unique = action.get("action_ts") or payload.get("trigger_id") or f"{message_ts}:{user['id']}"
+    return Press(
+        thread=ThreadKey("slack", str(channel), str(thread_ts)),
+        channel=str(channel),
+        user=str(user["id"]),
+        username=str(user.get("username") or user.get("name") or ""),
+        token=str(action["value"]),
+        message_ts=str(message_ts),
+        event_id=f"slack:action:{unique}",
+    )

@@ -1,0 +1,199 @@
+"""Telegram updates -> neutral events.
+
+Decides, for one update, whether it becomes an event, a refusal (a user who is not
+allowed, in a private chat), a callback answer without an event, or nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from telegram import CallbackQuery, Chat, Message, MessageEntity, Update, User
+
+from gateway.config import TelegramConfig
+from gateway.events import Attachment, ButtonPress, InboundEvent, InboundMessage, Sender, ThreadKey
+
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "my_chat_member"]
+NOT_ALLOWED_ALERT = "You are not allowed to use this bot."
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one update amounts to."""
+
+    kind: Literal["event", "refuse", "answer", "ignore"]
+    update_id: int
+    event: InboundEvent | None = None
+    callback_id: str = ""  # a callback query to answer (after submit for "event")
+    chat_id: int = 0  # "refuse": the private chat to refuse
+    day: str = ""  # "refuse": the UTC day the refusal is counted in
+    text: str = ""  # "answer": the alert text; "ignore": why
+    user_id: str = ""
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    id: int
+    username: str
+
+
+class UpdateReader:
+    def __init__(self, config: TelegramConfig, bot: BotIdentity) -> None:
+        self._config = config
+        self._bot = bot
+        self._user_ids = {u for u in config.allowed_users if not u.startswith("@")}
+        self._usernames = {u[1:].lower() for u in config.allowed_users if u.startswith("@")}
+        self._chats = set(config.allowed_chats)
+        name = re.escape(bot.username)
+        self._leading_mention = re.compile(rf"^\s*@{name}\b[\s,:;.!-]*", re.IGNORECASE)
+        self._command_suffix = re.compile(rf"^(/\w+)@{name}\b", re.IGNORECASE)
+
+    def event_id(self, update_id: int) -> str:
+        return f"tg:{self._bot.id}:{update_id}"
+
+    def read(self, update: Update) -> Reading:
+        if update.callback_query is not None:
+            return self._read_callback(update.update_id, update.callback_query)
+        if update.message is not None:
+            return self._read_message(update.update_id, update.message, edited=False)
+        if update.edited_message is not None:
+            if not self._config.process_edited:
+                return Reading("ignore", update.update_id, text="edited message")
+            return self._read_message(update.update_id, update.edited_message, edited=True)
+        if update.my_chat_member is not None:
+            return Reading("ignore", update.update_id, text="membership change")
+        return Reading("ignore", update.update_id, text="channel post or unsupported update")
+
+    # --- access ------------------------------------------------------------------
+
+    def allowed(self, user: User, chat: Chat) -> bool:
+        """Allowed when no list is set, the sender is listed, or the chat is listed."""
+        if not self._user_ids and not self._usernames and not self._chats:
+            return True
+        if str(user.id) in self._user_ids or str(chat.id) in self._chats:
+            return True
+        return bool(user.username) and user.username.lower() in self._usernames
+
+    # --- messages ----------------------------------------------------------------
+
+    def _read_message(self, update_id: int, message: Message, *, edited: bool) -> Reading:
+        user = message.from_user
+        if user is None or user.is_bot or message.sender_chat is not None:
+            return Reading("ignore", update_id, text="not from a person")
+        if not self.allowed(user, message.chat):
+            if message.chat.type != Chat.PRIVATE:
+                return Reading("ignore", update_id, text="not allowed (group)", user_id=str(user.id))
+            day = message.date.date().isoformat()
+            return Reading("refuse", update_id, chat_id=message.chat.id, day=day, user_id=str(user.id))
+        if not self._addressed(message):
+            return Reading("ignore", update_id, text="not addressed to the bot")
+        text, attachments = self._content(message)
+        if not text:
+            return Reading("ignore", update_id, text="nothing to read")
+        event = InboundMessage(
+            thread=thread_of(message),
+            sender=sender_of(user),
+            text=f"(edited) {text}" if edited else text,
+            event_id=self.event_id(update_id),
+            attachments=attachments,
+            message_id=str(message.message_id),
+        )
+        return Reading("event", update_id, event=event)
+
+    def _addressed(self, message: Message) -> bool:
+        """Private chats always; groups per `group_trigger`; never commands for another bot."""
+        if message.chat.type == Chat.PRIVATE:
+            return True
+        found = self._entities(message)
+        for entity, value in found:
+            if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 and "@" in value:
+                if value.partition("@")[2].lower() != self._bot.username.lower():
+                    return False
+        if self._config.group_trigger == "all" or self._replies_to_bot(message):
+            return True
+        return any(self._names_bot(entity, value) for entity, value in found)
+
+    def _names_bot(self, entity: MessageEntity, value: str) -> bool:
+        if entity.type == MessageEntity.MENTION:
+            return value.lower() == f"@{self._bot.username.lower()}"
+        if entity.type == MessageEntity.TEXT_MENTION:
+            return entity.user is not None and entity.user.id == self._bot.id
+        return entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0
+
+    def _replies_to_bot(self, message: Message) -> bool:
+        reply = message.reply_to_message
+        # In forums every topic message "replies" to the topic's first message: not a reply.
+        if reply is None or reply.forum_topic_created is not None:
+            return False
+        return reply.from_user is not None and reply.from_user.id == self._bot.id
+
+    @staticmethod
+    def _entities(message: Message) -> list[tuple[MessageEntity, str]]:
+        if message.text is not None:
+            return list(message.parse_entities().items())
+        return list(message.parse_caption_entities().items())
+
+    def _content(self, message: Message) -> tuple[str, tuple[Attachment, ...]]:
+        text = message.text or message.caption or ""
+        text = self._leading_mention.sub("", text, count=1)
+        text = self._command_suffix.sub(r"\1", text, count=1).strip()
+        attachments = attachments_of(message)
+        notes = [note_for(a) for a in attachments]
+        return "\n".join(part for part in [text, *notes] if part), attachments
+
+    # --- callbacks ---------------------------------------------------------------
+
+    def _read_callback(self, update_id: int, query: CallbackQuery) -> Reading:
+        message = query.message
+        if message is None:
+            return Reading("answer", update_id, callback_id=query.id, text="This button has expired.")
+        if not self.allowed(query.from_user, message.chat):
+            return Reading("answer", update_id, callback_id=query.id, text=NOT_ALLOWED_ALERT,
+                           user_id=str(query.from_user.id))
+        if not query.data:
+            return Reading("answer", update_id, callback_id=query.id, text="")
+        thread = thread_of(message) if isinstance(message, Message) else private_or_group(message.chat)
+        event = ButtonPress(
+            thread=thread,
+            sender=sender_of(query.from_user),
+            token=query.data,
+            event_id=self.event_id(update_id),
+            message_id=str(message.message_id),
+        )
+        return Reading("event", update_id, event=event, callback_id=query.id)
+
+
+def private_or_group(chat: Chat) -> ThreadKey:
+    return ThreadKey("telegram", str(chat.id), "")
+
+
+def thread_of(message: Message) -> ThreadKey:
+    """Private chat -> (chat, ""); forum topic -> (chat, topic id); other groups -> (chat, "")."""
+    if message.chat.type != Chat.PRIVATE and message.is_topic_message and message.message_thread_id:
+        return ThreadKey("telegram", str(message.chat.id), str(message.message_thread_id))
+    return private_or_group(message.chat)
+
+
+def sender_of(user: User) -> Sender:
+    return Sender(id=str(user.id), name=user.full_name, username=user.username or "")
+
+
+def attachments_of(message: Message) -> tuple[Attachment, ...]:
+    found: list[Attachment] = []
+    if message.photo:
+        largest = message.photo[-1]
+        found.append(Attachment("photo", largest.file_id, mime="image/jpeg", size=largest.file_size or 0))
+    for kind, media in (("document", message.document), ("audio", message.audio),
+                        ("video", message.video), ("audio", message.voice)):
+        if media is not None:
+            name = getattr(media, "file_name", None) or ""
+            found.append(Attachment(kind, media.file_id, name=name, mime=media.mime_type or "",
+                                    size=media.file_size or 0))
+    return tuple(found)
+
+
+def note_for(attachment: Attachment) -> str:
+    named = f": {attachment.name}" if attachment.name else ""
+    return f"[{attachment.kind} attached{named}]"

@@ -1,0 +1,127 @@
+"""Sending and editing rendered text in one chat (or topic).
+
+Formatting rejected by Telegram ("can't parse entities") is resent as plain text; an
+edit that changes nothing ("message is not modified") counts as done.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
+from telegram.error import BadRequest
+
+from channels.telegram.api import BotCaller, is_not_modified, is_parse_error, permanent, ptb_entities
+from channels.telegram.render import Rendered, render_markdown
+from channels.telegram.split import split_rendered
+from gateway.events import ChannelError, ThreadKey
+
+log = logging.getLogger("channels.telegram")
+
+
+@dataclass(frozen=True)
+class Target:
+    chat_id: int
+    thread_id: int | None  # forum topic
+
+    @property
+    def is_private(self) -> bool:
+        return self.chat_id > 0  # Telegram: users have positive ids, groups negative
+
+    @classmethod
+    def of(cls, thread: ThreadKey) -> "Target":
+        try:
+            chat_id = int(thread.chat)
+            topic = int(thread.thread) if thread.thread else None
+        except ValueError:
+            raise ChannelError(f"not a Telegram thread: {thread}", permanent=True) from None
+        return cls(chat_id, topic)
+
+
+def chunks_of(markdown: str) -> list[Rendered]:
+    return split_rendered(render_markdown(markdown))
+
+
+class Outlet:
+    def __init__(self, bot: Bot, caller: BotCaller) -> None:
+        self.bot = bot
+        self.caller = caller
+
+    async def send_chunk(
+        self,
+        target: Target,
+        chunk: Rendered,
+        *,
+        reply_to: int | None = None,
+        markup: InlineKeyboardMarkup | None = None,
+    ) -> Message:
+        reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to else None
+
+        def request(formatted: bool):
+            return lambda: self.bot.send_message(
+                target.chat_id, chunk.text, entities=ptb_entities(chunk) if formatted else None,
+                message_thread_id=target.thread_id, reply_parameters=reply, reply_markup=markup,
+            )
+
+        try:
+            return await self.caller.call("sendMessage", target.chat_id, request(True))
+        except BadRequest as exc:
+            if not is_parse_error(exc):
+                raise permanent("sendMessage", target.chat_id, exc) from exc
+            log.warning("telegram chat %s rejected formatting (%s); sending plain text", target.chat_id, exc.message)
+            try:
+                return await self.caller.call("sendMessage", target.chat_id, request(False))
+            except BadRequest as again:
+                raise permanent("sendMessage", target.chat_id, again) from again
+
+    async def edit_chunk(
+        self,
+        target: Target,
+        message_id: int,
+        chunk: Rendered,
+        *,
+        markup: InlineKeyboardMarkup | None = None,
+        paced: bool = True,
+    ) -> None:
+        def request(formatted: bool):
+            return lambda: self.bot.edit_message_text(
+                chunk.text, target.chat_id, message_id,
+                entities=ptb_entities(chunk) if formatted else None, reply_markup=markup,
+            )
+
+        for formatted in (True, False):
+            try:
+                await self.caller.call("editMessageText", target.chat_id, request(formatted), paced=paced)
+                return
+            except BadRequest as exc:
+                if is_not_modified(exc):
+                    return
+                if not (formatted and is_parse_error(exc)):
+                    raise permanent("editMessageText", target.chat_id, exc) from exc
+                log.warning("telegram chat %s rejected formatting (%s); editing as plain text", target.chat_id, exc.message)
+
+    async def delete(self, target: Target, message_id: int) -> None:
+        try:
+            await self.caller.call("deleteMessage", target.chat_id,
+                                   lambda: self.bot.delete_message(target.chat_id, message_id), paced=False)
+        except (BadRequest, ChannelError) as exc:
+            log.warning("telegram chat %s: could not delete message %s: %s", target.chat_id, message_id, exc)
+
+    async def send_chunks(
+        self,
+        target: Target,
+        chunks: list[Rendered],
+        *,
+        reply_to: int | None = None,
+        markup: InlineKeyboardMarkup | None = None,
+    ) -> list[int]:
+        """Send in order; the first replies to `reply_to`, the last carries `markup`."""
+        ids: list[int] = []
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+            sent = await self.send_chunk(
+                target, chunk, reply_to=reply_to if n == 0 else None, markup=markup if last else None
+            )
+            ids.append(sent.message_id)
+        return ids

@@ -1,0 +1,156 @@
+"""Replies shown while they are generated.
+
+Private chats: `sendMessageDraft` (an ephemeral animated preview) while the reply grows,
+then the final `sendMessage`(s). Groups and topics: the first chunk is sent, then edited
+at most once per interval per chat, then a final edit (plus extra messages when the final
+text needs several). Showing progress is cosmetic: its failures are logged, not raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Callable
+
+from telegram.error import BadRequest
+
+from channels.telegram.api import Pacer, is_parse_error, ptb_entities
+from channels.telegram.outlet import Outlet, Target, chunks_of
+from channels.telegram.render import Rendered
+from gateway.events import ChannelError, Delivered
+
+log = logging.getLogger("channels.telegram")
+
+
+class Throttle:
+    """When each chat was last updated by a stream (shared by the streams of a chat)."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last: dict[int, float] = {}
+
+    def due(self, chat_id: int) -> bool:
+        last = self._last.get(chat_id)
+        return last is None or self.clock() - last >= self.interval_s
+
+    def mark(self, chat_id: int) -> None:
+        self._last[chat_id] = self.clock()
+
+
+class FinalOnlyStream:
+    """`streaming: off`: nothing until the end."""
+
+    def __init__(self, outlet: Outlet, target: Target, reply_to: int | None) -> None:
+        self._outlet, self._target, self._reply_to = outlet, target, reply_to
+
+    async def update(self, text: str) -> None:
+        return None
+
+    async def finish(self, text: str) -> Delivered:
+        chunks = chunks_of(text)
+        ids = await self._outlet.send_chunks(self._target, chunks, reply_to=self._reply_to)
+        return Delivered(tuple(str(i) for i in ids))
+
+    async def abort(self) -> None:
+        return None
+
+
+class DraftStream(FinalOnlyStream):
+    """Private chats: drafts while generating, real messages at the end."""
+
+    def __init__(self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle) -> None:
+        super().__init__(outlet, target, reply_to)
+        self._throttle = throttle
+        self._draft_id = random.randint(1, 2**31 - 1)
+        self._enabled = True
+
+    async def update(self, text: str) -> None:
+        chunks = chunks_of(text)
+        if not (self._enabled and chunks and self._throttle.due(self._target.chat_id)):
+            return
+        self._throttle.mark(self._target.chat_id)
+        try:
+            await self._draft(chunks[-1], formatted=True)
+        except BadRequest as exc:
+            if is_parse_error(exc):
+                await self._quietly(chunks[-1])
+            else:
+                self._disable(exc)
+        except ChannelError as exc:
+            self._disable(exc)
+
+    async def _draft(self, chunk: Rendered, *, formatted: bool) -> None:
+        chat = self._target.chat_id
+        await self._outlet.caller.call(
+            "sendMessageDraft", chat,
+            lambda: self._outlet.bot.send_message_draft(
+                chat, self._draft_id, chunk.text, message_thread_id=self._target.thread_id,
+                entities=ptb_entities(chunk) if formatted else None,
+            ),
+            paced=False,
+        )
+
+    async def _quietly(self, chunk: Rendered) -> None:
+        try:
+            await self._draft(chunk, formatted=False)
+        except (BadRequest, ChannelError) as exc:
+            self._disable(exc)
+
+    def _disable(self, exc: Exception) -> None:
+        log.warning("telegram chat %s: drafts disabled for this reply: %s", self._target.chat_id, exc)
+        self._enabled = False
+
+
+class EditStream:
+    """Groups and topics (and `streaming: edit`): one message edited as the reply grows."""
+
+    def __init__(
+        self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer
+    ) -> None:
+        self._outlet, self._target, self._reply_to = outlet, target, reply_to
+        self._throttle, self._pacer = throttle, pacer
+        self._ids: list[int] = []
+        self._shown: list[Rendered] = []
+        self._latest = ""
+
+    async def update(self, text: str) -> None:
+        self._latest = text
+        chat = self._target.chat_id
+        if not self._throttle.due(chat) or not self._pacer.try_take(chat):
+            return  # a later update or finish() shows it
+        self._throttle.mark(chat)
+        try:
+            await self._show(chunks_of(text), paced=False)
+        except ChannelError as exc:
+            log.warning("telegram chat %s: progress edit failed: %s", chat, exc)
+
+    async def finish(self, text: str) -> Delivered:
+        chunks = chunks_of(text)
+        await self._show(chunks, paced=True)
+        for extra in self._ids[len(chunks):]:  # the reply got shorter than what was shown
+            await self._outlet.delete(self._target, extra)
+        del self._ids[len(chunks):], self._shown[len(chunks):]
+        self._throttle.mark(self._target.chat_id)
+        return Delivered(tuple(str(i) for i in self._ids))
+
+    async def abort(self) -> None:
+        """Leave the last text generated on screen rather than an older one."""
+        if self._ids and self._latest:
+            try:
+                await self._show(chunks_of(self._latest), paced=True)
+            except ChannelError as exc:
+                log.warning("telegram chat %s: could not show the partial reply: %s", self._target.chat_id, exc)
+
+    async def _show(self, chunks: list[Rendered], *, paced: bool) -> None:
+        for n, chunk in enumerate(chunks):
+            if n < len(self._ids):
+                if self._shown[n] != chunk:
+                    await self._outlet.edit_chunk(self._target, self._ids[n], chunk, paced=paced)
+                    self._shown[n] = chunk
+                continue
+            reply = self._reply_to if n == 0 else None
+            sent = await self._outlet.send_chunk(self._target, chunk, reply_to=reply)
+            self._ids.append(sent.message_id)
+            self._shown.append(chunk)

@@ -1,0 +1,218 @@
+"""Command line: `gateway serve | chat | migrate | jobs | runs | sessions | approvals`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from gateway.config import Config, ConfigError, load_config
+from gateway.store import Store, StoreError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        config = load_config(args.config)
+        return asyncio.run(args.handler(args, config)) or 0
+    except ConfigError as exc:
+        print(f"configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"database error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="Chat gateway for an LLM agent (Telegram, Slack, cron).")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=None, help="path to config.yml (default: $GATEWAY_CONFIG or ./config.yml)")
+    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default="info", help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command")
+
+    sub.add_parser("serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP").set_defaults(handler=cmd_serve)
+    sub.add_parser("chat", parents=[common], help="talk to the agent in this terminal").set_defaults(handler=cmd_chat)
+    sub.add_parser("migrate", parents=[common], help="apply database migrations").set_defaults(handler=cmd_migrate)
+
+    runs = sub.add_parser("runs", parents=[common], help="run records (one per turn)")
+    runs_sub = runs.add_subparsers(dest="action", required=True)
+    runs_list = runs_sub.add_parser("list", parents=[common])
+    runs_list.add_argument("--limit", type=int, default=20)
+    runs_list.add_argument("--session", type=int, default=None)
+    runs_show = runs_sub.add_parser("show", parents=[common])
+    runs_show.add_argument("id", type=int)
+    runs.set_defaults(handler=cmd_runs)
+
+    sessions = sub.add_parser("sessions", parents=[common], help="sessions and their history")
+    sessions_sub = sessions.add_subparsers(dest="action", required=True)
+    sessions_list = sessions_sub.add_parser("list", parents=[common])
+    sessions_list.add_argument("--limit", type=int, default=20)
+    sessions_show = sessions_sub.add_parser("show", parents=[common])
+    sessions_show.add_argument("id", type=int)
+    sessions.set_defaults(handler=cmd_sessions)
+
+    approvals = sub.add_parser("approvals", parents=[common], help="pending approval requests")
+    approvals_sub = approvals.add_subparsers(dest="action", required=True)
+    approvals_sub.add_parser("list", parents=[common])
+    for action in ("approve", "deny"):
+        decide = approvals_sub.add_parser(action, parents=[common])
+        decide.add_argument("id", type=int)
+        decide.add_argument("--reason", default="")
+    approvals.set_defaults(handler=cmd_approvals)
+
+    from scheduler.cli import add_parser as add_jobs_parser
+
+    add_jobs_parser(sub, parents=[common], handler=cmd_jobs)
+    return parser
+
+
+async def _store(config: Config) -> Store:
+    store = Store(config.database.url)
+    await store.migrate(auto=config.database.auto_migrate)
+    return store
+
+
+async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    from gateway.store import upgrade
+
+    store = Store(config.database.url)
+    try:
+        await upgrade(store.db)
+    finally:
+        await store.close()
+    print(f"database at {config.database.url} is up to date")
+    return 0
+
+
+async def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from gateway.app import Gateway
+
+    gateway = Gateway(config)
+    await gateway.run_until_signalled()
+    return 0
+
+
+async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
+    from channels.console import ConsoleChannel, read_lines
+    from gateway.app import Gateway
+
+    console = ConsoleChannel()
+    gateway = Gateway(config, channels={"console": console}, serve_http=False)
+    await gateway.start()
+    loop = asyncio.get_running_loop()
+    # Ctrl-C cancels the running turn (as /stop); a second one with nothing running leaves.
+    loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(console.handle_line("/stop")))
+    console.write("Talking to the agent. /new starts a new session, /quit leaves, Ctrl-C stops a turn.")
+
+    async def on_line(line: str) -> bool:
+        if line.strip() in ("/quit", "/exit"):
+            return False
+        if line.strip():
+            await console.handle_line(line)
+        return True
+
+    try:
+        await read_lines(sys.stdin, on_line)
+        await gateway.inbox.drain_idle(timeout=config.llm.request_timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await gateway.stop()
+    return 0
+
+
+async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
+    from gateway.reports import print_run, print_runs
+
+    store = await _store(config)
+    try:
+        if args.action == "list":
+            print_runs(await store.runs.list(limit=args.limit, session_id=args.session))
+        else:
+            run = await store.runs.get(args.id)
+            if run is None:
+                print(f"no run {args.id}", file=sys.stderr)
+                return 1
+            print_run(run, await store.runs.events(run.id))
+    finally:
+        await store.close()
+    return 0
+
+
+async def cmd_sessions(args: argparse.Namespace, config: Config) -> int:
+    from gateway.reports import print_session, print_sessions
+
+    store = await _store(config)
+    try:
+        if args.action == "list":
+            print_sessions(await store.sessions.list(limit=args.limit))
+        else:
+            session = await store.sessions.get(args.id)
+            if session is None:
+                print(f"no session {args.id}", file=sys.stderr)
+                return 1
+            print_session(session, await store.sessions.history(session.id), await store.runs.session_totals(session.id))
+    finally:
+        await store.close()
+    return 0
+
+
+async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
+    from gateway.prompts import resume_item
+
+    store = await _store(config)
+    try:
+        if args.action == "list":
+            pending = await store.prompts.pending(kind="approval")
+            for prompt in pending:
+                print(f"{prompt.id:>6}  {prompt.thread_key:<40} {prompt.payload.get('tool', '')}  expires {prompt.expires_at:%Y-%m-%d %H:%M}")
+            if not pending:
+                print("no pending approvals")
+            return 0
+        prompt = await store.prompts.get(args.id)
+        if prompt is None or prompt.kind != "approval":
+            print(f"no approval request {args.id}", file=sys.stderr)
+            return 1
+        status = "approved" if args.action == "approve" else "rejected"
+        decision = await store.prompts.decide(
+            prompt.id, status=status, decision="a" if status == "approved" else "d", decided_by="cli",
+            decided_by_name="operator", answer=args.reason or None, resume=resume_item(prompt),
+        )
+        print(f"request {prompt.id}: {decision.outcome}")
+        return 0 if decision.outcome == "decided" else 1
+    finally:
+        await store.close()
+
+
+async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
+    from gateway.inbox import event_item
+    from scheduler.cli import run_jobs_command
+
+    store = await _store(config)
+
+    async def submit(events: Any, *, cursor: Any = None) -> list:
+        # From the command line, events go straight to the durable inbox; the serving
+        # instance picks them up (e.g. /stop for `jobs kill`).
+        return await store.inbox.add([event_item(e) for e in events], cursor=cursor)
+
+    try:
+        return await run_jobs_command(args, store, config, submit)
+    finally:
+        await store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

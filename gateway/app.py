@@ -1,0 +1,216 @@
+"""Composition root: builds the store, LLM client, tools, channels, inbox, scheduler and HTTP
+server, and runs them. The only module that imports channels/ and scheduler/."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from gateway.approvals import ApprovalPolicy
+from gateway.config import Config
+from gateway.context import ContextBuilder, history_search_spec
+from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
+from gateway.headless import HeadlessChannel
+from gateway.http import HttpServer
+from gateway.inbox import Inbox
+from gateway.llm import LLMClient
+from gateway.outbox import ChatRateLimiter, Outbox
+from gateway.prompts import PromptService, ask_user_spec
+from gateway.store import Store
+from gateway.tools import ToolRegistry, default_registry, matches_any
+from gateway.turn import TurnServices
+
+log = logging.getLogger(__name__)
+LEADER_LEASE = "leader"
+
+
+class StoreChannelState:
+    """What channels may keep, backed by the store (they never import it)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    async def load_cursor(self, name: str) -> str | None:
+        return await self.store.inbox.load_cursor(name)
+
+    async def bump_counter(self, name: str) -> int:
+        return await self.store.inbox.bump_counter(name)
+
+    async def knows_thread(self, thread: ThreadKey) -> bool:
+        return await self.store.sessions.thread_exists(str(thread))
+
+
+def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Channel]:
+    channels: dict[str, Channel] = {}
+    if config.telegram.enabled:
+        from channels.telegram import TelegramChannel
+
+        channels["telegram"] = TelegramChannel(config.telegram, state)
+    if config.slack.enabled:
+        from channels.slack import SlackChannel
+
+        channels["slack"] = SlackChannel(config.slack, state)
+    return channels
+
+
+def build_registry(config: Config, store: Store) -> ToolRegistry:
+    """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
+    registry = default_registry(config.agent)
+    for spec in (ask_user_spec(), history_search_spec(store)):
+        if matches_any(spec.name, config.agent.tools):
+            registry.register(spec)
+    return registry
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        channels: Mapping[str, Channel] | None = None,
+        instance_id: str | None = None,
+        serve_http: bool = True,
+        llm: LLMClient | None = None,
+        store: Store | None = None,
+    ):
+        self.config = config
+        self.store = store or Store(config.database.url, echo=config.database.echo)
+        self.llm = llm or LLMClient(config.llm)
+        self.channel_state = StoreChannelState(self.store)
+        self.channels: dict[str, Channel] = dict(channels) if channels is not None else platform_channels(config, self.channel_state)
+        for name in ("cron", "tick"):
+            self.channels.setdefault(name, HeadlessChannel(name))
+        self.outbox = Outbox(self.store, self.channels, limiter=ChatRateLimiter())
+        self.prompts = PromptService(self.store, self.outbox, config)
+        self.registry = build_registry(config, self.store)
+        self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
+        for problem in self.policy.errors:
+            log.error("%s (calls it names will require approval)", problem)
+        self.context = ContextBuilder(
+            self.store, config.context, config.llm, config.agent,
+            summarise=self._summarise, tool_lod={s.name: s.lod for s in self.registry.specs()},
+        )
+        self.services = TurnServices(
+            self.store, config, self.llm, self.registry, self.policy, self.context, self.outbox, self.prompts,
+            tool_services={"store": self.store, "config": config},
+        )
+        self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
+        from scheduler.jobs import Scheduler
+
+        self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
+        self.services.tool_services["scheduler"] = self.scheduler
+        self.inbox.listeners.append(self.scheduler.on_turn_ended)
+        self.http = HttpServer(self, config.http) if serve_http else None
+        self._leader_task: asyncio.Task | None = None
+        self._clock_running = False
+        self.started_channels: set[str] = set()
+
+    @property
+    def submit(self):  # noqa: ANN201 - the channels' Submit
+        return self.inbox.submit
+
+    async def _summarise(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        completion = await self.llm.complete(messages, max_tokens=max_tokens)
+        return completion.text
+
+    async def deliver(self, item: Outbound | Prompt) -> Delivered:
+        if isinstance(item, Prompt):
+            return await self.outbox.send_prompt(item)
+        return await self.outbox.send(item)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.store.migrate(auto=self.config.database.auto_migrate)
+        Path(self.config.agent.workspace).mkdir(parents=True, exist_ok=True)
+        await self.scheduler.sync_config_jobs()
+        for name, channel in self.channels.items():
+            try:
+                await channel.start(self.submit)
+                self.started_channels.add(name)
+            except Exception:
+                log.exception("channel %s failed to start", name)
+                raise
+        if not set(self.channels) - {"cron", "tick"}:
+            log.warning(
+                "no chat channel is configured: set TELEGRAM_BOT_TOKEN to enable Telegram, "
+                "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP events) "
+                "to enable Slack; `gateway chat` talks to the agent in this terminal"
+            )
+        await self.inbox.start()
+        if self.http is not None:
+            await self.http.start()
+        self._leader_task = asyncio.create_task(self._lead_forever(), name="leader")
+
+    async def stop(self) -> None:
+        if self._leader_task is not None:
+            self._leader_task.cancel()
+            await asyncio.gather(self._leader_task, return_exceptions=True)
+        if self.http is not None:
+            await self.http.stop_intake()
+        await self.inbox.stop()
+        for channel in self.channels.values():
+            try:
+                await channel.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("channel %s failed to stop", channel.name)
+        if self.http is not None:
+            await self.http.stop()
+        await self.llm.aclose()
+        await self.store.close()
+
+    # ---- leadership: Telegram polling and the scheduler clock run on one instance --------
+    async def _lead_forever(self) -> None:
+        ttl = self.config.inbox.lease_ttl_s
+        duties: list[asyncio.Task] = []
+        lease = None
+        try:
+            while True:
+                try:
+                    lease = await (self.store.inbox.renew(lease, ttl) if lease else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl))
+                except Exception:  # noqa: BLE001
+                    log.warning("leader lease check failed", exc_info=True)
+                    lease = None
+                if lease is not None and not duties:
+                    log.info("this instance is the leader (fence %s)", lease.fence)
+                    duties = await self._start_duties()
+                elif lease is None and duties:
+                    log.warning("leadership lost; stopping polling and the scheduler clock")
+                    await self._stop_duties(duties)
+                    duties = []
+                await asyncio.sleep(ttl / 3)
+        finally:
+            await self._stop_duties(duties)
+            if lease is not None:
+                await self.store.inbox.release(lease)
+
+    async def _start_duties(self) -> list[asyncio.Task]:
+        duties = []
+        telegram = self.channels.get("telegram")
+        if telegram is not None and self.config.telegram.mode == "polling":
+            duties.append(asyncio.create_task(telegram.poll_forever(), name="telegram-polling"))  # type: ignore[attr-defined]
+        if self.config.scheduler.enabled:
+            await self.scheduler.start()
+            self._clock_running = True
+        return duties or [asyncio.create_task(asyncio.sleep(0), name="leader-no-duties")]
+
+    async def _stop_duties(self, duties: list[asyncio.Task]) -> None:
+        for task in duties:
+            task.cancel()
+        await asyncio.gather(*duties, return_exceptions=True)
+        if self._clock_running:
+            self._clock_running = False
+            await self.scheduler.stop()
+
+    async def run_until_signalled(self) -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("stopping: finishing running turns (up to %.0fs)", self.config.serve.shutdown_grace)
+        await self.stop()

@@ -1,0 +1,316 @@
+"""The context builder: history -> chat messages that fit the model's window.
+
+Each round: refresh the session cache (only what changed), drop orphaned requests, then shape:
+0. render as before (same LOD boundary); if it fits the target, the prefix is untouched;
+1. otherwise move the LOD boundary forward, to a multiple of `lod_step` rows before the
+   pristine tail, then to the tail's edge, stubbing older tool results as their tools declare;
+2. still over: fold the oldest rows before the tail into a summary (at most
+   `max_folds_per_build` times), recording a marker, and shape again.
+A window of 0 is unbudgeted: no caps, no stubs, no folds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Awaitable, Callable, Mapping
+
+from gateway.config import AgentConfig, ContextConfig, LLMConfig
+from gateway.context.budget import MESSAGE_OVERHEAD_CHARS, Budget, Corrections, estimate_tokens, make_budget, message_chars
+from gateway.context.cache import Caches, Entry, SessionCache, refresh
+from gateway.context.compaction import (
+    UNBUDGETED_CHUNK_TOKENS,
+    CompactionError,
+    CompactionResult,
+    FoldReason,
+    Summarise,
+    fold_span,
+    summary_request,
+    summary_tokens,
+)
+from gateway.context.render import Limits, Lod, Message, merge_user, mode_key, system_block, tail_block
+from gateway.store.history import HistoryRepo
+from gateway.store.records import SessionRecord
+
+log = logging.getLogger(__name__)
+
+OnEvent = Callable[[str, dict[str, Any]], Awaitable[None]]
+EVERY_ROW_IS_EARLIER = 2**62  # the turn_started_seq of a /compact: no row belongs to a running turn
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    messages: list[Message]  # OpenAI chat format; treat the dicts as read-only (they are cached)
+    estimated_tokens: int
+    folded: int  # rows folded into a summary during this build
+    target: int = 0  # where shaping starts, 0 when unbudgeted
+    compactions: tuple[CompactionResult, ...] = ()
+
+
+@dataclass
+class _View:
+    messages: list[Message]
+    chars: int
+
+
+@dataclass(frozen=True)
+class _Frame:
+    system: Message
+    tail: Message | None
+
+
+def tail_start(entries: list[Entry], keep_messages: int, keep_exchanges: int) -> int:
+    """Index of the first row of the pristine tail: the last N text messages and M exchanges."""
+    start_text = start_exchange = len(entries)
+    texts = exchanges = 0
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries[index]
+        if entry.is_exchange and exchanges < keep_exchanges:
+            exchanges += 1
+            start_exchange = index
+        elif entry.is_text and texts < keep_messages:
+            texts += 1
+            start_text = index
+        if texts >= keep_messages and exchanges >= keep_exchanges:
+            break
+    return min(start_text, start_exchange)
+
+
+class ContextBuilder:
+    def __init__(
+        self,
+        store: Any,
+        context: ContextConfig,
+        llm: LLMConfig,
+        agent: AgentConfig,
+        summarise: Summarise | None = None,
+        on_event: OnEvent | None = None,
+        tool_lod: Mapping[str, Lod] | None = None,
+    ):
+        self.store = store
+        self.repo = HistoryRepo(store.db)
+        self.context = context
+        self.llm = llm
+        self.agent = agent
+        self.summarise = summarise
+        self.on_event = on_event
+        self.lods: dict[str, Lod] = dict(tool_lod or {})
+        self.limits = Limits(agent.max_tool_result_chars, context.lod_above_chars, context.max_tool_result_chars, llm.verbatim_tool_results)
+        self.corrections = Corrections()
+        self.caches = Caches()
+
+    # ---- budget ----------------------------------------------------------------------------
+    def budget(self, model: str) -> Budget:
+        window = self.corrections.window_for(model, self.llm.context_window)
+        factor = self.corrections.get(model).factor
+        return make_budget(window, self.llm.reserve_pct, self.context.headroom_tokens, factor)
+
+    def observe_usage(self, model: str, estimated_tokens: int, prompt_tokens: int) -> None:
+        """The provider's count of a prompt we estimated: keep the estimate from erring low."""
+        self.corrections.observe(model, estimated_tokens, prompt_tokens)
+
+    def correct_from_refusal(self, model: str, estimated_tokens: int, prompt_tokens: int | None, context_window: int | None) -> None:
+        """A context-too-long refusal: learn from the server's numbers so the rebuild is smaller."""
+        self.corrections.refused(model, estimated_tokens, prompt_tokens, context_window)
+        log.info("context refused for %s: estimated %s, server counted %s of %s", model, estimated_tokens, prompt_tokens, context_window)
+
+    # ---- build -----------------------------------------------------------------------------
+    async def build(
+        self,
+        session: SessionRecord,
+        *,
+        system_prompt: str,
+        turn_started_seq: int,
+        notes: dict[str, str],
+        now: datetime,
+        timezone: str,
+        workspace: str,
+        reminder: str | None = None,
+        model: str,
+    ) -> BuiltContext:
+        cache = self.caches.get(session.id)
+        await refresh(cache, self.repo, turn_started_seq)
+        await self._drop_orphans(cache, turn_started_seq)
+        budget = self.budget(model)
+        tail = tail_block(now, timezone, workspace, reminder)
+        folds: list[CompactionResult] = []
+        while True:
+            frame = _Frame(system_block(system_prompt, notes, self._summary(cache)), tail)
+            view = self._shape(cache, budget, frame, turn_started_seq)
+            if budget.fits(view.chars) or len(folds) >= self.context.max_folds_per_build or self.summarise is None:
+                break
+            result = await self._fold(cache, budget, system_prompt, notes, turn_started_seq, "budget", budget.tokens(view.chars))
+            if result is None:
+                break
+            folds.append(result)
+        if not budget.fits(view.chars):
+            log.warning("session %s: context of %s tokens is over the target %s", session.id, budget.tokens(view.chars), budget.target)
+        return BuiltContext(view.messages, budget.tokens(view.chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds))
+
+    async def compact_now(self, session: SessionRecord, *, system_prompt: str) -> CompactionResult | None:
+        """Fold everything before the pristine tail now (/compact). None when nothing can be folded."""
+        if self.summarise is None:
+            raise CompactionError("no summariser is configured, so the conversation cannot be compacted")
+        cache = self.caches.get(session.id)
+        turn_seq = EVERY_ROW_IS_EARLIER
+        await refresh(cache, self.repo, turn_seq)
+        budget = self.budget(self.llm.model)
+        results: list[CompactionResult] = []
+        for _ in range(max(1, self.context.max_folds_per_build)):
+            before = self._measure(cache, budget, system_prompt, {}, turn_seq, self._summary(cache))
+            result = await self._fold(cache, budget, system_prompt, {}, turn_seq, "manual", before, strict=True)
+            if result is None:
+                break
+            results.append(result)
+        if not results:
+            return None
+        first, last = results[0], results[-1]
+        return CompactionResult(
+            session.id, "manual", first.first_seq, last.last_seq, sum(r.entries_folded for r in results),
+            first.tokens_before, last.tokens_after, sum(r.duration_ms for r in results), last.summary,
+        )
+
+    def forget(self, session_id: int) -> None:
+        """Drop what is cached for a session (a /new, or rows changed behind the builder's back)."""
+        self.caches.drop(session_id)
+
+    # ---- shaping ---------------------------------------------------------------------------
+    def _shape(self, cache: SessionCache, budget: Budget, frame: _Frame, turn_seq: int) -> _View:
+        entries = cache.visible()
+        if budget.unbudgeted:
+            return self._assemble(cache, entries, frame, turn_seq, lod_seq=0, cap=False)
+        view = self._assemble(cache, entries, frame, turn_seq, cache.lod_seq, cap=True)
+        if budget.fits(view.chars):
+            return view  # phase 0: the prefix stays exactly as it was sent last time
+        for seq in self._lod_moves(cache, entries):
+            cache.lod_seq = seq
+            view = self._assemble(cache, entries, frame, turn_seq, seq, cap=True)
+            if budget.fits(view.chars):
+                break
+        return view
+
+    def _lod_moves(self, cache: SessionCache, entries: list[Entry]) -> list[int]:
+        """Forward positions for the LOD boundary: a multiple of lod_step rows, then the tail edge."""
+        edge = tail_start(entries, self.context.keep_messages, self.context.keep_tool_exchanges)
+        step = max(1, self.context.lod_step)
+        seqs = [entries[i].seq if i < len(entries) else cache.max_seq + 1 for i in ((edge // step) * step, edge)]
+        return sorted({s for s in seqs if s > cache.lod_seq})
+
+    def _assemble(self, cache: SessionCache, entries: list[Entry], frame: _Frame, turn_seq: int, lod_seq: int, cap: bool) -> _View:
+        messages: list[Message] = [frame.system]
+        chars = message_chars(frame.system)
+        limits, lods = self.limits, self.lods
+        pinned = cache.pinned if self.context.pin_first_user else None
+        if pinned is not None and pinned.seq <= cache.base_seq:
+            entries = [Entry(pinned), *entries]
+        for entry in entries:
+            seq = entry.row.seq
+            rendered = entry.render(mode_key(seq < turn_seq, seq < lod_seq, cap), limits, lods)
+            chars += rendered.chars
+            for message in rendered.messages:
+                if message["role"] == "user" and messages[-1]["role"] == "user":
+                    messages[-1] = merge_user(messages[-1], message)
+                    chars += 2 - MESSAGE_OVERHEAD_CHARS
+                else:
+                    messages.append(message)
+        if frame.tail is not None:
+            messages.append(frame.tail)
+            chars += message_chars(frame.tail)
+        return _View(messages, chars)
+
+    def _measure(self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int, summary: str | None) -> int:
+        frame = _Frame(system_block(system_prompt, notes, summary), None)
+        view = self._assemble(cache, cache.visible(), frame, turn_seq, 0 if budget.unbudgeted else cache.lod_seq, not budget.unbudgeted)
+        return budget.tokens(view.chars)
+
+    @staticmethod
+    def _summary(cache: SessionCache) -> str | None:
+        return cache.marker.summary if cache.marker else None
+
+    # ---- orphans ---------------------------------------------------------------------------
+    async def _drop_orphans(self, cache: SessionCache, turn_seq: int) -> None:
+        """User rows of an earlier turn that never got an answer (a crash) would read as part of
+        this turn's request: mark them failed so they are excluded, here and in the database."""
+        orphans: list[Entry] = []
+        for entry in reversed(cache.visible()):
+            if entry.seq >= turn_seq:
+                continue
+            if entry.row.role == "assistant":
+                break
+            if entry.row.role == "user" and not entry.row.synthetic:
+                orphans.append(entry)
+        if orphans:
+            await self.store.sessions.mark_failed([e.row.id for e in orphans])
+            cache.mark_failed({e.seq for e in orphans})
+            log.info("session %s: marked unanswered rows %s failed", cache.session_id, [e.seq for e in orphans])
+
+    # ---- folding ---------------------------------------------------------------------------
+    async def _fold(
+        self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int,
+        reason: FoldReason, tokens_before: int, *, strict: bool = False,
+    ) -> CompactionResult | None:
+        entries = cache.visible()
+        edge = tail_start(entries, self.context.keep_messages, self.context.keep_tool_exchanges)
+        pinned_seq = cache.pinned.seq if (cache.pinned and self.context.pin_first_user) else None
+        chunk = budget.budget // 2 if not budget.unbudgeted else UNBUDGETED_CHUNK_TOKENS
+        span = fold_span(entries, edge, pinned_seq, max(chunk, 1_000), self.lods)
+        if not span:
+            return None
+        events = "\n".join(text for _, text in span)
+        folded_tokens = estimate_tokens(len(events))
+        payload = {
+            "session_id": cache.session_id, "reason": reason, "tokens_before": tokens_before, "target": budget.target,
+            "entries": len(span), "first_seq": span[0][0].seq, "last_seq": span[-1][0].seq,
+        }
+        await self._emit("compaction_started", payload)
+        started = time.monotonic()
+        try:
+            summary = await self._summarise(cache, system_prompt, events, summary_tokens(folded_tokens))
+        except Exception as exc:  # noqa: BLE001 - a failed fold must not fail the turn
+            log.warning("session %s: compaction failed: %s", cache.session_id, exc)
+            await self._emit("compaction_finished", {**payload, "error": str(exc), "duration_ms": _ms(started)})
+            if strict:
+                raise CompactionError(f"the summariser failed: {exc}") from exc
+            return None
+        return await self._record_fold(cache, budget, system_prompt, notes, turn_seq, reason, tokens_before, span, events, summary, started, payload)
+
+    async def _summarise(self, cache: SessionCache, system_prompt: str, events: str, budget: int) -> str:
+        assert self.summarise is not None
+        first = cache.pinned.content if cache.pinned else None
+        request = summary_request(system_prompt, first, self._summary(cache), events, budget)
+        summary = (await self.summarise(request, budget + budget // 4)).strip()
+        if not summary:
+            raise CompactionError("the summariser returned an empty summary")
+        return summary
+
+    async def _record_fold(self, cache, budget, system_prompt, notes, turn_seq, reason, tokens_before, span, events, summary, started, payload):  # noqa: ANN001, PLR0913
+        last_seq = span[-1][0].seq
+        remaining = [e for e in cache.visible() if e.seq > last_seq]
+        after_view = self._assemble(cache, remaining, _Frame(system_block(system_prompt, notes, summary), None), turn_seq, 0, not budget.unbudgeted)
+        tokens_after = budget.tokens(after_view.chars)
+        marker = await self.repo.add_compaction(
+            cache.session_id, expected_last_seq=cache.base_seq, first_seq=span[0][0].seq, last_seq=last_seq,
+            summary=summary, folded_text=events, tokens_before=tokens_before, tokens_after=tokens_after,
+        )
+        if marker is None:  # another builder folded first: start again from its marker
+            cache.reset(None)
+            await self._emit("compaction_finished", {**payload, "error": "superseded by another fold", "duration_ms": _ms(started)})
+            return None
+        cache.advance(marker)
+        result = CompactionResult(cache.session_id, reason, marker.first_seq, last_seq, len(span), tokens_before, tokens_after, _ms(started), summary)
+        await self._emit("compaction_finished", result.payload())
+        return result
+
+    async def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+        if self.on_event is None:
+            return
+        try:
+            await self.on_event(kind, payload)
+        except Exception:  # noqa: BLE001 - reporting must not break the build
+            log.exception("context event handler failed for %s", kind)
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,142 @@
+"""What a builder remembers about a session between rounds, and the incremental reload.
+
+A round reads only what may have changed: rows after the last one seen, the previous and the
+current turn (their calls are still being answered), and rows whose calls finished or failed
+since the last read (a cheap probe). Rendered rows are cached per `Mode`, so a round renders
+only new rows. Rows before the latest compaction marker are never read again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from gateway.context.render import MODES, Limits, Lod, RenderedRow, render_row
+from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
+from gateway.store.base import utcnow
+
+CLOCK_MARGIN = timedelta(seconds=5)  # finished_at stamps of other writers may lag ours a little
+MAX_SESSIONS = 64
+
+
+@dataclass
+class Entry:
+    row: HistoryRow
+    renders: dict[int, RenderedRow] = field(default_factory=dict)  # by mode key, see render.MODES
+
+    def render(self, mode_key: int, limits: Limits, lods: dict[str, Lod]) -> RenderedRow:
+        rendered = self.renders.get(mode_key)
+        if rendered is None:
+            rendered = self.renders[mode_key] = render_row(self.row, MODES[mode_key], limits, lods)
+        return rendered
+
+    @property
+    def seq(self) -> int:
+        return self.row.seq
+
+    @property
+    def is_exchange(self) -> bool:
+        return self.row.role == "assistant" and bool(self.row.calls)
+
+    @property
+    def is_text(self) -> bool:
+        return not self.is_exchange and not self.row.synthetic and self.row.role in ("user", "assistant")
+
+
+@dataclass
+class SessionCache:
+    session_id: int
+    marker: CompactionRecord | None = None
+    entries: dict[int, Entry] = field(default_factory=dict)  # seq -> entry, failed rows included
+    order: list[int] = field(default_factory=list)
+    max_seq: int = 0
+    turn_seq: int = 0  # turn_started_seq of the previous build
+    loaded_at: datetime | None = None
+    pinned: HistoryRow | None = None
+    pinned_loaded: bool = False
+    lod_seq: int = 0  # tool results of rows before this seq are stubbed (moves forward only)
+
+    @property
+    def base_seq(self) -> int:
+        return self.marker.last_seq if self.marker else 0
+
+    def visible(self) -> list[Entry]:
+        return [e for seq in self.order if (e := self.entries[seq]).row.status == "ok"]
+
+    def put(self, rows: list[HistoryRow]) -> None:
+        out_of_order = False
+        for row in rows:
+            if row.seq <= self.base_seq:
+                continue
+            if row.seq not in self.entries:
+                out_of_order = out_of_order or (bool(self.order) and row.seq < self.order[-1])
+                self.order.append(row.seq)
+            self.entries[row.seq] = Entry(row)
+            self.max_seq = max(self.max_seq, row.seq)
+        if out_of_order:
+            self.order.sort()
+
+    def mark_failed(self, seqs: set[int]) -> None:
+        for seq in seqs:
+            self.entries[seq] = Entry(replace(self.entries[seq].row, status="failed"))
+        if self.pinned is not None and self.pinned.seq in seqs:
+            self.pinned, self.pinned_loaded = None, False
+
+    def advance(self, marker: CompactionRecord) -> None:
+        """A fold we wrote: forget the folded rows, keep the rest rendered."""
+        self.marker = marker
+        for seq in [s for s in self.order if s <= marker.last_seq]:
+            del self.entries[seq]
+        self.order = [s for s in self.order if s > marker.last_seq]
+        self.lod_seq = 0
+
+    def reset(self, marker: CompactionRecord | None) -> None:
+        self.marker = marker
+        self.entries.clear()
+        self.order.clear()
+        self.max_seq = self.base_seq
+        self.loaded_at = None
+        self.lod_seq = 0
+
+
+class Caches:
+    """Session caches, least recently used dropped first."""
+
+    def __init__(self, limit: int = MAX_SESSIONS) -> None:
+        self._limit = limit
+        self._caches: OrderedDict[int, SessionCache] = OrderedDict()
+
+    def get(self, session_id: int) -> SessionCache:
+        cache = self._caches.pop(session_id, None) or SessionCache(session_id)
+        self._caches[session_id] = cache
+        while len(self._caches) > self._limit:
+            self._caches.popitem(last=False)
+        return cache
+
+    def drop(self, session_id: int) -> None:
+        self._caches.pop(session_id, None)
+
+
+async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int) -> None:
+    """Bring the cache up to date with the database at the cost of what changed."""
+    started = utcnow()
+    marker = await repo.latest_compaction(cache.session_id)
+    if (marker.id if marker else None) != (cache.marker.id if cache.marker else None):
+        cache.reset(marker)
+    if cache.loaded_at is None:
+        cache.put(await repo.rows(cache.session_id, after_seq=cache.base_seq))
+    else:
+        window = min(turn_started_seq, cache.turn_seq or turn_started_seq, cache.max_seq + 1)
+        changes = await repo.changes(
+            cache.session_id, after_seq=cache.base_seq, before_seq=window, since=cache.loaded_at - CLOCK_MARGIN
+        )
+        known_failed = {s for s in cache.order if s < window and cache.entries[s].row.status != "ok"}
+        stale = set(changes.touched) | (set(changes.failed) ^ known_failed)
+        cache.put(await repo.rows(cache.session_id, seqs=stale))
+        cache.put(await repo.rows(cache.session_id, after_seq=window - 1))
+    cache.turn_seq = turn_started_seq
+    cache.loaded_at = started
+    if not cache.pinned_loaded:
+        cache.pinned = await repo.first_user_row(cache.session_id)
+        cache.pinned_loaded = cache.pinned is not None

@@ -1,0 +1,164 @@
+"""Rendering stored rows as OpenAI chat messages, and the text transforms applied on the way.
+
+Everything here is render-time only: the database keeps full results and clean text. A row
+renders the same way every time for the same `Mode`, which is what keeps the prompt prefix
+byte-identical from one round to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from gateway.context.budget import message_chars
+from gateway.store.history import HistoryCall, HistoryRow
+
+Lod = Literal["head", "tail", "both"]
+Message = dict[str, Any]
+
+INTERRUPTED = "Error: tool call was interrupted before it finished. Please retry."
+NO_OUTPUT = "(no output)"
+FAILED_PREFIX = "[failed] "
+MIN_STUB_KEEP = 100
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a row is rendered: from a previous turn, level-of-detail stubbed, capped."""
+
+    previous_turn: bool
+    lod: bool
+    cap: bool
+
+
+def mode_key(previous_turn: bool, lod: bool, cap: bool) -> int:
+    return previous_turn * 4 + lod * 2 + cap
+
+
+MODES = tuple(Mode(bool(k & 4), bool(k & 2), bool(k & 1)) for k in range(8))
+
+
+@dataclass(frozen=True)
+class Limits:
+    hide_above: int  # agent.max_tool_result_chars: results of previous turns above it are hidden
+    lod_above: int  # context.lod_above_chars
+    cap: int  # context.max_tool_result_chars
+    verbatim: bool  # llm.verbatim_tool_results
+
+
+@dataclass(frozen=True)
+class RenderedRow:
+    messages: tuple[Message, ...]
+    chars: int
+
+
+def neutralise(text: str) -> str:
+    """`<|` opens chat-template control tokens; a tool result must not be able to forge a turn."""
+    return text.replace("<|", "&lt;|")
+
+
+def tool_text(call: HistoryCall) -> str:
+    """What the model sees for a call, by status, so every call always has a result."""
+    result = call.result or ""
+    if call.status == "done":
+        return result or NO_OUTPUT
+    if call.status == "failed":
+        return "Error: " + (result.removeprefix(FAILED_PREFIX) or "the tool failed without a message")
+    if call.status == "rejected":
+        return call.note or result or "The call was rejected."
+    if call.status == "cancelled":
+        return call.note or result or "The call was cancelled."
+    return INTERRUPTED
+
+
+def hidden_note(name: str, length: int, limit: int) -> str:
+    return (
+        f"[Tool result for `{name}` hidden: {length} chars, over the {limit}-char limit for earlier turns. "
+        "Call the tool again if you need it.]"
+    )
+
+
+def stub(text: str, name: str, keep: int, lod: Lod) -> str:
+    """Keep `keep` characters at the end(s) the tool declared; say how long the full text was."""
+    keep = max(keep, MIN_STUB_KEEP)
+    if len(text) <= keep:
+        return text
+    marker = f"[truncated: `{name}` result of {len(text)} chars; call the tool again for the full text]"
+    if lod == "tail":
+        return f"{marker}\n…{text[-keep:]}"
+    if lod == "both":
+        half = keep // 2
+        return f"{marker}\n{text[:half]}\n…[{len(text) - 2 * half} chars elided]…\n{text[-half:]}"
+    return f"{marker}\n{text[:keep]}…"
+
+
+def shown_result(call: HistoryCall, mode: Mode, limits: Limits, lod: Lod) -> str:
+    text = tool_text(call)
+    if mode.previous_turn and len(text) > limits.hide_above:
+        return hidden_note(call.name, len(text), limits.hide_above)
+    if mode.lod and len(text) > limits.lod_above:
+        text = stub(text, call.name, limits.lod_above // 2, lod)
+    elif mode.cap and len(text) > limits.cap:
+        text = stub(text, call.name, limits.cap, lod)
+    return text if limits.verbatim else neutralise(text)
+
+
+def render_row(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod]) -> RenderedRow:
+    """One row -> its messages: user text, or assistant text with its calls and one result each."""
+    if row.role != "assistant":
+        # User rows, gateway notices (synthetic) and stored system notes all reach the model as user text.
+        messages: tuple[Message, ...] = ({"role": "user", "content": row.content},) if row.content else ()
+    elif not row.calls:
+        messages = ({"role": "assistant", "content": row.content},) if row.content else ()
+    else:
+        messages = _exchange(row, mode, limits, lods)
+    return RenderedRow(messages, sum(message_chars(m) for m in messages))
+
+
+def _exchange(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod]) -> tuple[Message, ...]:
+    calls = [
+        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+        for c in row.calls
+    ]
+    assistant: Message = {"role": "assistant", "content": row.content or None, "tool_calls": calls}
+    results = [
+        {"role": "tool", "tool_call_id": c.call_id, "content": shown_result(c, mode, limits, lods.get(c.name, "head"))}
+        for c in row.calls
+    ]
+    return (assistant, *results)
+
+
+def merge_user(first: Message, second: Message) -> Message:
+    return {"role": "user", "content": f"{first['content']}\n\n{second['content']}"}
+
+
+# ---- the blocks around the history ----------------------------------------------------------
+def system_block(system_prompt: str, notes: dict[str, str], summary: str | None) -> Message:
+    """Static prompt first, then the scratchpad, then the summary: one system message, in the
+    order that changes least often, so the cached prefix survives a note or a fold as far as it can."""
+    parts = [system_prompt.strip() or "You are a helpful assistant."]
+    if notes:
+        lines = "\n".join(f"- {key}: {value}" for key, value in sorted(notes.items()))
+        parts.append(f"## Scratchpad (your notes for this conversation)\n{lines}")
+    if summary:
+        parts.append(f"## Summary of the earlier conversation\n{summary.strip()}")
+    return {"role": "system", "content": "\n\n".join(parts)}
+
+
+def tail_block(now: datetime, timezone: str, workspace: str, reminder: str | None) -> Message:
+    """The part that changes every round goes last, where it cannot break the cached prefix."""
+    try:
+        zone = ZoneInfo(timezone)
+        zone_name = timezone
+    except (ZoneInfoNotFoundError, ValueError):
+        zone, zone_name = ZoneInfo("UTC"), f"UTC (agent.timezone {timezone!r} is unknown)"
+    local = now.astimezone(zone)
+    lines = [
+        f"[context] Current date and time: {local:%A %Y-%m-%d %H:%M} ({zone_name}, UTC{local:%z}).",
+        f"Working directory: {workspace}",
+    ]
+    if reminder:
+        lines.append(reminder.strip())
+    return {"role": "user", "content": "\n".join(lines)}

@@ -1,0 +1,85 @@
+"""The gateway's HTTP server (aiohttp): health, readiness, metrics, and channel webhooks."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from gateway.config import HttpConfig
+from gateway.store import migrations_current
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+
+class HttpServer:
+    def __init__(self, gateway: "Gateway", config: HttpConfig):
+        self.gateway = gateway
+        self.config = config
+        self.accepting = True
+        self.app = web.Application(middlewares=[self._intake_guard])
+        self.app.router.add_get("/healthz", self.healthz)
+        self.app.router.add_get("/readyz", self.readyz)
+        self.app.router.add_get("/metrics", self.metrics)
+        self._webhook_paths: set[str] = set()
+        for channel in gateway.channels.values():
+            for method, path, handler in getattr(channel, "routes", lambda: [])():
+                self.app.router.add_route(method, path, handler)
+                self._webhook_paths.add(path)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @web.middleware
+    async def _intake_guard(self, request: web.Request, handler):  # noqa: ANN001, ANN201
+        # While shutting down, platforms are told to retry later instead of losing events.
+        if not self.accepting and request.path in self._webhook_paths:
+            return web.json_response({"error": "shutting down, retry later"}, status=503)
+        return await handler(request)
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port when 0 was asked
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        log.info("HTTP server on http://%s:%s (healthz, readyz, metrics%s)", self.config.host, self.port,
+                 ", " + ", ".join(sorted(self._webhook_paths)) if self._webhook_paths else "")
+
+    async def stop_intake(self) -> None:
+        self.accepting = False
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        db = self.gateway.store.db
+        reachable = await db.ping()
+        current = reachable and await migrations_current(db)
+        channels = {name: name in self.gateway.started_channels for name in self.gateway.channels}
+        ready = reachable and current and all(channels.values()) and self.accepting
+        body = {"database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting}
+        return web.json_response({"ready": ready, **body}, status=200 if ready else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        store = self.gateway.store
+        lines = [
+            "# HELP gateway_inbox_pending Inbox items waiting to be processed.",
+            "# TYPE gateway_inbox_pending gauge",
+            f"gateway_inbox_pending {await store.inbox.count_pending()}",
+            "# HELP gateway_runs Runs by stage (most recent 1000).",
+            "# TYPE gateway_runs gauge",
+        ]
+        stages: dict[str, int] = {}
+        for run in await store.runs.list(limit=1000):
+            stages[run.stage] = stages.get(run.stage, 0) + 1
+        lines += [f'gateway_runs{{stage="{stage}"}} {count}' for stage, count in sorted(stages.items())]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

@@ -1,0 +1,447 @@
+"""The durable per-thread inbox and its workers.
+
+`submit` commits events before it returns (channels confirm to the platform only after).
+A dispatcher finds threads with pending items and takes each thread's lease (a database row
+with a fencing token), so exactly one worker on one instance processes a thread, in arrival
+order, while different threads run concurrently under `inbox.max_concurrent_turns`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence
+
+from gateway.commands import IMMEDIATE, INTERRUPTING, cost_text, help_text, parse_command, status_text
+from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult, ThreadKey, TurnEnded
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
+from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
+
+log = logging.getLogger(__name__)
+TurnListener = Callable[[TurnEnded], Awaitable[None]]
+MAINTENANCE_EVERY_S = 5.0
+WAITING_FOR_DECISION = "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def event_item(event: InboundMessage) -> NewItem:
+    command = parse_command(event.text)
+    payload = {
+        "text": event.text,
+        "sender": {"id": event.sender.id, "name": event.sender.name, "username": event.sender.username},
+        "attachments": [a.__dict__ for a in event.attachments],
+        "message_id": event.message_id,
+        "received_at": event.received_at.isoformat(),
+    }
+    return NewItem(event.event_id, str(event.thread), "command" if command else "message", payload)
+
+
+@dataclass
+class _Running:
+    task: asyncio.Task
+    turn: Turn
+
+
+@dataclass
+class _ThreadState:
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    running: _Running | None = None
+
+
+class Inbox:
+    def __init__(self, store: Store, services: TurnServices, *, instance_id: str | None = None, listeners: Sequence[TurnListener] = ()):
+        self.store = store
+        self.s = services
+        self.config = services.config
+        self.instance_id = instance_id or self.config.serve.instance_id or default_instance_id()
+        self.listeners = list(listeners)
+        self._threads: dict[str, _ThreadState] = {}
+        self._workers: dict[str, asyncio.Task] = {}
+        self._slots = asyncio.Semaphore(self.config.inbox.max_concurrent_turns)
+        self._wake = asyncio.Event()
+        self._dispatcher: asyncio.Task | None = None
+        self._stopping = False
+
+    # ---- intake --------------------------------------------------------------------------
+    async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
+        """Commit the events (duplicates ignored) and the cursor; only then return."""
+        results: dict[str, SubmitResult] = {}
+        for event in events:
+            if isinstance(event, ButtonPress):
+                results[event.event_id] = await self.s.prompts.press(event)
+        messages = [e for e in events if isinstance(e, InboundMessage)]
+        if messages or cursor is not None:
+            created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
+            for event, new in zip(messages, created):
+                results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
+        for event in events:
+            self._poke(str(event.thread))
+        return [results[e.event_id] for e in events]
+
+    def _poke(self, thread_key: str) -> None:
+        self._state(thread_key).wake.set()
+        self._wake.set()
+
+    def _state(self, thread_key: str) -> _ThreadState:
+        return self._threads.setdefault(thread_key, _ThreadState())
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.recover()
+        self._dispatcher = asyncio.create_task(self._dispatch_forever(), name="inbox-dispatcher")
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop taking threads; running turns end at a round boundary (or park) within the
+        grace period; whatever remains is cancelled and continued by the next start."""
+        self._stopping = True
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        workers = list(self._workers.values())
+        if workers:
+            await asyncio.wait(workers, timeout=grace_s if grace_s is not None else self.config.serve.shutdown_grace)
+        for state in self._threads.values():
+            if state.running is not None:
+                state.running.turn.cancel_reason = "shutdown"
+                state.running.task.cancel()
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await self.store.inbox.release_all(self.instance_id)
+
+    async def recover(self) -> int:
+        """Runs left RUNNING by a dead worker are continued: a continue item per run whose
+        thread lease is free (a live instance's runs are left alone)."""
+        count = 0
+        for run in await self.store.runs.list(stage="RUNNING", limit=1000):
+            if await self.store.inbox.lease_holder(f"thread:{run.thread_key}") is not None:
+                continue
+            item = NewItem(f"continue:{run.id}", run.thread_key, "resume", {"continue_run": run.id})
+            if (await self.store.inbox.add([item]))[0]:
+                count += 1
+                self._poke(run.thread_key)
+        return count
+
+    async def drain_idle(self, timeout: float = 30.0) -> None:
+        """Wait until nothing is pending or running (tests and the console)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if not self._workers and await self.store.inbox.count_pending() == 0:
+                return
+            await asyncio.sleep(0.02)
+        raise TimeoutError("the inbox did not become idle")
+
+    # ---- dispatch ------------------------------------------------------------------------
+    async def _dispatch_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_maintenance = 0.0
+        while not self._stopping:
+            try:
+                if loop.time() >= next_maintenance:
+                    next_maintenance = loop.time() + MAINTENANCE_EVERY_S
+                    await self._maintenance()
+                await self._dispatch_once()
+            except Exception:  # noqa: BLE001 - keep dispatching through database hiccups
+                log.exception("inbox dispatch failed; retrying")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.config.inbox.poll_interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _maintenance(self) -> None:
+        await self.s.prompts.expire_due()
+        await self.recover()
+
+    async def _dispatch_once(self) -> None:
+        free = self.config.inbox.max_concurrent_turns - len(self._workers)
+        if free <= 0:
+            return
+        for thread_key in await self.store.inbox.pending_threads(limit=free * 2, exclude=list(self._workers)):
+            if len(self._workers) >= self.config.inbox.max_concurrent_turns:
+                break
+            lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.instance_id, self.config.inbox.lease_ttl_s)
+            if lease is None:
+                continue  # another instance holds it
+            task = asyncio.create_task(self._work_thread(thread_key, lease), name=f"thread {thread_key}")
+            self._workers[thread_key] = task
+            task.add_done_callback(lambda _t, key=thread_key: self._worker_done(key))
+
+    def _worker_done(self, thread_key: str) -> None:
+        self._workers.pop(thread_key, None)
+        self._wake.set()
+
+    # ---- one thread ----------------------------------------------------------------------
+    async def _work_thread(self, thread_key: str, lease: Lease) -> None:
+        holder = _LeaseHolder(self.store, lease, self.config.inbox.lease_ttl_s)
+        renewer = asyncio.create_task(holder.keep(on_lost=lambda: self._lost(thread_key)))
+        try:
+            async with self._slots:
+                while not self._stopping and holder.valid:
+                    items = await self.store.inbox.pending(thread_key, limit=50)
+                    if not items:
+                        break
+                    await self._handle(ThreadKey.parse(thread_key), _next_item(items), holder.fence)
+        except LeaseLost as exc:
+            log.warning("%s: %s", thread_key, exc)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: worker failed", thread_key)
+        finally:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+            if holder.valid:
+                await self.store.inbox.release(holder.lease)
+
+    def _lost(self, thread_key: str) -> None:
+        running = self._state(thread_key).running
+        if running is not None:
+            running.turn.cancel_reason = "lease lost"
+            running.task.cancel()
+
+    async def _handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        if item.kind == "command":
+            await self._command(thread, item, fence)
+        elif item.kind == "resume":
+            await self._resume(thread, item, fence)
+        else:
+            await self._message(thread, item, fence)
+
+    async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        sender = item.payload.get("sender") or {}
+        thread_key = str(thread)
+        if await self.s.prompts.answer_with_text(thread_key, str(item.payload.get("text", "")), sender_id=sender.get("id", ""), sender_name=sender.get("name", "")):
+            await self.store.inbox.finish([item.id], fence=fence)
+            return
+        if await self.store.prompts.pending(thread_key=thread_key, kind="approval"):
+            await self.store.inbox.hold(item.id)
+            await self.s.outbox.send_text(thread, WAITING_FOR_DECISION, key=f"held:{item.id}", reply_to=item.payload.get("message_id", ""))
+            return
+        session = await self._session(thread, started_by=sender.get("id", ""))
+        rows = await self.store.consume_messages(session.id, [(item.id, item.payload)], fence=fence)
+        request = TurnRequest(session, thread, requested_by=sender.get("id", ""), reply_to=item.payload.get("message_id", ""), fence=fence, turn_started_seq=rows[0].seq)
+        await self._run_turn(request)
+
+    async def _resume(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        await self.store.inbox.finish([item.id], fence=fence)
+        if "continue_run" in item.payload:
+            await self._continue(thread, int(item.payload["continue_run"]), fence)
+            return
+        prompt = await self.store.prompts.get(int(item.payload["prompt_id"]))
+        session = await self.store.sessions.get(prompt.session_id) if prompt else None
+        if prompt is None or session is None or prompt.run_id is None:
+            return
+        await self.s.prompts.close(prompt)
+        run = await self.store.runs.get(prompt.run_id)
+        if run is None or run.stage != "AWAITING_INPUT":
+            return  # the turn was stopped or already resumed
+        request = TurnRequest(session, thread, requested_by=prompt.requested_by, run_id=run.id, fence=fence, turn_started_seq=await self._turn_start(session.id, run.id))
+        await self._run_turn(request)
+
+    async def _continue(self, thread: ThreadKey, run_id: int, fence: Fence) -> None:
+        run = await self.store.runs.get(run_id)
+        session = await self.store.sessions.get(run.session_id) if run else None
+        if run is None or session is None or run.stage != "RUNNING":
+            return
+        await self.store.runs.add_event(run.id, "RUN_ERROR", {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"})
+        await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
+        request = TurnRequest(session, thread, requested_by=session.started_by, fence=fence, turn_started_seq=await self._turn_start(session.id, run.id), continuing=True)
+        await self._run_turn(request)
+
+    async def _turn_start(self, session_id: int, run_id: int) -> int:
+        history = await self.store.sessions.history(session_id)
+        first = next((m.seq for m in history if m.run_id == run_id), None)
+        if first is None:
+            return history[-1].seq if history else 1
+        previous_user = [m.seq for m in history if m.role == "user" and m.seq < first]
+        return previous_user[-1] if previous_user else first
+
+    async def _session(self, thread: ThreadKey, *, started_by: str):  # noqa: ANN202
+        current = await self.store.sessions.current(str(thread))
+        if current is not None:
+            return current
+        return await self.store.sessions.open(str(thread), source=thread.channel, started_by=started_by)
+
+    # ---- running a turn ------------------------------------------------------------------
+    async def _run_turn(self, request: TurnRequest) -> None:
+        thread_key = str(request.thread)
+        state = self._state(thread_key)
+        turn = Turn(self.s, request, drain=self._drainer(request), stopping=lambda: self._stopping)
+        channel = self.s.outbox.channels.get(request.thread.channel)
+        await _set_busy(channel, request.thread, True, request.reply_to)
+        task = asyncio.create_task(turn.run(), name=f"turn {thread_key}")
+        state.running = _Running(task, turn)
+        watcher = asyncio.create_task(self._watch(request.thread, state.running))
+        try:
+            result = await task
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            state.running = None
+            await _set_busy(channel, request.thread, False, request.reply_to)
+        await self._after_turn(request, result)
+
+    async def _after_turn(self, request: TurnRequest, result: TurnResult) -> None:
+        if result.stage == "SUSPENDED":
+            await self.store.inbox.add([NewItem(f"continue:{result.run_id}", str(request.thread), "resume", {"continue_run": result.run_id})])
+            return
+        if result.stage == "LOST":
+            return
+        run = await self.store.runs.get(result.run_id)
+        event = TurnEnded(
+            request.thread, request.session.id, result.run_id, result.stage, result.end_reason, result.reply,
+            result.auto_denied, result.error, (run.input_tokens + run.output_tokens) if run else 0, run.cost_nano_usd if run else None,
+        )
+        for listener in self.listeners:
+            try:
+                await listener(event)
+            except Exception:  # noqa: BLE001
+                log.exception("turn listener failed for %s", request.thread)
+
+    def _drainer(self, request: TurnRequest) -> Callable[[], Awaitable[int]] | None:
+        if self.config.inbox.busy_mode_for(request.thread.channel) != "steer":
+            return None
+
+        async def drain() -> int:
+            """Steer: messages that arrived during the turn join it at the round boundary."""
+            items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind == "message"]
+            if not items:
+                return 0
+            await self.store.consume_messages(request.session.id, [(i.id, i.payload) for i in items], fence=request.fence)
+            return len(items)
+
+        return drain
+
+    async def _watch(self, thread: ThreadKey, running: _Running) -> None:
+        """While a turn runs: answer status commands at once, cancel on /stop or /new, and
+        cancel on any new message in `interrupt` mode."""
+        state = self._state(str(thread))
+        interrupt = self.config.inbox.busy_mode_for(thread.channel) == "interrupt"
+        while True:
+            state.wake.clear()
+            for item in await self.store.inbox.pending(str(thread)):
+                command = parse_command(item.payload.get("text", "")) if item.kind == "command" else None
+                if command is not None and command.name in IMMEDIATE:
+                    await self._reply_command(thread, item, command.name, running=True)
+                elif (command is not None and command.name in INTERRUPTING) or (interrupt and item.kind == "message"):
+                    running.turn.cancel_reason = command.name if command else "interrupt"
+                    running.task.cancel()
+                    return
+            try:
+                await asyncio.wait_for(state.wake.wait(), self.config.inbox.poll_interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    # ---- commands ------------------------------------------------------------------------
+    async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        command = parse_command(item.payload.get("text", ""))
+        name = command.name if command else ""
+        if name == "stop":
+            await self._stop_thread(thread)
+            await self._reply(thread, item, "Stopped.")
+        elif name == "new":
+            await self._stop_thread(thread, drop_queued=False)
+            sender = (item.payload.get("sender") or {}).get("id", "")
+            await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
+            await self._reply(thread, item, "Started a new session.")
+        elif name == "compact":
+            await self._reply(thread, item, await self._compact(thread))
+        else:
+            await self._reply_command(thread, item, name or "help", running=False, unknown="" if name else (command.word if command else ""))
+            return
+        await self.store.inbox.finish([item.id], fence=fence)
+
+    async def _reply_command(self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = "") -> None:
+        session = await self.store.sessions.current(str(thread))
+        totals = await self.store.runs.session_totals(session.id) if session else {}
+        if name == "status":
+            queued = await self.store.inbox.count_pending(str(thread)) - 1
+            prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
+            text = status_text(running=running, queued=max(queued, 0), prompts=prompts, totals=totals)
+        elif name == "cost":
+            text = cost_text(totals)
+        else:
+            text = help_text(unknown)
+        await self._reply(thread, item, text)
+        await self.store.inbox.finish([item.id])
+
+    async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
+        await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
+
+    async def _stop_thread(self, thread: ThreadKey, *, drop_queued: bool = True) -> None:
+        """Cancel pending prompts (and their parked runs); drop queued messages."""
+        for prompt in await self.store.prompts.pending(thread_key=str(thread)):
+            for canceled in await self.store.prompts.cancel([prompt.id]):
+                await self.s.prompts.close(canceled)
+                if canceled.run_id is not None:
+                    await self._cancel_parked_run(thread, canceled.run_id)
+        if drop_queued:
+            await self.store.inbox.drop_pending(str(thread))
+
+    async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
+        run = await self.store.runs.get(run_id)
+        if run is None or run.stage != "AWAITING_INPUT":
+            return
+        session = await self.store.sessions.get(run.session_id)
+        for call in await self.store.sessions.open_tool_calls(run.session_id):
+            await self.store.sessions.set_tool_call(call.id, status="cancelled", result="[placeholder] canceled", note="[placeholder] canceled")
+        await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
+        if session is not None:
+            await self._after_turn(TurnRequest(session, thread), TurnResult(run_id, "CANCELED", "canceled"))
+
+    async def _compact(self, thread: ThreadKey) -> str:
+        session = await self.store.sessions.current(str(thread))
+        if session is None or self.s.context is None:
+            return "Nothing to compact yet."
+        result = await self.s.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
+        if result is None:
+            return "Nothing to compact: the history is already short."
+        return f"Compacted {getattr(result, 'entries_folded', '?')} entries into a summary."
+
+
+def _next_item(items: list[InboxItem]) -> InboxItem:
+    """Resume items first (a decided prompt continues its turn), then arrival order."""
+    resumes = [i for i in items if i.kind == "resume"]
+    return resumes[0] if resumes else items[0]
+
+
+async def _set_busy(channel, thread: ThreadKey, busy: bool, reply_to: str) -> None:  # noqa: ANN001
+    if channel is None:
+        return
+    try:
+        await channel.set_busy(thread, busy, reply_to)
+    except Exception as exc:  # noqa: BLE001 - presence is cosmetic
+        log.debug("set_busy on %s failed: %s", thread, exc)
+
+
+class _LeaseHolder:
+    """Renews a lease while work runs; reports when it was lost (another instance took over)."""
+
+    def __init__(self, store: Store, lease: Lease, ttl_s: float):
+        self.store = store
+        self.lease = lease
+        self.ttl_s = ttl_s
+        self.valid = True
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.lease.name, self.lease.owner, self.lease.fence)
+
+    async def keep(self, *, on_lost: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                renewed = await self.store.inbox.renew(self.lease, self.ttl_s)
+            except Exception:  # noqa: BLE001 - a blip; the next renewal may succeed
+                log.warning("could not renew %s", self.lease.name, exc_info=True)
+                continue
+            if renewed is None:
+                self.valid = False
+                on_lost()
+                return
+            self.lease = renewed

@@ -1,0 +1,25 @@
+"""OpenAI-compatible Chat Completions client with SSE streaming (httpx, no vendor SDK).
+
+`LLMClient.stream()` yields one `ModelInfo` first (which configured model answered, after any
+retries and fallbacks), then text, reasoning and tool-call deltas, `Finish`, and `Usage` when
+the server sends it (the last `Usage` wins). Retries and model fallback happen only before
+`ModelInfo` is yielded, so a consumer never sees part of an answer twice. Every failure is an
+`LLMError`; closing the generator or cancelling its task closes the HTTP request at once.
+"""
+
+from gateway.llm.client import LLMClient, RetryHook, RetryNotice
+from gateway.llm.errors import (
+    AuthError, ContextTooLong, ErrorKind, LLMError, LLMUnavailable, RateLimited, StreamInterrupted,
+    classify_error, parse_retry_after,
+)
+from gateway.llm.events import (
+    Completion, Finish, ModelInfo, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage,
+)
+from gateway.llm.stream import collect
+
+__all__ = [
+    "AuthError", "Completion", "ContextTooLong", "ErrorKind", "Finish", "LLMClient", "LLMError",
+    "LLMUnavailable", "ModelInfo", "RateLimited", "ReasoningDelta", "RetryHook", "RetryNotice",
+    "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
+    "classify_error", "collect", "parse_retry_after",
+]

@@ -1,0 +1,242 @@
+"""The streaming Chat Completions client: request, retries, model fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from gateway.config import LLMConfig
+from gateway.llm.errors import ErrorKind, LLMError, LLMUnavailable, RateLimited, StreamInterrupted, classify_error
+from gateway.llm.events import Completion, ModelInfo, StreamEvent
+from gateway.llm.stream import ChunkParser, SSEDecoder, collect
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """Passed to `on_retry` before each new attempt. `next_model` differs from `model` when the
+    client falls back; `delay_s` is the wait before the next attempt."""
+
+    attempt: int
+    model: str
+    next_model: str
+    delay_s: float
+    error: LLMError
+    kind: Literal["retry"] = "retry"
+
+
+RetryHook = Callable[[RetryNotice], Awaitable[None] | None]
+
+
+@dataclass
+class _Opened:
+    """A response that has produced its first events; the rest is still to be read."""
+
+    response: httpx.Response
+    sse: SSEDecoder
+    parser: ChunkParser
+    first_events: list[StreamEvent]
+    info: ModelInfo
+
+
+class LLMClient:
+    """Streaming Chat Completions against `llm.base_url`, with retries and model fallback.
+
+    `sleep`, `clock` and `rng` are injectable so tests can observe waits without waiting.
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        on_retry: RetryHook | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s)
+        self._http = httpx.AsyncClient(transport=transport, timeout=timeout)
+        self._on_retry = on_retry
+        self._backoff_base = backoff_base_s
+        self._backoff_max = backoff_max_s
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        body = self._body(messages, tools, max_tokens)
+        opened = await self._open(body, self._models(model), on_retry or self._on_retry)
+        try:
+            yield opened.info
+            for event in opened.first_events:
+                yield event
+            while (payload := await self._next_payload(opened.sse)) is not None:
+                for event in opened.parser.feed(payload):
+                    yield event
+            if not (opened.sse.done or opened.parser.finished):
+                raise StreamInterrupted("the LLM stream ended before the answer was complete")
+        finally:
+            await opened.response.aclose()  # also aborts generation when the consumer stops early
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> Completion:
+        return await collect(self.stream(messages, tools, model=model, max_tokens=max_tokens, on_retry=on_retry))
+
+    def _models(self, model: str | None) -> list[str]:
+        primary = model or self.config.model
+        return [primary] + [m for m in self.config.fallback_models if m != primary]
+
+    def _body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = tools
+        if (limit := max_tokens or self.config.max_tokens) is not None:
+            body["max_tokens"] = limit
+        if self.config.temperature is not None:
+            body["temperature"] = self.config.temperature
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        return headers
+
+    async def _open(self, body: dict[str, Any], models: list[str], on_retry: RetryHook | None) -> _Opened:
+        """Try each model in turn, retrying retryable failures with backoff, until one starts
+        streaming; raise `LLMUnavailable` once retries or the budget are spent."""
+        started = self._clock()
+        attempts = 0
+        last: LLMError | None = None
+        for position, model in enumerate(models):
+            for retry in range(self.config.max_retries + 1):
+                attempts += 1
+                try:
+                    return await self._attempt({"model": model, **body}, model, attempts)
+                except LLMError as exc:
+                    if not exc.retryable:
+                        raise
+                    last = exc
+                delay = self._delay(last, retry)
+                if retry >= self.config.max_retries or self._spent(started) + delay > self.config.retry_budget_s:
+                    break
+                await self._notify(on_retry, RetryNotice(attempts, model, model, delay, last))
+                await self._sleep(delay)
+            has_next = position + 1 < len(models)
+            if not has_next or self._spent(started) >= self.config.retry_budget_s:
+                break
+            await self._notify(on_retry, RetryNotice(attempts, model, models[position + 1], 0.0, last))
+        assert last is not None
+        tried = tuple(models[: position + 1])
+        raise LLMUnavailable(
+            f"LLM unavailable after {attempts} attempt(s) (models tried: {', '.join(tried)}): {last.message}",
+            tried=tried, last_error=last,
+        ) from last
+
+    async def _attempt(self, body: dict[str, Any], model: str, attempts: int) -> _Opened:
+        request = self._http.build_request("POST", self.url, json=body, headers=self._headers())
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise _transport_error(exc, self.url) from exc
+        try:
+            if response.status_code != 200:
+                raise classify_error(response.status_code, _json_or_text(await response.aread()), response.headers)
+            sse, parser = SSEDecoder(response.aiter_lines()), ChunkParser()
+            served, events = await self._first_events(sse, parser)
+            return _Opened(response, sse, parser, events, ModelInfo(model, served, attempts))
+        except httpx.TransportError as exc:
+            await response.aclose()
+            raise _transport_error(exc, self.url) from exc
+        except BaseException:
+            await response.aclose()
+            raise
+
+    @staticmethod
+    async def _first_events(sse: SSEDecoder, parser: ChunkParser) -> tuple[str, list[StreamEvent]]:
+        """Read until a chunk says something (a role-only chunk does not), so an error sent
+        right after the 200 can still be retried or fall back."""
+        while (payload := await sse.next()) is not None:
+            if events := parser.feed(payload):
+                return str(payload.get("model") or ""), events
+        raise StreamInterrupted("the LLM server ended the stream without an answer")
+
+    async def _next_payload(self, sse: SSEDecoder) -> dict[str, Any] | None:
+        try:
+            return await sse.next()
+        except httpx.TransportError as exc:
+            kind: ErrorKind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+            raise StreamInterrupted(f"the LLM stream broke off: {exc or type(exc).__name__}", kind=kind) from exc
+
+    def _delay(self, error: LLMError, retry: int) -> float:
+        """Retry-After plus up to 10% jitter when the server says; else jittered exponential."""
+        if isinstance(error, RateLimited) and error.retry_after is not None:
+            return error.retry_after * (1 + self._rng.uniform(0, 0.1))
+        backoff = min(self._backoff_max, self._backoff_base * 2**retry)
+        return backoff * self._rng.uniform(0.5, 1.0)
+
+    def _spent(self, started: float) -> float:
+        return self._clock() - started
+
+    @staticmethod
+    async def _notify(hook: RetryHook | None, notice: RetryNotice) -> None:
+        if hook is not None and inspect.isawaitable(result := hook(notice)):
+            await result
+
+
+def _json_or_text(raw: bytes) -> Any:
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _transport_error(exc: httpx.TransportError, url: str) -> LLMError:
+    if isinstance(exc, httpx.TimeoutException):
+        return LLMError(f"the LLM server at {url} timed out ({type(exc).__name__})", kind="timeout", retryable=True)
+    detail = str(exc) or type(exc).__name__
+    return LLMError(f"cannot reach the LLM server at {url}: {detail}", kind="connection", retryable=True)
+

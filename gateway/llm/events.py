@@ -1,0 +1,79 @@
+"""Events of a streamed chat completion, and the collected result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A streamed tool call fragment. `id` and `name` arrive once (first fragment of an index);
+    `arguments` fragments are concatenated in order."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: str  # stop | tool_calls | length | content_filter
+    kind: Literal["finish"] = "finish"
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    kind: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """First event of every stream. `model` is the configured name that answered (`llm.model`
+    or one of `llm.fallback_models`); `served` is the name the server reported in its chunks
+    (may differ, or be empty); `attempts` counts HTTP requests made, retries included."""
+
+    model: str
+    served: str = ""
+    attempts: int = 1
+    kind: Literal["model"] = "model"
+
+
+StreamEvent = ModelInfo | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as streamed; may be invalid when cut by `length`
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    reasoning: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    usage: Usage | None
+    model: str
+    served: str = ""
+

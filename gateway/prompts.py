@@ -1,0 +1,237 @@
+"""Approval and question prompts: sending them, button tokens, and answers by compare-and-set.
+
+A button token is `<prompt token>.<action>`: the prompt token is 128 random bits resolved through
+the database, so tokens are unguessable, at most 64 bytes, and keep working after a restart
+and on any instance. Actions: a approve, d deny, t allow 15 min, c allow in this chat,
+q<N> choice N, r run again (scheduled job). A press is decided in one transaction with its
+inbox event (dedupe) and the resume item that continues the parked turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gateway.approvals import BYPASS_MINUTES, may_decide
+from gateway.config import Config
+from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
+from gateway.outbox import Outbox
+from gateway.store import NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord
+
+log = logging.getLogger(__name__)
+
+APPROVE, DENY, ALLOW_15M, ALLOW_THREAD, RERUN = "a", "d", "t", "c", "r"
+APPROVAL_BUTTONS = (
+    ((APPROVE, "✅ Approve"), (DENY, "❌ Deny")),
+    ((ALLOW_15M, f"⏱ Allow {BYPASS_MINUTES} min"), (ALLOW_THREAD, "🔁 Allow in this chat")),
+)
+FREE_TEXT_HINT = "You can also type your answer."
+NOT_PENDING = "This request is no longer pending."
+NOT_YOURS = "You can't decide this request."
+UNKNOWN_BUTTON = "This button is no longer valid."
+EXPIRED_ANSWER = "This request has expired."
+
+
+def button_token(prompt_token: str, action: str) -> str:
+    return f"{prompt_token}.{action}"
+
+
+def parse_token(token: str) -> tuple[str, str] | None:
+    prompt_token, sep, action = token.rpartition(".")
+    if not sep or not prompt_token or not action or len(token.encode()) > 64:
+        return None
+    return prompt_token, action
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def resume_item(prompt: PromptRecord) -> NewItem:
+    return NewItem(f"resume:{prompt.id}", prompt.thread_key, "resume", {"prompt_id": prompt.id})
+
+
+def outcome_text(prompt: PromptRecord) -> str:
+    who = prompt.decided_by_name or prompt.decided_by or "someone"
+    if prompt.status == "approved":
+        scope = {ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)", ALLOW_THREAD: " (allowed in this chat)"}.get(prompt.decision or "", "")
+        return f"✅ Approved by {who}{scope}"
+    if prompt.status == "rejected":
+        return f"❌ Denied by {who}" + (f": {prompt.answer}" if prompt.answer else "")
+    if prompt.status == "answered":
+        return f"💬 Answered by {who}: {prompt.answer}"
+    if prompt.status == "expired":
+        return "⌛ Expired without an answer" if prompt.kind == "question" else "⌛ Expired: approval expired"
+    if prompt.status == "superseded":
+        return "↪️ Superseded by a newer question"
+    return "🚫 Canceled"
+
+
+class PromptService:
+    def __init__(self, store: Store, outbox: Outbox, config: Config):
+        self.store = store
+        self.outbox = outbox
+        self.config = config
+
+    # ---- asking --------------------------------------------------------------------------
+    async def request_approval(self, session: SessionRecord, thread: ThreadKey, call: ToolCallRecord, *, run_id: int, requested_by: str, reason: str) -> PromptRecord:
+        try:
+            arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
+        except ValueError:
+            arguments = call.arguments
+        payload = {"tool": call.name, "arguments": arguments, "reason": reason}
+        prompt, _ = await self.store.prompts.create(
+            kind="approval", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
+            expires_at=utcnow() + timedelta(seconds=self.config.approvals.expire_after), run_id=run_id, tool_call_id=call.id,
+        )
+        buttons = tuple(tuple(Button(label, button_token(prompt.token, action)) for action, label in row) for row in APPROVAL_BUTTONS)
+        await self._send(prompt, Prompt("approval", thread, f"prompt:{prompt.id}", f"Approve `{call.name}`?", buttons, call.name, arguments))
+        return prompt
+
+    async def ask(self, session: SessionRecord, thread: ThreadKey, call: ToolCallRecord, *, run_id: int, requested_by: str, question: str, choices: list[str], allow_free_text: bool) -> PromptRecord:
+        payload = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
+        prompt, superseded = await self.store.prompts.create(
+            kind="question", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
+            expires_at=utcnow() + timedelta(seconds=self.config.questions.timeout), run_id=run_id, tool_call_id=call.id,
+            supersede_questions=True,
+        )
+        for old in superseded:
+            await self.close(old)
+        buttons = tuple((Button(choice[:60], button_token(prompt.token, f"q{i}")),) for i, choice in enumerate(choices))
+        hint = FREE_TEXT_HINT if allow_free_text or not choices else ""
+        await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", question, buttons, hint=hint))
+        return prompt
+
+    async def _send(self, record: PromptRecord, prompt: Prompt) -> None:
+        delivered = await self.outbox.send_prompt(prompt)
+        await self.store.prompts.set_message_ids(record.id, list(delivered.message_ids))
+
+    async def close(self, prompt: PromptRecord) -> None:
+        """Show the decision on the prompt message and remove its buttons (once)."""
+        if not prompt.message_ids:
+            prompt = await self.store.prompts.get(prompt.id) or prompt
+        try:
+            await self.outbox.close_prompt(f"close:{prompt.id}", ThreadKey.parse(prompt.thread_key), list(prompt.message_ids), outcome_text(prompt))
+        except Exception as exc:  # noqa: BLE001 - a stale prompt message must not stop the turn
+            log.warning("could not update prompt %s: %s", prompt.id, exc)
+
+    # ---- answering ------------------------------------------------------------------------
+    async def press(self, press: ButtonPress) -> SubmitResult:
+        parsed = parse_token(press.token)
+        prompt = await self.store.prompts.by_token(parsed[0]) if parsed else None
+        if prompt is None:
+            return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
+        action = parsed[1]
+        if prompt.kind == "rerun":
+            return await self._rerun(press, prompt)
+        if prompt.status != "pending":
+            return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
+        channel = ThreadKey.parse(prompt.thread_key).channel
+        if not may_decide(channel, press.sender.id, requested_by=prompt.requested_by, approvers_config=self.config.approvals.approvers, admins_config=self.config.approvals.admins):
+            return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
+        decision = self._decision(prompt, action)
+        if decision is None:
+            return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
+        status, answer = decision
+        result = await self.store.prompts.decide(
+            prompt.id, status=status, decision=action, decided_by=press.sender.id, decided_by_name=press.sender.name or press.sender.username,
+            answer=answer, event=self._event_item(press), resume=resume_item(prompt), reason_from_held=status == "rejected",
+        )
+        return await self._answer(press, result.outcome, result.prompt)
+
+    def _decision(self, prompt: PromptRecord, action: str) -> tuple[str, str | None] | None:
+        if prompt.kind == "approval":
+            return {APPROVE: ("approved", None), ALLOW_15M: ("approved", None), ALLOW_THREAD: ("approved", None), DENY: ("rejected", None)}.get(action)
+        choices = prompt.payload.get("choices", [])
+        if action.startswith("q") and action[1:].isdigit() and int(action[1:]) < len(choices):
+            return "answered", choices[int(action[1:])]
+        return None
+
+    async def _answer(self, press: ButtonPress, outcome: str, prompt: PromptRecord | None) -> SubmitResult:
+        if outcome == "duplicate":
+            return SubmitResult(press.event_id, duplicate=True)
+        if outcome == "expired" and prompt is not None:
+            await self.expire(prompt)
+            return SubmitResult(press.event_id, answer=EXPIRED_ANSWER, alert=True)
+        if outcome != "decided" or prompt is None:
+            return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
+        if prompt.decision in (ALLOW_15M, ALLOW_THREAD):
+            tool = prompt.payload.get("tool", "")
+            expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == ALLOW_15M else None
+            await self.store.prompts.add_bypass(thread_key=prompt.thread_key, tool=tool, expires_at=expires, granted_by=press.sender.id, prompt_id=prompt.id)
+        return SubmitResult(press.event_id, answer=outcome_text(prompt))
+
+    async def _rerun(self, press: ButtonPress, prompt: PromptRecord) -> SubmitResult:
+        text = str(prompt.payload.get("text", ""))
+        message = NewItem(
+            f"rerun:{prompt.id}", prompt.thread_key, "message",
+            {"text": text, "sender": {"id": press.sender.id, "name": press.sender.name, "username": press.sender.username}, "rerun_of": prompt.payload.get("schedule_id")},
+        )
+        result = await self.store.prompts.decide(
+            prompt.id, status="answered", decision=RERUN, decided_by=press.sender.id, decided_by_name=press.sender.name,
+            event=self._event_item(press), resume=message, enforce_expiry=False,
+        )
+        if result.outcome == "duplicate":
+            return SubmitResult(press.event_id, duplicate=True)
+        if result.outcome != "decided":
+            return SubmitResult(press.event_id, answer="This job was already run again.", alert=True)
+        return SubmitResult(press.event_id, answer="Running the job again here; approve its requests when asked.")
+
+    @staticmethod
+    def _event_item(press: ButtonPress) -> NewItem:
+        return NewItem(press.event_id, str(press.thread), "button", {"token": press.token, "sender": press.sender.id}, status="done")
+
+    async def answer_with_text(self, thread_key: str, text: str, *, sender_id: str, sender_name: str) -> PromptRecord | None:
+        """A message typed while a question is pending answers it (not a new turn)."""
+        pending = await self.store.prompts.pending(thread_key=thread_key, kind="question")
+        if not pending:
+            return None
+        prompt = pending[-1]
+        result = await self.store.prompts.decide(
+            prompt.id, status="answered", decision="text", decided_by=sender_id, decided_by_name=sender_name, answer=text, resume=resume_item(prompt)
+        )
+        return result.prompt if result.outcome == "decided" else None
+
+    async def expire(self, prompt: PromptRecord) -> None:
+        await self.store.prompts.decide(prompt.id, status="expired", decision="expired", decided_by="", answer=None, resume=resume_item(prompt), enforce_expiry=False)
+
+    async def expire_due(self) -> int:
+        due = await self.store.prompts.due()
+        for prompt in due:
+            await self.expire(prompt)
+        return len(due)
+
+
+def prompt_summary(payload: dict[str, Any]) -> str:
+    return str(payload.get("tool") or payload.get("question") or "")
+
+
+ASK_USER_DESCRIPTION = (
+    "Ask the user a clarifying question and wait for the answer. Give `choices` for a quick "
+    "pick (shown as buttons); the user can also type an answer unless allow_free_text is false."
+)
+
+
+def ask_user_spec():  # noqa: ANN201 - a ToolSpec; the turn parks on it instead of running it
+    from gateway.tools import ToolError, ToolSpec
+
+    async def never_run(ctx, args):  # noqa: ANN001, ANN202
+        raise ToolError("ask_user is answered through the chat, not run directly")
+
+    return ToolSpec(
+        name="ask_user",
+        description=ASK_USER_DESCRIPTION,
+        parameters={
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "description": "The question to ask."},
+                "choices": {"type": "array", "items": {"type": "string"}, "description": "Answers to offer as buttons."},
+                "allow_free_text": {"type": "boolean", "description": "Whether a typed answer is accepted.", "default": True},
+            },
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        func=never_run,
+    )

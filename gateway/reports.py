@@ -1,0 +1,76 @@
+"""Plain-text reports for the command line: runs, their timelines, sessions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from gateway.store import MessageRecord, RunEventRecord, RunRecord, SessionRecord
+from gateway.traces import format_nano_usd
+
+
+def _duration(run: RunRecord) -> str:
+    if run.finished_at is None:
+        return "-"
+    return f"{(run.finished_at - run.started_at).total_seconds():.2f}s"
+
+
+def _cost(run: RunRecord) -> str:
+    return format_nano_usd(run.cost_nano_usd, run.unpriced and run.cost_nano_usd is not None)
+
+
+def print_runs(runs: Sequence[RunRecord]) -> None:
+    print(f"{'id':>6}  {'stage':<15}{'end':<15}{'rounds':>6}{'tokens in/out':>16}  {'cost':<12}{'took':>8}  thread")
+    for run in runs:
+        tokens = f"{run.input_tokens}/{run.output_tokens}"
+        print(f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{run.rounds:>6}{tokens:>16}  {_cost(run):<12}{_duration(run):>8}  {run.thread_key}")
+
+
+def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
+    print(f"run {run.id}  session {run.session_id}  thread {run.thread_key}")
+    print(f"stage {run.stage}  end {run.end_reason or '-'}  model {run.model or '-'}  took {_duration(run)}")
+    if run.error:
+        print(f"error: {run.error}")
+    print(
+        f"tokens: {run.input_tokens} in ({run.cached_tokens} cached), {run.output_tokens} out, "
+        f"{run.reasoning_tokens} reasoning; {run.llm_calls} LLM calls, {run.tool_calls} tool calls; cost {_cost(run)}"
+    )
+    print("timeline:")
+    for event in events:
+        offset = (event.at - run.started_at).total_seconds()
+        link = f" <- #{event.parent_seq}" if event.parent_seq else ""
+        print(f"  #{event.seq:<4} +{offset:8.3f}s  {event.kind:<14}{link}  {_summary(event.kind, event.payload)}")
+
+
+def _summary(kind: str, payload: dict[str, Any]) -> str:
+    if kind == "LLM_REQUEST":
+        return f"model {payload.get('model')}  {payload.get('messages')} messages  ~{payload.get('estimated_tokens')} tokens"
+    if kind == "LLM_RESPONSE":
+        usage = payload.get("usage") or {}
+        calls = ", ".join(c.get("name", "?") for c in payload.get("tool_calls") or [])
+        return (
+            f"{payload.get('finish_reason')}  {payload.get('latency_ms')} ms  in {usage.get('input_tokens')} "
+            f"out {usage.get('output_tokens')}" + (f"  calls: {calls}" if calls else "")
+        )
+    if kind == "TOOL_CALL":
+        return f"{payload.get('name')} {payload.get('status')} {payload.get('duration_ms')} ms"
+    return json.dumps(payload, ensure_ascii=False)[:200]
+
+
+def print_sessions(sessions: Sequence[SessionRecord]) -> None:
+    print(f"{'id':>6}  {'kind':<12}{'source':<10}{'messages':>9}  {'created':<20}thread")
+    for session in sessions:
+        closed = " (closed)" if session.closed_at else ""
+        print(f"{session.id:>6}  {session.kind:<12}{session.source:<10}{session.next_seq - 1:>9}  {session.created_at:%Y-%m-%d %H:%M:%S}  {session.thread_key}{closed}")
+
+
+def print_session(session: SessionRecord, history: Sequence[MessageRecord], totals: dict[str, Any]) -> None:
+    print(f"session {session.id}  {session.kind}  thread {session.thread_key}  created {session.created_at:%Y-%m-%d %H:%M:%S}")
+    print(f"runs {totals.get('runs')}  tokens {totals.get('input_tokens')} in / {totals.get('output_tokens')} out  cost {format_nano_usd(totals.get('cost_nano_usd'))}")
+    for message in history:
+        flags = " (failed)" if message.status != "ok" else ""
+        flags += " (notice)" if message.synthetic else ""
+        who = message.sender_name or message.role
+        print(f"[{message.seq}] {who}{flags}: {message.content}")
+        for call in message.tool_calls:
+            print(f"    🔧 {call.name}({call.arguments}) -> {call.status}: {(call.result or call.note or '')[:200]}")

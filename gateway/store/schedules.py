@@ -1,0 +1,326 @@
+"""Schedules (the jobs) and job runs (one row per firing, whatever became of it).
+
+A firing is claimed by inserting `(schedule_id, scheduled_for)` into `job_runs`; the unique
+constraint makes a second claim of the same firing a no-op, so two schedulers that briefly
+both think they lead still run a job once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal, Sequence
+
+from sqlalchemy import delete, func, insert, select, update
+
+from gateway.store.base import Repo, to_record, utcnow
+from gateway.store.inbox import insert_ignoring
+from gateway.store.tables import job_runs, schedules
+
+ScheduleKind = Literal["cron", "every", "at", "tick"]
+JobStatus = Literal["running", "success", "failed", "canceled", "skipped", "missed"]
+RunOrigin = Literal["schedule", "manual", "retry"]
+
+
+class ScheduleExists(Exception):
+    """A schedule with that name already exists."""
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """A validated schedule definition, ready to be stored."""
+
+    name: str
+    kind: ScheduleKind
+    spec: str  # "0 9 * * 1-5" | "30m" | ISO time in UTC
+    timezone: str
+    prompt: str
+    deliver_to: str = "none"
+    max_rounds: int | None = None
+    max_tokens: int | None = None
+    timeout_s: int | None = None
+    misfire: Literal["run_once", "skip"] = "run_once"
+    misfire_grace_s: int | None = None
+    notify_on_failure: bool = True
+    enabled: bool = True
+    active_hours: str | None = None
+    quiet_sentinel: str | None = None
+    source: str = "config"  # config | cli | agent
+    created_by: str | None = None
+
+    def definition(self) -> dict[str, Any]:
+        """The fields that say what the job does (not who made it, nor whether it is on)."""
+        values = asdict(self)
+        for name in ("enabled", "source", "created_by"):
+            values.pop(name)
+        return values
+
+
+DEFINITION_FIELDS = tuple(NewSchedule("", "cron", "", "", "").definition())
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    id: int
+    name: str
+    kind: ScheduleKind
+    spec: str
+    timezone: str
+    prompt: str
+    deliver_to: str
+    max_rounds: int | None
+    max_tokens: int | None
+    timeout_s: int | None
+    misfire: str
+    misfire_grace_s: int | None
+    notify_on_failure: bool
+    enabled: bool
+    disabled_reason: str | None
+    active_hours: str | None
+    quiet_sentinel: str | None
+    source: str
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def definition(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in DEFINITION_FIELDS}
+
+
+@dataclass(frozen=True)
+class JobRunRecord:
+    id: int
+    schedule_id: int
+    scheduled_for: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    status: JobStatus
+    origin: RunOrigin
+    interactive: bool
+    session_id: int | None
+    run_id: int | None
+    delivered: list[str]
+    error: str | None
+    tokens: int
+    cost_nano_usd: int | None
+
+
+class ScheduleRepo(Repo):
+    # ---- schedules -------------------------------------------------------------------------
+    async def create(self, new: NewSchedule, *, now: datetime | None = None) -> ScheduleRecord:
+        now = now or utcnow()
+        async with self.db.write() as conn:
+            taken = (await conn.execute(select(schedules.c.id).where(schedules.c.name == new.name))).first()
+            if taken is not None:
+                raise ScheduleExists(f"a job named {new.name!r} already exists")
+            schedule_id = (
+                await conn.execute(
+                    insert(schedules).values(**asdict(new), created_at=now, updated_at=now).returning(schedules.c.id)
+                )
+            ).scalar_one()
+            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
+        return to_record(ScheduleRecord, row)
+
+    async def update(self, schedule_id: int, *, now: datetime | None = None, **values: Any) -> ScheduleRecord | None:
+        """Change fields; `updated_at` moves, which re-anchors intervals and the missed-run scan."""
+        async with self.db.write() as conn:
+            await conn.execute(
+                update(schedules).where(schedules.c.id == schedule_id).values(**values, updated_at=now or utcnow())
+            )
+            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
+        return to_record(ScheduleRecord, row) if row else None
+
+    async def set_enabled(self, schedule_id: int, enabled: bool, *, reason: str | None = None, now: datetime | None = None) -> bool:
+        """Switch a job on or off; False when it was already in that state (nothing changed)."""
+        async with self.db.write() as conn:
+            changed = await conn.execute(
+                update(schedules)
+                .where(schedules.c.id == schedule_id, schedules.c.enabled.is_(not enabled))
+                .values(enabled=enabled, disabled_reason=None if enabled else reason, updated_at=now or utcnow())
+            )
+        return changed.rowcount == 1
+
+    async def remove(self, schedule_id: int) -> bool:
+        """Delete a job and its run history."""
+        async with self.db.write() as conn:
+            await conn.execute(delete(job_runs).where(job_runs.c.schedule_id == schedule_id))
+            removed = await conn.execute(delete(schedules).where(schedules.c.id == schedule_id))
+        return removed.rowcount == 1
+
+    async def get(self, schedule_id: int) -> ScheduleRecord | None:
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
+        return to_record(ScheduleRecord, row) if row else None
+
+    async def by_name(self, name: str) -> ScheduleRecord | None:
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(schedules).where(schedules.c.name == name))).first()
+        return to_record(ScheduleRecord, row) if row else None
+
+    async def list(
+        self, *, enabled: bool | None = None, source: str | None = None, deliver_to: str | None = None
+    ) -> list[ScheduleRecord]:
+        query = select(schedules).order_by(schedules.c.name)
+        if enabled is not None:
+            query = query.where(schedules.c.enabled.is_(enabled))
+        if source is not None:
+            query = query.where(schedules.c.source == source)
+        if deliver_to is not None:
+            query = query.where(schedules.c.deliver_to == deliver_to)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [to_record(ScheduleRecord, r) for r in rows]
+
+    async def fingerprint(self) -> tuple[int, datetime | None]:
+        """Changes anywhere (another instance, the CLI) show up as a different fingerprint."""
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(func.count(), func.max(schedules.c.updated_at)))).first()
+        latest = row[1]
+        if isinstance(latest, str):  # SQLite aggregates lose the column type
+            latest = datetime.fromisoformat(latest)
+        return int(row[0]), latest
+
+    # ---- job runs --------------------------------------------------------------------------
+    async def claim(
+        self, schedule_id: int, scheduled_for: datetime, *, origin: RunOrigin = "schedule", now: datetime | None = None
+    ) -> JobRunRecord | None:
+        """Insert the firing's row: `running`, or `skipped` while an earlier run is still going.
+
+        None when the firing was already claimed (by this or another scheduler)."""
+        now = now or utcnow()
+        async with self.db.write() as conn:
+            busy = (
+                await conn.execute(
+                    select(job_runs.c.id)
+                    .where(job_runs.c.schedule_id == schedule_id, job_runs.c.status == "running")
+                    .order_by(job_runs.c.id)
+                    .limit(1)
+                )
+            ).scalar()
+            values: dict[str, Any] = dict(
+                schedule_id=schedule_id, scheduled_for=scheduled_for, origin=origin, interactive=False,
+                delivered=[], tokens=0,
+            )
+            if busy is None:
+                values.update(status="running", started_at=now)
+            else:
+                values.update(status="skipped", finished_at=now, error=f"still running (job run #{busy})")
+            inserted = (
+                await conn.execute(
+                    insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(job_runs.c.id)
+                )
+            ).scalar()
+            if inserted is None:
+                return None
+            row = (await conn.execute(select(job_runs).where(job_runs.c.id == inserted))).first()
+        return to_record(JobRunRecord, row)
+
+    async def record_missed(
+        self, schedule_id: int, times: Sequence[datetime], *, error: str, now: datetime | None = None
+    ) -> int:
+        """One `missed` row per firing not already recorded; returns how many were new."""
+        if not times:
+            return 0
+        now = now or utcnow()
+        added = 0
+        async with self.db.write() as conn:
+            for when in times:
+                result = await conn.execute(
+                    insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(
+                        schedule_id=schedule_id, scheduled_for=when, status="missed", origin="schedule",
+                        interactive=False, delivered=[], tokens=0, finished_at=now, error=error,
+                    )
+                )
+                added += result.rowcount
+        return added
+
+    async def attach_session(self, job_run_id: int, session_id: int) -> None:
+        async with self.db.write() as conn:
+            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(session_id=session_id))
+
+    async def finish(
+        self,
+        job_run_id: int,
+        *,
+        status: JobStatus,
+        error: str | None = None,
+        run_id: int | None = None,
+        tokens: int = 0,
+        cost_nano_usd: int | None = None,
+        now: datetime | None = None,
+    ) -> JobRunRecord | None:
+        """Close a running job run (compare-and-set): None when it was no longer running."""
+        values: dict[str, Any] = {"status": status, "finished_at": now or utcnow(), "tokens": tokens}
+        if error is not None:
+            values["error"] = error
+        if run_id is not None:
+            values["run_id"] = run_id
+        if cost_nano_usd is not None:
+            values["cost_nano_usd"] = cost_nano_usd
+        async with self.db.write() as conn:
+            changed = await conn.execute(
+                update(job_runs).where(job_runs.c.id == job_run_id, job_runs.c.status == "running").values(**values)
+            )
+            if changed.rowcount != 1:
+                return None
+            row = (await conn.execute(select(job_runs).where(job_runs.c.id == job_run_id))).first()
+        return to_record(JobRunRecord, row)
+
+    async def note(self, job_run_id: int, error: str) -> None:
+        """Remember something about a run (a kill request, a failed delivery) without closing it."""
+        async with self.db.write() as conn:
+            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(error=error))
+
+    async def add_delivered(self, job_run_id: int, message_ids: Sequence[str]) -> None:
+        async with self.db.write() as conn:
+            current = (await conn.execute(select(job_runs.c.delivered).where(job_runs.c.id == job_run_id))).scalar()
+            merged = list(current or []) + [m for m in message_ids if m not in (current or [])]
+            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(delivered=merged))
+
+    async def get_run(self, job_run_id: int) -> JobRunRecord | None:
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(job_runs).where(job_runs.c.id == job_run_id))).first()
+        return to_record(JobRunRecord, row) if row else None
+
+    async def running(self, schedule_id: int | None = None) -> list[JobRunRecord]:
+        query = select(job_runs).where(job_runs.c.status == "running").order_by(job_runs.c.id)
+        if schedule_id is not None:
+            query = query.where(job_runs.c.schedule_id == schedule_id)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [to_record(JobRunRecord, r) for r in rows]
+
+    async def recent_runs(self, schedule_id: int, *, limit: int = 20) -> list[JobRunRecord]:
+        """Newest firings first."""
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(job_runs)
+                    .where(job_runs.c.schedule_id == schedule_id)
+                    .order_by(job_runs.c.scheduled_for.desc(), job_runs.c.id.desc())
+                    .limit(limit)
+                )
+            ).all()
+        return [to_record(JobRunRecord, r) for r in rows]
+
+    async def last_firing(self, schedule_id: int) -> datetime | None:
+        """The latest firing of the trigger that has a record (manual runs and retries aside)."""
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(job_runs.c.scheduled_for)
+                    .where(job_runs.c.schedule_id == schedule_id, job_runs.c.origin == "schedule")
+                    .order_by(job_runs.c.scheduled_for.desc())
+                    .limit(1)
+                )
+            ).first()
+        return row[0] if row else None
+
+    async def count_runs(self, schedule_id: int | None = None, *, status: str | None = None) -> int:
+        query = select(func.count()).select_from(job_runs)
+        if schedule_id is not None:
+            query = query.where(job_runs.c.schedule_id == schedule_id)
+        if status is not None:
+            query = query.where(job_runs.c.status == status)
+        async with self.db.read() as conn:
+            return int((await conn.execute(query)).scalar_one())

@@ -1,0 +1,125 @@
+"""The shell built-in: one command in the workspace, in its own process group.
+
+The group is killed when the command finishes, times out or the call is cancelled, so a
+shell call never leaves processes behind (a `/stop` really stops the work). Output keeps
+its end (where errors and summaries are) and says how much of the start was cut. The
+gateway's own secrets are removed from the environment the command sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+import shutil
+import signal
+from collections import deque
+
+from gateway.config import SECRETS
+from gateway.tools.paths import workspace_root
+from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
+
+_READ_CHUNK = 65_536
+
+
+class TailText:
+    """Keeps the last `limit` characters of a byte stream and counts what it dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._parts: deque[str] = deque()
+        self._kept = 0
+        self.cut = 0
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self._decoder.decode(data, final)
+        if text:
+            self._parts.append(text)
+            self._kept += len(text)
+        while self._kept > self.limit:
+            excess = self._kept - self.limit
+            head = self._parts[0]
+            if len(head) <= excess:
+                self._parts.popleft()
+                self._kept -= len(head)
+                self.cut += len(head)
+            else:
+                self._parts[0] = head[excess:]
+                self._kept -= excess
+                self.cut += excess
+
+    def text(self) -> str:
+        kept = "".join(self._parts)
+        if self.cut:
+            return f"[... {self.cut} earlier chars of output cut ...]\n{kept}"
+        return kept
+
+
+async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> str:
+    """Run a shell command (bash) in the workspace; stdout and stderr are returned together with the exit code.
+
+    Args:
+        command: the command line to run
+        timeout_s: seconds before the command is killed (default and maximum: the configured shell timeout)
+    """
+    if not command.strip():
+        raise ToolError("command is empty")
+    limit = ctx.agent.shell_timeout_s
+    timeout = limit if timeout_s is None else min(float(timeout_s), limit)
+    if timeout <= 0:
+        raise ToolError("timeout_s must be positive")
+    output = TailText(ctx.agent.shell_output_chars)
+    code = await run_command(command, workspace_root(ctx.workspace), timeout, output)
+    body = output.text() or "(no output)"
+    if code is None:
+        raise ToolError(f"timed out after {timeout:g}s; the command and its child processes were killed.\n{body}")
+    return f"{body.rstrip(chr(10))}\n[exit code {code}]"
+
+
+async def run_command(command: str, cwd: os.PathLike[str] | str, timeout: float, output: TailText) -> int | None:
+    """Run `command`, feeding `output`; the exit code, or None on timeout. Cancel kills it."""
+    proc = await asyncio.create_subprocess_exec(
+        shutil.which("bash") or "/bin/sh",
+        "-c",
+        command,
+        cwd=cwd,
+        env=_clean_environment(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so the whole tree can be killed
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            await _drain(proc.stdout, output)
+            return await proc.wait()
+    except TimeoutError:
+        return None
+    finally:
+        _kill_group(proc.pid)
+        await proc.wait()
+        output.feed(b"", final=True)
+
+
+async def _drain(stream: asyncio.StreamReader | None, output: TailText) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(_READ_CHUNK):
+        output.feed(chunk)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def _clean_environment() -> dict[str, str]:
+    hidden = set(SECRETS.values())
+    return {name: value for name, value in os.environ.items() if name not in hidden}
+
+
+def shell_specs() -> list[ToolSpec]:
+    return [build_spec(shell, side_effects=True, classes={"exec"}, lod="tail")]

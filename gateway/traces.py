@@ -1,0 +1,129 @@
+"""Run records: one run per turn, its events, usage and cost.
+
+A trace write that fails is logged and swallowed: observability must never fail a turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config import ModelPrice, TracesConfig
+from gateway.store import Store
+
+log = logging.getLogger(__name__)
+
+NANO_PER_USD = 1_000_000_000
+
+
+def cap_utf8(text: str, limit: int) -> str:
+    """Cut `text` to at most `limit` UTF-8 bytes without splitting a character."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    cut = data[:limit].decode("utf-8", errors="ignore")
+    return f"{cut}… [{len(data) - len(cut.encode('utf-8'))} more bytes]"
+
+
+def cap_payload(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return cap_utf8(value, limit)
+    if isinstance(value, dict):
+        return {k: cap_payload(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [cap_payload(v, limit) for v in value]
+    return value
+
+
+def cost_nano_usd(price: ModelPrice | None, *, input_tokens: int, cached_tokens: int, output_tokens: int) -> int | None:
+    """Integer nano-USD for one call; None when the model has no price (unpriced, not free)."""
+    if price is None:
+        return None
+    cached_price = price.cached_input if price.cached_input is not None else price.input
+    uncached = max(input_tokens - cached_tokens, 0)
+    # prices are USD per million tokens: nano-USD per token = price * 1000
+    total = uncached * price.input + cached_tokens * cached_price + output_tokens * price.output
+    return round(total * NANO_PER_USD / 1_000_000)
+
+
+@dataclass
+class LLMCallUsage:
+    model: str
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+class RunTrace:
+    """The events of one run. Every method swallows store errors after logging them."""
+
+    def __init__(self, store: Store, run_id: int, *, config: TracesConfig, prices: dict[str, ModelPrice]):
+        self.store = store
+        self.run_id = run_id
+        self.limit = config.max_payload_chars
+        self.prices = prices
+        self.write_failures = 0
+
+    async def event(self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None) -> int | None:
+        try:
+            return await self.store.runs.add_event(self.run_id, kind, cap_payload(payload, self.limit), parent_seq=parent_seq)
+        except Exception:  # noqa: BLE001 - a trace write never fails the turn
+            self.write_failures += 1
+            log.exception("run %s: could not record %s event", self.run_id, kind)
+            return None
+
+    async def llm_call(self, *, request: dict[str, Any], response: dict[str, Any], usage: LLMCallUsage, latency_ms: float) -> int | None:
+        """LLM_REQUEST and LLM_RESPONSE, both written at completion; returns the response's seq."""
+        await self.event("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)})
+        seq = await self.event("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)})
+        cost = cost_nano_usd(
+            self.prices.get(usage.model),
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.output_tokens,
+        )
+        await self._totals(
+            model=usage.model,
+            cost_nano_usd=cost,
+            unpriced=cost is None,
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            llm_calls=1,
+        )
+        return seq
+
+    async def tool_call(self, *, name: str, call_id: str, status: str, duration_ms: float, parent_seq: int | None, detail: dict[str, Any] | None = None) -> None:
+        payload = {"name": name, "call_id": call_id, "status": status, "duration_ms": round(duration_ms, 2), **(detail or {})}
+        await self.event("TOOL_CALL", payload, parent_seq=parent_seq)
+        await self._totals(tool_calls=1)
+
+    async def error(self, stage: str, message: str) -> None:
+        await self.event("RUN_ERROR", {"stage": stage, "message": message})
+
+    async def round_done(self) -> None:
+        await self._totals(rounds=1)
+
+    async def set_stage(self, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
+        try:
+            await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error)
+        except Exception:  # noqa: BLE001
+            self.write_failures += 1
+            log.exception("run %s: could not set stage %s", self.run_id, stage)
+
+    async def _totals(self, **values: Any) -> None:
+        try:
+            await self.store.runs.add_totals(self.run_id, **values)
+        except Exception:  # noqa: BLE001
+            self.write_failures += 1
+            log.exception("run %s: could not update totals", self.run_id)
+
+
+def format_nano_usd(value: int | None, unpriced: bool = False) -> str:
+    if value is None:
+        return "unpriced"
+    text = f"${value / NANO_PER_USD:.6f}".rstrip("0").rstrip(".")
+    return text + (" (+ unpriced calls)" if unpriced else "")

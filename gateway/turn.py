@@ -1,0 +1,486 @@
+"""One agent turn: rounds of LLM calls and tool calls, gated, parked and resumed from the database.
+
+The loop is driven by what the database says: open tool calls of the session are processed
+first (after a park or a restart), then a new LLM round starts. So resuming a parked turn,
+continuing after a crash and running a fresh turn are the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Literal
+
+from gateway.approvals import AUTO_DENIED, EXPIRED, ApprovalPolicy, Bypass, rejection_text
+from gateway.arguments import ArgumentsProblem, check_arguments
+from gateway.config import Config
+from gateway.events import ThreadKey
+from gateway.guards import (
+    LENGTH_NOTICE,
+    REPETITION_NOTICE,
+    TOOL_LOOP_NOTICE,
+    LengthGuard,
+    RepetitionStreak,
+    ToolLoopGuard,
+)
+from gateway.llm import ContextTooLong, LLMClient, LLMError, ModelInfo, TextDelta, Usage
+from gateway.outbox import Outbox, RecordedStream
+from gateway.prompts import PromptService
+from gateway.rounds import DeclaredCall, Round, RoundBuilder, ToolResult, placeholder_text
+from gateway.store import Fence, LeaseLost, NewToolCall, PromptRecord, SessionRecord, Store, ToolCallRecord
+from gateway.tools import ToolContext, ToolRegistry, run_tool
+from gateway.traces import LLMCallUsage, RunTrace
+
+log = logging.getLogger(__name__)
+
+EndReason = Literal["reply", "max_rounds", "overflow", "repetition", "tool_loop", "canceled", "error", "budget", "awaiting_input", "shutdown"]
+NO_ONE_TO_ASK = "No user can answer questions in this session."
+NO_ANSWER = "No answer from the user."
+RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
+PERSIST_TIMEOUT_S = 10.0
+END_MESSAGES: dict[str, str] = {
+    "max_rounds": "⚠️ I stopped after {rounds} rounds without reaching an answer. Tell me how to continue.",
+    "overflow": "⚠️ This conversation no longer fits in the model's context window. Use /compact or /new to continue.",
+    "repetition": "⚠️ The model kept repeating itself, so I stopped this turn. Try rephrasing.",
+    "tool_loop": "⚠️ The model kept making the same tool calls with the same results, so I stopped this turn.",
+    "budget": "⚠️ This run reached its token budget and was stopped.",
+}
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    run_id: int
+    stage: str  # SUCCESS | FAILED | CANCELED | AWAITING_INPUT | SUSPENDED | LOST
+    end_reason: str
+    reply: str = ""
+    error: str = ""
+    auto_denied: tuple[str, ...] = ()
+    prompt_id: int | None = None
+
+
+@dataclass
+class TurnRequest:
+    session: SessionRecord
+    thread: ThreadKey
+    requested_by: str = ""  # who started the turn (default approver)
+    reply_to: str = ""  # platform id of the triggering message
+    run_id: int | None = None  # continue this parked run
+    fence: Fence | None = None
+    turn_started_seq: int = 1
+    continuing: bool = False  # a dead worker's turn, continued from the database
+
+
+@dataclass
+class TurnServices:
+    store: Store
+    config: Config
+    llm: LLMClient
+    registry: ToolRegistry
+    policy: ApprovalPolicy
+    context: Any  # gateway.context.ContextBuilder
+    outbox: Outbox
+    prompts: PromptService
+    tool_services: dict[str, Any] = field(default_factory=dict)
+
+
+class TurnEnd(Exception):
+    """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
+
+    def __init__(self, stage: str, reason: str, *, message: str = "", error: str = "", prompt_id: int | None = None):
+        super().__init__(reason)
+        self.stage, self.reason, self.message, self.error, self.prompt_id = stage, reason, message, error, prompt_id
+
+
+class Turn:
+    def __init__(
+        self,
+        services: TurnServices,
+        request: TurnRequest,
+        *,
+        drain: Callable[[], Awaitable[int]] | None = None,
+        stopping: Callable[[], bool] = lambda: False,
+    ):
+        self.s = services
+        self.req = request
+        self.session = request.session
+        self.thread = request.thread
+        self.drain = drain
+        self.stopping = stopping
+        self.cfg = services.config
+        self.run_id = 0
+        self.trace: RunTrace | None = None
+        self.rounds = 0
+        self.max_rounds = self.session.max_rounds or self.cfg.agent.max_rounds
+        self.auto_denied: list[str] = []
+        self.last_response_seq: int | None = None
+        self.reply = ""
+        self.repetition = RepetitionStreak()
+        self.length = LengthGuard()
+        self.loop_guard = ToolLoopGuard()
+        self.overflow_retries = 0
+        self.cancel_reason = ""  # set by whoever cancels the task: "stop", "shutdown", "lease lost", ...
+
+    # ---- entry ---------------------------------------------------------------------------
+    async def run(self) -> TurnResult:
+        await self._open_run()
+        try:
+            await self._loop()
+        except TurnEnd as end:
+            return await self._finish(end)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the cancel was ours: record it and return normally
+            if self.cancel_reason == "shutdown":
+                return TurnResult(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
+            if self.cancel_reason == "lease lost":
+                return TurnResult(self.run_id, "LOST", "error", error="lease lost")
+            return await self._finish(TurnEnd("CANCELED", "canceled"), placeholder="canceled")
+        except LeaseLost as exc:
+            log.warning("%s: %s; stopping without further writes", self.thread, exc)
+            return TurnResult(self.run_id, "LOST", "error", error=str(exc))
+        except LLMError as exc:
+            log.warning("%s: LLM failed: %s", self.thread, exc)
+            return await self._finish(TurnEnd("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a crash in one turn must not stop the worker
+            log.exception("%s: turn crashed", self.thread)
+            return await self._finish(TurnEnd("FAILED", "error", error=f"{type(exc).__name__}: {exc}"), placeholder="interrupted", apology="an internal error")
+        raise AssertionError("the turn loop only ends by TurnEnd")
+
+    async def _open_run(self) -> None:
+        store = self.s.store
+        if self.req.run_id is not None:
+            run = await store.runs.get(self.req.run_id)
+            if run is not None and run.stage in ("AWAITING_INPUT", "RUNNING"):
+                self.run_id, self.rounds = run.id, run.rounds
+                await store.runs.set_stage(run.id, "RUNNING")
+        if not self.run_id:
+            run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
+            self.run_id = run.id
+        self.trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+
+    # ---- the loop ------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        await self._deliver_undelivered_reply()
+        while True:
+            open_calls = await self.s.store.sessions.open_tool_calls(self.session.id)
+            if open_calls:
+                await self._process_calls(open_calls)
+            if self.stopping():
+                raise TurnEnd("SUSPENDED", "shutdown")
+            if self.drain is not None:
+                await self.drain()
+            if self.rounds >= self.max_rounds:
+                raise TurnEnd("FAILED", "max_rounds", message=END_MESSAGES["max_rounds"].format(rounds=self.rounds))
+            await self._check_budget()
+            if await self._llm_round():
+                return
+
+    async def _deliver_undelivered_reply(self) -> None:
+        """After a restart: a final reply persisted but not delivered is delivered once, and the
+        turn ends there (never re-generated, never sent twice)."""
+        history = await self.s.store.sessions.history(self.session.id, after_seq=max(self.session.next_seq - 2, 0))
+        last = history[-1] if history else None
+        if not self.req.continuing or last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
+            return
+        if last.content.strip():
+            await self._stream().finish(f"reply:{last.id}", last.content)  # a no-op when it was sent
+        self.reply = last.content
+        raise TurnEnd("SUCCESS", "reply")
+
+    async def _check_budget(self) -> None:
+        if not self.session.max_tokens:
+            return
+        run = await self.s.store.runs.get(self.run_id)
+        if run and run.input_tokens + run.output_tokens >= self.session.max_tokens:
+            raise TurnEnd("FAILED", "budget", message=END_MESSAGES["budget"])
+
+    def _stream(self) -> RecordedStream:
+        return self.s.outbox.stream(self.thread, self.req.reply_to)
+
+    # ---- one LLM round -------------------------------------------------------------------
+    async def _llm_round(self) -> bool:
+        """One streamed LLM call, persisted. Returns True when the turn has its final reply."""
+        stream = self._stream()
+        round_, model, usage, latency, built = await self._call_llm(stream)
+        self.rounds += 1
+        message = await self._persist_round(round_, usage)
+        self.last_response_seq = await self._trace_llm(round_, model, usage, latency, built)
+        if self.s.context is not None and usage is not None and built is not None:
+            self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
+        if round_.repetition is not None:
+            await stream.abort()
+            if self.repetition.record(True) == "repetition":
+                raise TurnEnd("FAILED", "repetition", message=END_MESSAGES["repetition"])
+            await self._notice(REPETITION_NOTICE)
+            return False
+        self.repetition.record(False)
+        if round_.calls:
+            if round_.text.strip():
+                await stream.finish(f"reply:{message.id}", round_.text)
+            else:
+                await stream.abort()
+            return False
+        if round_.cut_off:
+            if round_.text.strip():
+                await stream.finish(f"reply:{message.id}", round_.text)
+            if self.length.record("length") == "overflow":
+                raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"])
+            await self._notice(LENGTH_NOTICE)
+            return False
+        self.reply = round_.text
+        if round_.text.strip():
+            await stream.finish(f"reply:{message.id}", round_.text)
+        else:
+            await stream.abort()
+        raise TurnEnd("SUCCESS", "reply")
+
+    async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
+        while True:
+            built = await self._build_context()
+            builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
+            model, usage = self.cfg.llm.model, None
+            started = time.monotonic()
+            tools = self._offered_tools()
+            try:
+                async for event in self.s.llm.stream(built.messages, tools or None):
+                    if isinstance(event, ModelInfo):
+                        model = event.model
+                        continue
+                    if isinstance(event, Usage):
+                        usage = event
+                    if builder.feed(event) is not None:
+                        break  # repetition: stop reading (closing the stream cancels generation)
+                    if isinstance(event, TextDelta) and self.session.interactive:
+                        await stream.update(builder.draft().text)
+            except ContextTooLong as exc:
+                await self.trace.error("llm", f"context too long: {exc}")  # type: ignore[union-attr]
+                if self.overflow_retries >= 1 or self.s.context is None:
+                    raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"], error=str(exc)) from exc
+                self.overflow_retries += 1
+                self.s.context.correct_from_refusal(model, built.estimated_tokens, exc.prompt_tokens, exc.context_window)
+                continue
+            return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
+
+    async def _build_context(self):  # noqa: ANN202
+        notes = await self.s.store.sessions.get_notes(self.session.id)
+        from datetime import datetime, timezone
+
+        return await self.s.context.build(
+            self.session,
+            system_prompt=self.cfg.agent.system_prompt,
+            turn_started_seq=self.req.turn_started_seq,
+            notes=notes,
+            now=datetime.now(timezone.utc),
+            timezone=self.cfg.agent.timezone,
+            workspace=str(Path(self.cfg.agent.workspace).resolve()),
+            model=self.cfg.llm.model,
+        )
+
+    def _offered_tools(self) -> list[dict[str, Any]]:
+        specs = self.s.registry.specs(self.cfg.agent.tools)
+        hidden = self.s.policy.hidden_tools(specs, self.session.source)
+        offered = [s for s in specs if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)]
+        return [s.openai() for s in offered]
+
+    async def _persist_round(self, round_: Round, usage: Usage | None):  # noqa: ANN202
+        calls = [self._checked_call(call, round_.cut_off) for call in round_.calls]
+        usage_json = usage.__dict__ if usage is not None else None
+        usage_json = {k: v for k, v in (usage_json or {}).items() if k != "kind"} or None
+        persist = self.s.store.sessions.append(
+            self.session.id, "assistant", round_.text, reasoning=round_.reasoning or None, usage=usage_json,
+            run_id=self.run_id, calls=calls, fence=self.req.fence,
+        )
+        # Persistence outlives a cancel (shielded) but not forever.
+        return await asyncio.wait_for(asyncio.shield(persist), PERSIST_TIMEOUT_S)
+
+    def _checked_call(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
+        spec = self.s.registry.get(call.name)
+        if spec is None:
+            available = ", ".join(self.s.registry.names()) or "none"
+            args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
+            return NewToolCall(call.id, call.name, args.stored_arguments, status="failed", result=f"Unknown tool {call.name!r}. Available tools: {available}.")
+        checked = check_arguments(call.arguments, spec.parameters, cut_off=cut_off, tool_name=call.name)
+        if isinstance(checked, ArgumentsProblem):
+            return NewToolCall(call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model)
+        return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
+
+    async def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> int | None:  # noqa: ANN001
+        u = usage or Usage()
+        request = {"model": model, "messages": len(built.messages), "estimated_tokens": built.estimated_tokens, "round": self.rounds}
+        response = {
+            "finish_reason": round_.finish_reason, "text": round_.text, "reasoning_chars": len(round_.reasoning),
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
+            "repetition": round_.repetition.where if round_.repetition else None,
+        }
+        seq = await self.trace.llm_call(  # type: ignore[union-attr]
+            request=request, response=response, latency_ms=latency_ms,
+            usage=LLMCallUsage(model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens),
+        )
+        await self.trace.round_done()  # type: ignore[union-attr]
+        return seq
+
+    async def _notice(self, text: str) -> None:
+        await self.s.store.sessions.append(self.session.id, "user", text, synthetic=True, run_id=self.run_id, fence=self.req.fence)
+
+    # ---- tool calls ----------------------------------------------------------------------
+    async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
+        results: list[ToolResult] = []
+        for call in calls:
+            status, text = await self._process_call(call)
+            results.append(ToolResult(call.call_id, call.name, text, "failed" if status == "failed" else "ok"))
+        declared = [DeclaredCall(c.call_id, c.name, c.arguments) for c in calls]
+        verdict = self.loop_guard.record(declared, results)
+        if verdict == "stop":
+            raise TurnEnd("FAILED", "tool_loop", message=END_MESSAGES["tool_loop"])
+        if verdict == "notice":
+            await self._notice(TOOL_LOOP_NOTICE)
+
+    async def _process_call(self, call: ToolCallRecord) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        if call.status == "running":  # a restart interrupted it mid-run
+            if spec is not None and not spec.side_effects:
+                return await self._execute(call)
+            return await self._settle(call, "failed", RESTART_NOT_RERUN)
+        prompt = await self.s.store.prompts.for_tool_call(call.id)
+        if prompt is not None:
+            return await self._apply_prompt(call, prompt)
+        return await self._gate(call)
+
+    async def _apply_prompt(self, call: ToolCallRecord, prompt: PromptRecord) -> tuple[str, str]:
+        if prompt.status == "pending":
+            await self._park(prompt)
+        await self.s.prompts.close(prompt)
+        if prompt.kind == "question":
+            if prompt.status == "answered":
+                return await self._settle(call, "done", f"The user answered: {prompt.answer}")
+            if prompt.status == "superseded":
+                return await self._settle(call, "done", "This question was superseded by a newer question.")
+            if prompt.status == "canceled":
+                return await self._settle(call, "cancelled", placeholder_text("canceled"))
+            return await self._settle(call, "done", NO_ANSWER)
+        if prompt.status == "approved":
+            return await self._execute(call)
+        if prompt.status == "expired":
+            return await self._settle(call, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
+        if prompt.status == "canceled":
+            return await self._settle(call, "cancelled", placeholder_text("canceled"), note=placeholder_text("canceled"))
+        text = rejection_text(prompt.answer)
+        return await self._settle(call, "rejected", text, note=text)
+
+    async def _gate(self, call: ToolCallRecord) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        if spec is None:
+            return await self._settle(call, "failed", f"Unknown tool {call.name!r}.")
+        args = json.loads(call.arguments or "{}")
+        if call.name == "ask_user":
+            return await self._ask_user(call, args)
+        bypasses = [
+            Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
+            for b in await self.s.store.prompts.active_bypasses(str(self.thread))
+        ]
+        decision = self.s.policy.decide(
+            spec, args, source=self.session.source, interactive=self.session.interactive, bypasses=bypasses, thread=self.thread
+        )
+        if decision.action == "allow":
+            return await self._execute(call, args)
+        if decision.action == "deny":
+            return await self._settle(call, "rejected", decision.reason, note=decision.reason)
+        if decision.action == "auto_deny":
+            self.auto_denied.append(f"{call.name}({_short(call.arguments)})")
+            await self.trace.event("AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments})  # type: ignore[union-attr]
+            return await self._settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
+        prompt = await self.s.prompts.request_approval(
+            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by, reason=decision.reason
+        )
+        await self._park(prompt)
+        raise AssertionError("unreachable")
+
+    async def _ask_user(self, call: ToolCallRecord, args: dict[str, Any]) -> tuple[str, str]:
+        if not self.session.interactive:
+            return await self._settle(call, "done", NO_ONE_TO_ASK)
+        prompt = await self.s.prompts.ask(
+            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
+            question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
+            allow_free_text=bool(args.get("allow_free_text", True)),
+        )
+        await self._park(prompt)
+        raise AssertionError("unreachable")
+
+    async def _park(self, prompt: PromptRecord) -> None:
+        await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
+        raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
+
+    async def _execute(self, call: ToolCallRecord, args: dict[str, Any] | None = None) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        assert spec is not None
+        args = args if args is not None else json.loads(call.arguments or "{}")
+        await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
+        ctx = ToolContext(
+            session_id=self.session.id, thread=self.thread, source=self.session.source, interactive=self.session.interactive,
+            workspace=Path(self.cfg.agent.workspace).resolve(), agent=self.cfg.agent, notes=self.s.store.sessions,
+            services=self.s.tool_services, call_id=call.call_id,
+        )
+        started = time.monotonic()
+        outcome = await run_tool(spec, args, ctx)
+        status = "failed" if outcome.failed else "done"
+        await self.trace.tool_call(  # type: ignore[union-attr]
+            name=call.name, call_id=call.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
+            parent_seq=self.last_response_seq, detail={"arguments": call.arguments, "result": outcome.text},
+        )
+        return await self._settle(call, status, outcome.text)
+
+    async def _settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> tuple[str, str]:
+        await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
+        return status, text
+
+    # ---- the end -------------------------------------------------------------------------
+    async def _finish(self, end: TurnEnd, *, placeholder: str | None = None, apology: str | None = None) -> TurnResult:
+        try:
+            await asyncio.wait_for(self._record_end(end, placeholder, apology), PERSIST_TIMEOUT_S * 2)
+        except LeaseLost:
+            return TurnResult(self.run_id, "LOST", end.reason, error=end.error)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: could not record the end of run %s", self.thread, self.run_id)
+        return TurnResult(self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id)
+
+    async def _record_end(self, end: TurnEnd, placeholder: str | None, apology: str | None) -> None:
+        store = self.s.store
+        if placeholder is not None:
+            for call in await store.sessions.open_tool_calls(self.session.id):
+                prompt = await store.prompts.for_tool_call(call.id)
+                if prompt is not None and prompt.status == "pending":
+                    for canceled in await store.prompts.cancel([prompt.id]):
+                        await self.s.prompts.close(canceled)
+                text = placeholder_text(placeholder)  # type: ignore[arg-type]
+                await store.sessions.set_tool_call(call.id, status="cancelled", result=text, note=text)
+        if end.stage == "FAILED" and end.reason == "error":
+            await self._mark_trailing_user_rows_failed()
+            await self.trace.error("turn", end.error)  # type: ignore[union-attr]
+        stage = "AWAITING_INPUT" if end.stage == "AWAITING_INPUT" else end.stage
+        if end.stage == "SUSPENDED":
+            stage = "RUNNING"  # continued by the next instance
+        await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
+        if end.message:
+            await self.s.outbox.send_text(self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to)
+        if apology is not None and self.session.interactive:
+            text = f"Sorry, I couldn't finish that: {_short(apology, 200)}. Please try again."
+            await self.s.outbox.send_text(self.thread, text, key=f"apology:{self.run_id}", reply_to=self.req.reply_to)
+
+    async def _mark_trailing_user_rows_failed(self) -> None:
+        history = await self.s.store.sessions.history(self.session.id, after_seq=self.req.turn_started_seq - 1)
+        trailing = []
+        for message in reversed(history):
+            if message.role != "user":
+                break
+            trailing.append(message.id)
+        await self.s.store.sessions.mark_failed(trailing)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,244 @@
+"""`gateway jobs list|show|add|enable|disable|remove|run-now|kill`.
+
+The command works on the database directly; a running gateway notices the change at its next
+housekeeping pass. `run-now` and `kill` only put messages into the inbox: the serving gateway
+runs the turn (or stops it) and delivers the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from typing import Any, TextIO
+
+from gateway.config import Config, SchedulerConfig
+from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
+from gateway.store import Store
+from gateway.store.schedules import JobRunRecord, ScheduleExists, ScheduleRecord
+from scheduler.definitions import DefinitionError, check_not_past, job_config, to_schedule
+from scheduler.jobs import Scheduler
+from scheduler.triggers import TriggerError, timetable, zone
+
+SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `jobs` to the top-level subparsers (from `parser.add_subparsers()`)."""
+    jobs = subparsers.add_parser("jobs", help="scheduled jobs: list, show, add, enable, disable, remove, run-now, kill")
+    actions = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    actions.add_parser("list", help="every job with its next firing and last outcome")
+    show = actions.add_parser("show", help="a job's definition and its recent firings")
+    show.add_argument("name")
+    show.add_argument("--limit", type=int, default=20, help="firings to list (default 20)")
+    _add_add_parser(actions)
+    for name, text in (
+        ("enable", "switch a job on"),
+        ("disable", "switch a job off (history is kept)"),
+        ("remove", "delete a job and its history"),
+        ("run-now", "fire a job now, outside its schedule"),
+        ("kill", "stop the job's running session"),
+    ):
+        actions.add_parser(name, help=text).add_argument("name")
+    return jobs
+
+
+def _add_add_parser(actions: Any) -> None:
+    add = actions.add_parser("add", help="create a job")
+    add.add_argument("name")
+    timing = add.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", help="5 fields, e.g. '0 9 * * 1-5'")
+    timing.add_argument("--every", help="an interval, e.g. 30m or 2h")
+    timing.add_argument("--at", help="an ISO time, e.g. 2025-06-01T09:00")
+    timing.add_argument("--in", dest="in_", metavar="DURATION", help="once, after this long, e.g. 20m")
+    timing.add_argument("--tick", metavar="INTERVAL", help="a tick every INTERVAL (quiet unless there is news)")
+    add.add_argument("--prompt", required=True, help="what the agent should do")
+    add.add_argument("--deliver-to", default="none", help="telegram:<chat>[:<topic>], slack:<channel>[:<ts>] or none")
+    add.add_argument("--timezone", help="IANA zone (default scheduler.timezone)")
+    add.add_argument("--max-rounds", type=int)
+    add.add_argument("--max-tokens", type=int)
+    add.add_argument("--timeout", help="stop a run after this long, e.g. 10m")
+    add.add_argument("--misfire", choices=("run_once", "skip"), default="run_once")
+    add.add_argument("--misfire-grace", help="how late a missed firing may still run, e.g. 1h")
+    add.add_argument("--no-notify-on-failure", action="store_true")
+    add.add_argument("--active-hours", help="ticks only: e.g. 08:00-22:00 in the job's zone")
+    add.add_argument("--quiet-sentinel", help="ticks only: the reply that means nothing to report")
+    add.add_argument("--disabled", action="store_true", help="create it switched off")
+
+
+async def _no_delivery(message: Outbound | Prompt) -> Delivered:
+    raise RuntimeError("the command line does not deliver; the serving gateway does")
+
+
+async def run_jobs_command(
+    args: argparse.Namespace,
+    store: Store,
+    config: Config | SchedulerConfig,
+    submit: Submit,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Run one `gateway jobs ...` command; returns the process exit code."""
+    section = config.scheduler if isinstance(config, Config) else config
+    cli = _JobsCli(store, section, submit, out or sys.stdout, err or sys.stderr, now or utcnow())
+    return await cli.run(args)
+
+
+class _JobsCli:
+    def __init__(self, store: Store, config: SchedulerConfig, submit: Submit, out: TextIO, err: TextIO, now: datetime):
+        self.config, self.out, self.err, self.now = config, out, err, now
+        self.scheduler = Scheduler(store, config, submit=submit, deliver=_no_delivery, now=lambda: now)
+        self.repo = self.scheduler.repo
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out)
+
+    def fail(self, text: str) -> int:
+        print(f"error: {text}", file=self.err)
+        return 1
+
+    async def run(self, args: argparse.Namespace) -> int:
+        report = await self.scheduler.sync_config_jobs()  # so config jobs exist before `serve` ran
+        for problem in report.errors:
+            print(f"warning: {problem}", file=self.err)
+        command = args.jobs_command
+        if command == "list":
+            return await self.list()
+        if command == "add":
+            return await self.add(args)
+        schedule = await self.repo.by_name(args.name)
+        if schedule is None:
+            return self.fail(f"no job named {args.name!r} (see `gateway jobs list`)")
+        handler = {
+            "show": lambda: self.show(schedule, args.limit),
+            "enable": lambda: self.switch(schedule, True),
+            "disable": lambda: self.switch(schedule, False),
+            "remove": lambda: self.remove(schedule),
+            "run-now": lambda: self.run_now(schedule),
+            "kill": lambda: self.kill(schedule),
+        }[command]
+        return await handler()
+
+    async def list(self) -> int:
+        schedules = await self.repo.list()
+        if not schedules:
+            self.say("no jobs (define them under scheduler.jobs in config.yml or with `gateway jobs add`)")
+            return 0
+        self.say(f"{'NAME':<20} {'KIND':<5} {'WHEN':<22} {'STATE':<9} {'NEXT':<26} {'LAST':<10} DELIVER TO")
+        for s in schedules:
+            last = await self.repo.recent_runs(s.id, limit=1)
+            state = "on" if s.enabled else "off"
+            self.say(
+                f"{s.name:<20} {s.kind:<5} {_when(s):<22} {state:<9} {self._next(s):<26} "
+                f"{(last[0].status if last else '-'):<10} {s.deliver_to}"
+            )
+        return 0
+
+    def _next(self, schedule: ScheduleRecord) -> str:
+        if not schedule.enabled:
+            return "-"
+        try:
+            table = timetable(schedule.kind, schedule.spec, schedule.timezone, anchor=schedule.updated_at, active_hours=schedule.active_hours)
+            fire = table.next_after(self.now)
+            return _local(fire, schedule.timezone) if fire else "-"
+        except TriggerError as exc:
+            return f"invalid: {exc}"
+
+    async def show(self, schedule: ScheduleRecord, limit: int) -> int:
+        s = schedule
+        state = "enabled" if s.enabled else f"disabled ({s.disabled_reason or 'by operator'})"
+        self.say(f"{s.name}: {s.kind} {_when(s)} [{s.timezone}], {state}, source {s.source}")
+        self.say(f"  next:        {self._next(s)}")
+        self.say(f"  deliver to:  {s.deliver_to}")
+        limits = [f"{n} {getattr(s, f)}" for f, n in (("max_rounds", "rounds"), ("max_tokens", "tokens"), ("timeout_s", "timeout s")) if getattr(s, f)]
+        grace = s.misfire_grace_s if s.misfire_grace_s is not None else int(self.config.misfire_grace)
+        self.say(f"  misfire:     {s.misfire} (grace {grace}s); limits: {', '.join(limits) or 'defaults'}")
+        if s.kind == "tick":
+            self.say(f"  active:      {s.active_hours or 'always'}; quiet sentinel {s.quiet_sentinel}")
+        self.say(f"  prompt:      {s.prompt}")
+        runs = await self.repo.recent_runs(s.id, limit=limit)
+        self.say("recent firings:" if runs else "no firings yet")
+        for run in runs:
+            self.say("  " + _run_line(run, s.timezone))
+        return 0
+
+    async def add(self, args: argparse.Namespace) -> int:
+        fields = {
+            "name": args.name, "cron": args.cron, "every": args.every or args.tick, "at": args.at, "in": args.in_,
+            "kind": "tick" if args.tick else None, "prompt": args.prompt, "deliver_to": args.deliver_to,
+            "timezone": args.timezone, "max_rounds": args.max_rounds, "max_tokens": args.max_tokens,
+            "timeout": args.timeout, "misfire": args.misfire, "misfire_grace": args.misfire_grace,
+            "notify_on_failure": not args.no_notify_on_failure, "enabled": not args.disabled,
+            "active_hours": args.active_hours, "quiet_sentinel": args.quiet_sentinel,
+        }
+        try:
+            new = to_schedule(job_config(fields), self.config, source="cli", now=self.now, created_by="cli")
+            check_not_past(new, self.now)
+            created = await self.repo.create(new, now=self.now)
+        except (DefinitionError, ScheduleExists) as exc:
+            return self.fail(str(exc))
+        self.say(f"added {created.name}: {created.kind} {_when(created)}; next {self._next(created)}")
+        return 0
+
+    async def switch(self, schedule: ScheduleRecord, enabled: bool) -> int:
+        changed = await self.repo.set_enabled(schedule.id, enabled, reason="disabled by operator", now=self.now)
+        word = "enabled" if enabled else "disabled"
+        self.say(f"{schedule.name} {word}" if changed else f"{schedule.name} was already {word}")
+        return 0
+
+    async def remove(self, schedule: ScheduleRecord) -> int:
+        await self.repo.remove(schedule.id)
+        note = " (it is in config.yml: it comes back at the next start unless removed there)" if schedule.source == "config" else ""
+        self.say(f"removed {schedule.name} and its history{note}")
+        return 0
+
+    async def run_now(self, schedule: ScheduleRecord) -> int:
+        run = await self.scheduler.fire(schedule.id, self.now, origin="manual")
+        if run is None:
+            return self.fail(f"{schedule.name} could not be fired")
+        if run.status == "skipped":
+            return self.fail(f"{schedule.name} is {run.error}; not started")
+        if run.status != "running":
+            return self.fail(f"{schedule.name}: {run.error}")
+        self.say(f"{schedule.name}: job run #{run.id} queued; the serving gateway runs it and delivers to {schedule.deliver_to}")
+        return 0
+
+    async def kill(self, schedule: ScheduleRecord) -> int:
+        runs = await self.scheduler.kill(schedule.name) or []
+        if not runs:
+            self.say(f"{schedule.name} is not running")
+            return 0
+        self.say(f"{schedule.name}: stop requested for job run(s) {', '.join(f'#{r.id}' for r in runs)}")
+        return 0
+
+
+def _when(schedule: ScheduleRecord) -> str:
+    if schedule.kind == "cron":
+        return schedule.spec
+    if schedule.kind == "at":
+        return _local(datetime.fromisoformat(schedule.spec), schedule.timezone)
+    hours = f" {schedule.active_hours}" if schedule.active_hours else ""
+    return f"every {schedule.spec}{hours}"
+
+
+def _local(moment: datetime, tz: str) -> str:
+    try:
+        return moment.astimezone(zone(tz)).strftime("%Y-%m-%d %H:%M %Z")
+    except TriggerError:
+        return moment.isoformat(timespec="minutes")
+
+
+def _run_line(run: JobRunRecord, tz: str) -> str:
+    took = ""
+    if run.started_at and run.finished_at:
+        took = f" {(run.finished_at - run.started_at).total_seconds():.0f}s"
+    extras = [f"#{run.id}", run.origin if run.origin != "schedule" else ""]
+    if run.tokens:
+        extras.append(f"{run.tokens} tokens")
+    if run.delivered:
+        extras.append(f"delivered {len(run.delivered)}")
+    if run.error:
+        extras.append(run.error)
+    return f"{_local(run.scheduled_for, tz):<22} {run.status:<9}{took:>6}  " + "  ".join(e for e in extras if e)

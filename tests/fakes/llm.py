@@ -1,0 +1,453 @@
+"""A scripted OpenAI-compatible Chat Completions server (aiohttp, 127.0.0.1, random port).
+
+    async with FakeLLM() as llm:
+        llm.tool_call("clock", {}, id="call_1")
+        llm.reply("It is noon.")
+        client = LLMClient(LLMConfig(base_url=llm.base_url))
+
+Each POST to `/v1/chat/completions` plays the next scripted item; with an empty script the
+`responder(request_json)` decides (default: reply "ok"), so long tests and benchmarks can run
+forever. Streams look like real servers: a `: ping` comment, content in small pieces, tool-call
+deltas split across chunks (id and name first, then argument fragments), a finish chunk, a usage
+chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
+Malformed conversations are rejected with 400 like strict providers (see `request_problem`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class FakeToolCall:
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A streamed answer: reasoning first, then text, then tool calls."""
+
+    text: str = ""
+    reasoning: str = ""
+    reasoning_field: str = "reasoning_content"  # llama.cpp; vLLM uses "reasoning"
+    tool_calls: tuple[FakeToolCall, ...] = ()
+    finish_reason: str | None = None  # default: tool_calls when there are calls, else stop
+    usage: dict[str, Any] | None = None  # replaces the computed usage object
+    model: str | None = None  # the model name reported in chunks (default: the requested one)
+
+
+@dataclass(frozen=True)
+class HttpError:
+    status: int
+    body: dict[str, Any] | str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Start streaming `text`, then send nothing until the client disconnects."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class MidStreamError:
+    """Stream `text`, then `data: {"error": ...}` and end (llama.cpp and vLLM style)."""
+
+    error: dict[str, Any]
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Stream `text` and end cleanly without a finish reason or [DONE]."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Send these SSE lines verbatim (each followed by a newline)."""
+
+    lines: tuple[str, ...]
+
+
+ScriptItem = Reply | HttpError | Stall | MidStreamError | Truncate | Raw
+Responder = Callable[[dict[str, Any]], ScriptItem]
+
+
+def default_responder(request: dict[str, Any]) -> ScriptItem:
+    return Reply("ok")
+
+
+class FakeLLM:
+    def __init__(
+        self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
+        chunk_chars: int = 8, pings: bool = True,
+    ) -> None:
+        self.responder = responder
+        self.delay = delay  # seconds before each chunk; 0 for benchmarks
+        self.api_key = api_key  # when set, requests need `Authorization: Bearer <api_key>`
+        self.chunk_chars = chunk_chars
+        self.pings = pings
+        self.requests: list[dict[str, Any]] = []  # parsed JSON bodies, in arrival order
+        self.headers: list[dict[str, str]] = []  # request headers, in arrival order
+        self.rejections: list[str] = []  # messages of the 400s sent for malformed requests
+        self.disconnects = 0  # stalled streams the client walked away from
+        self.disconnected = asyncio.Event()
+        self.stalled = asyncio.Event()  # a Stall item has sent its text and is waiting
+        self._script: deque[ScriptItem] = deque()
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing = False
+        self.base_url = ""
+
+    # --- lifecycle ---
+
+    async def __aenter__(self) -> FakeLLM:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._closing = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- scripting ---
+
+    @property
+    def pending(self) -> int:
+        return len(self._script)
+
+    def push(self, *items: ScriptItem) -> None:
+        self._script.extend(items)
+
+    def reply(self, text: str = "ok", **options: Any) -> None:
+        """Options: reasoning, reasoning_field, finish_reason, usage, model (see `Reply`)."""
+        self.push(Reply(text, **options))
+
+    def reasoning(self, thought: str, text: str = "", *, field: str = "reasoning_content") -> None:
+        self.push(Reply(text, reasoning=thought, reasoning_field=field))
+
+    def tool_call(self, name: str, arguments: dict[str, Any] | str, *, id: str = "", text: str = "", **options: Any) -> None:
+        self.push(Reply(text, tool_calls=(FakeToolCall(name, arguments, id),), **options))
+
+    def tool_calls(self, *calls: FakeToolCall | tuple[Any, ...], text: str = "", **options: Any) -> None:
+        """Several calls in one answer: `FakeToolCall`s or `(name, arguments[, id])` tuples."""
+        specs = tuple(c if isinstance(c, FakeToolCall) else FakeToolCall(*c) for c in calls)
+        self.push(Reply(text, tool_calls=specs, **options))
+
+    def error(
+        self, status: int, *, message: str | None = None, retry_after: float | None = None,
+        retry_after_in: str = "header", code: str | int | None = None,
+    ) -> None:
+        """An HTTP error in OpenAI's shape. `retry_after_in`: header | body | error."""
+        error: dict[str, Any] = {"message": message or f"fake error {status}", "type": _error_type(status), "code": code}
+        body: dict[str, Any] = {"error": error}
+        headers: dict[str, str] = {}
+        if retry_after is not None:
+            if retry_after_in == "header":
+                headers["Retry-After"] = _number(retry_after)
+            elif retry_after_in == "body":
+                body["retry_after"] = retry_after
+            else:
+                error["retry_after"] = retry_after
+        self.push(HttpError(status, body, headers))
+
+    def context_too_long(
+        self, dialect: str = "openai", *, prompt_tokens: int = 9000, n_ctx: int = 8192, mid_stream: bool = False,
+    ) -> None:
+        """The context-overflow error of `dialect` (openai | llamacpp | vllm); `mid_stream`
+        sends it as `data: {"error": ...}` after a 200, as llama.cpp can."""
+        body = context_error_body(dialect, prompt_tokens, n_ctx)
+        self.push(MidStreamError(body["error"]) if mid_stream else HttpError(400, body))
+
+    def stall(self, text: str = "") -> None:
+        self.push(Stall(text))
+
+    def mid_stream_error(self, text: str = "partial ", *, message: str = "model crashed", code: int = 500) -> None:
+        self.push(MidStreamError({"code": code, "message": message, "type": "server_error"}, text))
+
+    def truncate(self, text: str = "partial ") -> None:
+        self.push(Truncate(text))
+
+    def raw(self, *lines: str) -> None:
+        self.push(Raw(lines))
+
+    async def wait_disconnect(self, timeout: float = 5.0) -> None:
+        await asyncio.wait_for(self.disconnected.wait(), timeout)
+
+    # --- serving ---
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.headers.append(dict(request.headers))
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._reject("the request body is not valid JSON")
+        self.requests.append(body)
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+            return web.json_response({"error": error}, status=401)
+        if problem := request_problem(body):
+            return self._reject(problem)
+        item = self._script.popleft() if self._script else self.responder(body)
+        return await self._play(request, body, item)
+
+    def _reject(self, problem: str) -> web.Response:
+        self.rejections.append(problem)
+        error = {"message": problem, "type": "invalid_request_error", "param": "messages", "code": None}
+        return web.json_response({"error": error}, status=400)
+
+    async def _play(self, request: web.Request, body: dict[str, Any], item: ScriptItem) -> web.StreamResponse:
+        if isinstance(item, HttpError):
+            payload = item.body if isinstance(item.body, dict) else {"error": item.body}
+            return web.json_response(payload, status=item.status, headers=item.headers)
+        stream = _Stream(self, await self._open(request), body, getattr(item, "model", None))
+        if isinstance(item, Raw):
+            for line in item.lines:
+                await stream.write_line(line)
+            return stream.response
+        await stream.role()
+        if isinstance(item, Reply):
+            await stream.reply(item)
+        elif isinstance(item, Stall):
+            await stream.text(item.text)
+            await self._stall(request)
+        elif isinstance(item, MidStreamError):
+            await stream.text(item.text)
+            await stream.send({"error": item.error})
+        elif isinstance(item, Truncate):
+            await stream.text(item.text)
+        return stream.response
+
+    async def _open(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        if self.pings:
+            await response.write(b": ping\n\n")
+        return response
+
+    async def _stall(self, request: web.Request) -> None:
+        """Wait for the client to go away, polling the connection (no bytes are sent)."""
+        self.stalled.set()
+        while not self._closing:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                self.disconnects += 1
+                self.disconnected.set()
+                return
+            await asyncio.sleep(0.005)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+class _Stream:
+    """Writes chat.completion.chunk frames for one response."""
+
+    def __init__(self, fake: FakeLLM, response: web.StreamResponse, body: dict[str, Any], model: str | None) -> None:
+        self.fake = fake
+        self.response = response
+        self.body = body
+        self.model = model or str(body.get("model", ""))
+        self.id = f"chatcmpl-fake-{fake.next_id()}"
+        self.with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    async def write_line(self, line: str) -> None:
+        await self.response.write(line.encode() + b"\n")
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        if self.fake.delay:
+            await asyncio.sleep(self.fake.delay)
+        await self.response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+    async def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> None:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        await self.send(self._frame([choice]))
+
+    def _frame(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        frame: dict[str, Any] = {
+            "id": self.id, "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": self.model, "choices": choices,
+        }
+        if self.with_usage:
+            frame["usage"] = usage  # null on every chunk but the last, as OpenAI does
+        return frame
+
+    async def role(self) -> None:
+        await self.chunk({"role": "assistant", "content": ""})
+
+    async def text(self, text: str, key: str = "content") -> None:
+        for piece in self._pieces(text):
+            await self.chunk({key: piece})
+
+    async def reply(self, reply: Reply) -> None:
+        await self.text(reply.reasoning, key=reply.reasoning_field)
+        await self.text(reply.text)
+        for index, call in enumerate(reply.tool_calls):
+            await self._tool_call(index, call)
+        reason = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        await self.chunk({}, reason)
+        if self.with_usage:
+            await self.send(self._frame([], reply.usage or self._usage(reply)))
+        await self.write_line("data: [DONE]\n")
+
+    async def _tool_call(self, index: int, call: FakeToolCall) -> None:
+        call_id = call.id or f"call_{self.fake.next_id()}"
+        head = {"index": index, "id": call_id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        await self.chunk({"tool_calls": [head]})
+        arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+        for piece in self._pieces(arguments):
+            await self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+
+    def _pieces(self, text: str) -> list[str]:
+        size = max(1, self.fake.chunk_chars)
+        return [text[i : i + size] for i in range(0, len(text), size)]
+
+    def _usage(self, reply: Reply) -> dict[str, Any]:
+        """Rough token counts (4 characters a token) shaped like OpenAI's usage object."""
+        prompt = len(json.dumps(self.body.get("messages", []))) // 4 + 1
+        arguments = sum(len(json.dumps(c.arguments)) for c in reply.tool_calls)
+        reasoning = len(reply.reasoning) // 4
+        completion = (len(reply.text) + arguments) // 4 + reasoning + 1
+        return {
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
+        }
+
+
+# --- request validation: what strict providers answer with 400 ---
+
+
+def request_problem(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    if not body.get("model"):
+        return "model: required"
+    if body.get("stream") is not True:
+        return "stream: this server only streams; set stream: true"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: must be a non-empty array"
+    return tools_problem(body.get("tools")) or conversation_problem(messages)
+
+
+def tools_problem(tools: Any) -> str | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        return "tools: must be an array"
+    names = [(t.get("function") or {}).get("name") if isinstance(t, dict) else None for t in tools]
+    if None in names:
+        return "tools: every tool needs function.name"
+    duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
+    if duplicates:
+        return f"tools: duplicate function name(s): {', '.join(duplicates)}"
+    return None
+
+
+def conversation_problem(messages: list[Any]) -> str | None:
+    """Every assistant tool call answered by exactly one tool message before the next
+    user/assistant/system message; no tool message without its call; no reasoning sent back."""
+    open_calls: list[str] = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ROLES:
+            return f"{where}: unknown role {role!r}"
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_calls:
+                return f"{where}: tool message with tool_call_id {call_id!r} has no preceding assistant tool call"
+            open_calls.remove(call_id)
+            continue
+        if open_calls:
+            return f"{where}: assistant tool call(s) {', '.join(open_calls)} have no tool result before this {role} message"
+        if role == "assistant":
+            problem = _assistant_problem(where, message)
+            if problem:
+                return problem
+            open_calls = [call["id"] for call in message.get("tool_calls") or []]
+    if open_calls:
+        return f"messages: assistant tool call(s) {', '.join(open_calls)} have no tool result"
+    return None
+
+
+def _assistant_problem(where: str, message: dict[str, Any]) -> str | None:
+    for key in REASONING_FIELDS:
+        if key in message:
+            return f"{where}: assistant field {key!r} must not be sent back"
+    for j, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not call.get("id") or not function.get("name"):
+            return f"{where}.tool_calls[{j}]: id and function.name are required"
+        if not isinstance(arguments := function.get("arguments"), str):
+            return f"{where}.tool_calls[{j}]: function.arguments must be a JSON string"
+        try:
+            json.loads(arguments)
+        except ValueError:
+            return f"{where}.tool_calls[{j}]: function.arguments is not valid JSON"
+    return None
+
+
+# --- error bodies ---
+
+
+def context_error_body(dialect: str, prompt_tokens: int, n_ctx: int) -> dict[str, Any]:
+    if dialect == "openai":
+        message = (
+            f"This model's maximum context length is {n_ctx} tokens. However, your messages resulted in "
+            f"{prompt_tokens} tokens. Please reduce the length of the messages."
+        )
+        return {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                          "code": "context_length_exceeded"}}
+    if dialect == "llamacpp":
+        message = (
+            f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+            "try increasing it"
+        )
+        return {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
+                          "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}
+    if dialect == "vllm":
+        message = (
+            f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+            f"{prompt_tokens + 1000} tokens ({prompt_tokens} in the messages, 1000 in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+        return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+    raise ValueError(f"unknown context dialect {dialect!r}: expected openai, llamacpp or vllm")
+
+
+def _error_type(status: int) -> str:
+    if status in (401, 403):
+        return "invalid_request_error"
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

@@ -1,0 +1,463 @@
+"""A fake Telegram Bot API: a real aiohttp server on 127.0.0.1 that PTB talks to.
+
+    async with FakeTelegram() as fake:
+        bot = ExtBot(fake.token, base_url=fake.base_url)   # f"{fake.url}/bot"
+        fake.private_message(42, "hello")                  # queue an update
+        ...
+        fake.calls_to("sendMessage")                       # what the bot sent
+
+Requests may be form-encoded (what PTB sends, with objects JSON-encoded in fields),
+multipart (uploads) or JSON. getUpdates long-polls and confirms by offset like Telegram;
+a second concurrent getUpdates terminates the first with 409, and getUpdates while a
+webhook is set answers 409. `fail_next(method, kind)` injects one failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+BOT_ID = 7000001
+BOT_USERNAME = "test_bot"
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
+)
+Fault = Literal["429", "parse", "409", "500", "not_modified"]
+_OBJECT_FIELDS = {
+    "entities", "caption_entities", "reply_markup", "reply_parameters", "allowed_updates",
+    "link_preview_options",
+}
+
+
+@dataclass
+class Call:
+    method: str
+    params: dict[str, Any]
+    at: float  # time.monotonic() when the request arrived
+
+
+@dataclass
+class StoredMessage:
+    message_id: int
+    chat_id: int
+    text: str = ""
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    reply_markup: dict[str, Any] | None = None
+    thread_id: int | None = None
+    document: dict[str, Any] | None = None
+    caption: str = ""
+    reply_to: int | None = None
+    from_bot: bool = True
+
+    @property
+    def buttons(self) -> list[list[dict[str, Any]]]:
+        return (self.reply_markup or {}).get("inline_keyboard", [])
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _auto_entities(text: str) -> list[dict[str, Any]]:
+    """Mentions and commands, as the real server detects them (UTF-16 offsets)."""
+    found = []
+    for match in re.finditer(r"(?<!\w)@\w{3,}|^/\w+(?:@\w+)?", text):
+        kind = "mention" if match.group().startswith("@") else "bot_command"
+        offset = utf16_len(text[: match.start()])
+        found.append({"type": kind, "offset": offset, "length": utf16_len(match.group())})
+    return found
+
+
+class FakeTelegram:
+    def __init__(self, token: str = "123456:TEST-token") -> None:
+        self.token = token
+        self.calls: list[Call] = []
+        self.messages: dict[int, dict[int, StoredMessage]] = {}
+        self.drafts: dict[int, list[str]] = {}
+        self.chat_types: dict[int, str] = {}
+        self.webhook: dict[str, Any] = {}
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(1000)
+        self._message_ids: dict[int, itertools.count[int]] = {}
+        self._faults: dict[str, list[tuple[Fault, int]]] = {}
+        self._new_update = asyncio.Event()
+        self._poll_generation = 0
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def __aenter__(self) -> "FakeTelegram":
+        app = web.Application(client_max_size=20 * 1024 * 1024)
+        app.router.add_route("POST", "/bot{token}/{method}", self._handle)
+        app.router.add_route("GET", "/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._poll_generation += 1
+        self._new_update.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/bot"
+
+    # --- scripting ---------------------------------------------------------------
+
+    def fail_next(self, method: str, kind: Fault, retry_after: int = 1) -> None:
+        """The next call to `method` fails: 429 (retry_after), 400 parse error, 409, 500."""
+        self._faults.setdefault(method, []).append((kind, retry_after))
+
+    def calls_to(self, method: str) -> list[Call]:
+        return [c for c in self.calls if c.method == method]
+
+    def chat(self, chat_id: int) -> list[StoredMessage]:
+        return sorted(self.messages.get(chat_id, {}).values(), key=lambda m: m.message_id)
+
+    def bot_messages(self, chat_id: int) -> list[StoredMessage]:
+        return [m for m in self.chat(chat_id) if m.from_bot]
+
+    def enqueue(self, update: dict[str, Any]) -> dict[str, Any]:
+        self._updates.append(update)
+        self._new_update.set()
+        return update
+
+    @property
+    def pending_updates(self) -> list[dict[str, Any]]:
+        return list(self._updates)
+
+    def message_update(
+        self,
+        chat_id: int,
+        text: str = "",
+        *,
+        user_id: int = 42,
+        first_name: str = "Ann",
+        username: str = "ann",
+        chat_type: str = "private",
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+        entities: list[dict[str, Any]] | None = None,
+        photo: bool = False,
+        document: dict[str, Any] | None = None,
+        is_bot: bool = False,
+        kind: str = "message",
+    ) -> dict[str, Any]:
+        """An update as Telegram would deliver it (not queued: see `enqueue`)."""
+        self.chat_types[chat_id] = chat_type
+        message_id = self._next_message_id(chat_id)
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": self._chat_json(chat_id),
+            "from": {"id": user_id, "is_bot": is_bot, "first_name": first_name, "username": username},
+        }
+        key, entity_key = ("caption", "caption_entities") if photo or document else ("text", "entities")
+        if text:
+            message[key] = text
+            message[entity_key] = _auto_entities(text) if entities is None else entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = self._message_json(self.messages[chat_id][reply_to])
+        if photo:
+            message["photo"] = [
+                {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 900},
+                {"file_id": "large", "file_unique_id": "l", "width": 900, "height": 900, "file_size": 90_000},
+            ]
+        if document:
+            message["document"] = {"file_unique_id": "d", **document}
+        self.messages.setdefault(chat_id, {})[message_id] = StoredMessage(
+            message_id, chat_id, text, thread_id=thread_id, from_bot=False
+        )
+        return {"update_id": next(self._update_ids), kind: message}
+
+    def private_message(self, chat_id: int, text: str, **kw: Any) -> dict[str, Any]:
+        return self.enqueue(self.message_update(chat_id, text, user_id=kw.pop("user_id", chat_id), **kw))
+
+    def group_message(self, chat_id: int, text: str, **kw: Any) -> dict[str, Any]:
+        return self.enqueue(self.message_update(chat_id, text, chat_type="supergroup", **kw))
+
+    def topic_message(self, chat_id: int, thread_id: int, text: str, **kw: Any) -> dict[str, Any]:
+        return self.enqueue(
+            self.message_update(chat_id, text, chat_type="supergroup", thread_id=thread_id, **kw)
+        )
+
+    def callback_update(
+        self, chat_id: int, message_id: int, data: str, *, user_id: int = 42, first_name: str = "Ann",
+        username: str = "ann",
+    ) -> dict[str, Any]:
+        stored = self.messages[chat_id][message_id]
+        query = {
+            "id": f"cq{next(self._update_ids)}",
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "username": username},
+            "chat_instance": f"ci{chat_id}",
+            "message": self._message_json(stored),
+            "data": data,
+        }
+        return {"update_id": next(self._update_ids), "callback_query": query}
+
+    def press(self, chat_id: int, message_id: int, data: str, **kw: Any) -> dict[str, Any]:
+        return self.enqueue(self.callback_update(chat_id, message_id, data, **kw))
+
+    # --- HTTP ----------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return self._error(401, "Unauthorized")
+        method = request.match_info["method"]
+        try:
+            params = await self._params(request)
+        except ValueError as exc:
+            return self._error(400, f"Bad Request: {exc}")
+        except ConnectionResetError:  # the client gave up (a cancelled long poll)
+            return web.Response(status=499)
+        self.calls.append(Call(method, params, time.monotonic()))
+        if fault := self._take_fault(method):
+            return fault
+        handler = getattr(self, f"_api_{method}", None)
+        if handler is None:
+            return self._error(404, "Not Found")
+        try:
+            result = await handler(params)
+        except _ApiError as exc:
+            return self._error(exc.status, exc.description)
+        return web.json_response({"ok": True, "result": result})
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type == "application/json":
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the JSON body must be an object")
+            return body
+        form = await request.post()
+        params: dict[str, Any] = {}
+        for key, value in form.items():
+            if isinstance(value, web.FileField):
+                params[key] = {"filename": value.filename, "content": value.file.read()}
+            elif key in _OBJECT_FIELDS:
+                params[key] = json.loads(value)
+            else:
+                params[key] = value
+        return params
+
+    def _take_fault(self, method: str) -> web.Response | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        kind, retry_after = queue.pop(0)
+        if kind == "429":
+            return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
+        if kind == "parse":
+            return self._error(400, "Bad Request: can't parse entities: unsupported start tag at byte offset 0")
+        if kind == "409":
+            return self._error(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+        if kind == "not_modified":
+            return self._error(400, NOT_MODIFIED)
+        return self._error(500, "Internal Server Error")
+
+    @staticmethod
+    def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:
+        body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+        if retry_after is not None:
+            body["parameters"] = {"retry_after": retry_after}
+        return web.json_response(body, status=status)
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _next_message_id(self, chat_id: int) -> int:
+        return next(self._message_ids.setdefault(chat_id, itertools.count(1)))
+
+    def _chat_json(self, chat_id: int) -> dict[str, Any]:
+        kind = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")
+        chat: dict[str, Any] = {"id": chat_id, "type": kind}
+        if kind == "private":
+            chat["first_name"] = "Ann"
+        else:
+            chat["title"] = f"Group {chat_id}"
+            chat["is_forum"] = True
+        return chat
+
+    def _message_json(self, stored: StoredMessage) -> dict[str, Any]:
+        sender = (
+            {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": BOT_USERNAME}
+            if stored.from_bot
+            else {"id": 42, "is_bot": False, "first_name": "Ann"}
+        )
+        message: dict[str, Any] = {
+            "message_id": stored.message_id,
+            "date": int(time.time()),
+            "chat": self._chat_json(stored.chat_id),
+            "from": sender,
+        }
+        if stored.text:
+            message["text"] = stored.text
+            if stored.entities:
+                message["entities"] = stored.entities
+        if stored.reply_markup:
+            message["reply_markup"] = stored.reply_markup
+        if stored.thread_id is not None:
+            message["message_thread_id"] = stored.thread_id
+            message["is_topic_message"] = True
+        if stored.document:
+            message["document"] = stored.document
+            if stored.caption:
+                message["caption"] = stored.caption
+        return message
+
+    def _stored(self, params: dict[str, Any]) -> StoredMessage:
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        stored = self.messages.get(chat_id, {}).get(message_id)
+        if stored is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        return stored
+
+    def _new_message(self, params: dict[str, Any], **fields: Any) -> StoredMessage:
+        chat_id = int(params["chat_id"])
+        if chat_id == 404:
+            raise _ApiError(400, "Bad Request: chat not found")
+        thread = params.get("message_thread_id")
+        reply = (params.get("reply_parameters") or {}).get("message_id")
+        stored = StoredMessage(
+            self._next_message_id(chat_id), chat_id,
+            thread_id=int(thread) if thread is not None else None, reply_to=reply, **fields,
+        )
+        self.messages.setdefault(chat_id, {})[stored.message_id] = stored
+        return stored
+
+    # --- methods -------------------------------------------------------------------
+
+    async def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": BOT_USERNAME,
+                "can_join_groups": True, "can_read_all_group_messages": False,
+                "supports_inline_queries": False}
+
+    async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.webhook.get("url"):
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first")
+        offset = int(params.get("offset") or 0)
+        if offset:
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        self._poll_generation += 1
+        self._new_update.set()  # wakes an earlier poller, which then answers 409
+        generation = self._poll_generation
+        deadline = time.monotonic() + float(params.get("timeout") or 0)
+        while not self._updates and time.monotonic() < deadline:
+            self._new_update.clear()
+            try:
+                await asyncio.wait_for(self._new_update.wait(), deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                break
+            if generation != self._poll_generation:
+                raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+        limit = int(params.get("limit") or 100)
+        return self._updates[:limit]
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        text, entities = self._checked_text(params)
+        stored = self._new_message(params, text=text, entities=entities,
+                                   reply_markup=params.get("reply_markup"))
+        return self._message_json(stored)
+
+    async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        stored = self._stored(params)
+        text, entities = self._checked_text(params)
+        markup = params.get("reply_markup")
+        if (text, entities, markup) == (stored.text, stored.entities, stored.reply_markup):
+            raise _ApiError(400, NOT_MODIFIED)
+        stored.text, stored.entities, stored.reply_markup = text, entities, markup
+        return self._message_json(stored)
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        stored = self._stored(params)
+        markup = params.get("reply_markup") or None
+        if markup == stored.reply_markup:
+            raise _ApiError(400, NOT_MODIFIED)
+        stored.reply_markup = markup
+        return self._message_json(stored)
+
+    async def _api_deleteMessage(self, params: dict[str, Any]) -> bool:
+        stored = self._stored(params)
+        del self.messages[stored.chat_id][stored.message_id]
+        return True
+
+    async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> bool:
+        return True
+
+    async def _api_sendChatAction(self, params: dict[str, Any]) -> bool:
+        return True
+
+    async def _api_sendMessageDraft(self, params: dict[str, Any]) -> bool:
+        chat_id = int(params["chat_id"])
+        if chat_id < 0:
+            raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        if not int(params.get("draft_id") or 0):
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        text = params.get("text") or ""
+        if text:
+            self._checked_text(params)
+        self.drafts.setdefault(chat_id, []).append(text)
+        return True
+
+    async def _api_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
+        upload = params.get("document")
+        if not isinstance(upload, dict):
+            raise _ApiError(400, "Bad Request: there is no document in the request")
+        document = {"file_id": f"doc{len(self.calls)}", "file_unique_id": "u",
+                    "file_name": upload["filename"], "file_size": len(upload["content"]),
+                    "content": upload["content"]}
+        stored = self._new_message(params, document=document, caption=params.get("caption") or "")
+        shown = {k: v for k, v in document.items() if k != "content"}
+        return {**self._message_json(stored), "document": shown}
+
+    async def _api_setWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = {"url": params.get("url", ""), "secret_token": params.get("secret_token", ""),
+                        "allowed_updates": params.get("allowed_updates")}
+        return True
+
+    async def _api_deleteWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = {}
+        if str(params.get("drop_pending_updates", "")).lower() == "true":
+            self._updates.clear()
+        return True
+
+    async def _api_getWebhookInfo(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": self.webhook.get("url", ""), "has_custom_certificate": False,
+                "pending_update_count": len(self._updates)}
+
+    def _checked_text(self, params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        text = str(params.get("text") or "")
+        if not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        size = utf16_len(text)
+        if size > 4096:
+            raise _ApiError(400, "Bad Request: message is too long")
+        entities = params.get("entities") or []
+        for entity in entities:
+            if entity["offset"] < 0 or entity["length"] <= 0 or entity["offset"] + entity["length"] > size:
+                raise _ApiError(400, "Bad Request: can't parse entities: entity beyond the end of the text")
+        return text, entities
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+

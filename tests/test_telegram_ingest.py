@@ -1,0 +1,306 @@
+"""Telegram ingest: updates -> events, polling offsets, webhook, callbacks, access."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from channels.telegram import TelegramChannel
+from fakes.telegram import BOT_ID, FakeTelegram
+from fakes.telegram_core import RecordingCore
+from gateway.config import TelegramConfig
+from gateway.events import ButtonPress, ChannelError, InboundMessage, ThreadKey
+
+SECRET = "s3cret-token_value"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+def core() -> RecordingCore:
+    return RecordingCore()
+
+
+@pytest.fixture
+async def make(fake: FakeTelegram, core: RecordingCore) -> AsyncIterator[Callable[..., Any]]:
+    channels: list[TelegramChannel] = []
+
+    async def build(**settings: Any) -> TelegramChannel:
+        config = TelegramConfig(token=fake.token, api_base_url=fake.base_url, poll_timeout_s=1, **settings)
+        channel = TelegramChannel(config, core)
+        channel.poll_backoff_s = 0.05
+        await channel.start(core.submit)
+        channels.append(channel)
+        return channel
+
+    yield build
+    for channel in channels:
+        await channel.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async def wait() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), timeout)
+
+
+async def poll_until(channel: TelegramChannel, condition: Callable[[], bool]) -> None:
+    task = asyncio.create_task(channel.poll_forever())
+    try:
+        await until(condition)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def ingest(channel: TelegramChannel, core: RecordingCore, fake: FakeTelegram) -> list[Any]:
+    """Poll until every queued update has been submitted (the batch may be all filtered)."""
+    last = fake.pending_updates[-1]["update_id"]
+    await poll_until(channel, lambda: core.cursors.get("telegram:offset") == str(last + 1))
+    return core.events
+
+
+# --- messages -> events ---------------------------------------------------------------
+
+
+async def test_private_message_becomes_an_event(make, fake, core) -> None:
+    channel = await make()
+    update = fake.private_message(42, "hello **there**", first_name="Ann", username="ann")
+    (event,) = await ingest(channel, core, fake)
+    assert isinstance(event, InboundMessage)
+    assert event.thread == ThreadKey("telegram", "42", "")
+    assert event.text == "hello **there**"
+    assert event.event_id == f"tg:{BOT_ID}:{update['update_id']}"
+    assert event.message_id == str(update["message"]["message_id"])
+    assert (event.sender.id, event.sender.name, event.sender.username) == ("42", "Ann", "ann")
+
+
+async def test_group_messages_pass_only_when_addressed_to_the_bot(make, fake, core) -> None:
+    channel = await make()
+    bot_message = (await channel.bot.send_message(-100, "I am the bot")).message_id
+    fake.group_message(-100, "just chatting")
+    fake.group_message(-100, "@test_bot, what time is it?")
+    fake.group_message(-100, "thanks", reply_to=bot_message)
+    fake.group_message(-100, "/status@test_bot now")
+    fake.group_message(-100, "/status@other_bot")
+    fake.group_message(-100, "/help")
+    fake.group_message(-100, "ask @someone_else")
+    texts = [e.text for e in await ingest(channel, core, fake)]
+    assert texts == ["what time is it?", "thanks", "/status now", "/help"]
+
+
+async def test_group_trigger_all_passes_everything_but_other_bots_commands(make, fake, core) -> None:
+    channel = await make(group_trigger="all")
+    fake.group_message(-100, "just chatting")
+    fake.group_message(-100, "/status@other_bot")
+    assert [e.text for e in await ingest(channel, core, fake)] == ["just chatting"]
+
+
+async def test_forum_topics_are_separate_threads(make, fake, core) -> None:
+    channel = await make(group_trigger="all")
+    fake.topic_message(-100, 11, "in topic eleven")
+    fake.topic_message(-100, 12, "in topic twelve")
+    fake.group_message(-100, "in general")
+    threads = [e.thread for e in await ingest(channel, core, fake)]
+    assert threads == [ThreadKey("telegram", "-100", "11"), ThreadKey("telegram", "-100", "12"),
+                       ThreadKey("telegram", "-100", "")]
+
+
+async def test_attachments_become_metadata_and_a_note(make, fake, core) -> None:
+    channel = await make()
+    fake.enqueue(fake.message_update(42, "look at this", user_id=42, photo=True))
+    fake.enqueue(fake.message_update(42, "", user_id=42, document={
+        "file_id": "doc-1", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}))
+    photo, document = await ingest(channel, core, fake)
+    assert photo.text == "look at this\n[photo attached]"
+    assert (photo.attachments[0].kind, photo.attachments[0].file_id, photo.attachments[0].size) == ("photo", "large", 90_000)
+    assert document.text == "[document attached: report.pdf]"
+    assert document.attachments[0].name == "report.pdf" and document.attachments[0].mime == "application/pdf"
+
+
+async def test_bots_and_edits_are_ignored_unless_edits_are_enabled(make, fake, core) -> None:
+    channel = await make()
+    fake.enqueue(fake.message_update(42, "from a bot", user_id=99, is_bot=True))
+    fake.enqueue(fake.message_update(42, "fixed typo", user_id=42, kind="edited_message"))
+    assert await ingest(channel, core, fake) == []
+    assert core.batches[-1][0] == []  # the batch was still submitted: its offset is stored
+
+    edits = await make(process_edited=True)
+    fake.enqueue(fake.message_update(42, "fixed again", user_id=42, kind="edited_message"))
+    (event,) = await ingest(edits, core, fake)
+    assert event.text == "(edited) fixed again"
+
+
+# --- polling: offsets and failures ------------------------------------------------------
+
+
+async def test_offset_is_committed_before_it_is_confirmed(make, fake, core) -> None:
+    channel = await make()
+    first = fake.private_message(42, "one")
+    fake.private_message(42, "two")
+    polls_at_submit: list[int] = []
+    core.on_submit = lambda events, cursor: polls_at_submit.append(len(fake.calls_to("getUpdates")))
+    await ingest(channel, core, fake)
+    next_offset = first["update_id"] + 2
+    assert core.batches[0][1] == ("telegram:offset", str(next_offset))
+    polls = fake.calls_to("getUpdates")
+    confirming = next(n for n, c in enumerate(polls) if c.params.get("offset") == str(next_offset))
+    assert confirming >= polls_at_submit[0]  # the confirming poll was sent after submit returned
+    assert "offset" not in polls[0].params
+
+
+async def test_a_failed_submit_rereads_the_same_updates(make, fake, core) -> None:
+    channel = await make()
+    fake.private_message(42, "one")
+    fake.private_message(42, "two")
+    core.fail_submits = 1
+    events = await ingest(channel, core, fake)
+    assert [e.text for e in events] == ["one", "two"]
+    assert len(core.batches) == 1  # the failed attempt stored nothing; the retry stored all
+    assert all("offset" not in c.params for c in fake.calls_to("getUpdates")[:2])
+
+
+async def test_polling_resumes_from_the_stored_offset(make, fake, core) -> None:
+    channel = await make()
+    old = fake.private_message(42, "already stored")
+    core.cursors["telegram:offset"] = str(old["update_id"] + 1)
+    fake.private_message(42, "new")
+    assert [e.text for e in await ingest(channel, core, fake)] == ["new"]
+    assert fake.calls_to("getUpdates")[0].params["offset"] == str(old["update_id"] + 1)
+
+
+async def test_conflict_is_reported_and_polling_recovers(make, fake, core, caplog) -> None:
+    channel = await make()
+    fake.fail_next("getUpdates", "409")
+    fake.private_message(42, "after the conflict")
+    with caplog.at_level(logging.ERROR, logger="channels.telegram"):
+        assert [e.text for e in await ingest(channel, core, fake)] == ["after the conflict"]
+    assert any("409 Conflict" in r.getMessage() for r in caplog.records)
+
+
+# --- callbacks --------------------------------------------------------------------------
+
+
+async def test_button_press_is_submitted_then_answered(make, fake, core) -> None:
+    channel = await make()
+    prompt = await channel.bot.send_message(-100, "Approve?")
+    core.answers["tok-1"] = ("This prompt was already decided.", True)
+    update = fake.press(-100, prompt.message_id, "tok-1", user_id=7, first_name="Bob")
+    (event,) = await ingest(channel, core, fake)
+    assert isinstance(event, ButtonPress)
+    assert (event.token, event.message_id, event.sender.id) == ("tok-1", str(prompt.message_id), "7")
+    assert event.thread == ThreadKey("telegram", "-100", "")
+    (answer,) = fake.calls_to("answerCallbackQuery")
+    assert answer.params["callback_query_id"] == update["callback_query"]["id"]
+    assert answer.params["text"] == "This prompt was already decided."
+    assert answer.params["show_alert"] == "true"
+
+
+# --- access -----------------------------------------------------------------------------
+
+
+async def test_strangers_are_refused_once_a_day_in_private_and_ignored_in_groups(make, fake, core) -> None:
+    channel = await make(allowed_users=["1", "@boss"])
+    fake.private_message(555, "hi", user_id=555, username="stranger")
+    fake.private_message(555, "hello??", user_id=555, username="stranger")
+    fake.group_message(-100, "@test_bot hi", user_id=555, username="stranger")
+    fake.private_message(77, "it's me", user_id=77, username="Boss")
+    events = await ingest(channel, core, fake)
+    assert [e.text for e in events] == ["it's me"]
+    refusals = fake.bot_messages(555)
+    assert len(refusals) == 1 and "555" in refusals[0].text
+    assert fake.bot_messages(-100) == []
+
+
+async def test_strangers_buttons_get_an_alert_and_nothing_is_submitted(make, fake, core) -> None:
+    channel = await make(allowed_chats=["-100"])
+    prompt = await channel.bot.send_message(-200, "Approve?")
+    fake.press(-200, prompt.message_id, "tok", user_id=555)
+    assert await ingest(channel, core, fake) == []
+    (answer,) = fake.calls_to("answerCallbackQuery")
+    assert answer.params["show_alert"] == "true" and "not allowed" in answer.params["text"]
+
+
+# --- webhook ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def webhook(make) -> AsyncIterator[tuple[TelegramChannel, str]]:
+    channel = await make(mode="webhook", webhook_secret=SECRET, webhook_url="https://gw.example/telegram/webhook")
+    app = web.Application()
+    for method, path, handler in channel.routes():
+        app.router.add_route(method, path, handler)
+    async with TestServer(app, host="127.0.0.1") as server:
+        yield channel, str(server.make_url("/telegram/webhook"))
+
+
+async def post(url: str, body: bytes | str, secret: str | None) -> int:
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+    async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
+        return response.status
+
+
+async def test_webhook_mode_registers_the_secret_and_update_types(webhook, fake) -> None:
+    (call,) = fake.calls_to("setWebhook")
+    assert call.params["secret_token"] == SECRET
+    assert call.params["url"] == "https://gw.example/telegram/webhook"
+    assert set(call.params["allowed_updates"]) == {"message", "edited_message", "callback_query", "my_chat_member"}
+
+
+async def test_webhook_rejects_bad_secrets_and_bodies(webhook, fake, core) -> None:
+    _, url = webhook
+    update = json.dumps(fake.message_update(42, "hi", user_id=42))
+    assert await post(url, update, None) == 401
+    assert await post(url, update, "wrong") == 401
+    assert await post(url, "{not json", SECRET) == 400
+    assert await post(url, json.dumps({"hello": "world"}), SECRET) == 400
+    assert core.events == []
+
+
+async def test_webhook_answers_200_only_after_submit(webhook, fake, core) -> None:
+    _, url = webhook
+    update = fake.message_update(42, "hi", user_id=42)
+    core.fail_submits = 1
+    assert await post(url, json.dumps(update), SECRET) == 500  # Telegram will deliver it again
+    assert await post(url, json.dumps(update), SECRET) == 200
+    assert [e.text for e in core.events] == ["hi"]
+    assert core.batches[0][1] is None  # no polling offset in webhook mode
+
+
+async def test_the_same_update_delivered_twice_keeps_its_event_id(webhook, fake, core) -> None:
+    _, url = webhook
+    update = fake.message_update(42, "once", user_id=42)
+    assert await post(url, json.dumps(update), SECRET) == 200
+    assert await post(url, json.dumps(update), SECRET) == 200
+    first, second = core.events
+    assert first.event_id == second.event_id == f"tg:{BOT_ID}:{update['update_id']}"
+
+
+async def test_webhook_mode_refuses_to_start_without_a_secret(fake, core) -> None:
+    config = TelegramConfig(token=fake.token, api_base_url=fake.base_url, mode="webhook",
+                            webhook_url="https://gw.example/telegram/webhook")
+    with pytest.raises(ChannelError, match="webhook_secret"):
+        await TelegramChannel(config, core).start(core.submit)
+    assert fake.calls_to("setWebhook") == []
+
+
+async def test_a_rejected_token_is_a_clear_error(fake, core) -> None:
+    config = TelegramConfig(token="999:wrong", api_base_url=fake.base_url)
+    with pytest.raises(ChannelError, match="token was rejected") as caught:
+        await TelegramChannel(config, core).start(core.submit)
+    assert "999:wrong" not in str(caught.value)

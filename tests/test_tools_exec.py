@@ -1,0 +1,229 @@
+"""The shell and http_fetch built-ins: real processes and a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from gateway.tools.builtin_http import is_public
+from tooling import call, make_ctx
+
+# --- shell ---------------------------------------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """A zombie counts as gone: it runs nothing and holds nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def wait_for(condition, what: str) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def read_pids(folder: Path, *names: str) -> list[int] | None:
+    texts = [(folder / name).read_text().strip() if (folder / name).exists() else "" for name in names]
+    return [int(t) for t in texts] if all(t.isdigit() for t in texts) else None
+
+
+SPAWN = "sleep 60 & echo $! > child.pid; echo $$ > shell.pid; "
+
+
+async def test_shell_runs_in_the_workspace_with_exit_code_and_stderr(tmp_path):
+    ctx = make_ctx(tmp_path)
+    outcome = await call(ctx, "shell", command="pwd; echo out; echo err >&2; exit 3")
+    assert not outcome.failed
+    assert outcome.text == f"{tmp_path.resolve()}\nout\nerr\n[exit code 3]"
+    assert (await call(ctx, "shell", command="true")).text == "(no output)\n[exit code 0]"
+
+
+async def test_shell_hides_gateway_secrets_from_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_API_KEY", "sk-very-secret")
+    monkeypatch.setenv("SOME_SETTING", "visible")
+    outcome = await call(make_ctx(tmp_path), "shell", command='echo "${LLM_API_KEY:-unset} $SOME_SETTING"')
+    assert outcome.text.startswith("unset visible")
+
+
+async def test_shell_cancel_kills_the_whole_process_group(tmp_path):
+    task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
+    await wait_for(lambda: read_pids(tmp_path, "child.pid", "shell.pid"), "the command to start")
+    pids = read_pids(tmp_path, "child.pid", "shell.pid")
+    assert all(alive(pid) for pid in pids)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
+
+
+async def test_shell_timeout_kills_and_reports_partial_output(tmp_path):
+    ctx = make_ctx(tmp_path, shell_timeout_s=0.5)
+    # asking for more than the configured maximum is capped to it
+    outcome = await call(ctx, "shell", command=SPAWN + "echo started; sleep 60", timeout_s=1000)
+    assert outcome.failed
+    assert "timed out after 0.5s" in outcome.text and "started" in outcome.text
+    pids = read_pids(tmp_path, "child.pid", "shell.pid")
+    await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
+
+
+async def test_shell_output_keeps_the_end_and_says_how_much_was_cut(tmp_path):
+    ctx = make_ctx(tmp_path, shell_output_chars=1000)
+    outcome = await call(ctx, "shell", command="head -c 50000 /dev/zero | tr '\\0' a; echo; echo END")
+    first, rest = outcome.text.split("\n", 1)
+    assert first == "[... 49005 earlier chars of output cut ...]"
+    assert rest.endswith("a\nEND\n[exit code 0]")
+    assert len(rest) < 1100
+
+
+async def test_shell_refuses_an_empty_command(tmp_path):
+    outcome = await call(make_ctx(tmp_path), "shell", command="   ")
+    assert outcome.failed and "empty" in outcome.text
+
+
+# --- http_fetch ----------------------------------------------------------------------------
+
+
+class Site:
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.release = asyncio.Event()
+        self.base = ""
+
+
+@pytest.fixture
+async def site():
+    state = Site()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state.hits.append(request.path)
+        name = request.match_info["name"]
+        if name == "text":
+            return web.Response(text="hello world", content_type="text/plain")
+        if name == "host":
+            return web.Response(text=request.headers.get("Host", ""))
+        if name == "big":
+            return web.Response(text="x" * 10_000, content_type="text/plain")
+        if name == "binary":
+            return web.Response(body=b"\x00\x01\x02PNG", content_type="application/octet-stream")
+        if name == "redirect":
+            raise web.HTTPFound("/text")
+        if name == "to-file":
+            raise web.HTTPFound("file:///etc/passwd")
+        if name == "loop":
+            raise web.HTTPFound("/loop")
+        if name == "slow":
+            await state.release.wait()
+            return web.Response(text="late")
+        return web.Response(status=404, text="not here")
+
+    app = web.Application()
+    app.router.add_get("/{name}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tcp = web.TCPSite(runner, "127.0.0.1", 0)
+    await tcp.start()
+    host, port = runner.addresses[0][:2]
+    state.base = f"http://{host}:{port}"
+    yield state
+    state.release.set()
+    await runner.cleanup()
+
+
+async def test_http_fetch_refuses_loopback_by_default(site, tmp_path):
+    ctx = make_ctx(tmp_path)
+    for url in (f"{site.base}/text", site.base.replace("127.0.0.1", "localhost") + "/text"):
+        outcome = await call(ctx, "http_fetch", url=url)
+        assert outcome.failed and "refused" in outcome.text and "http_fetch_allow_private" in outcome.text
+    assert site.hits == []
+
+
+async def test_http_fetch_allowed_on_loopback_when_configured(site, tmp_path):
+    ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
+    outcome = await call(ctx, "http_fetch", url=f"{site.base}/text")
+    assert not outcome.failed
+    assert outcome.text.startswith("HTTP 200 OK\n")
+    assert "Content-Type: text/plain" in outcome.text and outcome.text.endswith("\n\nhello world")
+    host = await call(ctx, "http_fetch", url=f"{site.base}/host")
+    assert host.text.endswith("\n\n" + site.base.removeprefix("http://"))
+
+
+async def test_http_fetch_caps_the_body(site, tmp_path):
+    ctx = make_ctx(tmp_path, http_fetch_allow_private=True, http_fetch_max_bytes=500)
+    small = await call(ctx, "http_fetch", url=f"{site.base}/big", max_bytes=100)
+    assert "\n\n" + "x" * 100 + "\n[truncated: only the first 100 bytes were read]" in small.text
+    capped = await call(ctx, "http_fetch", url=f"{site.base}/big", max_bytes=1_000_000)
+    assert "x" * 500 + "\n[truncated: only the first 500 bytes were read]" in capped.text
+    assert "x" * 501 not in capped.text
+
+
+async def test_http_fetch_follows_and_rechecks_redirects(site, tmp_path):
+    ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
+    followed = await call(ctx, "http_fetch", url=f"{site.base}/redirect")
+    assert f"URL: {site.base}/text" in followed.text and followed.text.endswith("hello world")
+    to_file = await call(ctx, "http_fetch", url=f"{site.base}/to-file")
+    assert to_file.failed and "only http:// and https://" in to_file.text
+    looping = await call(ctx, "http_fetch", url=f"{site.base}/loop")
+    assert looping.failed and "more than 5 redirects" in looping.text
+    assert site.hits.count("/loop") == 6
+
+
+async def test_http_fetch_times_out(site, tmp_path):
+    ctx = make_ctx(tmp_path, http_fetch_allow_private=True, http_fetch_timeout_s=0.3)
+    outcome = await call(ctx, "http_fetch", url=f"{site.base}/slow")
+    assert outcome.failed and "timed out after 0.3s" in outcome.text
+
+
+async def test_http_fetch_reports_status_binary_and_bad_urls(site, tmp_path):
+    ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
+    missing = await call(ctx, "http_fetch", url=f"{site.base}/missing")
+    assert not missing.failed and missing.text.startswith("HTTP 404 Not Found")
+    binary = await call(ctx, "http_fetch", url=f"{site.base}/binary")
+    assert "[binary content, 6 bytes, not shown]" in binary.text
+    for url, expected in [
+        ("ftp://example.com/file", "only http:// and https://"),
+        ("file:///etc/passwd", "only http:// and https://"),
+        ("not a url", "only http:// and https://"),
+        ("http://nonexistent.invalid/", "cannot resolve host nonexistent.invalid"),
+    ]:
+        outcome = await call(ctx, "http_fetch", url=url)
+        assert outcome.failed and expected in outcome.text, url
+
+
+@pytest.mark.parametrize(
+    "address, public",
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),
+        ("100.64.0.1", False),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("::1", False),
+        ("fd00::1", False),
+        ("fe80::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:8.8.8.8", True),
+    ],
+)
+def test_address_classification(address, public):
+    assert is_public(address) is public
