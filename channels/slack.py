@@ -5,8 +5,9 @@ way bolt runs our listeners *before* it acknowledges (`process_before_response=T
 event is committed through `submit` before Slack hears 200 (or the socket ack). A failing
 submit answers 500 / no ack, and Slack redelivers.
 
-Replies always go into the conversation's thread. Rendering lives in `slack_render`, Block
-Kit in `slack_blocks`, payload translation in `slack_inbound`, streaming in `slack_stream`.
+Replies always go into the conversation's thread. The Web API side is `slack_client`,
+rendering `slack_render`, Block Kit `slack_blocks`, payload translation `slack_inbound`,
+streaming `slack_stream`.
 """
 
 from __future__ import annotations
@@ -15,22 +16,13 @@ import asyncio
 import logging
 import re
 import time
-from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Sequence
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-)
-from slack_sdk.signature import SignatureVerifier
-from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.config import SlackConfig
 from gateway.events import (
@@ -43,15 +35,14 @@ from gateway.events import (
     Outbound,
     Prompt,
     ReplyStream,
-    Sender,
     Submit,
     SubmitResult,
     ThreadKey,
 )
 
 from .slack_blocks import closed_blocks, prompt_blocks
+from .slack_client import Lru, SlackWeb, signature_ok
 from .slack_inbound import Candidate, Identity, candidate, press
-from .slack_pacing import ChannelPacer
 from .slack_render import escape, render_chunks
 from .slack_stream import (
     UNSUPPORTED,
@@ -66,66 +57,12 @@ from .slack_stream import (
 log = logging.getLogger(__name__)
 
 Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
-K = TypeVar("K")
-V = TypeVar("V")
-
 EVENTS_PATH = "/slack/events"
 STATUS_TEXT = "is thinking…"
 BUSY_REACTION = "eyes"
-NAME_LOOKUP_TIMEOUT_S = 1.0  # users.info runs before the ack; never let it eat the 3 s
 REFUSE_USER = "Sorry, you are not allowed to use this assistant."
 REFUSE_CHANNEL = "Sorry, this assistant is not enabled in this channel."
-PERMANENT = frozenset(
-    {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed", "account_inactive",
-     "token_revoked", "no_permission", "missing_scope", "restricted_action", "msg_too_long", "invalid_blocks",
-     "no_text", "message_not_found", "cant_update_message", "user_not_found", "invalid_arguments",
-     "unknown_method", "not_allowed_token_type"}
-)
 _TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "request_timeout", "service_unavailable"})
-
-
-class _Lru(Generic[K, V]):
-    """A small bounded map: the channel's in-memory hints must not grow without end."""
-
-    def __init__(self, size: int = 4096):
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        if key in self._items:
-            self._items.move_to_end(key)
-        return self._items.get(key)
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        if len(self._items) > self._size:
-            self._items.popitem(last=False)
-
-
-def _retry_after(error: SlackApiError) -> float | None:
-    headers = getattr(error.response, "headers", None) or {}
-    for name, value in headers.items():
-        if name.lower() == "retry-after":
-            value = value[0] if isinstance(value, (list, tuple)) else value
-            try:
-                return float(value)
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def _call_error(method: str, error: SlackApiError) -> SlackCallError:
-    data = error.response.data if isinstance(getattr(error.response, "data", None), dict) else {}
-    code = str(data.get("error") or "")
-    status = getattr(error.response, "status_code", 0)
-    retry_after = _retry_after(error) if status == 429 or code == "ratelimited" else None
-    return SlackCallError(
-        f"slack {method}: {code or f'HTTP {status}'}",
-        code=code or ("ratelimited" if status == 429 else ""),
-        retry_after=retry_after,
-        permanent=code in PERMANENT,
-    )
 
 
 class SlackChannel:
@@ -137,31 +74,20 @@ class SlackChannel:
         self._config = config
         self._state = state
         self._clock = clock
-        self._client = AsyncWebClient(
-            token=config.bot_token,
-            base_url=config.api_base_url,
-            retry_handlers=[
-                AsyncConnectionErrorRetryHandler(max_retry_count=1),
-                AsyncRateLimitErrorRetryHandler(max_retry_count=config.rate_limit_retries),
-            ],
-        )
+        self._web = SlackWeb(config, clock=clock)
         self._app = AsyncApp(
-            client=self._client,
+            client=self._web.client,
             signing_secret=config.signing_secret,
             process_before_response=True,  # listeners (our submit) run before the ack
             logger=log,
         )
         self._app.event(re.compile(r".*"))(self._on_event)
         self._app.action(re.compile(r"^gw:"))(self._on_action)
-        self._verifier = SignatureVerifier(config.signing_secret) if config.signing_secret else None
-        self._pacer = ChannelPacer(config.send_interval_s, clock=clock)
         self._submit: Submit | None = None
         self._me: Identity | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._senders: _Lru[str, Sender] = _Lru()
-        self._recipients: _Lru[ThreadKey, tuple[str, str]] = _Lru()
+        self._recipients: Lru[ThreadKey, tuple[str, str]] = Lru()  # who a streamed answer is for
         self._no_native_stream: set[str] = set()  # teams that refused chat.startStream
         self._no_status: set[str] = set()  # teams where assistant.threads.setStatus is refused
 
@@ -169,10 +95,8 @@ class SlackChannel:
 
     async def start(self, submit: Submit) -> None:
         self._submit = submit
-        if self._client.session is None:
-            self._session = aiohttp.ClientSession()
-            self._client.session = self._session
-        auth = await self._api("auth_test")
+        await self._web.open()
+        auth = await self._web("auth_test")
         self._me = Identity(str(auth.get("user_id", "")), str(auth.get("bot_id") or ""), str(auth.get("team_id") or ""))
         log.info("slack: signed in as %s in team %s", self._me.bot_user_id, self._me.team_id)
         if self._config.app_token:
@@ -181,8 +105,8 @@ class SlackChannel:
     async def _connect_socket(self) -> None:
         """Socket Mode: no public URL. The first URL is fetched here so a bad app token fails
         start() clearly instead of retrying in the background."""
-        handler = AsyncSocketModeHandler(self._app, app_token=self._config.app_token, web_client=self._client)
-        opened = await self._api("apps_connections_open", app_token=self._config.app_token)
+        opened = await self._web("apps_connections_open", app_token=self._config.app_token)
+        handler = AsyncSocketModeHandler(self._app, app_token=self._config.app_token, web_client=self._web.client)
         handler.client.wss_uri = str(opened["url"])
         self._socket = handler
         await handler.connect_async()
@@ -193,10 +117,7 @@ class SlackChannel:
             self._socket = None
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5.0)
-        if self._session is not None:
-            await self._session.close()
-            self._client.session = None
-            self._session = None
+        await self._web.close()
 
     def routes(self) -> list[Route]:
         return [("POST", EVENTS_PATH, self.handle_http)]
@@ -217,14 +138,9 @@ class SlackChannel:
         return await to_aiohttp_response(await self._app.async_dispatch(bolt_request))
 
     def _signature_ok(self, body: str, request: web.Request) -> bool:
-        if self._verifier is None:  # no signing secret: nothing over HTTP can be trusted
-            return False
-        timestamp = request.headers.get("X-Slack-Request-Timestamp")
-        signature = request.headers.get("X-Slack-Signature")
-        try:
-            return self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return False
+        headers = request.headers
+        return signature_ok(self._config.signing_secret, body, headers.get("X-Slack-Request-Timestamp"),
+                            headers.get("X-Slack-Signature"))
 
     # ---- inbound ---------------------------------------------------------------------
 
@@ -242,7 +158,7 @@ class SlackChannel:
         self._recipients.put(found.thread, (found.user, found.team))
         message = InboundMessage(
             thread=found.thread,
-            sender=await self._sender(found.user),
+            sender=await self._web.sender(found.user),
             text=found.text,
             event_id=found.event_id,
             attachments=found.attachments,
@@ -261,7 +177,7 @@ class SlackChannel:
             return
         event = ButtonPress(
             thread=pressed.thread,
-            sender=await self._sender(pressed.user, pressed.username),
+            sender=await self._web.sender(pressed.user, pressed.username),
             token=pressed.token,
             event_id=pressed.event_id,
             message_id=pressed.message_ts,
@@ -295,22 +211,6 @@ class SlackChannel:
         results = await self._submit([event])
         return results[0] if results else SubmitResult(event.event_id)
 
-    async def _sender(self, user: str, fallback: str = "") -> Sender:
-        known = self._senders.get(user)
-        if known is not None:
-            return known
-        sender = Sender(user, fallback, fallback)
-        try:
-            response = await asyncio.wait_for(self._client.users_info(user=user), NAME_LOOKUP_TIMEOUT_S)
-            info = response.get("user") or {}
-            profile = info.get("profile") or {}
-            name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
-            sender = Sender(user, str(name or fallback), str(info.get("name") or fallback))
-        except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            log.info("slack: no name for %s (%s)", user, exc)
-        self._senders.put(user, sender)
-        return sender
-
     def _later(self, work: Awaitable[None]) -> None:
         """Work that must not hold up the ack (ephemeral notes); stop() waits for it."""
 
@@ -325,40 +225,23 @@ class SlackChannel:
         task.add_done_callback(self._tasks.discard)
 
     async def _ephemeral(self, channel: str, user: str, text: str, thread_ts: str) -> None:
-        await self._api("chat_postEphemeral", pace=channel, channel=channel, user=user, text=escape(text),
+        await self._web("chat_postEphemeral", pace=channel, channel=channel, user=user, text=escape(text),
                         thread_ts=thread_ts or None)
 
     # ---- outbound --------------------------------------------------------------------
-
-    async def _api(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]:
-        """One Web API call; Slack errors become ChannelError (SlackCallError with the code)."""
-        if pace:
-            await self._pacer.wait(pace)
-        try:
-            response = await getattr(self._client, method)(**params)
-        except SlackApiError as exc:
-            error = _call_error(method, exc)
-            if error.retry_after is not None and pace:
-                self._pacer.defer(pace, error.retry_after)
-            raise error from exc
-        except SlackClientError as exc:
-            raise SlackCallError(f"slack {method}: {exc}", permanent=True) from exc
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise SlackCallError(f"slack {method}: {type(exc).__name__}: {exc}") from exc
-        return response.data if isinstance(response.data, dict) else {}
 
     async def send(self, message: Outbound) -> Delivered:
         chunks = render_chunks(message.text)
         if not chunks and message.document is None:
             raise ChannelError("nothing to send: the message is empty", permanent=True)
-        ids = await post_chunks(self._api, message.thread, chunks)
+        ids = await post_chunks(self._web, message.thread, chunks)
         if message.document is not None:
             name, content = message.document
             await self._upload(message.thread, name, content)
         return Delivered(tuple(ids))
 
     async def _upload(self, thread: ThreadKey, name: str, content: str, snippet_type: str | None = None) -> str:
-        response = await self._api(
+        response = await self._web(
             "files_upload_v2", pace=thread.chat, channel=thread.chat, thread_ts=thread.thread or None,
             filename=name, title=name, content=content, snippet_type=snippet_type,
         )
@@ -368,7 +251,7 @@ class SlackChannel:
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         rendered = prompt_blocks(prompt)
         thread = prompt.thread
-        response = await self._api("chat_postMessage", pace=thread.chat, channel=thread.chat,
+        response = await self._web("chat_postMessage", pace=thread.chat, channel=thread.chat,
                                    thread_ts=thread.thread or None, text=rendered.text, blocks=rendered.blocks)
         if rendered.omitted:
             await self._upload_arguments(prompt)
@@ -384,13 +267,13 @@ class SlackChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         for ts in message_ids:
             blocks = closed_blocks(await self._message_blocks(thread, ts), outcome)
-            await self._api("chat_update", pace=thread.chat, channel=thread.chat, ts=ts, text=escape(outcome),
+            await self._web("chat_update", pace=thread.chat, channel=thread.chat, ts=ts, text=escape(outcome),
                             blocks=blocks)
 
     async def _message_blocks(self, thread: ThreadKey, ts: str) -> list[dict[str, Any]] | None:
         """The prompt's blocks as Slack holds them (works after a restart, unlike a cache)."""
         try:
-            response = await self._api("conversations_replies", channel=thread.chat, ts=thread.thread or ts,
+            response = await self._web("conversations_replies", channel=thread.chat, ts=thread.thread or ts,
                                         oldest=ts, latest=ts, inclusive=True, limit=10)
         except ChannelError as exc:
             log.warning("slack: could not read prompt %s to close it: %s", ts, exc)
@@ -406,14 +289,14 @@ class SlackChannel:
         mode = self._config.streaming
 
         def edit() -> ReplyStream:
-            return EditStream(self._api, thread, self._clock)
+            return EditStream(self._web, thread, self._clock)
 
         if mode == "off":
-            return PostAtEndStream(self._api, thread)
+            return PostAtEndStream(self._web, thread)
         refused_here = mode == "auto" and self._team() in self._no_native_stream
         if mode == "edit" or not thread.thread or refused_here:  # native streams live in threads
             return edit()
-        native = NativeStream(self._api, thread, self._recipients.get(thread), self._clock)
+        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock)
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
 
     def _team(self) -> str:
@@ -435,7 +318,7 @@ class SlackChannel:
 
     async def _set_status(self, thread: ThreadKey, busy: bool) -> bool:
         try:
-            await self._api("assistant_threads_setStatus", channel_id=thread.chat, thread_ts=thread.thread,
+            await self._web("assistant_threads_setStatus", channel_id=thread.chat, thread_ts=thread.thread,
                             status=STATUS_TEXT if busy else "")
         except SlackCallError as exc:
             if exc.code in _TRANSIENT or exc.retry_after is not None:
@@ -450,7 +333,7 @@ class SlackChannel:
             return
         method = "reactions_add" if busy else "reactions_remove"
         try:
-            await self._api(method, channel=channel, timestamp=ts, name=BUSY_REACTION)
+            await self._web(method, channel=channel, timestamp=ts, name=BUSY_REACTION)
         except SlackCallError as exc:
             if exc.code not in ("already_reacted", "no_reaction"):
                 raise

@@ -83,7 +83,7 @@ class EditStream:
 
     async def update(self, text: str) -> None:
         self._latest = text
-        if self._clock() - self._last < self._interval:
+        if not text.strip() or self._clock() - self._last < self._interval:
             return
         await self._sync(render_chunks(text), final=False)
 
@@ -138,6 +138,8 @@ class NativeStream:
         return bool(self._ts)
 
     async def update(self, text: str) -> None:
+        if not text.strip():
+            return
         if not self._ts:
             await self._start(text[:NATIVE_CAP])
         elif not self._broken and self._clock() - self._last >= self._interval:
@@ -166,6 +168,8 @@ class NativeStream:
 
     async def finish(self, text: str) -> Delivered:
         if not self._ts:
+            if not text.strip():
+                return Delivered(())
             if len(text) > NATIVE_CAP:
                 return Delivered(tuple(await post_chunks(self._api, self._thread, render_chunks(text))))
             await self._start(text)

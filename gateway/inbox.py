@@ -360,9 +360,9 @@ class Inbox:
         session = await self.store.sessions.current(str(thread))
         totals = await self.store.runs.session_totals(session.id) if session else {}
         if name == "status":
-            queued = await self.store.inbox.count_pending(str(thread)) - 1
+            queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
-            text = status_text(running=running, queued=max(queued, 0), prompts=prompts, totals=totals)
+            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals)
         elif name == "cost":
             text = cost_text(totals)
         else:

@@ -149,7 +149,7 @@ class _JobsCli:
     async def show(self, schedule: ScheduleRecord, limit: int) -> int:
         s = schedule
         state = "enabled" if s.enabled else f"disabled ({s.disabled_reason or 'by operator'})"
-        self.say(f"{s.name}: {s.kind} {_when(s)} [{s.timezone}], {state}, source {s.source}")
+        self.say(f"{s.name} ({s.kind}): {_when(s)} [{s.timezone}], {state}, source {s.source}")
         self.say(f"  next:        {self._next(s)}")
         self.say(f"  deliver to:  {s.deliver_to}")
         limits = [f"{n} {getattr(s, f)}" for f, n in (("max_rounds", "rounds"), ("max_tokens", "tokens"), ("timeout_s", "timeout s")) if getattr(s, f)]
@@ -197,7 +197,7 @@ class _JobsCli:
     async def run_now(self, schedule: ScheduleRecord) -> int:
         run = await self.scheduler.fire(schedule.id, self.now, origin="manual")
         if run is None:
-            return self.fail(f"{schedule.name} could not be fired")
+            return self.fail(f"{schedule.name} was already fired at {self.now.isoformat()}")
         if run.status == "skipped":
             return self.fail(f"{schedule.name} is {run.error}; not started")
         if run.status != "running":

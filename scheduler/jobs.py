@@ -70,7 +70,7 @@ class Scheduler:
         self._now = now or utcnow
         self._clock = Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
         self._lock = asyncio.Lock()  # planning and firing on the clock never interleave
-        self._fingerprint: tuple[int, datetime | None] | None = None
+        self._fingerprint: int | None = None
         self._dirty = False
 
     @property

@@ -35,6 +35,11 @@ class TriggerError(ValueError):
     """A schedule's timing cannot be understood; the message says how to fix it."""
 
 
+def _just_after(moment: datetime) -> datetime:
+    # In UTC: wall-clock arithmetic on a zoned time drops `fold` and can step back an hour.
+    return moment.astimezone(UTC) + EPSILON
+
+
 class Timetable(Protocol):
     def next_after(self, moment: datetime) -> datetime | None:
         """The first firing strictly after `moment` (aware), or None when there is none."""
@@ -71,21 +76,78 @@ def parse_active_hours(text: str) -> tuple[time, time]:
 
 
 class CronTimetable:
+    """Classic crontab semantics on APScheduler's CronTrigger.
+
+    Two differences are corrected: APScheduler 3 numbers weekdays from Monday (crontab: 0 and
+    7 are Sunday), and it ANDs day-of-month with day-of-week where cron ORs them when both are
+    restricted (`0 9 1 * 1`: the 1st of the month and every Monday).
+    """
+
     def __init__(self, expression: str, tz: str):
         fields = expression.split()
         if len(fields) != 5:
             raise TriggerError(f"cron needs 5 fields (minute hour day month weekday), got {expression!r}")
+        minute, hour, day, month, weekday = fields
+        where = zone(tz)
         try:
-            self.trigger = CronTrigger.from_crontab(expression, timezone=zone(tz))
+            weekdays = crontab_weekdays(weekday)
+            if day != "*" and weekday != "*":
+                self.triggers = [
+                    CronTrigger.from_crontab(f"{minute} {hour} {day} {month} *", timezone=where),
+                    CronTrigger.from_crontab(f"{minute} {hour} * {month} {weekdays}", timezone=where),
+                ]
+            else:
+                self.triggers = [CronTrigger.from_crontab(f"{minute} {hour} {day} {month} {weekdays}", timezone=where)]
         except ValueError as exc:
             raise TriggerError(f"cron {expression!r}: {exc}") from None
-        self.fixed_hour = fields[1] != "*"
+        self.fixed_hour = hour != "*"
+
+    def _next(self, moment: datetime) -> datetime | None:
+        candidates = [t.get_next_fire_time(None, _just_after(moment)) for t in self.triggers]
+        found = [c for c in candidates if c is not None]
+        return min(found, key=lambda c: c.astimezone(UTC)) if found else None
 
     def next_after(self, moment: datetime) -> datetime | None:
-        fire = self.trigger.get_next_fire_time(None, moment + EPSILON)
+        fire = self._next(moment)
         while fire is not None and self.fixed_hour and _second_of_repeated_wall_time(fire):
-            fire = self.trigger.get_next_fire_time(None, fire + EPSILON)
+            fire = self._next(fire)
         return fire
+
+
+DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _weekday_number(text: str) -> int:
+    name = text.lower()[:3]
+    if name in DAY_NAMES:
+        return DAY_NAMES.index(name)
+    if text.isdigit() and int(text) <= 7:
+        return int(text) % 7
+    raise TriggerError(f"weekday {text!r}: use 0-7 (0 and 7 are Sunday) or sun..sat")
+
+
+def crontab_weekdays(field: str) -> str:
+    """A crontab weekday field as APScheduler day names (`1-5` -> `mon,tue,wed,thu,fri`)."""
+    if field == "*":
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        span, _, step_text = part.partition("/")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise TriggerError(f"weekday step {part!r}: the step must be a positive number")
+        if span == "*":
+            first, last = 0, 6
+        elif "-" in span:
+            a, _, b = span.partition("-")
+            first, last = _weekday_number(a), _weekday_number(b)
+            last = 7 if b.strip() == "7" else last  # `5-7` is Friday to Sunday
+            if last < first:
+                raise TriggerError(f"weekday range {span!r} runs backwards")
+        else:
+            first = last = _weekday_number(span)
+        days.update(d % 7 for d in range(first, last + 1, step or 1))
+    return ",".join(DAY_NAMES[d] for d in sorted(days, key=lambda d: (d + 6) % 7))
 
 
 def _second_of_repeated_wall_time(moment: datetime) -> bool:
@@ -102,7 +164,7 @@ class IntervalTimetable:
         self.trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=anchor, timezone=UTC)
 
     def next_after(self, moment: datetime) -> datetime | None:
-        return self.trigger.get_next_fire_time(None, moment + EPSILON)
+        return self.trigger.get_next_fire_time(None, _just_after(moment))
 
 
 class OneShotTimetable:

@@ -60,11 +60,12 @@ async def test_every_tool_status_gets_a_result_in_declared_order(store):
     session = await open_session(store)
     await user(store, session, "do things")
     message = await exchange(
-        store, session, ("a_done", "R1"), ("b_failed", "[failed] disk full"), ("c_rejected", "x"),
-        ("d_cancelled", "y"), ("e_pending", ""), ("f_running", ""),
+        store, session, ("a_done", None), ("b_failed", None), ("c_rejected", None),
+        ("d_cancelled", None), ("e_pending", None), ("f_running", None), status="running",
     )
     calls = message.tool_calls
-    await store.sessions.set_tool_call(calls[1].id, status="failed")
+    await store.sessions.set_tool_call(calls[0].id, status="done", result="R1")
+    await store.sessions.set_tool_call(calls[1].id, status="failed", result="[failed] disk full")
     await store.sessions.set_tool_call(calls[2].id, status="rejected", note="Denied by @ann: not now")
     await store.sessions.set_tool_call(calls[3].id, status="cancelled", note="Cancelled by /stop")
     await store.sessions.set_tool_call(calls[4].id, status="pending")

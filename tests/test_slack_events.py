@@ -6,7 +6,13 @@ import json
 
 from fakes.slack import channel_harness
 
-from gateway.events import ButtonPress, InboundMessage, SubmitResult, ThreadKey
+from gateway.events import ButtonPress, Channel, InboundMessage, SubmitResult, ThreadKey
+
+
+async def test_the_channel_implements_the_protocol_and_serves_one_route() -> None:
+    async with channel_harness() as h:
+        assert isinstance(h.channel, Channel) and h.channel.name == "slack"
+        assert [(method, path) for method, path, _ in h.channel.routes()] == [("POST", "/slack/events")]
 
 
 async def test_mention_starts_a_thread_on_the_mention_ts() -> None:

@@ -101,6 +101,19 @@ async def test_edit_stream_spills_long_replies_into_more_messages_in_the_thread(
         assert h.fake.top_level("C1") == []
 
 
+async def test_edit_stream_drops_messages_the_final_text_no_longer_needs() -> None:
+    async with channel_harness(streaming="edit") as h:
+        thread = await _mention(h)
+        stream = h.channel.open_stream(thread)
+        await stream.update("word " * 1500)  # three chunks
+        assert len(h.fake.thread("C1", thread.thread)) >= 2
+        delivered = await stream.finish("Short after all.")
+
+        [message] = h.fake.thread("C1", thread.thread)
+        assert message["text"] == "Short after all." and delivered.message_ids == (message["ts"],)
+        assert h.fake.calls_to("chat.delete")
+
+
 async def test_auto_falls_back_to_edit_when_the_workspace_refuses_and_remembers() -> None:
     async with channel_harness(streaming="auto") as h:
         h.fake.fail_always("chat.startStream", "unknown_method")

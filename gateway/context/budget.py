@@ -85,7 +85,11 @@ class Corrections:
         entry = self.get(model)
         ratio = max(1.0, real / estimated)
         # Rise at once (too low is what gets refused), fall back slowly.
-        entry.factor = ratio if ratio >= entry.factor else max(1.0, entry.factor * 0.9 + ratio * 0.1)
+        if ratio >= entry.factor:
+            entry.factor = ratio
+        else:
+            decayed = entry.factor * 0.9 + ratio * 0.1
+            entry.factor = ratio if decayed - ratio < 0.001 else decayed
 
     def refused(self, model: str, estimated: int, prompt_tokens: int | None, window: int | None) -> None:
         entry = self.get(model)

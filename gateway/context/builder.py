@@ -30,7 +30,7 @@ from gateway.context.compaction import (
     summary_request,
     summary_tokens,
 )
-from gateway.context.render import Limits, Lod, Message, merge_user, mode_key, system_block, tail_block
+from gateway.context.render import Limits, Lod, Message, merge_user, system_block, tail_block
 from gateway.store.history import HistoryRepo
 from gateway.store.records import SessionRecord
 
@@ -198,31 +198,46 @@ class ContextBuilder:
         seqs = [entries[i].seq if i < len(entries) else cache.max_seq + 1 for i in ((edge // step) * step, edge)]
         return sorted({s for s in seqs if s > cache.lod_seq})
 
-    def _assemble(self, cache: SessionCache, entries: list[Entry], frame: _Frame, turn_seq: int, lod_seq: int, cap: bool) -> _View:
-        messages: list[Message] = [frame.system]
-        chars = message_chars(frame.system)
-        limits, lods = self.limits, self.lods
+    def _assemble(
+        self, cache: SessionCache, entries: list[Entry], frame: _Frame, turn_seq: int, lod_seq: int, cap: bool, *, memo: bool = True
+    ) -> _View:
         pinned = cache.pinned if self.context.pin_first_user else None
         if pinned is not None and pinned.seq <= cache.base_seq:
             entries = [Entry(pinned), *entries]
-        for entry in entries:
-            seq = entry.row.seq
-            rendered = entry.render(mode_key(seq < turn_seq, seq < lod_seq, cap), limits, lods)
-            chars += rendered.chars
-            for message in rendered.messages:
-                if message["role"] == "user" and messages[-1]["role"] == "user":
-                    messages[-1] = merge_user(messages[-1], message)
-                    chars += 2 - MESSAGE_OVERHEAD_CHARS
-                else:
-                    messages.append(message)
+        key = (cache.stamp, cache.base_seq, turn_seq, lod_seq, cap, pinned.seq if pinned else None)
+        history, chars, done = [], 0, 0
+        if memo and cache.memo is not None and cache.memo[0] == key and cache.memo[1] <= len(entries):
+            _, done, previous, chars = cache.memo
+            history = list(previous)
+        chars = self._extend(history, chars, entries[done:], turn_seq, lod_seq, cap)
+        if memo:
+            cache.memo = (key, len(entries), history, chars)
+        messages = [frame.system, *history]
+        chars += message_chars(frame.system)
         if frame.tail is not None:
             messages.append(frame.tail)
             chars += message_chars(frame.tail)
         return _View(messages, chars)
 
+    def _extend(self, history: list[Message], chars: int, entries: list[Entry], turn_seq: int, lod_seq: int, cap: bool) -> int:
+        """Append the entries' rendered messages, merging consecutive user messages."""
+        limits, lods, cap_bit = self.limits, self.lods, int(cap)
+        for entry in entries:
+            seq = entry.row.seq
+            key = (seq < turn_seq) * 4 + (seq < lod_seq) * 2 + cap_bit
+            rendered = entry.renders.get(key) or entry.render(key, limits, lods)
+            chars += rendered.chars
+            messages = rendered.messages
+            if messages and history and messages[0]["role"] == "user" and history[-1]["role"] == "user":
+                history[-1] = merge_user(history[-1], messages[0])
+                chars += 2 - MESSAGE_OVERHEAD_CHARS
+                messages = messages[1:]
+            history.extend(messages)
+        return chars
+
     def _measure(self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int, summary: str | None) -> int:
         frame = _Frame(system_block(system_prompt, notes, summary), None)
-        view = self._assemble(cache, cache.visible(), frame, turn_seq, 0 if budget.unbudgeted else cache.lod_seq, not budget.unbudgeted)
+        view = self._assemble(cache, cache.visible(), frame, turn_seq, 0 if budget.unbudgeted else cache.lod_seq, not budget.unbudgeted, memo=False)
         return budget.tokens(view.chars)
 
     @staticmethod
@@ -288,7 +303,8 @@ class ContextBuilder:
     async def _record_fold(self, cache, budget, system_prompt, notes, turn_seq, reason, tokens_before, span, events, summary, started, payload):  # noqa: ANN001, PLR0913
         last_seq = span[-1][0].seq
         remaining = [e for e in cache.visible() if e.seq > last_seq]
-        after_view = self._assemble(cache, remaining, _Frame(system_block(system_prompt, notes, summary), None), turn_seq, 0, not budget.unbudgeted)
+        frame = _Frame(system_block(system_prompt, notes, summary), None)
+        after_view = self._assemble(cache, remaining, frame, turn_seq, 0, not budget.unbudgeted, memo=False)
         tokens_after = budget.tokens(after_view.chars)
         marker = await self.repo.add_compaction(
             cache.session_id, expected_last_seq=cache.base_seq, first_seq=span[0][0].seq, last_seq=last_seq,

@@ -56,30 +56,53 @@ class SessionCache:
     pinned: HistoryRow | None = None
     pinned_loaded: bool = False
     lod_seq: int = 0  # tool results of rows before this seq are stubbed (moves forward only)
+    failed: set[int] = field(default_factory=set)  # seqs of cached rows that are not shown
+    stamp: int = 0  # bumped by anything but an append
+    memo: tuple | None = None  # the last assembled history, extended while only appends happen
+    _visible: list[Entry] | None = None
 
     @property
     def base_seq(self) -> int:
         return self.marker.last_seq if self.marker else 0
 
     def visible(self) -> list[Entry]:
-        return [e for seq in self.order if (e := self.entries[seq]).row.status == "ok"]
+        if self._visible is None:
+            self._visible = [e for seq in self.order if (e := self.entries[seq]).row.status == "ok"]
+        return self._visible
+
+    def changed(self) -> None:
+        """Something other than an append: cached assemblies are no longer valid."""
+        self.stamp += 1
+        self._visible = None
 
     def put(self, rows: list[HistoryRow]) -> None:
-        out_of_order = False
         for row in rows:
             if row.seq <= self.base_seq:
                 continue
-            if row.seq not in self.entries:
-                out_of_order = out_of_order or (bool(self.order) and row.seq < self.order[-1])
+            known = self.entries.get(row.seq)
+            if known is not None and known.row == row:
+                continue  # unchanged: keep its renders
+            self.entries[row.seq] = entry = Entry(row)
+            if row.status != "ok":
+                self.failed.add(row.seq)
+            else:
+                self.failed.discard(row.seq)
+            if known is None and (not self.order or row.seq > self.order[-1]):
                 self.order.append(row.seq)
-            self.entries[row.seq] = Entry(row)
+                if self._visible is not None and row.status == "ok":
+                    self._visible.append(entry)
+            else:
+                if known is None:
+                    self.order.append(row.seq)
+                    self.order.sort()
+                self.changed()
             self.max_seq = max(self.max_seq, row.seq)
-        if out_of_order:
-            self.order.sort()
 
     def mark_failed(self, seqs: set[int]) -> None:
         for seq in seqs:
             self.entries[seq] = Entry(replace(self.entries[seq].row, status="failed"))
+        self.failed |= seqs
+        self.changed()
         if self.pinned is not None and self.pinned.seq in seqs:
             self.pinned, self.pinned_loaded = None, False
 
@@ -89,15 +112,19 @@ class SessionCache:
         for seq in [s for s in self.order if s <= marker.last_seq]:
             del self.entries[seq]
         self.order = [s for s in self.order if s > marker.last_seq]
+        self.failed = {s for s in self.failed if s > marker.last_seq}
         self.lod_seq = 0
+        self.changed()
 
     def reset(self, marker: CompactionRecord | None) -> None:
         self.marker = marker
         self.entries.clear()
         self.order.clear()
+        self.failed.clear()
         self.max_seq = self.base_seq
         self.loaded_at = None
         self.lod_seq = 0
+        self.changed()
 
 
 class Caches:
@@ -131,7 +158,7 @@ async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int)
         changes = await repo.changes(
             cache.session_id, after_seq=cache.base_seq, before_seq=window, since=cache.loaded_at - CLOCK_MARGIN
         )
-        known_failed = {s for s in cache.order if s < window and cache.entries[s].row.status != "ok"}
+        known_failed = {s for s in cache.failed if s < window}
         stale = set(changes.touched) | (set(changes.failed) ^ known_failed)
         cache.put(await repo.rows(cache.session_id, seqs=stale))
         cache.put(await repo.rows(cache.session_id, after_seq=window - 1))

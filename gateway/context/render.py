@@ -33,10 +33,7 @@ class Mode:
     cap: bool
 
 
-def mode_key(previous_turn: bool, lod: bool, cap: bool) -> int:
-    return previous_turn * 4 + lod * 2 + cap
-
-
+# Renders are cached by an int key: previous_turn * 4 + lod * 2 + cap.
 MODES = tuple(Mode(bool(k & 4), bool(k & 2), bool(k & 1)) for k in range(8))
 
 

@@ -67,14 +67,26 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction, committed on exit."""
-        if self._write_lock is None:
-            async with self.engine.begin() as conn:
+        """One write transaction, committed on exit.
+
+        Commit, rollback and close are shielded: a task cancelled mid-transaction (a /stop, a
+        lease renewer stopping) must not leave a connection holding the database's write lock.
+        """
+        lock = self._write_lock or contextlib.nullcontext()
+        async with lock:
+            conn = await self.engine.connect()
+            try:
+                await conn.begin()
                 yield conn
-            return
-        async with self._write_lock:
-            async with self.engine.begin() as conn:
-                yield conn
+            except BaseException:
+                await asyncio.shield(_rollback_and_close(conn))
+                raise
+            try:
+                await asyncio.shield(conn.commit())
+            except BaseException:
+                await asyncio.shield(_rollback_and_close(conn))
+                raise
+            await asyncio.shield(conn.close())
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -147,3 +159,10 @@ async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
             "false: run `gateway migrate` first"
         )
     await upgrade(db)
+
+
+async def _rollback_and_close(conn: AsyncConnection) -> None:
+    try:
+        await conn.rollback()
+    finally:
+        await conn.close()

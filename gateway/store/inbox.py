@@ -124,8 +124,10 @@ class InboxRepo(Repo):
             )
         return result.rowcount
 
-    async def count_pending(self, thread_key: str | None = None) -> int:
+    async def count_pending(self, thread_key: str | None = None, *, kinds: Sequence[str] | None = None) -> int:
         query = select(func.count()).select_from(inbox).where(inbox.c.status == "pending")
+        if kinds is not None:
+            query = query.where(inbox.c.kind.in_(list(kinds)))
         if thread_key is not None:
             query = query.where(inbox.c.thread_key == thread_key)
         async with self.db.read() as conn:

@@ -171,14 +171,13 @@ class ScheduleRepo(Repo):
             rows = (await conn.execute(query)).all()
         return [to_record(ScheduleRecord, r) for r in rows]
 
-    async def fingerprint(self) -> tuple[int, datetime | None]:
+    async def fingerprint(self) -> int:
         """Changes anywhere (another instance, the CLI) show up as a different fingerprint."""
         async with self.db.read() as conn:
-            row = (await conn.execute(select(func.count(), func.max(schedules.c.updated_at)))).first()
-        latest = row[1]
-        if isinstance(latest, str):  # SQLite aggregates lose the column type
-            latest = datetime.fromisoformat(latest)
-        return int(row[0]), latest
+            rows = (
+                await conn.execute(select(schedules.c.id, schedules.c.enabled, schedules.c.updated_at).order_by(schedules.c.id))
+            ).all()
+        return hash(tuple((r.id, bool(r.enabled), r.updated_at) for r in rows))
 
     # ---- job runs --------------------------------------------------------------------------
     async def claim(
@@ -189,6 +188,9 @@ class ScheduleRepo(Repo):
         None when the firing was already claimed (by this or another scheduler)."""
         now = now or utcnow()
         async with self.db.write() as conn:
+            # Claims of one schedule queue on its row, so the running check below sees the
+            # other claimer's committed run (SQLite: the write transaction already serialises).
+            await conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
             busy = (
                 await conn.execute(
                     select(job_runs.c.id)

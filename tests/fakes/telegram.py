@@ -9,7 +9,9 @@
 Requests may be form-encoded (what PTB sends, with objects JSON-encoded in fields),
 multipart (uploads) or JSON. getUpdates long-polls and confirms by offset like Telegram;
 a second concurrent getUpdates terminates the first with 409, and getUpdates while a
-webhook is set answers 409. `fail_next(method, kind)` injects one failure.
+webhook is set answers 409. `fail_next(method, kind)` injects one failure. `hold_polls()`
+makes getUpdates calls hang unanswered and unapplied (as if they never reached Telegram), to
+stand for a gateway that dies between storing a batch and confirming it.
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class FakeTelegram:
         self._faults: dict[str, list[tuple[Fault, int]]] = {}
         self._new_update = asyncio.Event()
         self._poll_generation = 0
+        self._polls_open = asyncio.Event()
+        self._polls_open.set()
+        self.held_polls: list[dict[str, Any]] = []  # params of the getUpdates calls held
+        self._polls_before_hold: int | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -110,6 +116,7 @@ class FakeTelegram:
     async def __aexit__(self, *exc: object) -> None:
         self._poll_generation += 1
         self._new_update.set()
+        self._polls_open.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -122,6 +129,26 @@ class FakeTelegram:
     def fail_next(self, method: str, kind: Fault, retry_after: int = 1) -> None:
         """The next call to `method` fails: 429 (retry_after), 400 parse error, 409, 500."""
         self._faults.setdefault(method, []).append((kind, retry_after))
+
+    def hold_polls(self, after: int = 0) -> None:
+        """After `after` more getUpdates calls are served, the next ones hang without
+        confirming anything (see `release_polls`)."""
+        self._polls_before_hold = after
+        if after == 0:
+            self._polls_open.clear()
+
+    def release_polls(self) -> None:
+        """New getUpdates calls are served again; the held ones are dropped unanswered."""
+        self._polls_before_hold = None
+        self._polls_open.set()
+
+    def _count_poll(self) -> None:
+        if self._polls_before_hold is None:
+            return
+        if self._polls_before_hold == 0:
+            self._polls_open.clear()
+        else:
+            self._polls_before_hold -= 1
 
     def calls_to(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
@@ -349,6 +376,11 @@ class FakeTelegram:
                 "supports_inline_queries": False}
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        self._count_poll()
+        if not self._polls_open.is_set():
+            self.held_polls.append(params)
+            await self._polls_open.wait()
+            raise _ApiError(502, "Bad Gateway: this request was held and is dropped unapplied")
         if self.webhook.get("url"):
             raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first")
         offset = int(params.get("offset") or 0)

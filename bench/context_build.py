@@ -1,0 +1,147 @@
+"""Context build time and prompt-prefix stability (issue 3). Not part of the test suite.
+
+    .venv/bin/python bench/context_build.py                 # SQLite in a temporary directory
+    .venv/bin/python bench/context_build.py --sizes 1000 10000 --turns 200
+    .venv/bin/python bench/context_build.py --database postgresql+asyncpg://postgres@127.0.0.1:5432/test
+
+Prints, per session size (mixed tool output): the first (cold) build, and the p50/p95 of a
+round's build once the session is cached (a row appended, then a build), unbudgeted and with a
+128k window. Then the prefix-stability rate of a 200-turn tool-heavy session: the share of turns
+whose rendered prefix (all but the dynamic tail) starts with the previous turn's. Goals: <= 50 ms
+per round at 10,000 messages on SQLite; >= 95 % of turns prefix-stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import logging
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gateway.config import AgentConfig, ContextConfig, LLMConfig
+from gateway.context import ContextBuilder
+from gateway.store import NewToolCall, Store
+
+TOOLS = [("read_file", "head"), ("shell", "tail"), ("http_fetch", "head"), ("run_tests", "both")]
+
+
+async def summarise(messages: list[dict], max_tokens: int) -> str:
+    return "Summary of the earlier work: " + "decisions and facts. " * min(max_tokens // 8, 200)
+
+
+def result_text(rng: random.Random) -> str:
+    size = rng.choice([80, 300, 1_500, 6_000, 20_000])
+    return "".join(rng.choice("abcdefghij klmnop\n") for _ in range(size))
+
+
+async def append_turn(store: Store, session_id: int, n: int, rng: random.Random, conn=None) -> int:  # noqa: ANN001
+    first = await store.sessions.append(session_id, "user", f"request {n}: look into item {n}", conn=conn)
+    for k in range(rng.choice([1, 1, 2])):
+        name, _ = rng.choice(TOOLS)
+        call = NewToolCall(f"call_{n}_{k}", name, json.dumps({"n": n}), "done", result_text(rng))
+        await store.sessions.append(session_id, "assistant", "", calls=[call], conn=conn)
+    await store.sessions.append(session_id, "assistant", f"answer {n}: item {n} is fine", conn=conn)
+    return first.seq
+
+
+async def populate(store: Store, messages: int, rng: random.Random) -> tuple[object, int]:
+    session = await store.sessions.open(f"bench:{messages}:{rng.random()}", source="console")
+    n = first = 0
+    async with store.db.write() as conn:
+        while n * 3.3 < messages:
+            first = await append_turn(store, session.id, n, rng, conn)
+            n += 1
+    return session, first
+
+
+def make_builder(store: Store, window: int) -> ContextBuilder:
+    llm = LLMConfig(model="bench", context_window=window)
+    return ContextBuilder(store, ContextConfig(), llm, AgentConfig(), summarise=summarise,
+                          tool_lod={name: lod for name, lod in TOOLS})
+
+
+async def build(builder: ContextBuilder, session, turn_seq: int):  # noqa: ANN001
+    return await builder.build(
+        session, system_prompt="You are a benchmark.", turn_started_seq=turn_seq, notes={"goal": "measure"},
+        now=datetime.now(timezone.utc), timezone="UTC", workspace="/tmp", model="bench",
+    )
+
+
+async def time_builds(store: Store, session, first: int, window: int, rounds: int) -> tuple[float, list[float]]:  # noqa: ANN001
+    builder = make_builder(store, window)
+    started = time.perf_counter()
+    built = await build(builder, session, first)
+    cold = (time.perf_counter() - started) * 1000
+    while built.folded:  # let budget folds settle (at most max_folds_per_build per build)
+        built = await build(builder, session, first)
+    samples = []
+    for i in range(rounds):
+        await store.sessions.append(session.id, "assistant", f"round {i}")
+        started = time.perf_counter()
+        await build(builder, session, first)
+        samples.append((time.perf_counter() - started) * 1000)
+    return cold, samples
+
+
+async def bench_sizes(store: Store, sizes: list[int], rounds: int) -> None:
+    rng = random.Random(7)
+    print(f"{'messages':>9} {'window':>8} {'cold ms':>9} {'p50 ms':>8} {'p95 ms':>8}")
+    for size in sizes:
+        session, first = await populate(store, size, rng)
+        for window in (0, 128_000):
+            cold, samples = await time_builds(store, session, first, window, rounds)
+            p95 = sorted(samples)[int(len(samples) * 0.95) - 1]
+            label = "none" if window == 0 else f"{window // 1000}k"
+            print(f"{size:>9} {label:>8} {cold:>9.1f} {statistics.median(samples):>8.1f} {p95:>8.1f}")
+
+
+async def bench_prefix(store: Store, turns: int, window: int) -> None:
+    rng = random.Random(11)
+    session = await store.sessions.open(f"bench:prefix:{window}", source="console")
+    builder = make_builder(store, window)
+    previous: list[dict] | None = None
+    stable = folds = 0
+    for n in range(turns):
+        first = await store.sessions.append(session.id, "user", f"request {n}: look into item {n}")
+        built = await build(builder, session, first.seq)
+        folds += len(built.compactions)
+        if previous is not None and json.dumps(built.messages[: len(previous) - 1]) == json.dumps(previous[:-1]):
+            stable += 1
+        previous = built.messages
+        for k in range(rng.choice([1, 2, 3])):  # rounds inside the turn build too, as the turn loop does
+            name, _ = rng.choice(TOOLS)
+            call = NewToolCall(f"call_{n}_{k}", name, json.dumps({"n": n}), "done", result_text(rng))
+            await store.sessions.append(session.id, "assistant", "", calls=[call])
+            await build(builder, session, first.seq)
+        await store.sessions.append(session.id, "assistant", f"answer {n}: item {n} is fine")
+    rate = 100 * stable / max(1, turns - 1)
+    print(f"prefix-stable turns: {stable}/{turns - 1} = {rate:.1f} % ({window // 1000}k window, {folds} folds)")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database", help="SQLAlchemy URL (default: SQLite in a temporary directory)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--turns", type=int, default=200)
+    args = parser.parse_args()
+    logging.getLogger("gateway.context").setLevel(logging.ERROR)  # "over the target" while folds settle
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(args.database or f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
+        await store.migrate()
+        try:
+            await bench_sizes(store, args.sizes, args.rounds)
+            for window in (128_000, 32_000):
+                await bench_prefix(store, args.turns, window)
+        finally:
+            await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,194 @@
+"""Shared pieces of the benchmarks: the fake LLM in its own process, stores, percentiles.
+
+The fake LLM server runs in a child process so its work never competes with the gateway's
+event loop (or its GIL), and it times every request from arrival to the last byte written.
+`GET /stats` hands those server-side durations to the benchmark, which subtracts them from
+the gateway's wall time. Run this module directly to serve (the benchmarks do that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import httpx  # noqa: E402
+
+from gateway.store import Store  # noqa: E402
+
+POSTGRES_ENV = "GATEWAY_TEST_POSTGRES_URL"
+TOOL_TRIGGER = "please use the clock"
+REPLY_TEXT = "Here is a short answer from the fake model, long enough to stream in a few pieces."
+
+
+# ---- the fake LLM process ---------------------------------------------------------------------
+
+
+def bench_responder(request: dict[str, Any]) -> Any:
+    """A tool call to `clock` when the latest real user message asks for it, else a text reply.
+    Pure function of the request, so it can live in the child process."""
+    from fakes.llm import FakeToolCall, Reply
+
+    for message in reversed(request.get("messages", [])):
+        role, content = message.get("role"), str(message.get("content") or "")
+        if role == "tool" or role == "assistant":
+            break
+        if role == "user" and TOOL_TRIGGER in content:
+            return Reply(tool_calls=(FakeToolCall("clock", {}),))
+    return Reply(REPLY_TEXT)
+
+
+async def serve(chunk_chars: int) -> None:
+    from aiohttp import web
+    from fakes.llm import FakeLLM
+
+    durations: list[float] = []
+
+    class TimedLLM(FakeLLM):
+        async def _handle(self, request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                return await super()._handle(request)
+            finally:
+                durations.append(time.perf_counter() - started)
+
+    async def stats(request: web.Request) -> web.Response:
+        taken = list(durations)
+        durations.clear()
+        return web.json_response(taken)
+
+    llm = TimedLLM(responder=bench_responder, delay=0, chunk_chars=chunk_chars, pings=False)
+    async with llm:
+        stats_app = web.Application()
+        stats_app.router.add_get("/stats", stats)
+        runner = web.AppRunner(stats_app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        print(json.dumps({"base_url": llm.base_url, "stats_url": f"http://{host}:{port}/stats"}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent goes
+        await runner.cleanup()
+
+
+class LLMProcess:
+    """The fake LLM in a child process. `server_seconds()` returns (and resets) the time the
+    server spent on each request since the last call."""
+
+    def __init__(self, chunk_chars: int = 16):
+        self.chunk_chars = chunk_chars
+        self.base_url = ""
+        self._stats_url = ""
+        self._proc: asyncio.subprocess.Process | None = None
+        self._http = httpx.AsyncClient(timeout=10)
+
+    async def __aenter__(self) -> LLMProcess:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).resolve()), "--serve", "--chunk-chars", str(self.chunk_chars),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        assert self._proc.stdout is not None
+        ready = json.loads(await asyncio.wait_for(self._proc.stdout.readline(), 30))
+        self.base_url, self._stats_url = ready["base_url"], ready["stats_url"]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+        if self._proc is not None and self._proc.stdin is not None:
+            self._proc.stdin.close()
+            try:
+                await asyncio.wait_for(self._proc.wait(), 5)
+            except TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+
+    async def server_seconds(self) -> list[float]:
+        response = await self._http.get(self._stats_url)
+        response.raise_for_status()
+        return list(response.json())
+
+
+# ---- stores --------------------------------------------------------------------------------
+
+
+def postgres_url() -> str:
+    return os.environ.get(POSTGRES_ENV, "")
+
+
+@contextlib.asynccontextmanager
+async def bench_store(kind: str, directory: Path) -> AsyncIterator[Store]:
+    """A fresh migrated store: a SQLite file in `directory`, or a throwaway PostgreSQL schema."""
+    if kind == "sqlite":
+        store = Store(f"sqlite+aiosqlite:///{directory / f'bench-{uuid.uuid4().hex[:8]}.db'}")
+        await store.migrate()
+        try:
+            yield store
+        finally:
+            await store.close()
+        return
+    import asyncpg
+
+    dsn = postgres_url().replace("postgresql+asyncpg://", "postgresql://")
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE SCHEMA "{schema}"')
+    await conn.close()
+    store = Store(postgres_url(), pg_schema=schema)
+    try:
+        await store.migrate()
+        yield store
+    finally:
+        await store.close()
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await conn.close()
+
+
+def database_kinds(wanted: list[str]) -> list[str]:
+    """The requested databases; PostgreSQL only when its URL is set (a note is printed)."""
+    kinds = [k for k in wanted if k == "sqlite" or postgres_url()]
+    if "postgres" in wanted and not postgres_url():
+        print(f"note: PostgreSQL skipped: {POSTGRES_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)")
+    return kinds
+
+
+# ---- figures ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(pct) - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--serve", action="store_true", help="serve the fake LLM and print its URLs")
+    parser.add_argument("--chunk-chars", type=int, default=16)
+    args = parser.parse_args()
+    if not args.serve:
+        parser.error("run bench/turn_overhead.py or bench/inbox.py; this module only serves the fake LLM (--serve)")
+    asyncio.run(serve(args.chunk_chars))
+
+
+if __name__ == "__main__":
+    main()

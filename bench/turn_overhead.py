@@ -1,0 +1,206 @@
+"""Gateway-added time per LLM round, and the cost of building a long session's context.
+
+Run by hand:  .venv/bin/python bench/turn_overhead.py [--rounds 40] [--quick] [--db sqlite postgres]
+
+A turn is driven the way the inbox drives one (append the user row, run `Turn`), against the
+fake LLM at 0 ms in a child process, on sessions seeded with 10, 1,000 and 10,000 messages.
+Overhead per round = (turn wall time - time inside the fake LLM server - time inside tools)
+/ rounds; "text" is a one-round reply, "tool" a two-round turn (`clock`, then a reply).
+Separately, `ContextBuilder.build` for a 10,000-message session: cold (a new builder, as after
+a restart) and warm (the builder's cache is current, as on every later round).
+PostgreSQL runs when GATEWAY_TEST_POSTGRES_URL is set.
+Goals: p50 <= 5 ms per round on SQLite at 1,000 messages; context build <= 50 ms at 10,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from support import TOOL_TRIGGER, LLMProcess, bench_store, database_kinds, ms, percentile
+
+from fakes.channel import FakeChannel
+from gateway.app import Gateway
+from gateway.config import Config
+from gateway.events import ThreadKey
+from gateway.llm import LLMClient
+from gateway.store import NewToolCall, SessionRecord, Store
+from gateway.turn import Turn, TurnRequest
+
+ROUND_GOAL_MS = 5.0
+BUILD_GOAL_MS = 50.0
+SEED_BATCH = 500
+THREAD = ThreadKey("bench", "chat", "")
+
+
+@dataclass(frozen=True)
+class Case:
+    db: str
+    history: int
+    kind: str  # text | tool
+    per_round: list[float]  # seconds of gateway-added time per round, one value per turn
+    server: list[float]  # seconds inside the LLM server per turn
+    cold: float  # per-round overhead of the first turn on the session (cache empty)
+
+
+def bench_config(llm_url: str, workspace: str) -> Config:
+    return Config.model_validate({
+        "llm": {"base_url": llm_url, "model": "bench-model", "max_retries": 0},
+        "agent": {"workspace": workspace, "system_prompt": "You are a benchmark agent.", "tools": ["clock"]},
+        "scheduler": {"enabled": False},
+    })
+
+
+async def seed(store: Store, session: SessionRecord, count: int) -> None:
+    """`count` history rows: user/assistant text, with a finished clock call every tenth pair."""
+    written = 0
+    while written < count:
+        async with store.db.write() as conn:
+            for _ in range(min(SEED_BATCH, count - written)):
+                n = written
+                if n % 2 == 0:
+                    await store.sessions.append(session.id, "user", f"Message {n}: how is the project going today?", sender_id="1", sender_name="Seeder", conn=conn)
+                elif n % 20 == 19:
+                    call = NewToolCall(f"seed_{n}", "clock", "{}", status="done", result="2026-01-01T12:00:00+00:00 (UTC)")
+                    await store.sessions.append(session.id, "assistant", "", calls=[call], conn=conn)
+                else:
+                    await store.sessions.append(session.id, "assistant", f"Answer {n}: it is going well, thanks for asking. " * 3, conn=conn)
+                written += 1
+
+
+async def one_turn(gateway: Gateway, session: SessionRecord, text: str) -> tuple[float, int, float]:
+    """Run one turn; return (wall seconds, rounds, seconds inside tools)."""
+    store = gateway.store
+    started = time.perf_counter()
+    row = await store.sessions.append(session.id, "user", text, sender_id="1", sender_name="Bench")
+    result = await Turn(gateway.services, TurnRequest(session, THREAD, requested_by="1", turn_started_seq=row.seq)).run()
+    wall = time.perf_counter() - started
+    if result.stage != "SUCCESS":
+        raise RuntimeError(f"turn ended {result.stage}/{result.end_reason}: {result.error}")
+    run = await store.runs.get(result.run_id)
+    events = await store.runs.events(result.run_id)
+    tools = sum(float(e.payload.get("duration_ms") or 0) for e in events if e.kind == "TOOL_CALL") / 1000
+    return wall, run.rounds if run else 1, tools
+
+
+async def measure(gateway: Gateway, llm: LLMProcess, session: SessionRecord, kind: str, turns: int) -> tuple[list[float], list[float], float]:
+    text = f"Hello, {TOOL_TRIGGER} and tell me the time." if kind == "tool" else "Hello, how are you?"
+    per_round: list[float] = []
+    server_times: list[float] = []
+    cold = 0.0
+    for index in range(turns + 1):
+        await llm.server_seconds()  # reset
+        wall, rounds, tools = await one_turn(gateway, session, text)
+        server = sum(await llm.server_seconds())
+        overhead = (wall - server - tools) / rounds
+        if index == 0:
+            cold = overhead
+            continue
+        per_round.append(overhead)
+        server_times.append(server)
+    return per_round, server_times, cold
+
+
+async def run_cases(db: str, histories: list[int], turns: int, llm: LLMProcess, directory: Path) -> tuple[list[Case], dict[str, float]]:
+    cases: list[Case] = []
+    builds: dict[str, float] = {}
+    async with bench_store(db, directory) as store:
+        config = bench_config(llm.base_url, str(directory / "workspace"))
+        client = LLMClient(config.llm)
+        gateway = Gateway(config, channels={"bench": FakeChannel(name="bench")}, serve_http=False, store=store, llm=client)
+        Path(config.agent.workspace).mkdir(parents=True, exist_ok=True)
+        try:
+            for history in histories:
+                session = await store.sessions.open(f"{THREAD}:{history}", source="bench", started_by="1", fresh=True)
+                await seed(store, session, history)
+                for kind in ("text", "tool"):
+                    per_round, server, cold = await measure(gateway, llm, session, kind, turns)
+                    cases.append(Case(db, history, kind, per_round, server, cold))
+                if history == max(histories):
+                    builds = await time_builds(gateway, session, turns)
+        finally:
+            await client.aclose()
+    return cases, builds
+
+
+async def time_builds(gateway: Gateway, session: SessionRecord, repeats: int) -> dict[str, float]:
+    """ContextBuilder.build alone: cold (new builder each time) and warm (cache current)."""
+    from gateway.context import ContextBuilder
+
+    config = gateway.config
+    current = await gateway.store.sessions.get(session.id)
+    assert current is not None
+    kwargs = dict(
+        system_prompt=config.agent.system_prompt, turn_started_seq=current.next_seq, notes={}, now=datetime.now(timezone.utc),
+        timezone=config.agent.timezone, workspace=config.agent.workspace, model=config.llm.model,
+    )
+    cold: list[float] = []
+    for _ in range(max(3, repeats // 4)):
+        builder = ContextBuilder(gateway.store, config.context, config.llm, config.agent)
+        started = time.perf_counter()
+        built = await builder.build(current, **kwargs)
+        cold.append(time.perf_counter() - started)
+    warm: list[float] = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await builder.build(current, **kwargs)
+        warm.append(time.perf_counter() - started)
+    return {
+        "messages": float(len(built.messages)), "rows": float(current.next_seq - 1),
+        "cold_p50": percentile(cold, 50), "cold_p95": percentile(cold, 95),
+        "warm_p50": percentile(warm, 50), "warm_p95": percentile(warm, 95),
+    }
+
+
+def print_cases(cases: list[Case]) -> None:
+    print()
+    print("Gateway-added time per round (ms): turn wall time - LLM server time - tool time, / rounds")
+    print(f"{'db':<9}{'history':>8}  {'turn':<5}{'n':>4}{'p50':>9}{'p95':>9}{'cold':>9}{'llm p50':>9}   goal")
+    for case in cases:
+        goal = ""
+        if case.db == "sqlite" and case.history == 1000:
+            p50 = percentile(case.per_round, 50) * 1000
+            goal = f"p50 <= {ROUND_GOAL_MS:.0f} ms: {'met' if p50 <= ROUND_GOAL_MS else 'MISSED'} ({p50 / ROUND_GOAL_MS:.2f}x)"
+        print(
+            f"{case.db:<9}{case.history:>8}  {case.kind:<5}{len(case.per_round):>4}{ms(percentile(case.per_round, 50))}"
+            f"{ms(percentile(case.per_round, 95))}{ms(case.cold)}{ms(percentile(case.server, 50))}   {goal}"
+        )
+
+
+def print_builds(db: str, builds: dict[str, float]) -> None:
+    if not builds:
+        return
+    cold = builds["cold_p50"] * 1000
+    print(
+        f"ContextBuilder.build, {db}, {int(builds['rows'])} rows -> {int(builds['messages'])} messages: "
+        f"cold p50 {cold:.1f} ms p95 {builds['cold_p95'] * 1000:.1f} ms; "
+        f"warm p50 {builds['warm_p50'] * 1000:.1f} ms p95 {builds['warm_p95'] * 1000:.1f} ms; "
+        f"goal <= {BUILD_GOAL_MS:.0f} ms (cold): {'met' if cold <= BUILD_GOAL_MS else 'MISSED'} ({cold / BUILD_GOAL_MS:.2f}x)"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=40, help="measured turns per case (default 40)")
+    parser.add_argument("--quick", action="store_true", help="10 turns per case")
+    parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
+    parser.add_argument("--histories", type=int, nargs="+", default=[10, 1000, 10000])
+    args = parser.parse_args()
+    turns = 10 if args.quick else args.rounds
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bench-turn-") as tmp:
+        async with LLMProcess() as llm:
+            for db in database_kinds(args.db):
+                cases, builds = await run_cases(db, sorted(args.histories), turns, llm, Path(tmp))
+                print_cases(cases)
+                print_builds(db, builds)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

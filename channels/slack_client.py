@@ -1,0 +1,158 @@
+"""The Web API side of the Slack channel (slack_sdk): one client, paced calls, clear errors.
+
+`SlackWeb` is the `SlackApi` the rest of the channel calls: a method by its slack_sdk name,
+paced per channel when asked, with Slack's error code kept on the raised `SlackCallError`.
+429s are retried inside the client (AsyncRateLimitErrorRetryHandler, honouring Retry-After);
+past the retries the Retry-After is carried on the error and pushes the channel's pacer back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Generic, TypeVar
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.config import SlackConfig
+from gateway.events import Sender
+
+from .slack_pacing import ChannelPacer
+from .slack_stream import SlackCallError
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+NAME_LOOKUP_TIMEOUT_S = 1.0  # users.info runs before the ack; never let it eat Slack's 3 s
+PERMANENT = frozenset(
+    {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed", "account_inactive",
+     "token_revoked", "no_permission", "missing_scope", "restricted_action", "msg_too_long", "invalid_blocks",
+     "no_text", "message_not_found", "cant_update_message", "user_not_found", "invalid_arguments",
+     "unknown_method", "not_allowed_token_type"}
+)
+
+
+class Lru(Generic[K, V]):
+    """A small bounded map: in-memory hints must not grow without end."""
+
+    def __init__(self, size: int = 4096):
+        self._size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        if key in self._items:
+            self._items.move_to_end(key)
+        return self._items.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
+def signature_ok(secret: str, body: str, timestamp: str | None, signature: str | None) -> bool:
+    """Slack's v0 HMAC over `v0:timestamp:body`, refused when older than 5 minutes.
+    Without a secret nothing can be trusted."""
+    if not secret or not timestamp or not signature:
+        return False
+    try:
+        return SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature)
+    except (TypeError, ValueError):
+        return False
+
+
+def _retry_after(error: SlackApiError) -> float | None:
+    headers = getattr(error.response, "headers", None) or {}
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            value = value[0] if isinstance(value, (list, tuple)) else value
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def call_error(method: str, error: SlackApiError) -> SlackCallError:
+    data = error.response.data if isinstance(getattr(error.response, "data", None), dict) else {}
+    code = str(data.get("error") or "")
+    status = getattr(error.response, "status_code", 0)
+    limited = status == 429 or code == "ratelimited"
+    return SlackCallError(
+        f"slack {method}: {code or f'HTTP {status}'}",
+        code=code or ("ratelimited" if status == 429 else ""),
+        retry_after=_retry_after(error) if limited else None,
+        permanent=code in PERMANENT,
+    )
+
+
+class SlackWeb:
+    def __init__(self, config: SlackConfig, *, clock: Callable[[], float] = time.monotonic):
+        self.client = AsyncWebClient(
+            token=config.bot_token,
+            base_url=config.api_base_url,
+            retry_handlers=[
+                AsyncConnectionErrorRetryHandler(max_retry_count=1),
+                AsyncRateLimitErrorRetryHandler(max_retry_count=config.rate_limit_retries),
+            ],
+        )
+        self.pacer = ChannelPacer(config.send_interval_s, clock=clock)
+        self._session: aiohttp.ClientSession | None = None
+        self._senders: Lru[str, Sender] = Lru()
+
+    async def open(self) -> None:
+        """One HTTP session for every call (the client would otherwise open one per call)."""
+        if self.client.session is None:
+            self._session = aiohttp.ClientSession()
+            self.client.session = self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self.client.session = None
+            self._session = None
+
+    async def __call__(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]:
+        if pace:
+            await self.pacer.wait(pace)
+        try:
+            response = await getattr(self.client, method)(**params)
+        except SlackApiError as exc:
+            error = call_error(method, exc)
+            if error.retry_after is not None and pace:
+                self.pacer.defer(pace, error.retry_after)
+            raise error from exc
+        except SlackClientError as exc:
+            raise SlackCallError(f"slack {method}: {exc}", permanent=True) from exc
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise SlackCallError(f"slack {method}: {type(exc).__name__}: {exc}") from exc
+        return response.data if isinstance(response.data, dict) else {}
+
+    async def sender(self, user: str, fallback: str = "") -> Sender:
+        """The user with a display name (cached); the bare id when users.info cannot say."""
+        known = self._senders.get(user)
+        if known is not None:
+            return known
+        sender = Sender(user, fallback, fallback)
+        try:
+            response = await asyncio.wait_for(self.client.users_info(user=user), NAME_LOOKUP_TIMEOUT_S)
+            info = response.get("user") or {}
+            profile = info.get("profile") or {}
+            name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
+            sender = Sender(user, str(name or fallback), str(info.get("name") or fallback))
+        except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.info("slack: no name for %s (%s)", user, exc)
+        self._senders.put(user, sender)
+        return sender

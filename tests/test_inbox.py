@@ -1,0 +1,174 @@
+"""The durable inbox: dedupe, order, concurrency, busy modes, commands."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakes.llm import FakeLLM, Reply
+from harness import ALICE, make_config, running_gateway
+
+from gateway.events import InboundMessage, ThreadKey
+
+T1 = ThreadKey("fake", "chat1", "")
+T2 = ThreadKey("fake", "chat2", "")
+
+
+def echo_last_user(request: dict) -> Reply:
+    users = [m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+    return Reply(f"echo: {users[-1].splitlines()[-1] if users else ''}")
+
+
+@pytest.fixture
+async def llm():
+    async with FakeLLM(responder=echo_last_user) as server:
+        yield server
+
+
+async def test_duplicate_events_give_one_turn(store, llm, tmp_path):
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        first = await h.say("hello", event_id="tg:1:42")
+        again = await h.say("hello", event_id="tg:1:42")
+        await h.idle()
+        assert (first.duplicate, again.duplicate) == (False, True)
+        assert len(llm.requests) == 1
+        assert h.channel.messages() == ["echo: hello"]
+
+
+async def test_per_thread_order_is_arrival_order_and_each_turn_has_one_seed(store, llm, tmp_path):
+    config = make_config(llm.base_url, str(tmp_path), inbox={"busy_mode": "queue"})
+    async with running_gateway(store, config) as h:
+        results = await asyncio.gather(*(h.say(f"m{i}") for i in range(10)))
+        await h.idle()
+        items = [await store.inbox.get_by_event(r.event_id) for r in results]
+        arrival = [i.payload["text"] for i in sorted(items, key=lambda i: i.id)]
+        assert h.channel.messages() == [f"echo: {text}" for text in arrival]
+        assert len(await store.runs.list()) == 10
+
+
+async def test_two_threads_run_at_the_same_time(store, tmp_path):
+    async with FakeLLM() as llm:
+        llm.stall("one")
+        llm.stall("two")
+        async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+            await h.say("a", thread=T1)
+            await h.say("b", thread=T2)
+            await h.wait_for(lambda: len(llm.requests) == 2)  # both LLM calls are open at once
+            await h.say("/stop", thread=T1)
+            await h.say("/stop", thread=T2)
+            await h.idle()
+            assert h.channel.messages(T1) == ["Stopped."] and h.channel.messages(T2) == ["Stopped."]
+
+
+async def _busy_turn(h, llm, second: str) -> None:  # noqa: ANN001
+    """Start a turn whose first round runs a slow tool, and send `second` while it runs."""
+    await h.say("first")
+    await h.wait_for(lambda: len(llm.requests) == 1)
+    await asyncio.sleep(0.1)
+    await h.say(second)
+    await h.idle()
+
+
+def _slow_tool_config(llm, tmp_path, mode):  # noqa: ANN001, ANN202
+    return make_config(
+        llm.base_url, str(tmp_path / "ws"), inbox={"busy_mode": mode}, approvals={"rules": [{"tool": "shell", "action": "allow"}]}
+    )
+
+
+async def test_steer_appends_messages_at_the_next_round_boundary(store, tmp_path):
+    async with FakeLLM(responder=echo_last_user) as llm:
+        llm.tool_call("shell", {"command": "sleep 0.6"}, id="slow")
+        async with running_gateway(store, _slow_tool_config(llm, tmp_path, "steer")) as h:
+            await _busy_turn(h, llm, "also this")
+            assert len(await store.runs.list()) == 1
+            second_round = [m for m in llm.requests[1]["messages"] if not (m.get("content") or "").startswith("[context]")]
+            assert second_round[-1]["role"] == "user" and "also this" in second_round[-1]["content"]
+            assert h.channel.messages() == ["echo: also this"]
+
+
+async def test_queue_runs_messages_sent_while_busy_as_the_next_turn(store, tmp_path):
+    async with FakeLLM(responder=echo_last_user) as llm:
+        llm.tool_call("shell", {"command": "sleep 0.6"}, id="slow")
+        async with running_gateway(store, _slow_tool_config(llm, tmp_path, "queue")) as h:
+            await _busy_turn(h, llm, "later")
+            runs = await store.runs.list()
+            assert len(runs) == 2 and all(r.stage == "SUCCESS" for r in runs)
+            assert h.channel.messages() == ["echo: first", "echo: later"]
+
+
+async def test_interrupt_cancels_the_running_turn(store, tmp_path):
+    async with FakeLLM(responder=echo_last_user) as llm:
+        llm.tool_call("shell", {"command": "sleep 5"}, id="slow")
+        async with running_gateway(store, _slow_tool_config(llm, tmp_path, "interrupt")) as h:
+            await _busy_turn(h, llm, "never mind")
+            runs = sorted(await store.runs.list(), key=lambda r: r.id)
+            assert [r.stage for r in runs] == ["CANCELED", "SUCCESS"]
+            assert h.channel.messages()[-1] == "echo: never mind"
+
+
+async def test_stop_drops_queued_messages(store, tmp_path):
+    async with FakeLLM() as llm:
+        llm.stall()
+        config = make_config(llm.base_url, str(tmp_path), inbox={"busy_mode": "queue"})
+        async with running_gateway(store, config) as h:
+            await h.say("first")
+            await asyncio.wait_for(llm.stalled.wait(), 5)
+            await h.say("queued 1")
+            await h.say("queued 2")
+            await h.say("/stop")
+            await h.idle()
+            assert h.channel.messages() == ["Stopped."]
+            assert len(llm.requests) == 1
+
+
+async def test_commands_are_answered_without_the_model(store, llm, tmp_path):
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("hello")
+        await h.idle()
+        for command in ("/help", "/status", "/cost", "/status@my_bot", "/frobnicate"):
+            await h.say(command)
+        await h.idle()
+        help_reply, status, cost, status_at_bot, unknown = h.channel.messages()[1:]
+        assert "/stop" in help_reply and "/new" in help_reply
+        assert "idle" in status and "Queued messages: 0" in status and "input tokens" in status
+        assert "output tokens" in cost
+        assert "idle" in status_at_bot
+        assert unknown.startswith("Unknown command /frobnicate") and "/help" in unknown
+        assert len(llm.requests) == 1  # no command reached the model
+        assert not any("/help" in m["content"] for r in llm.requests for m in r["messages"] if m["role"] == "user")
+
+
+async def test_status_is_answered_while_a_turn_runs(store, tmp_path):
+    async with FakeLLM() as llm:
+        llm.stall()
+        async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+            await h.say("work")
+            await asyncio.wait_for(llm.stalled.wait(), 5)
+            await h.say("/status")
+            await h.wait_for(lambda: any("working" in m for m in h.channel.messages()))
+            await h.say("/stop")
+            await h.idle()
+
+
+async def test_new_starts_a_fresh_session(store, llm, tmp_path):
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("remember the word apple")
+        await h.idle()
+        before = await store.sessions.current(str(T1))
+        await h.say("/new")
+        await h.say("what was the word?")
+        await h.idle()
+        after = await store.sessions.current(str(T1))
+        assert after.id != before.id
+        assert "Started a new session." in h.channel.messages()
+        last = llm.requests[-1]["messages"]
+        assert not any("apple" in (m.get("content") or "") for m in last)
+
+
+async def test_submit_returns_only_after_commit_with_the_cursor(store, llm, tmp_path):
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        events = [InboundMessage(T1, ALICE, f"u{i}", f"tg:7:{i}") for i in range(3)]
+        await h.gateway.submit(events, cursor=("telegram:offset", "3"))
+        assert await store.inbox.load_cursor("telegram:offset") == "3"
+        assert all([await store.inbox.get_by_event(e.event_id) for e in events])
+        await h.idle()

@@ -1,0 +1,458 @@
+"""Telegram end to end: FakeTelegram <- real PTB <- TelegramChannel <- Gateway -> FakeLLM.
+
+Every test runs the whole gateway (leader polling or the webhook, inbox, turns, prompts,
+outbox) against the fake Bot API and the scripted LLM server, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from typing import Any, AsyncIterator, Callable
+
+import aiohttp
+import pytest
+from fakes.llm import FakeLLM, Reply
+from fakes.telegram import FakeTelegram, StoredMessage
+from harness import make_config
+
+from gateway.app import Gateway
+from gateway.approvals import rejection_text
+from gateway.config import Config
+from gateway.llm import LLMClient
+from gateway.store import Store
+
+PRIVATE = 42  # Ann's private chat (her user id)
+GROUP = -100200300
+BOB = 99
+UNPACED = {"rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min": 0}
+SECRET = "e2e-secret_1"
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM() as server:
+        yield server
+
+
+def tg_config(llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any) -> Config:
+    settings = {"token": tg.token, "api_base_url": tg.base_url, "poll_timeout_s": 1, "edit_interval_s": 0, **UNPACED}
+    return make_config(
+        llm.base_url, str(tmp_path / "ws"), telegram={**settings, **(telegram or {})},
+        serve={"shutdown_grace": 2}, http={"port": 0}, **sections,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(store: Store, config: Config, *, serve_http: bool = False) -> AsyncIterator[Gateway]:
+    """The whole gateway, with the Telegram channel built from `config.telegram`."""
+    gateway = Gateway(config, store=store, llm=LLMClient(config.llm, backoff_base_s=0.01), serve_http=serve_http)
+    gateway.channels["telegram"].poll_backoff_s = 0.05  # type: ignore[attr-defined]
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async def wait() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), timeout)
+
+
+async def settle(gateway: Gateway, condition: Callable[[], bool]) -> None:
+    """Wait for something visible in the fake, then for the gateway to have nothing left to do."""
+    await until(condition)
+    await gateway.inbox.drain_idle(10)
+
+
+def texts(tg: FakeTelegram, chat: int) -> list[str]:
+    return [m.text for m in tg.bot_messages(chat) if m.text]
+
+
+def sent_to(tg: FakeTelegram, chat: int, method: str = "sendMessage") -> list[dict[str, Any]]:
+    return [c.params for c in tg.calls_to(method) if int(c.params["chat_id"]) == chat]
+
+
+def prompt_message(tg: FakeTelegram, chat: int) -> StoredMessage:
+    """A snapshot of the prompt as first shown (the fake edits its own copy in place)."""
+    return copy.deepcopy(next(m for m in tg.bot_messages(chat) if m.buttons or "Approval required" in m.text or m.text.startswith("❓")))
+
+
+def button(message: StoredMessage, label: str) -> str:
+    for row in message.buttons:
+        for b in row:
+            if label in b["text"]:
+                return b["callback_data"]
+    raise KeyError(label)
+
+
+def has_prompt(tg: FakeTelegram, chat: int) -> bool:
+    return any(m.buttons for m in tg.bot_messages(chat))
+
+
+def answers(tg: FakeTelegram) -> list[tuple[str, bool]]:
+    """(text, show_alert) of every answerCallbackQuery, in order."""
+    return [(c.params.get("text", ""), str(c.params.get("show_alert", "")).lower() == "true") for c in tg.calls_to("answerCallbackQuery")]
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    """What people said in a request to the model (not the gateway's own context notes)."""
+    said = [m["content"] for m in request["messages"] if m["role"] == "user"]
+    return [text for text in said if not text.startswith("[context]")]
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    return user_texts(request)[-1]
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    return Reply(f"re: {last_user_text(request)}")
+
+
+# --- replies -------------------------------------------------------------------------
+
+
+async def test_private_chat_reply_arrives_once(store, llm, tg, tmp_path) -> None:
+    llm.reply("Hello **there**")
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "hi")
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+        assert texts(tg, PRIVATE) == ["Hello there"]
+        assert len(sent_to(tg, PRIVATE)) == 1
+        final = tg.bot_messages(PRIVATE)[0]
+        assert {"type": "bold", "offset": 6, "length": 5} in final.entities
+        assert user_texts(llm.requests[0]) == ["hi"]
+        assert await store.inbox.load_cursor("telegram:offset") == str(tg.calls_to("getUpdates")[-1].params["offset"])
+
+
+async def test_group_answers_a_mention_and_ignores_the_rest(store, llm, tg, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.group_message(GROUP, "lunch anyone?")
+        asked = tg.group_message(GROUP, "@test_bot what is 2+2?")
+        await settle(gateway, lambda: texts(tg, GROUP))
+        assert texts(tg, GROUP) == ["re: what is 2+2?"]
+        assert len(llm.requests) == 1
+        assert user_texts(llm.requests[0]) == ["what is 2+2?"]  # the unaddressed message never reached the model
+        reply = tg.bot_messages(GROUP)[0]
+        assert reply.reply_to == asked["message"]["message_id"]  # groups quote the question
+        assert await store.inbox.count_pending() == 0
+
+
+async def test_topics_are_separate_sessions_and_replies_stay_in_their_topic(store, llm, tg, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.topic_message(GROUP, 11, "@test_bot first topic")
+        tg.topic_message(GROUP, 22, "@test_bot second topic")
+        await settle(gateway, lambda: len(texts(tg, GROUP)) == 2)
+        placed = {m.thread_id: m.text for m in tg.bot_messages(GROUP)}
+        assert placed == {11: "re: first topic", 22: "re: second topic"}
+        one = await store.sessions.current(f"telegram:{GROUP}:11")
+        two = await store.sessions.current(f"telegram:{GROUP}:22")
+        assert one is not None and two is not None and one.id != two.id
+        for request in llm.requests:  # neither conversation saw the other
+            assert len(user_texts(request)) == 1
+        tg.topic_message(GROUP, 11, "@test_bot again")
+        await settle(gateway, lambda: len(texts(tg, GROUP)) == 3)
+        assert user_texts(llm.requests[-1]) == ["first topic", "again"]
+        assert tg.bot_messages(GROUP)[-1].thread_id == 11
+
+
+# --- approvals -----------------------------------------------------------------------
+
+
+async def ask_for_write(gateway: Gateway, llm: FakeLLM, tg: FakeTelegram, chat: int = PRIVATE, **say: Any) -> StoredMessage:
+    """Ann asks for a file to be written; the model calls write_file; the prompt is shown."""
+    llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1")
+    llm.reply("Written.")
+    if chat > 0:
+        tg.private_message(chat, "write a note", **say)
+    else:
+        tg.group_message(chat, "@test_bot write a note", **say)
+    await settle(gateway, lambda: has_prompt(tg, chat))
+    return prompt_message(tg, chat)
+
+
+async def test_approve_button_runs_the_tool_and_closes_the_prompt(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg)
+        assert "write_file" in prompt.text and '"path": "note.txt"' in prompt.text
+        assert [[b["text"] for b in row] for row in prompt.buttons] == [
+            ["✅ Approve", "❌ Deny"], ["⏱ Allow 15 min", "🔁 Allow in this chat"]]
+        assert not (tmp_path / "ws" / "note.txt").exists()
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "✅ Approved by Ann" in closed.text
+        assert answers(tg) == [("✅ Approved by Ann", False)]
+        assert "note.txt" in tool_results(llm.requests[1])[0]
+        run = (await store.runs.list())[0]
+        assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
+
+
+async def test_deny_button_skips_the_tool_and_tells_the_model(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg)
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert not (tmp_path / "ws" / "note.txt").exists()
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "❌ Denied by Ann" in closed.text
+        assert tool_results(llm.requests[1]) == [rejection_text(None)]
+
+
+@pytest.mark.parametrize("label, lasts", [("Allow 15 min", "15 min"), ("Allow in this chat", "chat")])
+async def test_allow_buttons_let_later_calls_run_without_asking(store, llm, tg, tmp_path, label, lasts) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        llm.tool_call("shell", {"command": "echo first"}, id="s1")
+        llm.reply("one")
+        tg.private_message(PRIVATE, "run it")
+        await settle(gateway, lambda: has_prompt(tg, PRIVATE))
+        prompt = prompt_message(tg, PRIVATE)
+        tg.press(PRIVATE, prompt.message_id, button(prompt, label), user_id=PRIVATE)
+        await settle(gateway, lambda: "one" in texts(tg, PRIVATE))
+        assert "first" in tool_results(llm.requests[1])[0]
+
+        llm.tool_call("shell", {"command": "echo second"}, id="s2")
+        llm.reply("two")
+        tg.private_message(PRIVATE, "run it again")
+        await settle(gateway, lambda: "two" in texts(tg, PRIVATE))
+        assert "second" in tool_results(llm.requests[3])[-1]
+        asked = [m for m in tg.bot_messages(PRIVATE) if "Approval required" in m.text]
+        assert len(asked) == 1  # the second call ran without a prompt
+        (bypass,) = await store.prompts.active_bypasses(f"telegram:{PRIVATE}:")
+        assert bypass.tool == "shell" and (bypass.expires_at is None) == (lasts == "chat")
+
+        llm.tool_call("shell", {"command": "echo elsewhere"}, id="s3")
+        tg.private_message(43, "run it here")  # another chat still asks
+        await settle(gateway, lambda: has_prompt(tg, 43))
+
+
+async def test_a_foreign_tap_is_refused_with_an_alert_and_changes_nothing(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg, chat=GROUP)
+        tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=BOB, first_name="Bob", username="bob")
+        await until(lambda: len(answers(tg)) == 1)
+        await gateway.inbox.drain_idle(10)
+        assert answers(tg) == [("You can't decide this request.", True)]
+        assert tg.messages[GROUP][prompt.message_id].buttons == prompt.buttons
+        assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
+        (pending,) = await store.prompts.pending(thread_key=f"telegram:{GROUP}:")
+        assert pending.status == "pending"
+        tg.press(GROUP, prompt.message_id, button(prompt, "Approve"))  # Ann, who asked, still can
+        await settle(gateway, lambda: "Written." in texts(tg, GROUP))
+        assert (tmp_path / "ws" / "note.txt").exists()
+
+
+async def test_a_second_tap_is_told_the_request_is_no_longer_pending(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg)
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
+        await until(lambda: len(answers(tg)) == 2)
+        await gateway.inbox.drain_idle(10)
+        assert answers(tg)[1] == ("This request is no longer pending.", True)
+        assert (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 2
+        assert "Approved by Ann" in tg.messages[PRIVATE][prompt.message_id].text
+
+
+# --- questions -----------------------------------------------------------------------
+
+
+async def ask_color(gateway: Gateway, llm: FakeLLM, tg: FakeTelegram) -> StoredMessage:
+    llm.tool_call("ask_user", {"question": "Which colour?", "choices": ["red", "blue"]}, id="q1")
+    llm.responder = lambda request: Reply(f"picked: {tool_results(request)[-1]}")
+    tg.private_message(PRIVATE, "paint it")
+    await settle(gateway, lambda: has_prompt(tg, PRIVATE))
+    return prompt_message(tg, PRIVATE)
+
+
+async def test_question_answered_by_button(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_color(gateway, llm, tg)
+        assert "Which colour?" in prompt.text and [[b["text"] for b in row] for row in prompt.buttons] == [["red"], ["blue"]]
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "blue"), user_id=PRIVATE)
+        await settle(gateway, lambda: any(t.startswith("picked") for t in texts(tg, PRIVATE)))
+        assert texts(tg, PRIVATE)[-1] == "picked: The user answered: blue"
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "Answered by Ann: blue" in closed.text
+
+
+async def test_question_answered_by_typing(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_color(gateway, llm, tg)
+        tg.private_message(PRIVATE, "green, please")
+        await settle(gateway, lambda: any(t.startswith("picked") for t in texts(tg, PRIVATE)))
+        assert texts(tg, PRIVATE)[-1] == "picked: The user answered: green, please"
+        assert len(llm.requests) == 2  # the typed answer resumed the turn; it started no other
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "Answered by Ann: green, please" in closed.text
+
+
+# --- no duplicates, nothing lost -----------------------------------------------------
+
+
+async def test_the_same_update_delivered_twice_gets_one_reply(store, llm, tg, tmp_path) -> None:
+    llm.responder = echo
+    update = tg.message_update(PRIVATE, "only once")
+    tg.enqueue(update)
+    tg.enqueue(update)  # Telegram redelivers what it thinks was not received
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+        await until(lambda: not tg.pending_updates)  # both copies confirmed
+        assert texts(tg, PRIVATE) == ["re: only once"] and len(llm.requests) == 1
+        item = await store.inbox.get_by_event(f"tg:7000001:{update['update_id']}")
+        assert item is not None and item.status == "done"
+
+
+async def die_before_confirming(store: Store, config: Config, tg: FakeTelegram, *, workers: bool) -> None:
+    """An instance stores the queued batch, then dies before its next getUpdates (the one
+    that would confirm the batch) reaches Telegram. With `workers`, it had also answered."""
+    tg.hold_polls(after=1)
+    gateway = Gateway(config, store=store, llm=LLMClient(config.llm, backoff_base_s=0.01), serve_http=False)
+    channel = gateway.channels["telegram"]
+    if workers:
+        await gateway.start()
+        await until(lambda: bool(texts(tg, PRIVATE)))
+    else:  # only the intake ran: the batch is stored, no worker took it
+        await channel.start(gateway.submit)
+        poller = asyncio.create_task(channel.poll_forever())  # type: ignore[attr-defined]
+    await until(lambda: bool(tg.held_polls))
+    assert tg.held_polls[0]["offset"] == str(await store.inbox.load_cursor("telegram:offset"))
+    if not workers:
+        poller.cancel()
+        await asyncio.gather(poller, return_exceptions=True)
+    await gateway.stop()
+    tg.release_polls()
+
+
+@pytest.mark.parametrize("answered_before", [False, True], ids=["stored-only", "stored-and-answered"])
+async def test_a_crash_between_storing_and_confirming_loses_nothing_and_repeats_nothing(store, llm, tg, tmp_path, answered_before) -> None:
+    llm.responder = echo
+    update = tg.private_message(PRIVATE, "survive this")
+    config = tg_config(llm, tg, tmp_path)
+    await die_before_confirming(store, config, tg, workers=answered_before)
+    assert [u["update_id"] for u in tg.pending_updates] == [update["update_id"]]  # Telegram would send it again
+    assert len(texts(tg, PRIVATE)) == (1 if answered_before else 0)
+    async with running(store, config) as gateway:
+        await until(lambda: not tg.pending_updates)  # the stored offset confirms it at once
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        tg.private_message(PRIVATE, "still there?")
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+    assert texts(tg, PRIVATE) == ["re: survive this", "re: still there?"]
+    assert [user_texts(r)[-1] for r in llm.requests] == ["survive this", "still there?"]
+
+
+# --- webhook -------------------------------------------------------------------------
+
+
+async def test_webhook_checks_the_secret_and_the_body_then_answers(store, llm, tg, tmp_path) -> None:
+    llm.responder = echo
+    url = "https://gateway.example/telegram/webhook"
+    config = tg_config(llm, tg, tmp_path, telegram={"mode": "webhook", "webhook_url": url, "webhook_secret": SECRET})
+    update = tg.message_update(PRIVATE, "by webhook")
+    async with running(store, config, serve_http=True) as gateway, aiohttp.ClientSession() as http:
+        assert tg.webhook["url"] == url and tg.webhook["secret_token"] == SECRET
+        endpoint = f"http://127.0.0.1:{gateway.http.port}/telegram/webhook"  # type: ignore[union-attr]
+
+        async def post(body: bytes, secret: str | None = SECRET) -> int:
+            headers = {"Content-Type": "application/json"}
+            if secret is not None:
+                headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+            async with http.post(endpoint, data=body, headers=headers) as response:
+                return response.status
+
+        good = json.dumps(update).encode()
+        assert await post(good, secret=None) == 401
+        assert await post(good, secret="wrong-secret") == 401
+        assert await post(b"{not json") == 400
+        assert await post(b'{"message": {}}') == 400
+        assert await store.inbox.count_pending() == 0 and not llm.requests
+        assert await post(good) == 200
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        assert await post(good) == 200  # a redelivery is acknowledged and ignored
+        await gateway.inbox.drain_idle(10)
+        assert texts(tg, PRIVATE) == ["re: by webhook"] and len(llm.requests) == 1
+        assert not tg.calls_to("getUpdates")  # webhook mode never polls
+
+
+# --- flood limits, formatting, streaming ---------------------------------------------
+
+
+async def test_a_flood_limit_on_send_is_waited_out(store, llm, tg, tmp_path) -> None:
+    llm.reply("after the wait")
+    tg.fail_next("sendMessage", "429", retry_after=1)
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "hi")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        assert texts(tg, PRIVATE) == ["after the wait"]
+        first, second = [c for c in tg.calls_to("sendMessage")]
+        assert second.at - first.at >= 0.95  # retried only after retry_after
+        run = (await store.runs.list())[0]
+        assert run.stage == "SUCCESS"
+
+
+async def test_rejected_formatting_is_resent_as_plain_text(store, llm, tg, tmp_path) -> None:
+    llm.reply("Some **bold** text")
+    tg.fail_next("sendMessage", "parse")
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "hi")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        formatted, plain = sent_to(tg, PRIVATE)
+        assert formatted["entities"] and "entities" not in plain
+        (message,) = tg.bot_messages(PRIVATE)
+        assert (message.text, message.entities) == ("Some bold text", [])
+
+
+LONG_REPLY = " ".join(f"word{n}" for n in range(60))
+
+
+async def test_private_replies_stream_as_drafts_then_one_message(store, llm, tg, tmp_path) -> None:
+    llm.reply(LONG_REPLY)
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "tell me a lot")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        drafts = tg.drafts[PRIVATE]
+        assert len(drafts) >= 5
+        assert all(LONG_REPLY.startswith(d) for d in drafts) and drafts == sorted(drafts, key=len)
+        assert len({c.params["draft_id"] for c in tg.calls_to("sendMessageDraft")}) == 1
+        assert texts(tg, PRIVATE) == [LONG_REPLY]
+        assert len(sent_to(tg, PRIVATE)) == 1 and not tg.calls_to("editMessageText")
+        assert sent_to(tg, PRIVATE, "sendChatAction")  # typing while the turn ran
+
+
+@pytest.mark.parametrize("interval, edits", [(0, "many"), (3600, "final only")])
+async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path, interval, edits) -> None:
+    llm.reply(LONG_REPLY)
+    config = tg_config(llm, tg, tmp_path, telegram={"edit_interval_s": interval})
+    async with running(store, config) as gateway:
+        tg.group_message(GROUP, "@test_bot tell me a lot")
+        await settle(gateway, lambda: LONG_REPLY in texts(tg, GROUP))
+        (first,) = sent_to(tg, GROUP)
+        assert LONG_REPLY.startswith(first["text"]) and len(first["text"]) < len(LONG_REPLY)
+        changes = sent_to(tg, GROUP, "editMessageText")
+        assert changes[-1]["text"] == LONG_REPLY
+        assert {int(c["message_id"]) for c in changes} == {tg.bot_messages(GROUP)[0].message_id}
+        if edits == "many":
+            assert len(changes) >= 5
+        else:  # the throttle let nothing through between the first chunk and the final edit
+            assert len(changes) == 1
+        assert texts(tg, GROUP) == [LONG_REPLY] and not tg.calls_to("sendMessageDraft")
