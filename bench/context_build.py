@@ -118,7 +118,7 @@ async def bench_prefix(store: Store, turns: int, window: int) -> None:
             name, _ = rng.choice(TOOLS)
             call = NewToolCall(f"call_{n}_{k}", name, json.dumps({"n": n}), "done", result_text(rng))
             await store.sessions.append(session.id, "assistant", "", calls=[call])
-            await build(builder, session, first.seq)
+            folds += len((await build(builder, session, first.seq)).compactions)
         await store.sessions.append(session.id, "assistant", f"answer {n}: item {n} is fine")
     rate = 100 * stable / max(1, turns - 1)
     print(f"prefix-stable turns: {stable}/{turns - 1} = {rate:.1f} % ({window // 1000}k window, {folds} folds)")

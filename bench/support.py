@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "tests"):
@@ -31,6 +31,7 @@ from gateway.store import Store  # noqa: E402
 
 POSTGRES_ENV = "GATEWAY_TEST_POSTGRES_URL"
 TOOL_TRIGGER = "please use the clock"
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
 REPLY_TEXT = "Here is a short answer from the fake model, long enough to stream in a few pieces."
 
 
@@ -58,6 +59,17 @@ async def serve(chunk_chars: int) -> None:
     durations: list[float] = []
 
     class TimedLLM(FakeLLM):
+        async def __aenter__(self) -> "TimedLLM":
+            # As FakeLLM's, with room for the request bodies of 10,000-message sessions.
+            app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+            app.router.add_post("/v1/chat/completions", self._handle)
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+            host, port = self._runner.addresses[0][:2]
+            self.base_url = f"http://{host}:{port}/v1"
+            return self
+
         async def _handle(self, request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             try:
@@ -129,15 +141,13 @@ def postgres_url() -> str:
 
 
 @contextlib.asynccontextmanager
-async def bench_store(kind: str, directory: Path) -> AsyncIterator[Store]:
-    """A fresh migrated store: a SQLite file in `directory`, or a throwaway PostgreSQL schema."""
+async def bench_database(kind: str, directory: Path) -> AsyncIterator[Callable[[], Store]]:
+    """A fresh migrated database (a SQLite file in `directory`, or a throwaway PostgreSQL
+    schema); yields a factory of `Store`s on it, one per simulated process."""
     if kind == "sqlite":
-        store = Store(f"sqlite+aiosqlite:///{directory / f'bench-{uuid.uuid4().hex[:8]}.db'}")
-        await store.migrate()
-        try:
-            yield store
-        finally:
-            await store.close()
+        url = f"sqlite+aiosqlite:///{directory / f'bench-{uuid.uuid4().hex[:8]}.db'}"
+        await _migrate(Store(url))
+        yield lambda: Store(url)
         return
     import asyncpg
 
@@ -146,15 +156,31 @@ async def bench_store(kind: str, directory: Path) -> AsyncIterator[Store]:
     conn = await asyncpg.connect(dsn)
     await conn.execute(f'CREATE SCHEMA "{schema}"')
     await conn.close()
-    store = Store(postgres_url(), pg_schema=schema)
     try:
-        await store.migrate()
-        yield store
+        await _migrate(Store(postgres_url(), pg_schema=schema))
+        yield lambda: Store(postgres_url(), pg_schema=schema)
     finally:
-        await store.close()
         conn = await asyncpg.connect(dsn)
         await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await conn.close()
+
+
+async def _migrate(store: Store) -> None:
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def bench_store(kind: str, directory: Path) -> AsyncIterator[Store]:
+    """One store on a fresh migrated database."""
+    async with bench_database(kind, directory) as make_store:
+        store = make_store()
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 def database_kinds(wanted: list[str]) -> list[str]:
@@ -177,7 +203,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.2f}"
+    return f"{seconds * 1000:9.2f}"
 
 
 def main() -> None:

@@ -1,30 +1,43 @@
 """Replies per second through the Telegram channel against the fake Bot API (50 chats).
 
 Run by hand:  .venv/bin/python bench/telegram_replies.py [--chats 50] [--replies 20]
+              [--turns 5] [--database URL] [--only channel|gateway]
 
-Measures the channel's send path (render, split, PTB over HTTP to the fake on loopback):
-once with pacing off (raw throughput) and once with the default flood-limit pacing
-(30 messages/s overall, which is what Telegram allows), plus streamed replies in groups
-and the polling ingest rate. The core (LLM, inbox) is not involved.
+Channel figures: the send path (render, split, PTB over HTTP to the fake on loopback) once
+with pacing off (raw throughput) and once with the default flood-limit pacing (30 messages/s
+overall, what Telegram allows), streamed replies in groups, and the polling ingest rate.
+
+Gateway figures: the whole path, end to end. Each chat sends a message, waits for the reply,
+and sends the next (`--turns` per chat): getUpdates -> inbox (SQLite, or `--database`) ->
+worker -> turn -> fake LLM (0 ms) -> outbox -> drafts + sendMessage. Reported with the
+default `inbox.max_concurrent_turns` (8) and with one slot per chat, pacing off.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import Any, AsyncIterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from fakes.llm import FakeLLM, Reply  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 from fakes.telegram_core import RecordingCore  # noqa: E402
 
 from channels.telegram import TelegramChannel  # noqa: E402
-from gateway.config import TelegramConfig  # noqa: E402
+from gateway.app import Gateway  # noqa: E402
+from gateway.config import Config, TelegramConfig  # noqa: E402
 from gateway.events import Outbound, ThreadKey  # noqa: E402
+from gateway.llm import LLMClient  # noqa: E402
+from gateway.store import Store  # noqa: E402
 
 REPLY = "Here is the **answer** with `code`:\n\n```python\nprint('hello')\n```\n\n- one\n- two\n"
 
@@ -88,7 +101,7 @@ def report(label: str, elapsed: float, latencies: list[float]) -> None:
           f"p50 {statistics.median(ordered) * 1000:6.1f} ms   p95 {p95 * 1000:6.1f} ms")
 
 
-async def main(chats: int, per_chat: int) -> None:
+async def channel_figures(chats: int, per_chat: int) -> None:
     unpaced = {"rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min": 0}
     async with FakeTelegram() as fake:
         channel = await channel_for(fake, **unpaced)
@@ -114,9 +127,92 @@ async def main(chats: int, per_chat: int) -> None:
         await channel.stop()
 
 
+# --- the whole gateway ---------------------------------------------------------------
+
+
+def gateway_config(fake: FakeTelegram, llm: FakeLLM, workspace: str, slots: int) -> Config:
+    data: dict[str, Any] = {
+        "llm": {"base_url": llm.base_url, "model": "bench-model"},
+        "agent": {"workspace": workspace},
+        "inbox": {"poll_interval_s": 0.05, "max_concurrent_turns": slots},
+        "scheduler": {"enabled": False},
+        "serve": {"shutdown_grace": 2},
+        "telegram": {"token": fake.token, "api_base_url": fake.base_url, "poll_timeout_s": 1,
+                     "rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min": 0},
+    }
+    return Config.model_validate(data)
+
+
+async def conversation(fake: FakeTelegram, chat: int, turns: int, latencies: list[float]) -> None:
+    """One person: a message, wait for the reply, the next message."""
+    for n in range(turns):
+        started = time.perf_counter()
+        fake.private_message(chat, f"question {n}")
+        while len(fake.bot_messages(chat)) <= n:
+            await asyncio.sleep(0.002)
+        latencies.append(time.perf_counter() - started)
+
+
+@contextlib.asynccontextmanager
+async def fresh_store(database: str | None, tmp: str) -> AsyncIterator[Store]:
+    """A new SQLite file, or a throwaway schema in the given PostgreSQL database."""
+    if not database or not database.startswith("postgresql"):
+        store = Store(database or f"sqlite+aiosqlite:///{tmp}/bench.db")
+        await store.migrate()
+        yield store
+        return
+    import asyncpg
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    dsn = database.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        store = Store(database, pg_schema=schema)
+        await store.migrate()
+        yield store
+    finally:
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await conn.close()
+
+
+async def through_gateway(chats: int, turns: int, database: str | None, slots: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with FakeTelegram() as fake, FakeLLM(responder=lambda request: Reply(REPLY)) as llm, \
+                fresh_store(database, tmp) as store:
+            config = gateway_config(fake, llm, f"{tmp}/ws", slots)
+            gateway = Gateway(config, store=store, llm=LLMClient(config.llm), serve_http=False)
+            await gateway.start()
+            latencies: list[float] = []
+            started = time.perf_counter()
+            try:
+                await asyncio.gather(*(conversation(fake, 1000 + c, turns, latencies) for c in range(chats)))
+                elapsed = time.perf_counter() - started
+            finally:
+                await gateway.stop()
+            report(f"gateway, {chats} chats, {slots} slots", elapsed, latencies)
+            sends = len(fake.calls_to("sendMessage"))
+            print(f"{'':<28} {len(llm.requests)} LLM calls, {sends} sendMessage, "
+                  f"{len(fake.calls_to('sendMessageDraft'))} drafts, {len(fake.calls_to('getUpdates'))} polls")
+            if sends != chats * turns:
+                print(f"  !! expected {chats * turns} replies, the fake received {sends}")
+
+
+async def main(chats: int, per_chat: int, turns: int, database: str | None, only: str | None) -> None:
+    if only in (None, "channel"):
+        await channel_figures(chats, per_chat)
+    if only in (None, "gateway"):
+        for slots in (8, chats):
+            await through_gateway(chats, turns, database, slots)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chats", type=int, default=50)
-    parser.add_argument("--replies", type=int, default=20, help="replies per chat")
+    parser.add_argument("--replies", type=int, default=20, help="replies per chat (channel figures)")
+    parser.add_argument("--turns", type=int, default=5, help="messages per chat (gateway figures)")
+    parser.add_argument("--database", help="store URL for the gateway figures (default: a fresh SQLite file; "
+                        "a PostgreSQL URL gets a throwaway schema)")
+    parser.add_argument("--only", choices=["channel", "gateway"])
     args = parser.parse_args()
-    asyncio.run(main(args.chats, args.replies))
+    asyncio.run(main(args.chats, args.replies, args.turns, args.database, args.only))

@@ -15,6 +15,7 @@ from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
 from gateway.headless import HeadlessChannel
 from gateway.http import HttpServer
 from gateway.inbox import Inbox
+from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.outbox import ChatRateLimiter, Outbox
 from gateway.prompts import PromptService, ask_user_spec
@@ -76,6 +77,7 @@ class Gateway:
         store: Store | None = None,
     ):
         self.config = config
+        self._owns = {"store": store is None, "llm": llm is None}
         self.store = store or Store(config.database.url, echo=config.database.echo)
         self.llm = llm or LLMClient(config.llm)
         self.channel_state = StoreChannelState(self.store)
@@ -104,6 +106,7 @@ class Gateway:
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
         self.http = HttpServer(self, config.http) if serve_http else None
         self._leader_task: asyncio.Task | None = None
+        self._leading = Stopper()
         self._clock_running = False
         self.started_channels: set[str] = set()
 
@@ -144,8 +147,8 @@ class Gateway:
         self._leader_task = asyncio.create_task(self._lead_forever(), name="leader")
 
     async def stop(self) -> None:
+        self._leading.stop()
         if self._leader_task is not None:
-            self._leader_task.cancel()
             await asyncio.gather(self._leader_task, return_exceptions=True)
         if self.http is not None:
             await self.http.stop_intake()
@@ -157,8 +160,10 @@ class Gateway:
                 log.exception("channel %s failed to stop", channel.name)
         if self.http is not None:
             await self.http.stop()
-        await self.llm.aclose()
-        await self.store.close()
+        if self._owns["llm"]:
+            await self.llm.aclose()
+        if self._owns["store"]:
+            await self.store.close()
 
     # ---- leadership: Telegram polling and the scheduler clock run on one instance --------
     async def _lead_forever(self) -> None:
@@ -166,7 +171,7 @@ class Gateway:
         duties: list[asyncio.Task] = []
         lease = None
         try:
-            while True:
+            while not self._leading.stopped:
                 try:
                     lease = await (self.store.inbox.renew(lease, ttl) if lease else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl))
                 except Exception:  # noqa: BLE001
@@ -179,7 +184,7 @@ class Gateway:
                     log.warning("leadership lost; stopping polling and the scheduler clock")
                     await self._stop_duties(duties)
                     duties = []
-                await asyncio.sleep(ttl / 3)
+                await self._leading.sleep(ttl / 3)
         finally:
             await self._stop_duties(duties)
             if lease is not None:

@@ -181,6 +181,9 @@ class ReplyStream(Protocol):
 
 @runtime_checkable
 class Channel(Protocol):
+    """A platform adapter. It may also have `show_tool_progress = True` to get a short
+    "🔧 tool args" line before each tool runs."""
+
     name: str  # "telegram", "slack", "console"
 
     async def start(self, submit: Submit) -> None:

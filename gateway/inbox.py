@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
 from gateway.commands import IMMEDIATE, INTERRUPTING, cost_text, help_text, parse_command, status_text
+from gateway.lifecycle import Stopper
 from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult, ThreadKey, TurnEnded
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
 from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
@@ -66,11 +67,17 @@ class Inbox:
         self._slots = asyncio.Semaphore(self.config.inbox.max_concurrent_turns)
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
-        self._stopping = False
+        self._stopper = Stopper()
 
     # ---- intake --------------------------------------------------------------------------
     async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
-        """Commit the events (duplicates ignored) and the cursor; only then return."""
+        """Commit the events (duplicates ignored) and the cursor; only then return.
+
+        Shielded: a channel task cancelled meanwhile (a poller stopping, a client hanging up)
+        does not interrupt the write; a redelivery of what was committed is a no-op."""
+        return await asyncio.shield(self._submit(events, cursor))
+
+    async def _submit(self, events: Sequence[InboundEvent], cursor: tuple[str, str] | None) -> list[SubmitResult]:
         results: dict[str, SubmitResult] = {}
         for event in events:
             if isinstance(event, ButtonPress):
@@ -99,20 +106,22 @@ class Inbox:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking threads; running turns end at a round boundary (or park) within the
         grace period; whatever remains is cancelled and continued by the next start."""
-        self._stopping = True
+        self._stopper.stop("shutdown")
+        self._wake.set()
         if self._dispatcher is not None:
-            self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
+        grace = grace_s if grace_s is not None else self.config.serve.shutdown_grace
         workers = list(self._workers.values())
         if workers:
-            await asyncio.wait(workers, timeout=grace_s if grace_s is not None else self.config.serve.shutdown_grace)
+            await asyncio.wait(workers, timeout=grace)
         for state in self._threads.values():
             if state.running is not None:
-                state.running.turn.cancel_reason = "shutdown"
-                state.running.task.cancel()
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+                state.running.turn.request_stop("shutdown")  # suspended; continued after the restart
+        if workers:
+            _, stuck = await asyncio.wait(workers, timeout=10)
+            for task in stuck:  # last resort: a worker that ignores the stop
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
         await self.store.inbox.release_all(self.instance_id)
 
     async def recover(self) -> int:
@@ -141,7 +150,7 @@ class Inbox:
     async def _dispatch_forever(self) -> None:
         loop = asyncio.get_running_loop()
         next_maintenance = 0.0
-        while not self._stopping:
+        while not self._stopper.stopped:
             try:
                 if loop.time() >= next_maintenance:
                     next_maintenance = loop.time() + MAINTENANCE_EVERY_S
@@ -183,7 +192,7 @@ class Inbox:
         renewer = asyncio.create_task(holder.keep(on_lost=lambda: self._lost(thread_key)))
         try:
             async with self._slots:
-                while not self._stopping and holder.valid:
+                while not self._stopper.stopped and holder.valid:
                     items = await self.store.inbox.pending(thread_key, limit=50)
                     if not items:
                         break
@@ -193,7 +202,7 @@ class Inbox:
         except Exception:  # noqa: BLE001
             log.exception("%s: worker failed", thread_key)
         finally:
-            renewer.cancel()
+            holder.stopper.stop()
             await asyncio.gather(renewer, return_exceptions=True)
             if holder.valid:
                 await self.store.inbox.release(holder.lease)
@@ -201,8 +210,7 @@ class Inbox:
     def _lost(self, thread_key: str) -> None:
         running = self._state(thread_key).running
         if running is not None:
-            running.turn.cancel_reason = "lease lost"
-            running.task.cancel()
+            running.turn.request_stop("lease lost")
 
     async def _handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         if item.kind == "command":
@@ -271,16 +279,18 @@ class Inbox:
     async def _run_turn(self, request: TurnRequest) -> None:
         thread_key = str(request.thread)
         state = self._state(thread_key)
-        turn = Turn(self.s, request, drain=self._drainer(request), stopping=lambda: self._stopping)
+        turn = Turn(self.s, request, drain=self._drainer(request), stopping=lambda: self._stopper.stopped)
         channel = self.s.outbox.channels.get(request.thread.channel)
         await _set_busy(channel, request.thread, True, request.reply_to)
         task = asyncio.create_task(turn.run(), name=f"turn {thread_key}")
         state.running = _Running(task, turn)
-        watcher = asyncio.create_task(self._watch(request.thread, state.running))
+        watching = Stopper()
+        watcher = asyncio.create_task(self._watch(request.thread, state.running, watching))
         try:
             result = await task
         finally:
-            watcher.cancel()
+            watching.stop()
+            state.wake.set()
             await asyncio.gather(watcher, return_exceptions=True)
             state.running = None
             await _set_busy(channel, request.thread, False, request.reply_to)
@@ -317,20 +327,19 @@ class Inbox:
 
         return drain
 
-    async def _watch(self, thread: ThreadKey, running: _Running) -> None:
+    async def _watch(self, thread: ThreadKey, running: _Running, watching: Stopper) -> None:
         """While a turn runs: answer status commands at once, cancel on /stop or /new, and
         cancel on any new message in `interrupt` mode."""
         state = self._state(str(thread))
         interrupt = self.config.inbox.busy_mode_for(thread.channel) == "interrupt"
-        while True:
+        while not watching.stopped:
             state.wake.clear()
             for item in await self.store.inbox.pending(str(thread)):
                 command = parse_command(item.payload.get("text", "")) if item.kind == "command" else None
                 if command is not None and command.name in IMMEDIATE:
                     await self._reply_command(thread, item, command.name, running=True)
                 elif (command is not None and command.name in INTERRUPTING) or (interrupt and item.kind == "message"):
-                    running.turn.cancel_reason = command.name if command else "interrupt"
-                    running.task.cancel()
+                    running.turn.request_stop(command.name if command else "interrupt")
                     return
             try:
                 await asyncio.wait_for(state.wake.wait(), self.config.inbox.poll_interval_s)
@@ -427,14 +436,14 @@ class _LeaseHolder:
         self.lease = lease
         self.ttl_s = ttl_s
         self.valid = True
+        self.stopper = Stopper()
 
     @property
     def fence(self) -> Fence:
         return Fence(self.lease.name, self.lease.owner, self.lease.fence)
 
     async def keep(self, *, on_lost: Callable[[], None]) -> None:
-        while True:
-            await asyncio.sleep(self.ttl_s / 3)
+        while not await self.stopper.sleep(self.ttl_s / 3):
             try:
                 renewed = await self.store.inbox.renew(self.lease, self.ttl_s)
             except Exception:  # noqa: BLE001 - a blip; the next renewal may succeed

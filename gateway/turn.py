@@ -19,6 +19,7 @@ from gateway.approvals import AUTO_DENIED, EXPIRED, ApprovalPolicy, Bypass, reje
 from gateway.arguments import ArgumentsProblem, check_arguments
 from gateway.config import Config
 from gateway.events import ThreadKey
+from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.guards import (
     LENGTH_NOTICE,
     REPETITION_NOTICE,
@@ -122,7 +123,11 @@ class Turn:
         self.length = LengthGuard()
         self.loop_guard = ToolLoopGuard()
         self.overflow_retries = 0
-        self.cancel_reason = ""  # set by whoever cancels the task: "stop", "shutdown", "lease lost", ...
+        self.stopper = Stopper()  # reason: "stop", "new", "interrupt", "shutdown", "lease lost"
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at once if an LLM call or a tool is running, else at the next boundary."""
+        self.stopper.stop(reason)
 
     # ---- entry ---------------------------------------------------------------------------
     async def run(self) -> TurnResult:
@@ -131,13 +136,10 @@ class Turn:
             await self._loop()
         except TurnEnd as end:
             return await self._finish(end)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()  # the cancel was ours: record it and return normally
-            if self.cancel_reason == "shutdown":
+        except Interrupted:
+            if self.stopper.reason == "shutdown":
                 return TurnResult(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
-            if self.cancel_reason == "lease lost":
+            if self.stopper.reason == "lease lost":
                 return TurnResult(self.run_id, "LOST", "error", error="lease lost")
             return await self._finish(TurnEnd("CANCELED", "canceled"), placeholder="canceled")
         except LeaseLost as exc:
@@ -170,6 +172,8 @@ class Turn:
             open_calls = await self.s.store.sessions.open_tool_calls(self.session.id)
             if open_calls:
                 await self._process_calls(open_calls)
+            if self.stopper.stopped:
+                raise Interrupted(self.stopper.reason)
             if self.stopping():
                 raise TurnEnd("SUSPENDED", "shutdown")
             if self.drain is not None:
@@ -247,16 +251,7 @@ class Turn:
             started = time.monotonic()
             tools = self._offered_tools()
             try:
-                async for event in self.s.llm.stream(built.messages, tools or None):
-                    if isinstance(event, ModelInfo):
-                        model = event.model
-                        continue
-                    if isinstance(event, Usage):
-                        usage = event
-                    if builder.feed(event) is not None:
-                        break  # repetition: stop reading (closing the stream cancels generation)
-                    if isinstance(event, TextDelta) and self.session.interactive:
-                        await stream.update(builder.draft().text)
+                model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
             except ContextTooLong as exc:
                 await self.trace.error("llm", f"context too long: {exc}")  # type: ignore[union-attr]
                 if self.overflow_retries >= 1 or self.s.context is None:
@@ -265,6 +260,22 @@ class Turn:
                 self.s.context.correct_from_refusal(model, built.estimated_tokens, exc.prompt_tokens, exc.context_window)
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
+
+    async def _consume(self, messages, tools, builder: RoundBuilder, stream: RecordedStream):  # noqa: ANN001, ANN202
+        """Read one LLM stream into the builder, showing text as it grows. No database work
+        happens here, so a stop may cancel it at any point (which closes the HTTP request)."""
+        model, usage = self.cfg.llm.model, None
+        async for event in self.s.llm.stream(messages, tools or None):
+            if isinstance(event, ModelInfo):
+                model = event.model
+                continue
+            if isinstance(event, Usage):
+                usage = event
+            if builder.feed(event) is not None:
+                break  # repetition: stop reading (closing the stream cancels generation)
+            if isinstance(event, TextDelta) and self.session.interactive:
+                await stream.update(builder.draft().text)
+        return model, usage
 
     async def _build_context(self):  # noqa: ANN202
         notes = await self.s.store.sessions.get_notes(self.session.id)
@@ -420,19 +431,31 @@ class Turn:
         assert spec is not None
         args = args if args is not None else json.loads(call.arguments or "{}")
         await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
+        await self._show_progress(call)
         ctx = ToolContext(
             session_id=self.session.id, thread=self.thread, source=self.session.source, interactive=self.session.interactive,
             workspace=Path(self.cfg.agent.workspace).resolve(), agent=self.cfg.agent, notes=self.s.store.sessions,
             services=self.s.tool_services, call_id=call.call_id,
         )
         started = time.monotonic()
-        outcome = await run_tool(spec, args, ctx)
+        outcome = await interruptible(run_tool(spec, args, ctx), self.stopper)
         status = "failed" if outcome.failed else "done"
         await self.trace.tool_call(  # type: ignore[union-attr]
             name=call.name, call_id=call.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
             parent_seq=self.last_response_seq, detail={"arguments": call.arguments, "result": outcome.text},
         )
         return await self._settle(call, status, outcome.text)
+
+    async def _show_progress(self, call: ToolCallRecord) -> None:
+        """A "🔧 tool args" line, for channels that ask for it (the console; Telegram's
+        `show_tool_progress`)."""
+        channel = self.s.outbox.channels.get(self.thread.channel)
+        if not self.session.interactive or not getattr(channel, "show_tool_progress", False):
+            return
+        try:
+            await self.s.outbox.send_text(self.thread, f"🔧 {call.name} {_short(call.arguments, 80)}", key=f"progress:{call.id}")
+        except Exception as exc:  # noqa: BLE001 - progress is cosmetic
+            log.info("%s: tool progress not shown: %s", self.thread, exc)
 
     async def _settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> tuple[str, str]:
         await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)

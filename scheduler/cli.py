@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from gateway.config import Config, SchedulerConfig
 from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
@@ -23,15 +23,23 @@ from scheduler.triggers import TriggerError, timetable, zone
 SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `jobs` to the top-level subparsers (from `parser.add_subparsers()`)."""
-    jobs = subparsers.add_parser("jobs", help="scheduled jobs: list, show, add, enable, disable, remove, run-now, kill")
+def add_parser(
+    subparsers: Any, *, parents: Sequence[argparse.ArgumentParser] = (), handler: Callable[..., Any] | None = None
+) -> argparse.ArgumentParser:
+    """Add `jobs` to the top-level subparsers (from `parser.add_subparsers()`).
+
+    `parents` (e.g. the common --config/--log-level options) go on every action; `handler`
+    becomes the `handler` default of the parsed arguments."""
+    common = {"parents": list(parents)}
+    jobs = subparsers.add_parser("jobs", help="scheduled jobs: list, show, add, enable, disable, remove, run-now, kill", **common)
+    if handler is not None:
+        jobs.set_defaults(handler=handler)
     actions = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
-    actions.add_parser("list", help="every job with its next firing and last outcome")
-    show = actions.add_parser("show", help="a job's definition and its recent firings")
+    actions.add_parser("list", help="every job with its next firing and last outcome", **common)
+    show = actions.add_parser("show", help="a job's definition and its recent firings", **common)
     show.add_argument("name")
     show.add_argument("--limit", type=int, default=20, help="firings to list (default 20)")
-    _add_add_parser(actions)
+    _add_add_parser(actions, common)
     for name, text in (
         ("enable", "switch a job on"),
         ("disable", "switch a job off (history is kept)"),
@@ -39,12 +47,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ("run-now", "fire a job now, outside its schedule"),
         ("kill", "stop the job's running session"),
     ):
-        actions.add_parser(name, help=text).add_argument("name")
+        actions.add_parser(name, help=text, **common).add_argument("name")
     return jobs
 
 
-def _add_add_parser(actions: Any) -> None:
-    add = actions.add_parser("add", help="create a job")
+def _add_add_parser(actions: Any, common: dict[str, Any]) -> None:
+    add = actions.add_parser("add", help="create a job", **common)
     add.add_argument("name")
     timing = add.add_mutually_exclusive_group(required=True)
     timing.add_argument("--cron", help="5 fields, e.g. '0 9 * * 1-5'")

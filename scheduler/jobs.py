@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable
 
@@ -30,6 +31,7 @@ SCHEDULER = Sender("scheduler", "scheduler")
 STATUS_BY_STAGE = {"SUCCESS": "success", "FAILED": "failed", "CANCELED": "canceled"}
 ONE_SHOT_DONE = "one-shot done"
 RESTART_ERROR = "restart: the gateway stopped during the run"
+MAX_CONCURRENT_FIRINGS = 8  # a burst (many jobs at 09:00) queues here, not on the connection pool
 
 
 def schedule_repo(store: Store) -> ScheduleRepo:
@@ -69,7 +71,10 @@ class Scheduler:
         self._deliver = deliver
         self._now = now or utcnow
         self._clock = Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
-        self._lock = asyncio.Lock()  # planning and firing on the clock never interleave
+        # Planning and firing one schedule never interleave; different schedules run freely.
+        self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._reload_lock = asyncio.Lock()
+        self._firing = asyncio.Semaphore(MAX_CONCURRENT_FIRINGS)
         self._fingerprint: int | None = None
         self._dirty = False
 
@@ -99,7 +104,7 @@ class Scheduler:
         """Rebuild the clock from the table (only where the clock runs)."""
         if not self._clock.running:
             return
-        async with self._lock:
+        async with self._reload_lock:
             self._fingerprint = await self.repo.fingerprint()
             self._dirty = False
             schedules = await self.repo.list()
@@ -107,7 +112,8 @@ class Scheduler:
             for gone in set(self._clock.planned()) - enabled:
                 self._clock.unplan(gone)
             for schedule in schedules:
-                await self._plan(schedule)
+                async with self._locks[schedule.id]:
+                    await self._plan(schedule)
 
     async def housekeeping(self) -> None:
         """Periodic: pick up changes made elsewhere, stop runs past their timeout."""
@@ -116,7 +122,7 @@ class Scheduler:
         await self.check_timeouts()
 
     async def _on_due(self, schedule_id: int, when: datetime) -> None:
-        async with self._lock:
+        async with self._locks[schedule_id]:
             try:
                 await self.fire(schedule_id, when)
                 schedule = await self.repo.get(schedule_id)
@@ -179,6 +185,10 @@ class Scheduler:
     async def fire(self, schedule_id: int, scheduled_for: datetime, *, origin: RunOrigin = "schedule") -> JobRunRecord | None:
         """Claim the firing once and start its run; None when there is nothing to do
         (claimed elsewhere, job gone or disabled, or too late: then it is recorded `missed`)."""
+        async with self._firing:
+            return await self._fire(schedule_id, scheduled_for, origin)
+
+    async def _fire(self, schedule_id: int, scheduled_for: datetime, origin: RunOrigin) -> JobRunRecord | None:
         now = self._now()
         schedule = await self.repo.get(schedule_id)
         if schedule is None or (origin == "schedule" and not schedule.enabled):
@@ -332,7 +342,8 @@ class Scheduler:
     # ---- restart ---------------------------------------------------------------------------
     async def recover_running(self) -> list[JobRunRecord]:
         """Runs left `running` by a crash become `failed` (restart); within the grace the job
-        runs once more in a fresh session. Runs still queued or held by a worker are left alone."""
+        runs once more in a fresh session. Runs the core will still finish are left alone: the
+        prompt is queued, a worker holds the thread, or an interrupted turn will be continued."""
         recovered = []
         for run in await self.repo.running():
             schedule = await self.repo.get(run.schedule_id)
@@ -353,5 +364,9 @@ class Scheduler:
         item = await self.store.inbox.get_by_event(f"job:{run.id}")
         if item is not None and item.status in ("pending", "held"):
             return True  # its prompt is still queued: the core will run it
+        if run.session_id is not None:
+            turns = await self.store.runs.list(session_id=run.session_id, limit=5)
+            if any(turn.stage in ("RUNNING", "AWAITING_INPUT") for turn in turns):
+                return True  # an interrupted turn: the core continues it and reports the end
         thread = await self._thread_of(schedule, run)
         return await self.store.inbox.lease_holder(f"thread:{thread}") is not None

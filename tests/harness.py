@@ -25,6 +25,7 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
         "llm": {"base_url": llm_url, "model": "test-model", "max_retries": 1, "retry_budget_s": 5},
         "agent": {"workspace": workspace, "system_prompt": "You are a test agent."},
         "inbox": {"poll_interval_s": 0.05, "lease_ttl_s": 5},
+        "serve": {"shutdown_grace": 2},
         "scheduler": {"enabled": False},
     }
     for name, values in sections.items():
@@ -41,10 +42,7 @@ async def running_gateway(store: Store, config: Config, channel: FakeChannel | N
     try:
         yield Harness(gateway, channel)
     finally:
-        await gateway.inbox.stop(grace_s=2)
-        if gateway._leader_task is not None:  # noqa: SLF001
-            gateway._leader_task.cancel()  # noqa: SLF001
-            await asyncio.gather(gateway._leader_task, return_exceptions=True)  # noqa: SLF001
+        await gateway.stop()
         await llm.aclose()
 
 

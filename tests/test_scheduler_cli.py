@@ -160,3 +160,18 @@ async def test_the_tool_cannot_deliver_to_the_console(sqlite_store, tmp_path):
         schedule_tool(sqlite_store, SchedulerConfig()), {"action": "list"}, ctx(tmp_path, source="console", thread=ThreadKey("console", "local", ""))
     )
     assert outcome.failed and "Telegram or Slack" in outcome.text
+
+
+def test_the_parser_takes_common_options_after_the_action_and_sets_the_handler():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config")
+    parser = argparse.ArgumentParser(prog="gateway")
+
+    async def handler(args, config):
+        return 0
+
+    add_parser(parser.add_subparsers(dest="command"), parents=[common], handler=handler)
+    args = parser.parse_args(["jobs", "run-now", "digest", "--config", "other.yml"])
+    assert (args.jobs_command, args.name, args.config, args.handler) == ("run-now", "digest", "other.yml", handler)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["jobs", "add", "x", "--prompt", "p"])  # a timing option is required

@@ -128,6 +128,13 @@ async def test_a_run_whose_thread_is_leased_by_a_live_worker_is_left_alone(store
     assert await restarted.recover_running() == []
 
 
+async def test_a_run_with_an_interrupted_turn_is_left_for_the_core_to_continue(store):
+    job, run, core, restarted = await crashed_run(store, age=timedelta(minutes=5))
+    await store.runs.start(run.session_id, str(core.submitted[0].thread))  # the turn began, then the crash
+    assert await restarted.recover_running() == []
+    assert (await restarted.repo.get_run(run.id)).status == "running" and len(core.submitted) == 1
+
+
 async def test_the_turn_report_after_a_recovery_changes_nothing(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(hours=2))
     await restarted.recover_running()

@@ -48,8 +48,13 @@ REFUSAL = "Sorry, this assistant is private. Your Telegram id is {user_id}: ask 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+# Loggers whose records can carry the bot token: httpx logs request URLs and PTB logs its
+# base URL at DEBUG, and Bot API URLs contain the token.
+_URL_LOGGERS = ("httpx", "telegram.Bot", "telegram.ext.ExtBot")
+
+
 class _RedactToken(logging.Filter):
-    """httpx logs request URLs, and Bot API URLs carry the bot token."""
+    """Replaces the bot token with <token> in log records."""
 
     def __init__(self, token: str) -> None:
         super().__init__()
@@ -70,6 +75,7 @@ class TelegramChannel:
 
     def __init__(self, config: TelegramConfig, state: ChannelState) -> None:
         self.config = config
+        self.show_tool_progress = config.show_tool_progress
         self.state = state
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
         self._caller = BotCaller(self._pacer, max_retries=config.max_retries)
@@ -86,7 +92,8 @@ class TelegramChannel:
     async def start(self, submit: Submit) -> None:
         """Connect (getMe), then set or delete the webhook by mode. Polling is `poll_forever`."""
         self._check_config()
-        logging.getLogger("httpx").addFilter(self._redact)
+        for name in _URL_LOGGERS:
+            logging.getLogger(name).addFilter(self._redact)
         bot = ExtBot(self.config.token, base_url=self.config.api_base_url)
         try:
             await bot.initialize()
@@ -122,7 +129,8 @@ class TelegramChannel:
         for task in self._typing.values():
             task.cancel()
         self._typing.clear()
-        logging.getLogger("httpx").removeFilter(self._redact)
+        for name in _URL_LOGGERS:
+            logging.getLogger(name).removeFilter(self._redact)
         if self._bot is not None:
             await self._bot.shutdown()
 

@@ -300,7 +300,11 @@ class ContextBuilder:
             raise CompactionError("the summariser returned an empty summary")
         return summary
 
-    async def _record_fold(self, cache, budget, system_prompt, notes, turn_seq, reason, tokens_before, span, events, summary, started, payload):  # noqa: ANN001, PLR0913
+    async def _record_fold(  # noqa: PLR0913 - the fold's whole state, passed once
+        self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int,
+        reason: FoldReason, tokens_before: int, span: list[tuple[Entry, str]], events: str, summary: str,
+        started: float, payload: dict[str, Any],
+    ) -> CompactionResult | None:
         last_seq = span[-1][0].seq
         remaining = [e for e in cache.visible() if e.seq > last_seq]
         frame = _Frame(system_block(system_prompt, notes, summary), None)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
@@ -53,8 +54,8 @@ class Database:
             # Let us issue BEGIN ourselves (pysqlite's implicit transactions defer locking).
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
@@ -69,29 +70,31 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """One write transaction, committed on exit.
 
-        Commit, rollback and close are shielded: a task cancelled mid-transaction (a /stop, a
-        lease renewer stopping) must not leave a connection holding the database's write lock.
+        Connect, begin, commit, rollback and close always run to completion, so the write lock
+        is never handed on while a connection still holds the database. Callers must not cancel
+        a task in the middle of a statement either (SQLAlchemy then invalidates the connection,
+        and a SQLite connection closed mid-statement can keep its lock): long-running work
+        stops cooperatively (see turn.py, inbox.py), never by cancelling a database write.
         """
         lock = self._write_lock or contextlib.nullcontext()
         async with lock:
-            conn = await self.engine.connect()
+            conn = await _uninterrupted(self.engine.connect())
             try:
-                await conn.begin()
+                await _uninterrupted(conn.begin())
                 yield conn
+                await _uninterrupted(conn.commit())
             except BaseException:
-                await asyncio.shield(_rollback_and_close(conn))
+                await _uninterrupted(_rollback_and_close(conn))
                 raise
-            try:
-                await asyncio.shield(conn.commit())
-            except BaseException:
-                await asyncio.shield(_rollback_and_close(conn))
-                raise
-            await asyncio.shield(conn.close())
+            await _uninterrupted(conn.close())
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.read_engine.connect() as conn:
+        conn = await _uninterrupted(self.read_engine.connect())
+        try:
             yield conn
+        finally:
+            await _uninterrupted(conn.close())
 
     async def ping(self) -> bool:
         try:
@@ -159,6 +162,28 @@ async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
             "false: run `gateway migrate` first"
         )
     await upgrade(db)
+
+
+async def _uninterrupted(awaitable: Awaitable[T]) -> T:
+    """Await to completion even if the caller is cancelled meanwhile (the cancel is re-raised
+    after). Connection and transaction steps use it so that the write lock is never released
+    while a connection still holds SQLite's lock or an open transaction."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            if task.done():
+                result = task.result()
+                break
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 async def _rollback_and_close(conn: AsyncConnection) -> None:

@@ -207,15 +207,12 @@ class ScheduleRepo(Repo):
                 values.update(status="running", started_at=now)
             else:
                 values.update(status="skipped", finished_at=now, error=f"still running (job run #{busy})")
-            inserted = (
+            row = (
                 await conn.execute(
-                    insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(job_runs.c.id)
+                    insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(*job_runs.c)
                 )
-            ).scalar()
-            if inserted is None:
-                return None
-            row = (await conn.execute(select(job_runs).where(job_runs.c.id == inserted))).first()
-        return to_record(JobRunRecord, row)
+            ).first()
+        return to_record(JobRunRecord, row) if row is not None else None
 
     async def record_missed(
         self, schedule_id: int, times: Sequence[datetime], *, error: str, now: datetime | None = None

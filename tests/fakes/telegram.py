@@ -95,6 +95,7 @@ class FakeTelegram:
         self._polls_open = asyncio.Event()
         self._polls_open.set()
         self.held_polls: list[dict[str, Any]] = []  # params of the getUpdates calls held
+        self.conflicts = 0  # long polls ended by a concurrent getUpdates (two pollers)
         self._polls_before_hold: int | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -397,6 +398,7 @@ class FakeTelegram:
             except asyncio.TimeoutError:
                 break
             if generation != self._poll_generation:
+                self.conflicts += 1
                 raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
         limit = int(params.get("limit") or 100)
         return self._updates[:limit]
