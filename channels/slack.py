@@ -287,16 +287,17 @@ class SlackChannel:
 
     def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream:
         mode = self._config.streaming
+        interval = self._config.stream_interval_s
 
         def edit() -> ReplyStream:
-            return EditStream(self._web, thread, self._clock)
+            return EditStream(self._web, thread, self._clock, interval)
 
         if mode == "off":
             return PostAtEndStream(self._web, thread)
         refused_here = mode == "auto" and self._team() in self._no_native_stream
         if mode == "edit" or not thread.thread or refused_here:  # native streams live in threads
             return edit()
-        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock)
+        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock, interval)
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
 
     def _team(self) -> str:

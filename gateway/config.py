@@ -202,6 +202,7 @@ class SlackConfig(_Section):
     streaming: Literal["auto", "native", "edit", "off"] = "auto"
     send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
     rate_limit_retries: int = Field(2, ge=0)  # 429 retries inside the client, honouring Retry-After
+    stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 

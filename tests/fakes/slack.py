@@ -30,6 +30,7 @@ class Call:
     method: str
     params: dict[str, Any]
     token: str
+    at: float = field(default_factory=time.monotonic)  # when it arrived (Retry-After checks)
 
 
 @dataclass
