@@ -119,6 +119,8 @@ class PromptService:
 
     # ---- answering ------------------------------------------------------------------------
     async def press(self, press: ButtonPress) -> SubmitResult:
+        if await self.store.inbox.get_by_event(press.event_id) is not None:
+            return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap
         parsed = parse_token(press.token)
         prompt = await self.store.prompts.by_token(parsed[0]) if parsed else None
         if prompt is None:
