@@ -28,6 +28,7 @@ class StoreError(Exception):
 class Database:
     def __init__(self, url: str, *, echo: bool = False, pg_schema: str | None = None):
         self.url = url
+        self.pg_schema = pg_schema
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         self._write_lock = asyncio.Lock() if self.is_sqlite else None

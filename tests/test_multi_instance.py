@@ -1,0 +1,71 @@
+"""Two gateway instances on one PostgreSQL database: every message answered exactly once,
+per-thread order kept, and a tap taken by one instance resumes a turn parked by the other."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakes.channel import FakeChannel
+from fakes.llm import FakeLLM, Reply
+from harness import ALICE, make_config, running_gateway
+
+from gateway.events import ButtonPress, InboundMessage, ThreadKey
+from gateway.store import Store
+
+
+def echo(request: dict) -> Reply:
+    users = [m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+    return Reply(f"echo: {users[-1]}")
+
+
+@pytest.fixture
+async def second_store(store, db_kind):
+    if db_kind != "postgres":
+        pytest.skip("several instances share PostgreSQL")
+    other = Store(store.db.url, pg_schema=store.db.pg_schema)
+    yield other
+    await other.close()
+
+
+async def test_two_instances_answer_200_messages_over_20_threads_exactly_once(store, second_store, tmp_path):
+    shown: list = []
+    async with FakeLLM(responder=echo) as llm:
+        config = make_config(llm.base_url, str(tmp_path), inbox={"busy_mode": "queue", "max_concurrent_turns": 4})
+        async with running_gateway(store, config, FakeChannel(shown=shown), instance_id="a") as a, \
+                running_gateway(second_store, config, FakeChannel(shown=shown), instance_id="b") as b:
+            threads = [ThreadKey("fake", f"chat{t}", "") for t in range(20)]
+            for i in range(10):
+                for t, thread in enumerate(threads):
+                    gateway = (a if (t + i) % 2 == 0 else b).gateway
+                    await gateway.submit([InboundMessage(thread, ALICE, f"t{t} m{i}", f"fake:{t}:{i}")])
+            deadline = asyncio.get_running_loop().time() + 120
+            while sum(1 for s in shown if s.kind == "message") < 200:
+                assert asyncio.get_running_loop().time() < deadline, "not every message was answered"
+                await asyncio.sleep(0.05)
+            await a.idle()
+            await b.idle()
+    replies = [s for s in shown if s.kind == "message"]
+    assert len(replies) == 200  # nothing answered twice
+    for t, thread in enumerate(threads):
+        assert [s.text for s in replies if s.thread == thread] == [f"echo: t{t} m{i}" for i in range(10)]
+    runs = await store.runs.list(limit=1000)
+    assert len(runs) == 200 and all(r.stage == "SUCCESS" for r in runs)
+
+
+async def test_a_tap_on_one_instance_resumes_a_turn_parked_by_the_other(store, second_store, tmp_path):
+    async with FakeLLM() as llm:
+        llm.tool_call("write_file", {"path": "shared.txt", "content": "ok"}, id="w1")
+        llm.reply("written")
+        config = make_config(llm.base_url, str(tmp_path / "ws"))
+        thread = ThreadKey("fake", "chat1", "")
+        async with running_gateway(store, config, instance_id="a") as a:
+            await a.say("write it")
+            await a.idle()
+            token = a.token(0, "✅")
+            async with running_gateway(second_store, config, instance_id="b") as b:
+                await a.gateway.stop()  # the instance that parked the turn goes away
+                await b.gateway.submit([ButtonPress(thread, ALICE, token, "fake:tap:1")])
+                await b.idle()
+                assert (tmp_path / "ws" / "shared.txt").exists()
+                assert b.channel.messages() == ["written"]

@@ -1,0 +1,483 @@
+"""Slack end to end: SlackEventSender -> the gateway's /slack/events (real bolt app) -> inbox ->
+turn -> FakeLLM, and replies through the real slack_sdk client to FakeSlack.
+
+Every test runs the whole gateway (HTTP server, SlackChannel, inbox, turns, prompts, outbox)
+on SQLite and PostgreSQL. People's messages are also written into FakeSlack, as Slack holds
+them, so reactions and thread reads find them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+from fakes.llm import FakeLLM, Reply
+from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
+from fakes.slack import Reply as HttpReply
+from harness import make_config
+
+from gateway.app import Gateway
+from gateway.config import Config
+from gateway.llm import LLMClient
+from gateway.store import Store
+
+CHANNEL, DM = "C1", "D1"
+ANN, BOB = "U1", "U2"  # FakeSlack knows them as Ann and Bob
+POSTS = ("chat.postMessage", "chat.startStream", "chat.postEphemeral")
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as server:
+        yield server
+
+
+def slack_config(llm: FakeLLM, slack: FakeSlack, tmp_path, settings: dict[str, Any] | None = None, **sections: Any) -> Config:
+    values = {"bot_token": slack.token, "signing_secret": SIGNING_SECRET, "api_base_url": slack.base_url,
+              "send_interval_s": 0, "stream_interval_s": 0, **(settings or {})}
+    return make_config(llm.base_url, str(tmp_path / "ws"), slack=values, http={"port": 0}, **sections)
+
+
+@dataclass
+class Slackside:
+    """A running gateway and the people talking to it through Slack."""
+
+    gateway: Gateway
+    fake: FakeSlack
+    sender: SlackEventSender
+
+    async def post(self, event: dict[str, Any], **options: Any) -> HttpReply:
+        reply = await self.sender.event(event, **options)
+        assert reply.status == 200, reply.text
+        return reply
+
+    def written(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> str:
+        """A message as Slack holds it (its ts is what events and reactions refer to)."""
+        return self.fake.post_as_user(channel, user, text, thread_ts)["ts"]
+
+    async def mention(self, text: str, *, user: str = ANN, thread_ts: str | None = None, **options: Any) -> dict[str, Any]:
+        ts = self.written(CHANNEL, user, f"<@UBOT> {text}", thread_ts)
+        event = self.sender.mention(CHANNEL, user, f"<@UBOT> {text}", ts=ts, thread_ts=thread_ts)
+        await self.post(event, **options)
+        return event
+
+    async def say_in_thread(self, thread_ts: str, text: str, *, user: str = ANN) -> dict[str, Any]:
+        ts = self.written(CHANNEL, user, text, thread_ts)
+        event = self.sender.message(CHANNEL, user, text, ts=ts, thread_ts=thread_ts)
+        await self.post(event)
+        return event
+
+    async def dm(self, text: str, *, user: str = ANN) -> dict[str, Any]:
+        event = self.sender.dm(DM, user, text, ts=self.written(DM, user, text))
+        await self.post(event)
+        return event
+
+    async def click(self, prompt: dict[str, Any], label: str, *, user: str = ANN, channel: str = CHANNEL) -> HttpReply:
+        button = next(b for b in buttons(prompt) if label in b["text"]["text"])
+        reply = await self.sender.block_action(user=user, channel=channel, message_ts=prompt["ts"], value=button["value"],
+                                               thread_ts=prompt.get("thread_ts"), action_id=button["action_id"])
+        assert reply.status == 200, reply.text
+        return reply
+
+    async def settle(self, condition: Callable[[], bool]) -> None:
+        """Wait for something visible in Slack, then for the gateway to have nothing left to do."""
+        await until(condition)
+        await self.gateway.inbox.drain_idle(10)
+
+
+@contextlib.asynccontextmanager
+async def running(store: Store, config: Config, slack: FakeSlack) -> AsyncIterator[Slackside]:
+    llm = LLMClient(config.llm, backoff_base_s=0.01)
+    gateway = Gateway(config, store=store, llm=llm, serve_http=True)
+    await gateway.start()
+    try:
+        assert gateway.http is not None and gateway.http.port
+        url = f"http://127.0.0.1:{gateway.http.port}/slack/events"
+        async with SlackEventSender(url, SIGNING_SECRET, team_id=slack.team_id) as sender:
+            yield Slackside(gateway, slack, sender)
+    finally:
+        await gateway.stop()
+        await llm.aclose()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async def wait() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), timeout)
+
+
+# ---- views of Slack ---------------------------------------------------------------------
+
+
+def bot_messages(slack: FakeSlack, channel: str = CHANNEL) -> list[dict[str, Any]]:
+    return [m for m in slack.messages.get(channel, []) if m.get("user") == slack.bot_user_id]
+
+
+def texts(slack: FakeSlack, channel: str = CHANNEL) -> list[str]:
+    return [m.get("text", "") for m in bot_messages(slack, channel) if not m.get("blocks")]
+
+
+def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for b in message.get("blocks") or [] if b["type"] == "actions" for e in b["elements"]]
+
+
+def prompt_message(slack: FakeSlack, channel: str = CHANNEL) -> dict[str, Any]:
+    """A snapshot of the prompt as first shown (the fake updates its copy in place)."""
+    return copy.deepcopy(next(m for m in bot_messages(slack, channel) if buttons(m)))
+
+
+def has_prompt(slack: FakeSlack, channel: str = CHANNEL) -> bool:
+    return any(buttons(m) for m in bot_messages(slack, channel))
+
+
+def outcome(message: dict[str, Any]) -> str:
+    return " ".join(e["text"] for b in message.get("blocks") or [] if b.get("block_id") == "gw_outcome" for e in b["elements"])
+
+
+def ephemerals(slack: FakeSlack) -> list[tuple[str, str]]:
+    return [(e["user"], e["text"]) for e in slack.ephemerals]
+
+
+def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> None:
+    """Nothing the gateway posted into the channel went to its top level."""
+    posted = [c for c in slack.calls if c.method in POSTS and c.params.get("channel") == channel]
+    assert posted, "nothing was posted"
+    assert all(c.params.get("thread_ts") == thread_ts for c in posted), [(c.method, c.params.get("thread_ts")) for c in posted]
+    assert [m for m in slack.top_level(channel) if m.get("user") == slack.bot_user_id] == []
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    said = [m["content"] for m in request["messages"] if m["role"] == "user"]
+    return [text for text in said if not text.startswith("[context]")]
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    return Reply(f"re: {user_texts(request)[-1]}")
+
+
+# ---- conversations ----------------------------------------------------------------------
+
+
+async def test_a_mention_is_answered_in_its_thread(store, llm, slack, tmp_path) -> None:
+    llm.reply("Hello **there**")
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention = await s.mention("what is &lt;new&gt;?")
+        await s.settle(lambda: bool(texts(slack)))
+        (reply,) = bot_messages(slack)
+        assert reply["thread_ts"] == mention["ts"] and reply["text"] == "Hello **there**"  # native: Slack renders
+        assert_threaded(slack, mention["ts"])
+        assert user_texts(llm.requests[0]) == ["what is <new>?"]
+        item = await store.inbox.get_by_event(f"slack:{CHANNEL}:{mention['ts']}")
+        assert item is not None and item.status == "done"
+        assert [st["status"] for st in slack.statuses] == ["is thinking…", ""]  # presence on, then off
+        assert {st["thread_ts"] for st in slack.statuses} == {mention["ts"]}
+        run = (await store.runs.list())[0]
+        assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
+
+
+async def test_a_follow_up_in_the_thread_continues_the_session_without_a_mention(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention = await s.mention("first question")
+        await s.settle(lambda: len(texts(slack)) == 1)
+        await s.say_in_thread(mention["ts"], "and a second one")
+        await s.settle(lambda: len(texts(slack)) == 2)
+        assert texts(slack) == ["re: first question", "re: and a second one"]
+        assert user_texts(llm.requests[1]) == ["first question", "and a second one"]
+        assert_threaded(slack, mention["ts"])
+        assert len(await store.sessions.list()) == 1
+
+
+async def test_chatter_that_does_not_address_the_agent_is_ignored(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        top = s.sender.message(CHANNEL, ANN, "lunch anyone?", ts=s.written(CHANNEL, ANN, "lunch anyone?"))
+        root = s.written(CHANNEL, BOB, "a thread the agent is not in")
+        aside = s.sender.message(CHANNEL, BOB, "agreed", ts=s.written(CHANNEL, BOB, "agreed", root), thread_ts=root)
+        own = s.sender.message(CHANNEL, slack.bot_user_id, "my own words", bot_id=slack.bot_id, thread_ts=root)
+        for event in (top, aside, own):
+            await s.post(event)
+        await s.mention("are you there?")
+        await s.settle(lambda: bool(texts(slack)))
+        assert texts(slack) == ["re: are you there?"] and len(llm.requests) == 1
+        assert user_texts(llm.requests[0]) == ["are you there?"]
+        for event in (top, aside, own):
+            assert await store.inbox.get_by_event(f"slack:{CHANNEL}:{event['ts']}") is None
+
+
+async def test_a_dm_is_one_session_answered_in_the_dm(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        first = await s.dm("hello")
+        await s.settle(lambda: len(texts(slack, DM)) == 1)
+        await s.dm("again")
+        await s.settle(lambda: len(texts(slack, DM)) == 2)
+        assert texts(slack, DM) == ["re: hello", "re: again"]
+        assert user_texts(llm.requests[1]) == ["hello", "again"]
+        assert all(not m.get("thread_ts") for m in bot_messages(slack, DM))  # a DM without a thread
+        # No thread to show a status in: 👀 on the message while working, removed after.
+        added = [c.params for c in slack.calls_to("reactions.add")]
+        assert added[0] == {"channel": DM, "timestamp": first["ts"], "name": "eyes"}
+        assert len(slack.calls_to("reactions.remove")) == len(added) == 2 and slack.reactions == set()
+        assert await store.sessions.current(f"slack:{DM}:") is not None
+
+
+# ---- no duplicates ----------------------------------------------------------------------
+
+
+async def test_a_retried_event_gets_one_reply(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention = await s.mention("only once", event_id="Ev0RETRY")
+        await s.post(mention, event_id="Ev0RETRY", retry_num=1)  # Slack thought the first ack was lost
+        await s.settle(lambda: bool(texts(slack)))
+        await s.post(mention, event_id="Ev0RETRY", retry_num=2)  # and again, after the reply
+        await s.gateway.inbox.drain_idle(10)
+        assert texts(slack) == ["re: only once"] and len(llm.requests) == 1
+        assert len(slack.calls_to("chat.startStream")) == 1
+
+
+async def test_app_mention_and_message_for_one_mention_start_one_turn(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention = await s.mention("just one turn", event_id="Ev0MENTION")
+        as_message = s.sender.message(CHANNEL, ANN, mention["text"], ts=mention["ts"])
+        await s.post(as_message, event_id="Ev0MESSAGE")
+        await s.settle(lambda: bool(texts(slack)))
+        assert texts(slack) == ["re: just one turn"] and len(llm.requests) == 1
+        assert len(await store.runs.list()) == 1
+
+
+# ---- the HTTP edge ----------------------------------------------------------------------
+
+
+async def test_forged_and_stale_signatures_get_401_and_nothing_is_stored(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        event = s.sender.mention(CHANNEL, ANN, "<@UBOT> let me in")
+        for forge in ("bad", "stale", "missing"):
+            assert (await s.sender.event(event, forge=forge)).status == 401, forge
+        click = await s.sender.block_action(user=ANN, channel=CHANNEL, message_ts="1.0", value="x.a", forge="bad")
+        assert click.status == 401
+        await asyncio.sleep(0.1)  # a worker would have picked up anything stored by now
+        assert await store.inbox.get_by_event(f"slack:{CHANNEL}:{event['ts']}") is None
+        assert await store.inbox.count_pending() == 0 and not llm.requests
+        assert not [c for c in slack.calls if c.method != "auth.test"]
+        await s.post(event)  # the same event, correctly signed, is taken
+        await s.settle(lambda: bool(texts(slack)))
+        assert texts(slack) == ["re: let me in"]
+
+
+async def test_url_verification_answers_the_challenge(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        reply = await s.sender.url_verification("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P")
+        assert reply.status == 200
+        assert reply.json() == {"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
+        assert (await s.sender.url_verification("x", forge="stale")).status == 401
+        assert (await s.sender.post("{not json")).status == 400
+        assert await store.inbox.count_pending() == 0
+
+
+# ---- approvals --------------------------------------------------------------------------
+
+
+async def ask_for_write(s: Slackside, llm: FakeLLM) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ann asks for a note; the model calls write_file; the approval prompt is shown."""
+    llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1")
+    llm.reply("Written.")
+    mention = await s.mention("write a note")
+    await s.settle(lambda: has_prompt(s.fake))
+    return mention, prompt_message(s.fake)
+
+
+async def test_an_approver_click_runs_the_tool_and_updates_the_prompt(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention, prompt = await ask_for_write(s, llm)
+        assert prompt["thread_ts"] == mention["ts"]
+        assert [b["text"]["text"] for b in buttons(prompt)] == ["✅ Approve", "❌ Deny", "⏱ Allow 15 min", "🔁 Allow in this chat"]
+        arguments = next(b for b in prompt["blocks"] if b.get("block_id") == "gw_arguments")["text"]["text"]
+        assert "write_file" in arguments and '"path": "note.txt"' in arguments
+        assert not (tmp_path / "ws" / "note.txt").exists()
+        await s.click(prompt, "Approve")
+        await s.settle(lambda: "Written." in texts(slack))
+        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        closed = slack.message(CHANNEL, prompt["ts"])
+        assert buttons(closed) == [] and outcome(closed) == "✅ Approved by Ann"
+        assert "note.txt" in tool_results(llm.requests[1])[0]
+        assert ephemerals(slack) == []
+        assert_threaded(slack, mention["ts"])
+
+
+async def test_a_click_by_someone_else_is_refused_and_changes_nothing(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        _, prompt = await ask_for_write(s, llm)
+        await s.click(prompt, "Approve", user=BOB)
+        await s.settle(lambda: bool(slack.ephemerals))
+        assert ephemerals(slack) == [(BOB, "You can&#x27;t decide this request.")] or ephemerals(slack) == [(BOB, "You can't decide this request.")]
+        assert slack.message(CHANNEL, prompt["ts"])["blocks"] == prompt["blocks"] and not slack.calls_to("chat.update")
+        assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
+        (pending,) = await store.prompts.pending(thread_key=f"slack:{CHANNEL}:{prompt['thread_ts']}")
+        assert pending.status == "pending"
+        await s.click(prompt, "Approve")  # Ann, who asked, still can
+        await s.settle(lambda: "Written." in texts(slack))
+        assert (tmp_path / "ws" / "note.txt").exists()
+
+
+async def test_a_stale_click_is_told_the_request_is_no_longer_pending(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        _, prompt = await ask_for_write(s, llm)
+        await s.click(prompt, "Approve")
+        await s.settle(lambda: "Written." in texts(slack))
+        await s.click(prompt, "Deny")
+        await s.settle(lambda: bool(slack.ephemerals))
+        assert ephemerals(slack) == [(ANN, "This request is no longer pending.")]
+        assert outcome(slack.message(CHANNEL, prompt["ts"])) == "✅ Approved by Ann"
+        assert (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 2
+
+
+# ---- questions --------------------------------------------------------------------------
+
+
+async def ask_color(s: Slackside, llm: FakeLLM) -> tuple[dict[str, Any], dict[str, Any]]:
+    llm.tool_call("ask_user", {"question": "Which colour?", "choices": ["red", "blue"]}, id="q1")
+    llm.responder = lambda request: Reply(f"picked: {tool_results(request)[-1]}")
+    mention = await s.mention("paint it")
+    await s.settle(lambda: has_prompt(s.fake))
+    return mention, prompt_message(s.fake)
+
+
+def picked(slack: FakeSlack) -> list[str]:
+    return [t for t in texts(slack) if t.startswith("picked")]
+
+
+async def test_a_question_answered_by_button(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention, prompt = await ask_color(s, llm)
+        assert "Which colour?" in prompt["text"] and [b["text"]["text"] for b in buttons(prompt)] == ["red", "blue"]
+        await s.click(prompt, "blue")
+        await s.settle(lambda: bool(picked(slack)))
+        assert picked(slack) == ["picked: The user answered: blue"]
+        closed = slack.message(CHANNEL, prompt["ts"])
+        assert buttons(closed) == [] and outcome(closed) == "💬 Answered by Ann: blue"
+        assert_threaded(slack, mention["ts"])
+
+
+async def test_a_question_answered_by_a_typed_reply_in_the_thread(store, llm, slack, tmp_path) -> None:
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention, prompt = await ask_color(s, llm)
+        await s.say_in_thread(mention["ts"], "green, please")
+        await s.settle(lambda: bool(picked(slack)))
+        assert picked(slack) == ["picked: The user answered: green, please"]
+        assert len(llm.requests) == 2  # the typed answer resumed the turn; it started no other
+        closed = slack.message(CHANNEL, prompt["ts"])
+        assert buttons(closed) == [] and outcome(closed) == "💬 Answered by Ann: green, please"
+
+
+# ---- streaming, presence, rate limits ---------------------------------------------------
+
+LONG_REPLY = "Here is **the answer**: " + " ".join(f"word{n}" for n in range(40))
+
+
+async def test_native_streaming_through_a_turn(store, llm, slack, tmp_path) -> None:
+    llm.reply(LONG_REPLY)
+    config = slack_config(llm, slack, tmp_path, {"streaming": "native"})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("tell me a lot")
+        await s.settle(lambda: bool(bot_messages(slack)) and not bot_messages(slack)[0].get("streaming"))
+        (start,) = [c.params for c in slack.calls_to("chat.startStream")]
+        assert start["thread_ts"] == mention["ts"] and start["recipient_user_id"] == ANN
+        appended = [c.params["markdown_text"] for c in slack.calls_to("chat.appendStream")]
+        assert len(appended) >= 3  # shown while it was written
+        stop = slack.calls_to("chat.stopStream")[0].params
+        assert start.get("markdown_text", "") + "".join(appended) + stop.get("markdown_text", "") == LONG_REPLY
+        (message,) = bot_messages(slack)
+        assert message["text"] == LONG_REPLY and message["thread_ts"] == mention["ts"]
+        assert not slack.calls_to("chat.postMessage") and not slack.calls_to("chat.update")
+
+
+@pytest.mark.parametrize("mode", ["edit", "auto-refused"])
+async def test_edit_streaming_through_a_turn(store, llm, slack, tmp_path, mode) -> None:
+    llm.reply(LONG_REPLY)
+    if mode == "auto-refused":
+        slack.fail_always("chat.startStream", "missing_scope")  # the workspace cannot stream: edit
+    config = slack_config(llm, slack, tmp_path, {"streaming": "edit" if mode == "edit" else "auto"})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("tell me a lot")
+        rendered = LONG_REPLY.replace("**the answer**", "*the answer*")
+        await s.settle(lambda: texts(slack) == [rendered])
+        (first,) = [c.params for c in slack.calls_to("chat.postMessage")]
+        assert first["thread_ts"] == mention["ts"] and rendered.startswith(first["text"]) and first["text"] != rendered
+        (message,) = bot_messages(slack)
+        updates = slack.calls_to("chat.update")
+        assert len(updates) >= 3 and {c.params["ts"] for c in updates} == {message["ts"]}
+        assert updates[-1].params["text"] == rendered
+        assert not slack.calls_to("chat.appendStream")
+        assert_threaded(slack, mention["ts"])
+
+
+async def test_a_429_on_post_message_is_waited_out(store, llm, slack, tmp_path) -> None:
+    llm.reply("after the wait")
+    slack.fail_next("chat.postMessage", retry_after=1)
+    config = slack_config(llm, slack, tmp_path, {"streaming": "off"})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("hi")
+        await s.settle(lambda: bool(texts(slack)))
+        assert texts(slack) == ["after the wait"]
+        first, second = slack.calls_to("chat.postMessage")
+        assert second.at - first.at >= 0.95  # retried only after Retry-After
+        assert second.params["thread_ts"] == mention["ts"]
+        run = (await store.runs.list())[0]
+        assert run.stage == "SUCCESS"
+
+
+async def test_the_eyes_reaction_stands_in_when_no_status_may_be_set(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    slack.fail_always("assistant.threads.setStatus", "missing_scope")
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        mention = await s.mention("first")
+        await s.settle(lambda: len(texts(slack)) == 1)
+        reactions = [(c.method, c.params["timestamp"], c.params["name"]) for c in slack.calls if c.method.startswith("reactions.")]
+        assert reactions == [("reactions.add", mention["ts"], "eyes"), ("reactions.remove", mention["ts"], "eyes")]
+        assert slack.reactions == set() and texts(slack) == ["re: first"]
+        second = await s.say_in_thread(mention["ts"], "second")
+        await s.settle(lambda: len(texts(slack)) == 2)
+        assert len(slack.calls_to("assistant.threads.setStatus")) == 1  # refused once, not asked again
+        assert (CHANNEL, second["ts"], "eyes") not in slack.reactions
+        assert [c.params["timestamp"] for c in slack.calls_to("reactions.add")] == [mention["ts"], second["ts"]]
+
+
+# ---- core behaviour seen from Slack -----------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "core: StoreChannelState.knows_thread (gateway/app.py) asks only store.sessions.thread_exists, "
+    "and the thread row is written when a worker opens the session; a follow-up that arrives while "
+    "the mention is still queued (all turn slots busy) is judged not part of a known thread and dropped"))
+async def test_a_follow_up_sent_while_the_mention_waits_for_a_worker_is_kept(store, llm, slack, tmp_path) -> None:
+    llm.stall("busy elsewhere")
+    llm.responder = echo
+    config = slack_config(llm, slack, tmp_path, inbox={"max_concurrent_turns": 1})
+    async with running(store, config, slack) as s:
+        s.gateway.config.serve.shutdown_grace = 0.2
+        await s.dm("keep the only slot busy")
+        await asyncio.wait_for(llm.stalled.wait(), 5)
+        mention = await s.mention("queued question")
+        follow = await s.say_in_thread(mention["ts"], "and a detail")
+        assert await store.inbox.get_by_event(f"slack:{CHANNEL}:{follow['ts']}") is not None
