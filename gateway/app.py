@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,7 +41,10 @@ class StoreChannelState:
         return await self.store.inbox.bump_counter(name)
 
     async def knows_thread(self, thread: ThreadKey) -> bool:
-        return await self.store.sessions.thread_exists(str(thread))
+        """A session exists, or the thread's first message is still waiting in the inbox
+        (a quick follow-up must not be dropped because the first turn has not started)."""
+        key = str(thread)
+        return await self.store.sessions.thread_exists(key) or await self.store.inbox.count_pending(key) > 0
 
 
 def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Channel]:
@@ -103,6 +107,12 @@ class Gateway:
 
         self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
         self.services.tool_services["scheduler"] = self.scheduler
+        if matches_any("schedule", config.agent.tools):
+            from scheduler.tools import schedule_tool
+
+            spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
+            # A scheduled session must not schedule more runs: never offered there.
+            self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
         self.http = HttpServer(self, config.http) if serve_http else None
         self._leader_task: asyncio.Task | None = None

@@ -35,8 +35,8 @@ MAX_CONCURRENT_FIRINGS = 8  # a burst (many jobs at 09:00) queues here, not on t
 
 
 def schedule_repo(store: Store) -> ScheduleRepo:
-    """The store's schedule repository (built here while the Store does not carry one)."""
-    return getattr(store, "schedules", None) or ScheduleRepo(store.db)
+    """The store's schedule repository."""
+    return store.schedules
 
 
 def session_kind(schedule: ScheduleRecord) -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from fakes.llm import FakeLLM
-from harness import ALICE, BOB, make_config, running_gateway
+from harness import BOB, make_config, running_gateway
 
 from gateway.approvals import AUTO_DENIED
 from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded

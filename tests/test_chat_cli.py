@@ -160,6 +160,14 @@ def tool_results(request: dict[str, Any]) -> list[str]:
     return [str(m.get("content")) for m in request["messages"] if m.get("role") == "tool"]
 
 
+def run_timeline(config: Path, run_id: str) -> tuple[subprocess.CompletedProcess[str], list[tuple[str, str, str]]]:
+    """`gateway runs show ID` and its timeline lines as (seq, kind, rest)."""
+    report = gateway_command(config, "runs", "show", run_id)
+    assert report.returncode == 0, report.stderr
+    lines = re.finditer(r"^\s*#(\d+)\s+\+\s*[\d.]+s\s+(\w+)(.*)$", report.stdout, re.M)
+    return report, [(m[1], m[2], m[3]) for m in lines]
+
+
 def button_number(prompt_text: str, label: str) -> str:
     """The number the console shows for the button whose label contains `label`."""
     for number, shown in re.findall(r"\[(\d+)\]\s*(.+)", prompt_text):
@@ -207,9 +215,7 @@ async def test_a_tool_turn_is_traced_and_the_call_is_shown(chat: ChatProcess, ll
     run_id, stage, end = runs[0][:3]
     assert (stage, end) == ("SUCCESS", "reply")
 
-    report = gateway_command(config, "runs", "show", run_id)
-    assert report.returncode == 0, report.stderr
-    timeline = [m.groups() for m in re.finditer(r"^\s*#(\d+)\s+\+\s*[\d.]+s\s+(\w+)(.*)$", report.stdout, re.M)]
+    report, timeline = run_timeline(config, run_id)
     kinds = [kind for _, kind, _ in timeline]
     assert kinds == ["LLM_REQUEST", "LLM_RESPONSE", "TOOL_CALL", "LLM_REQUEST", "LLM_RESPONSE"], report.stdout
     _, _, tool_detail = timeline[2]
@@ -222,7 +228,7 @@ async def test_a_tool_turn_is_traced_and_the_call_is_shown(chat: ChatProcess, ll
 # ---- approvals ----------------------------------------------------------------------------
 
 
-async def test_approval_buttons_are_numbered_and_typing_a_number_decides(chat: ChatProcess, llm: FakeLLM, tmp_path: Path):
+async def test_approval_buttons_are_numbered_and_typing_a_number_decides(chat: ChatProcess, llm: FakeLLM, tmp_path: Path, config: Path):
     llm.tool_call("shell", {"command": "echo approved-by-number"}, id="call_1")
     llm.reply("The command ran.")
     await chat.type("run the echo command")
@@ -245,6 +251,14 @@ async def test_approval_buttons_are_numbered_and_typing_a_number_decides(chat: C
     assert tool_results(llm.requests[-1])[-1] == "User rejected this tool call."
     assert not marker.exists()
     assert await chat.quit() == 0
+
+    # The approved run's trace: the call ran after the park, linked to the response that asked.
+    listed = gateway_command(config, "runs", "list")
+    first_run = min(int(line.split()[0]) for line in listed.stdout.splitlines()[1:] if line.strip())
+    report, timeline = run_timeline(config, str(first_run))
+    kinds = [kind for _, kind, _ in timeline]
+    assert kinds == ["LLM_REQUEST", "LLM_RESPONSE", "AWAITING_INPUT", "TOOL_CALL", "LLM_REQUEST", "LLM_RESPONSE"], report.stdout
+    assert f"<- #{timeline[1][0]}" in timeline[3][2], f"the resumed TOOL_CALL is not linked to its LLM_RESPONSE:\n{report.stdout}"
 
 
 # ---- sessions -----------------------------------------------------------------------------

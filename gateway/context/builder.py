@@ -31,7 +31,6 @@ from gateway.context.compaction import (
     summary_tokens,
 )
 from gateway.context.render import Limits, Lod, Message, merge_user, system_block, tail_block
-from gateway.store.history import HistoryRepo
 from gateway.store.records import SessionRecord
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,7 @@ class ContextBuilder:
         tool_lod: Mapping[str, Lod] | None = None,
     ):
         self.store = store
-        self.repo = HistoryRepo(store.db)
+        self.repo = store.history
         self.context = context
         self.llm = llm
         self.agent = agent

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.store.history import HistoryHit, HistoryRepo, query_words
+from gateway.store.history import HistoryHit, query_words
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
 MAX_LIMIT = 20
@@ -25,7 +25,7 @@ async def history_search(store: Any, session_id: int, query: str, limit: int = 5
     session = await store.sessions.get(session_id)
     if session is None:
         raise ToolError(f"session {session_id} does not exist")
-    hits = await HistoryRepo(store.db).search(session.thread_key, query, limit=limit)
+    hits = await store.history.search(session.thread_key, query, limit=limit)
     if not hits:
         return f"No earlier (summarised) conversation matches {query!r}. Everything newer is still in your context."
     lines = [f"{len(hits)} match(es) in earlier, summarised conversation for {query!r}:"]

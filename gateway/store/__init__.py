@@ -8,7 +8,9 @@ from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import Decision, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
+from gateway.store.history import HistoryRepo
 from gateway.store.runs import RunRepo
+from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
 
 
@@ -20,6 +22,8 @@ class Store:
         self.inbox = InboxRepo(self.db)
         self.prompts = PromptRepo(self.db)
         self.outbox = OutboxRepo(self.db)
+        self.schedules = ScheduleRepo(self.db)
+        self.history = HistoryRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
