@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from gateway.store.tables import metadata
+from gateway.store.tables import include_object, metadata
 
 config = context.config
 
@@ -16,6 +16,7 @@ def _run(connection) -> None:  # noqa: ANN001
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -1,0 +1,90 @@
+"""The import rules of the design: who may import whom, and where each SDK lives."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ("gateway", "channels", "scheduler")
+
+
+def modules(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py") if "versions" not in p.parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def project_imports(path: Path) -> set[str]:
+    return {name for name in imports_of(path) if name.split(".")[0] in PROJECT}
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def test_events_import_nothing_from_the_project():
+    assert project_imports(ROOT / "gateway" / "events.py") == set()
+
+
+@pytest.mark.parametrize("path", modules("channels"), ids=rel)
+def test_channels_import_only_the_vocabulary_and_their_config(path):
+    allowed = {"gateway.events", "gateway.config"}
+    bad = {name for name in project_imports(path) if name not in allowed and not name.startswith("channels")}
+    assert not bad, f"{rel(path)} imports {bad}: channels know nothing of the core"
+
+
+# The scheduler's agent tool uses the tool registry's types; that is its one way into the core.
+SCHEDULER_EXCEPTIONS = {"scheduler/tools.py": {"gateway.tools.registry"}}
+
+
+@pytest.mark.parametrize("path", modules("scheduler"), ids=rel)
+def test_scheduler_imports_events_store_and_config_only(path):
+    allowed = {"gateway.events", "gateway.config", "gateway.store"} | SCHEDULER_EXCEPTIONS.get(rel(path), set())
+    bad = {
+        name for name in project_imports(path)
+        if not name.startswith("scheduler") and not any(name == a or name.startswith(a + ".") for a in allowed)
+    }
+    assert not bad, f"{rel(path)} imports {bad}"
+
+
+def test_only_the_composition_root_wires_channels_and_the_scheduler():
+    wiring = {"gateway/app.py", "gateway/__main__.py"}
+    offenders = {
+        rel(path)
+        for path in modules("gateway")
+        if rel(path) not in wiring and any(n.split(".")[0] in ("channels", "scheduler") for n in project_imports(path))
+    }
+    assert offenders == set()
+
+
+SDK_HOMES = {
+    "telegram": ("channels/telegram/",),
+    "slack_bolt": ("channels/slack",),
+    "slack_sdk": ("channels/slack",),
+    "apscheduler": ("scheduler/",),
+    "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
+    "alembic": ("gateway/store/", "gateway/migrations/"),
+}
+
+
+@pytest.mark.parametrize("sdk", sorted(SDK_HOMES))
+def test_each_sdk_is_imported_in_its_own_place(sdk):
+    offenders = {
+        rel(path)
+        for package in PROJECT
+        for path in modules(package)
+        if any(name.split(".")[0] == sdk for name in imports_of(path)) and not rel(path).startswith(SDK_HOMES[sdk])
+    }
+    assert offenders == set(), f"{sdk} imported outside {SDK_HOMES[sdk]}"
