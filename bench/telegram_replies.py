@@ -163,7 +163,7 @@ async def fresh_store(database: str | None, tmp: str) -> AsyncIterator[Store]:
         return
     import asyncpg
 
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    schema = f"bench_telegram_{uuid.uuid4().hex[:12]}"
     dsn = database.replace("postgresql+asyncpg://", "postgresql://")
     conn = await asyncpg.connect(dsn)
     await conn.execute(f'CREATE SCHEMA "{schema}"')

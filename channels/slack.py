@@ -297,8 +297,29 @@ class SlackChannel:
         refused_here = mode == "auto" and self._team() in self._no_native_stream
         if mode == "edit" or not thread.thread or refused_here:  # native streams live in threads
             return edit()
-        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock, interval)
+        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock, interval,
+                              find_recipient=lambda: self._recipient_of(thread, reply_to))
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
+
+    async def _recipient_of(self, thread: ThreadKey, reply_to: str) -> tuple[str, str] | None:
+        """Who a reply streamed into a channel is for (Slack requires it there) when this process
+        did not receive the request (a restart, or another instance took the event): the author
+        of the triggering message, else of the thread's first message."""
+        if thread.chat.startswith("D"):
+            return None  # a DM needs no recipient
+        ts = reply_to or thread.thread
+        try:
+            response = await self._web("conversations_replies", channel=thread.chat, ts=thread.thread, oldest=ts,
+                                        latest=ts, inclusive=True, limit=1)
+        except ChannelError as exc:
+            log.info("slack: cannot tell who %s is for: %s", thread, exc)
+            return None
+        for message in response.get("messages") or []:
+            if message.get("ts") == ts and message.get("user"):
+                found = (str(message["user"]), str(message.get("team") or self._team()))
+                self._recipients.put(thread, found)
+                return found
+        return None
 
     def _team(self) -> str:
         return self._me.team_id if self._me else ""

@@ -9,7 +9,7 @@ workspace refuses falls back to editing.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey
 
@@ -122,10 +122,12 @@ class NativeStream:
         recipient: tuple[str, str] | None,
         clock: Callable[[], float],
         interval: float = 1.0,
+        find_recipient: Callable[[], Awaitable[tuple[str, str] | None]] | None = None,
     ):
         self._api = api
         self._thread = thread
         self._recipient = recipient
+        self._find_recipient = find_recipient  # when this process did not see who asked
         self._clock = clock
         self._interval = interval
         self._ts = ""
@@ -149,6 +151,8 @@ class NativeStream:
         params: dict[str, Any] = {"channel": self._thread.chat, "thread_ts": self._thread.thread}
         if text:
             params["markdown_text"] = text
+        if self._recipient is None and self._find_recipient is not None:
+            self._recipient = await self._find_recipient()
         if self._recipient:
             params["recipient_user_id"], params["recipient_team_id"] = self._recipient
         response = await self._api("chat_startStream", pace=self._thread.chat, **params)

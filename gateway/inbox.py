@@ -24,6 +24,7 @@ from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
 log = logging.getLogger(__name__)
 TurnListener = Callable[[TurnEnded], Awaitable[None]]
 MAINTENANCE_EVERY_S = 5.0
+PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
 WAITING_FOR_DECISION = "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
 
 
@@ -223,12 +224,17 @@ class Inbox:
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         sender = item.payload.get("sender") or {}
         thread_key = str(thread)
-        if await self.s.prompts.answer_with_text(thread_key, str(item.payload.get("text", "")), sender_id=sender.get("id", ""), sender_name=sender.get("name", "")):
+        pending = await self.store.prompts.pending(thread_key=thread_key)
+        questions = [p for p in pending if p.kind == "question"]
+        text = str(item.payload.get("text", ""))
+        typed_answers = questions and questions[-1].payload.get("allow_free_text", True)
+        if typed_answers and await self.s.prompts.answer_with_text(questions[-1], text, sender_id=sender.get("id", ""), sender_name=sender.get("name", "")):
             await self.store.inbox.finish([item.id], fence=fence)
             return
-        if await self.store.prompts.pending(thread_key=thread_key, kind="approval"):
+        if pending:  # an approval, or a question that only takes a button: the turn waits
+            notice = WAITING_FOR_DECISION if any(p.kind == "approval" for p in pending) else PICK_A_BUTTON
             await self.store.inbox.hold(item.id)
-            await self.s.outbox.send_text(thread, WAITING_FOR_DECISION, key=f"held:{item.id}", reply_to=item.payload.get("message_id", ""))
+            await self.s.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=item.payload.get("message_id", ""))
             return
         session = await self._session(thread, started_by=sender.get("id", ""))
         rows = await self.store.consume_messages(session.id, [(item.id, item.payload)], fence=fence)

@@ -90,12 +90,6 @@ class Outbox:
 
         await self._deliver(key, thread, "close_prompt", {"outcome": outcome, "message_ids": message_ids}, close)
 
-    async def already_sent(self, key: str) -> Delivered | None:
-        record = await self.store.outbox.get(key)
-        if record is not None and record.status == "sent":
-            return Delivered(tuple(record.message_ids))
-        return None
-
     def stream(self, thread: ThreadKey, reply_to: str = "") -> "RecordedStream":
         return RecordedStream(self, thread, reply_to)
 
@@ -159,11 +153,10 @@ class RecordedStream:
 
     async def finish(self, key: str, text: str) -> Delivered:
         """Deliver the final text once: a key already sent returns its recorded ids."""
-        sent = await self.outbox.already_sent(key)
-        if sent is not None:
-            await self.abort()
-            return sent
         record = await self.outbox.store.outbox.record(key, str(self.thread), "message", {"text": text, "reply_to": self._reply_to})
+        if record.status == "sent":
+            await self.abort()
+            return Delivered(tuple(record.message_ids))
         stream = self._open()
         if stream is None:
             delivered = await self.outbox.with_retries(

@@ -185,12 +185,8 @@ class PromptService:
     def _event_item(press: ButtonPress) -> NewItem:
         return NewItem(press.event_id, str(press.thread), "button", {"token": press.token, "sender": press.sender.id}, status="done")
 
-    async def answer_with_text(self, thread_key: str, text: str, *, sender_id: str, sender_name: str) -> PromptRecord | None:
+    async def answer_with_text(self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str) -> PromptRecord | None:
         """A message typed while a question is pending answers it (not a new turn)."""
-        pending = await self.store.prompts.pending(thread_key=thread_key, kind="question")
-        if not pending:
-            return None
-        prompt = pending[-1]
         result = await self.store.prompts.decide(
             prompt.id, status="answered", decision="text", decided_by=sender_id, decided_by_name=sender_name, answer=text, resume=resume_item(prompt)
         )

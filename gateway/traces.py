@@ -66,46 +66,45 @@ class RunTrace:
         self.prices = prices
         self.write_failures = 0
 
-    async def event(self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None) -> int | None:
+    async def event(self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any) -> int | None:
+        seqs = await self._events([(kind, payload, parent_seq)], **totals)
+        return seqs[-1] if seqs else None
+
+    async def _events(self, events: list[tuple[str, dict[str, Any], int | None]], **totals: Any) -> list[int]:
+        capped = [(kind, cap_payload(payload, self.limit), parent) for kind, payload, parent in events]
         try:
-            return await self.store.runs.add_event(self.run_id, kind, cap_payload(payload, self.limit), parent_seq=parent_seq)
+            return await self.store.runs.add_events(self.run_id, capped, **totals)
         except Exception:  # noqa: BLE001 - a trace write never fails the turn
             self.write_failures += 1
-            log.exception("run %s: could not record %s event", self.run_id, kind)
-            return None
+            log.exception("run %s: could not record %s", self.run_id, ", ".join(kind for kind, _, _ in events))
+            return []
 
     async def llm_call(self, *, request: dict[str, Any], response: dict[str, Any], usage: LLMCallUsage, latency_ms: float) -> int | None:
-        """LLM_REQUEST and LLM_RESPONSE, both written at completion; returns the response's seq."""
-        await self.event("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)})
-        seq = await self.event("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)})
+        """LLM_REQUEST and LLM_RESPONSE (both written at completion) and the run's totals, in one
+        write; returns the response's seq (what TOOL_CALL events link to)."""
         cost = cost_nano_usd(
             self.prices.get(usage.model),
             input_tokens=usage.input_tokens,
             cached_tokens=usage.cached_tokens,
             output_tokens=usage.output_tokens,
         )
-        await self._totals(
-            model=usage.model,
-            cost_nano_usd=cost,
-            unpriced=cost is None,
-            input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_tokens,
-            output_tokens=usage.output_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            llm_calls=1,
+        seqs = await self._events(
+            [
+                ("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)}, None),
+                ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),
+            ],
+            model=usage.model, cost_nano_usd=cost, unpriced=cost is None, input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens, output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens,
+            llm_calls=1, rounds=1,
         )
-        return seq
+        return seqs[-1] if seqs else None
 
     async def tool_call(self, *, name: str, call_id: str, status: str, duration_ms: float, parent_seq: int | None, detail: dict[str, Any] | None = None) -> None:
         payload = {"name": name, "call_id": call_id, "status": status, "duration_ms": round(duration_ms, 2), **(detail or {})}
-        await self.event("TOOL_CALL", payload, parent_seq=parent_seq)
-        await self._totals(tool_calls=1)
+        await self.event("TOOL_CALL", payload, parent_seq=parent_seq, tool_calls=1)
 
     async def error(self, stage: str, message: str) -> None:
         await self.event("RUN_ERROR", {"stage": stage, "message": message})
-
-    async def round_done(self) -> None:
-        await self._totals(rounds=1)
 
     async def set_stage(self, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
         try:
@@ -113,13 +112,6 @@ class RunTrace:
         except Exception:  # noqa: BLE001
             self.write_failures += 1
             log.exception("run %s: could not set stage %s", self.run_id, stage)
-
-    async def _totals(self, **values: Any) -> None:
-        try:
-            await self.store.runs.add_totals(self.run_id, **values)
-        except Exception:  # noqa: BLE001
-            self.write_failures += 1
-            log.exception("run %s: could not update totals", self.run_id)
 
 
 def format_nano_usd(value: int | None, unpriced: bool = False) -> str:

@@ -160,6 +160,8 @@ class Turn:
             if run is not None and run.stage in ("AWAITING_INPUT", "RUNNING"):
                 self.run_id, self.rounds = run.id, run.rounds
                 await store.runs.set_stage(run.id, "RUNNING")
+                # Tool calls run after the resume link to the response that asked for them.
+                self.last_response_seq = await store.runs.last_event_seq(run.id, "LLM_RESPONSE")
         if not self.run_id:
             run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
             self.run_id = run.id
@@ -187,9 +189,11 @@ class Turn:
     async def _deliver_undelivered_reply(self) -> None:
         """After a restart: a final reply persisted but not delivered is delivered once, and the
         turn ends there (never re-generated, never sent twice)."""
+        if not self.req.continuing:
+            return
         history = await self.s.store.sessions.history(self.session.id, after_seq=max(self.session.next_seq - 2, 0))
         last = history[-1] if history else None
-        if not self.req.continuing or last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
+        if last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
             return
         if last.content.strip():
             await self._stream().finish(f"reply:{last.id}", last.content)  # a no-op when it was sent
@@ -328,12 +332,10 @@ class Turn:
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
             "repetition": round_.repetition.where if round_.repetition else None,
         }
-        seq = await self.trace.llm_call(  # type: ignore[union-attr]
+        return await self.trace.llm_call(  # type: ignore[union-attr]
             request=request, response=response, latency_ms=latency_ms,
             usage=LLMCallUsage(model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens),
         )
-        await self.trace.round_done()  # type: ignore[union-attr]
-        return seq
 
     async def _notice(self, text: str) -> None:
         await self.s.store.sessions.append(self.session.id, "user", text, synthetic=True, run_id=self.run_id, fence=self.req.fence)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import random
@@ -104,6 +105,8 @@ class LLMClient:
                     yield event
             if not (opened.sse.done or opened.parser.finished):
                 raise StreamInterrupted("the LLM stream ended before the answer was complete")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(opened.sse.drain(), 1.0)
         finally:
             await opened.response.aclose()  # also aborts generation when the consumer stops early
 

@@ -42,6 +42,12 @@ class SSEDecoder:
                 event = value
         return self._decode("\n".join(data), event) if data else None
 
+    async def drain(self) -> None:
+        """Read what follows [DONE] (usually only the end of the chunked body), so the HTTP
+        connection goes back to the pool instead of being closed: one TLS handshake saved per round."""
+        async for _ in self._lines:
+            pass
+
     def _decode(self, data: str, event: str) -> dict[str, Any] | None:
         if data.strip() == "[DONE]":
             self.done = True

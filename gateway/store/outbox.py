@@ -16,12 +16,15 @@ class OutboxRepo(Repo):
     async def record(self, key: str, thread_key: str, kind: str, payload: dict[str, Any]) -> OutboxRecord:
         """Record an intent to send; returns the existing record when the key is known."""
         async with self.db.write() as conn:
-            await conn.execute(
-                insert_ignoring(conn, outbox, ["key"]).values(
-                    key=key, thread_key=thread_key, kind=kind, payload=payload, status="pending", message_ids=[], attempts=0, created_at=utcnow()
+            row = (
+                await conn.execute(
+                    insert_ignoring(conn, outbox, ["key"])
+                    .values(key=key, thread_key=thread_key, kind=kind, payload=payload, status="pending", message_ids=[], attempts=0, created_at=utcnow())
+                    .returning(*outbox.c)
                 )
-            )
-            row = (await conn.execute(select(outbox).where(outbox.c.key == key))).first()
+            ).first()
+            if row is None:  # the key was recorded before: what happened to it then
+                row = (await conn.execute(select(outbox).where(outbox.c.key == key))).first()
         return to_record(OutboxRecord, row)
 
     async def get(self, key: str) -> OutboxRecord | None:

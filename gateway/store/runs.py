@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from gateway.store.base import Repo, to_record, utcnow
 from gateway.store.records import RunEventRecord, RunRecord
@@ -16,15 +16,20 @@ _TOTALS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens",
 class RunRepo(Repo):
     async def start(self, session_id: int, thread_key: str, *, model: str | None = None) -> RunRecord:
         async with self.db.write() as conn:
-            run_id = (
+            row = (
                 await conn.execute(
                     insert(runs)
                     .values(session_id=session_id, thread_key=thread_key, stage="RUNNING", model=model, started_at=utcnow())
-                    .returning(runs.c.id)
+                    .returning(*runs.c)
                 )
-            ).scalar_one()
-            row = (await conn.execute(select(runs).where(runs.c.id == run_id))).first()
+            ).first()
         return to_record(RunRecord, row)
+
+    async def last_event_seq(self, run_id: int, kind: str) -> int | None:
+        async with self.db.read() as conn:
+            return (
+                await conn.execute(select(func.max(run_events.c.seq)).where(run_events.c.run_id == run_id, run_events.c.kind == kind))
+            ).scalar()
 
     async def get(self, run_id: int) -> RunRecord | None:
         async with self.db.read() as conn:
@@ -41,40 +46,53 @@ class RunRepo(Repo):
             rows = (await conn.execute(query)).all()
         return [to_record(RunRecord, r) for r in rows]
 
-    async def add_event(self, run_id: int, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None) -> int:
-        """Append an event; its sequence number is allocated inside the same write."""
+    async def add_event(self, run_id: int, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any) -> int:
+        """Append an event (and add `totals`, as for add_totals); its sequence number is
+        allocated inside the same write."""
+        return (await self.add_events(run_id, [(kind, payload, parent_seq)], **totals))[-1]
+
+    async def add_events(self, run_id: int, events: list[tuple[str, dict[str, Any], int | None]], **totals: Any) -> list[int]:
+        """Append several events and update the run's totals in one transaction."""
         async with self.db.write() as conn:
-            seq = (
+            first = (
                 await conn.execute(
                     update(runs)
                     .where(runs.c.id == run_id)
-                    .values(next_event_seq=runs.c.next_event_seq + 1)
-                    .returning(runs.c.next_event_seq - 1)
+                    .values(next_event_seq=runs.c.next_event_seq + len(events), **self._totals(totals))
+                    .returning(runs.c.next_event_seq - len(events))
                 )
             ).scalar_one()
-            await conn.execute(
-                insert(run_events).values(run_id=run_id, seq=seq, kind=kind, at=utcnow(), parent_seq=parent_seq, payload=payload)
-            )
-        return seq
+            now = utcnow()
+            rows = [
+                {"run_id": run_id, "seq": first + i, "kind": kind, "at": now, "parent_seq": parent, "payload": payload}
+                for i, (kind, payload, parent) in enumerate(events)
+            ]
+            await conn.execute(insert(run_events), rows)
+        return [first + i for i in range(len(events))]
+
+    @staticmethod
+    def _totals(totals: dict[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = {name: getattr(runs.c, name) + totals[name] for name in _TOTALS if totals.get(name)}
+        cost = totals.get("cost_nano_usd")
+        if cost is not None:
+            values["cost_nano_usd"] = func.coalesce(runs.c.cost_nano_usd, 0) + cost
+        if totals.get("unpriced"):
+            values["unpriced"] = True
+        if totals.get("model"):
+            values["model"] = totals["model"]
+        return values
 
     async def events(self, run_id: int) -> list[RunEventRecord]:
         async with self.db.read() as conn:
             rows = (await conn.execute(select(run_events).where(run_events.c.run_id == run_id).order_by(run_events.c.seq))).all()
         return [to_record(RunEventRecord, r) for r in rows]
 
-    async def add_totals(self, run_id: int, *, cost_nano_usd: int | None = None, unpriced: bool = False, model: str | None = None, **counts: int) -> None:
-        values: dict[str, Any] = {name: getattr(runs.c, name) + counts[name] for name in _TOTALS if counts.get(name)}
-        if cost_nano_usd is not None:
-            values["cost_nano_usd"] = runs.c.cost_nano_usd + cost_nano_usd
-        if unpriced:
-            values["unpriced"] = True
-        if model:
-            values["model"] = model
+    async def add_totals(self, run_id: int, **totals: Any) -> None:
+        """Add token counts, calls, rounds and cost (`cost_nano_usd`, `unpriced`, `model`)."""
+        values = self._totals(totals)
         if not values:
             return
         async with self.db.write() as conn:
-            if cost_nano_usd is not None:
-                await conn.execute(update(runs).where(runs.c.id == run_id, runs.c.cost_nano_usd.is_(None)).values(cost_nano_usd=0))
             await conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
     async def set_stage(self, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
@@ -89,8 +107,6 @@ class RunRepo(Repo):
             await conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
     async def session_totals(self, session_id: int) -> dict[str, int | None]:
-        from sqlalchemy import func
-
         async with self.db.read() as conn:
             row = (
                 await conn.execute(

@@ -308,6 +308,8 @@ def _post_ephemeral(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
 def _start_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     if not p.get("thread_ts"):
         raise SlackError("invalid_arguments")
+    if not p["channel"].startswith("D") and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
+        raise SlackError("invalid_arguments")  # recipients are required when streaming to channels
     message = fake._store(p["channel"], {"user": fake.bot_user_id, "thread_ts": p["thread_ts"],
                                           "text": p.get("markdown_text", ""), "streaming": True,
                                           "recipient_user_id": p.get("recipient_user_id"),
