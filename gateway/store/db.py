@@ -37,7 +37,9 @@ class Database:
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             self.engine = self._sqlite_engine(url, echo, "BEGIN IMMEDIATE")
-            self.read_engine = self._sqlite_engine(url, echo, "BEGIN")
+            # Reads run in autocommit (each statement sees the latest commit): no BEGIN/ROLLBACK
+            # round trips to the driver thread for the many one-statement reads of a turn.
+            self.read_engine = self._sqlite_engine(url, echo, None)
         else:
             # pg_schema isolates test databases (and lets several gateways share one server).
             connect_args = {"server_settings": {"search_path": pg_schema}} if pg_schema else {}
@@ -47,7 +49,7 @@ class Database:
             self.read_engine = self.engine
 
     @staticmethod
-    def _sqlite_engine(url: str, echo: bool, begin_sql: str) -> AsyncEngine:
+    def _sqlite_engine(url: str, echo: bool, begin_sql: str | None) -> AsyncEngine:
         engine = create_async_engine(url, echo=echo, poolclass=NullPool if ":memory:" in url else None)
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -63,7 +65,8 @@ class Database:
 
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn):  # noqa: ANN001
-            conn.exec_driver_sql(begin_sql)
+            if begin_sql:
+                conn.exec_driver_sql(begin_sql)
 
         return engine
 
