@@ -37,7 +37,7 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
 async def running_gateway(store: Store, config: Config, channel: FakeChannel | None = None, *, instance_id: str | None = None) -> AsyncIterator["Harness"]:
     channel = channel or FakeChannel()
     llm = LLMClient(config.llm, backoff_base_s=0.01)
-    gateway = Gateway(config, channels={"fake": channel}, serve_http=False, store=store, llm=llm, instance_id=instance_id)
+    gateway = Gateway(config, channels={channel.name: channel}, serve_http=False, store=store, llm=llm, instance_id=instance_id)
     await gateway.start()
     try:
         yield Harness(gateway, channel)
