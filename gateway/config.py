@@ -60,7 +60,7 @@ class ModelPrice(_Section):
 class LLMConfig(_Section):
     base_url: str = "http://127.0.0.1:11434/v1"
     api_key: str = ""
-    model: str = "gpt-4o-mini"
+    model: str = "qwen2.5:7b-instruct"
     fallback_models: list[str] = []
     context_window: int = 0  # 0 = unbudgeted: never truncate, never compact
     reserve_pct: float = 12.0

@@ -92,3 +92,12 @@ def test_bad_duration_is_named(tmp_path):
     path = write(tmp_path, "approvals:\n  expire_after: soon\n")
     with pytest.raises(ConfigError, match=r"approvals\.expire_after: .*duration"):
         load_config(path, env={})
+
+
+def test_the_configuration_reference_is_current():
+    from pathlib import Path
+
+    from gateway.config_reference import render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+    assert doc.read_text() == render(), "run: .venv/bin/python -m gateway.config_reference > docs/configuration.md"

@@ -1,0 +1,66 @@
+"""Writes docs/configuration.md from the settings models, so the reference never drifts.
+
+    .venv/bin/python -m gateway.config_reference > docs/configuration.md
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.config import ENV_OVERRIDES, SECRETS, Config
+
+INTRO = """# Configuration reference
+
+Every key of `config.yml` with its default (generated from `gateway/config.py` by
+`python -m gateway.config_reference`; a test checks it is current). `${VAR}` and `${VAR:-default}`
+read the environment, and a `.env` file beside the config is loaded first without overriding
+variables already set. Durations accept `90`, `"90s"`, `"15m"`, `"2h"`, `"1d"`. Unknown keys and
+wrong types are rejected with the file and key path. Secrets (🔒) are read from the environment
+only: leave them out or write them as `${VAR}`.
+"""
+
+
+def _type_name(annotation: Any) -> str:
+    text = str(annotation) if getattr(annotation, "__args__", None) else getattr(annotation, "__name__", str(annotation))
+    text = text.replace("typing.", "").replace("gateway.config.", "").replace("<class '", "").replace("'>", "")
+    return text.replace(" | ", " or ").replace("|", " or ")
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return ""
+    if value == "" or value is None:
+        return "—"
+    return f"`{json.dumps(value, default=str)}`"
+
+
+def render() -> str:
+    lines = [INTRO]
+    env = {path: name for path, name in {**SECRETS, **ENV_OVERRIDES}.items()}
+    for section, field in Config.model_fields.items():
+        if section == "source":
+            continue
+        model = field.annotation
+        lines += [f"## `{section}`", "", "| key | type | default | environment |", "|---|---|---|---|"]
+        for name, sub in model.model_fields.items():
+            key = sub.alias or name
+            variable = env.get((section, name), "")
+            lock = " 🔒" if (section, name) in SECRETS else ""
+            lines.append(f"| `{key}`{lock} | {_type_name(sub.annotation)} | {_default(sub.default)} | {f'`{variable}`' if variable else ''} |")
+        lines.append("")
+    lines += [
+        "Approval rules (`approvals.rules`) are mappings: `tool` (a name, a glob, or a class such as",
+        "`@side_effects`, `@fs_write`, `@exec`, `@network`), `action` (`allow` | `deny` | `require`), optional",
+        "`args` (argument name -> path glob, or `re:<regex>`), optional `source` (telegram, slack, console, cron,",
+        "tick), optional `priority` (higher first). A rule that cannot be loaded makes the tools it names require",
+        "approval. Jobs (`scheduler.jobs`) are described in [scheduler.md](scheduler.md).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
