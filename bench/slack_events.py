@@ -24,17 +24,20 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
+
+from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from support import LLMProcess, bench_store, database_kinds, percentile
 
-from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
-from gateway.config import Config  # noqa: E402
-from gateway.store import Store  # noqa: E402
+from gateway.app import Gateway
+from gateway.config import Config
+from gateway.store import Store
 
 WARM_UP = 20
 CHANNELS = 50  # events are spread over channels, as a workspace's traffic is

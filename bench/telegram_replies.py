@@ -23,21 +23,22 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fakes.llm import FakeLLM, Reply  # noqa: E402
-from fakes.telegram import FakeTelegram  # noqa: E402
-from fakes.telegram_core import RecordingCore  # noqa: E402
+from fakes.llm import FakeLLM, Reply
+from fakes.telegram import FakeTelegram
+from fakes.telegram_core import RecordingCore
 
-from channels.telegram import TelegramChannel  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
-from gateway.config import Config, TelegramConfig  # noqa: E402
-from gateway.events import Outbound, ThreadKey  # noqa: E402
-from gateway.llm import LLMClient  # noqa: E402
-from gateway.store import Store  # noqa: E402
+from channels.telegram import TelegramChannel
+from gateway.app import Gateway
+from gateway.config import Config, TelegramConfig
+from gateway.events import Outbound, ThreadKey
+from gateway.llm import LLMClient
+from gateway.store import Store
 
 REPLY = "Here is the **answer** with `code`:\n\n```python\nprint('hello')\n```\n\n- one\n- two\n"
 
@@ -134,7 +135,7 @@ def gateway_config(fake: FakeTelegram, llm: FakeLLM, workspace: str, slots: int)
     data: dict[str, Any] = {
         "llm": {"base_url": llm.base_url, "model": "bench-model"},
         "agent": {"workspace": workspace},
-        "inbox": {"poll_interval_s": 0.05, "max_concurrent_turns": slots},
+        "inbox": {"max_concurrent_turns": slots},  # the default poll interval: submit wakes workers
         "scheduler": {"enabled": False},
         "serve": {"shutdown_grace": 2},
         "telegram": {"token": fake.token, "api_base_url": fake.base_url, "poll_timeout_s": 1,

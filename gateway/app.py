@@ -96,7 +96,7 @@ class Gateway:
             log.error("%s (calls it names will require approval)", problem)
         self.context = ContextBuilder(
             self.store, config.context, config.llm, config.agent,
-            summarise=self._summarise, tool_lod={s.name: s.lod for s in self.registry.specs()},
+            summarise=self._summarise, on_event=self._on_context_event, tool_lod={s.name: s.lod for s in self.registry.specs()},
         )
         self.services = TurnServices(
             self.store, config, self.llm, self.registry, self.policy, self.context, self.outbox, self.prompts,
@@ -127,6 +127,16 @@ class Gateway:
     async def _summarise(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
         completion = await self.llm.complete(messages, max_tokens=max_tokens)
         return completion.text
+
+    async def _on_context_event(self, kind: str, payload: dict[str, Any]) -> None:
+        """Compaction start/end: recorded on the running turn's run, and shown in the chat."""
+        turn = self.inbox.running_turn(int(payload.get("session_id", 0)))
+        if turn is None or turn.trace is None:
+            return
+        await turn.trace.event(kind.upper(), payload)
+        if kind == "compaction_started" and turn.session.interactive:
+            key = f"compacting:{turn.session.id}:{payload.get('first_seq')}-{payload.get('last_seq')}"
+            await self.outbox.send_text(turn.thread, "🗜 Compacting older history to make room…", key=key)
 
     async def deliver(self, item: Outbound | Prompt) -> Delivered:
         if isinstance(item, Prompt):

@@ -99,6 +99,13 @@ class Inbox:
     def _state(self, thread_key: str) -> _ThreadState:
         return self._threads.setdefault(thread_key, _ThreadState())
 
+    def running_turn(self, session_id: int) -> Turn | None:
+        """The turn this instance is running for a session, if any."""
+        for state in self._threads.values():
+            if state.running is not None and state.running.turn.session.id == session_id:
+                return state.running.turn
+        return None
+
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         await self.recover()

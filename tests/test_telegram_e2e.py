@@ -11,7 +11,8 @@ import contextlib
 import copy
 import json
 import logging
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import pytest
@@ -175,6 +176,19 @@ async def test_topics_are_separate_sessions_and_replies_stay_in_their_topic(stor
         await settle(gateway, lambda: len(texts(tg, GROUP)) == 3)
         assert user_texts(llm.requests[-1]) == ["first topic", "again"]
         assert tg.bot_messages(GROUP)[-1].thread_id == 11
+
+
+
+@pytest.mark.parametrize("shown", [True, False])
+async def test_tool_progress_lines_follow_the_setting(store, llm, tg, tmp_path, shown) -> None:
+    llm.tool_call("clock", {}, id="c1")
+    llm.reply("It is late.")
+    config = tg_config(llm, tg, tmp_path, telegram={"show_tool_progress": shown})
+    async with running(store, config) as gateway:
+        tg.private_message(PRIVATE, "what time is it?")
+        await settle(gateway, lambda: "It is late." in texts(tg, PRIVATE))
+        expected = ["🔧 clock {}", "It is late."] if shown else ["It is late."]
+        assert texts(tg, PRIVATE) == expected
 
 
 # --- approvals -----------------------------------------------------------------------

@@ -210,3 +210,28 @@ async def test_llm_failure_retries_then_apologises_and_marks_the_request_failed(
         await h.idle()
         last_request = llm.requests[-1]["messages"]
         assert not any(m.get("content") == "hello?" for m in last_request)
+
+
+async def test_compaction_is_recorded_on_the_run_and_shown_in_the_chat(store, llm, tmp_path):
+    config = make_config(
+        llm.base_url, str(tmp_path), llm={"context_window": 4000, "reserve_pct": 10},
+        context={"headroom_tokens": 500, "keep_messages": 2, "keep_tool_exchanges": 1},
+    )
+    session = await store.sessions.open("fake:chat1:", source="fake", started_by="100")
+    for i in range(40):
+        await store.sessions.append(session.id, "user", f"question {i}: " + "tell me more " * 20)
+        await store.sessions.append(session.id, "assistant", f"answer {i}: " + "here is more " * 20)
+    from fakes.llm import Reply
+
+    # The summariser's calls offer no tools; the turn's call does.
+    llm.responder = lambda request: Reply("Fresh answer." if request.get("tools") else "Summary of the earlier conversation.")
+    async with running_gateway(store, config) as h:
+        await h.say("and now?")
+        await h.idle()
+        assert any("Compacting" in m for m in h.channel.messages())
+        assert h.channel.messages()[-1] == "Fresh answer."
+    run = (await store.runs.list())[0]
+    kinds = [e.kind for e in await store.runs.events(run.id)]
+    assert "COMPACTION_STARTED" in kinds and "COMPACTION_FINISHED" in kinds
+    final = [r for r in llm.requests if r.get("tools")][-1]["messages"]
+    assert "Summary of the earlier conversation" in final[0]["content"] and len(final) < 40

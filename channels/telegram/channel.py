@@ -12,16 +12,35 @@ import hmac
 import json
 import logging
 import re
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, InputFile, Message, Update
+from telegram import (
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    Message,
+    Update,
+)
 from telegram.constants import ChatAction
-from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 from telegram.ext import ExtBot
 
 from channels.telegram.api import BotCaller, Pacer, is_not_modified, retry_after_seconds
-from channels.telegram.inbound import ALLOWED_UPDATES, BotIdentity, Reading, UpdateReader
+from channels.telegram.inbound import (
+    ALLOWED_UPDATES,
+    BotIdentity,
+    Reading,
+    UpdateReader,
+)
 from channels.telegram.layout import approval_body, outcome_line, question_body
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from channels.telegram.split import split_rendered
@@ -206,7 +225,7 @@ class TelegramChannel:
         assert self._reader is not None
         try:
             reading = self._reader.read(update)
-        except Exception:  # noqa: BLE001 - one odd update must not block the ones after it
+        except Exception:
             log.exception("telegram: update %s could not be read; skipped", update.update_id)
             return Reading("ignore", update.update_id, text="unreadable")
         if reading.kind == "ignore":
@@ -257,7 +276,7 @@ class TelegramChannel:
             return web.Response(status=400, text=update)
         try:
             await self._ingest([update], cursor=None)
-        except Exception:  # noqa: BLE001 - a non-2xx makes Telegram deliver it again
+        except Exception:
             log.exception("telegram: storing webhook update %s failed", update.update_id)
             return web.Response(status=500, text="not stored, retry")
         return web.Response(status=200, text="ok")
