@@ -69,6 +69,7 @@ class Inbox:
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
         self._stopper = Stopper()
+        self._others_waiting = False
 
     # ---- intake --------------------------------------------------------------------------
     async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
@@ -179,7 +180,11 @@ class Inbox:
     async def _dispatch_once(self) -> None:
         free = self.config.inbox.max_concurrent_turns - len(self._workers)
         if free <= 0:
+            # Saturated: tell busy workers whether other threads wait, so they hand over their
+            # slot after the current turn instead of draining their own queue first.
+            self._others_waiting = bool(await self.store.inbox.pending_threads(limit=1, exclude=list(self._workers)))
             return
+        self._others_waiting = False
         for thread_key in await self.store.inbox.pending_threads(limit=free * 2, exclude=list(self._workers)):
             if len(self._workers) >= self.config.inbox.max_concurrent_turns:
                 break
@@ -204,7 +209,10 @@ class Inbox:
                     items = await self.store.inbox.pending(thread_key, limit=50)
                     if not items:
                         break
-                    await self._handle(ThreadKey.parse(thread_key), _next_item(items), holder.fence)
+                    item = _next_item(items)
+                    await self._handle(ThreadKey.parse(thread_key), item, holder.fence)
+                    if item.kind != "command" and self._others_waiting:
+                        break  # fairness: the oldest waiting message, maybe another thread's, goes next
         except LeaseLost as exc:
             log.warning("%s: %s", thread_key, exc)
         except Exception:  # noqa: BLE001
