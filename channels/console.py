@@ -50,6 +50,9 @@ class _ConsoleStream:
         if self.shown:
             self.console.write("\n")
 
+    def message_ids(self) -> tuple[str, ...]:
+        return ()
+
 
 class ConsoleChannel:
     name = "console"
@@ -98,7 +101,7 @@ class ConsoleChannel:
         self._buttons.clear()
         self.write(outcome)
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> _ConsoleStream:
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> _ConsoleStream:
         return _ConsoleStream(self)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:

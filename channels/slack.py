@@ -285,9 +285,11 @@ class SlackChannel:
 
     # ---- streaming and presence ------------------------------------------------------
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream:
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
         mode = self._config.streaming
         interval = self._config.stream_interval_s
+        if adopt:  # finish a reply a restart interrupted, in its own messages
+            return EditStream(self._web, thread, self._clock, interval, adopt=adopt)
 
         def edit() -> ReplyStream:
             return EditStream(self._web, thread, self._clock, interval)

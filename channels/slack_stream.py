@@ -9,7 +9,7 @@ workspace refuses falls back to editing.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey
 
@@ -67,17 +67,20 @@ class PostAtEndStream:
     async def abort(self) -> None:
         return None
 
+    def message_ids(self) -> tuple[str, ...]:
+        return ()
+
 
 class EditStream:
     """`edit`: post, then chat.update at most once per `interval`, then a final update."""
 
-    def __init__(self, api: SlackApi, thread: ThreadKey, clock: Callable[[], float], interval: float = 1.0):
+    def __init__(self, api: SlackApi, thread: ThreadKey, clock: Callable[[], float], interval: float = 1.0, adopt: Sequence[str] = ()):
         self._api = api
         self._thread = thread
         self._clock = clock
         self._interval = interval
-        self._ids: list[str] = []
-        self._shown: list[str] = []
+        self._ids: list[str] = list(adopt)  # an interrupted reply's messages are edited, not repeated
+        self._shown: list[str | None] = [None] * len(self._ids)
         self._last = float("-inf")
         self._latest = ""
 
@@ -94,6 +97,9 @@ class EditStream:
     async def abort(self) -> None:
         if self._ids:  # leave what was written, brought up to date
             await self._sync(render_chunks(self._latest), final=False)
+
+    def message_ids(self) -> tuple[str, ...]:
+        return tuple(self._ids)
 
     async def _sync(self, chunks: list[str], *, final: bool) -> None:
         channel = self._thread.chat
@@ -208,6 +214,9 @@ class NativeStream:
         if self._ts:
             await self._stop("")
 
+    def message_ids(self) -> tuple[str, ...]:
+        return ()  # a stopped native stream cannot be continued; the new reply is posted anew
+
 
 class FallbackStream:
     """Native first; when Slack refuses to start a stream, edit messages instead."""
@@ -249,3 +258,6 @@ class FallbackStream:
 
     async def abort(self) -> None:
         await self._active.abort()
+
+    def message_ids(self) -> tuple[str, ...]:
+        return self._active.message_ids()

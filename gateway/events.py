@@ -178,6 +178,9 @@ class ReplyStream(Protocol):
     async def abort(self) -> None:
         """Stop showing progress (the turn parked, failed or was cancelled)."""
 
+    def message_ids(self) -> tuple[str, ...]:
+        """The platform messages now showing the partial reply (none for drafts)."""
+
 
 @runtime_checkable
 class Channel(Protocol):
@@ -198,7 +201,9 @@ class Channel(Protocol):
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         """Remove the buttons of a decided prompt and show `outcome` (e.g. "✅ Approved by Ann")."""
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream: ...
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
+        """`adopt`: messages of a reply interrupted by a restart, which this stream edits into
+        the new reply instead of posting beside them."""
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         """Presence while a turn runs (typing, a status line or a reaction)."""

@@ -24,6 +24,9 @@ class _SilentStream:
     async def abort(self) -> None:
         return None
 
+    def message_ids(self) -> tuple[str, ...]:
+        return ()
+
 
 class HeadlessChannel:
     def __init__(self, name: str):
@@ -44,7 +47,7 @@ class HeadlessChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         return None
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream:
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
         return _SilentStream(thread)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:

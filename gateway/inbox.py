@@ -24,6 +24,7 @@ from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
 log = logging.getLogger(__name__)
 TurnListener = Callable[[TurnEnded], Awaitable[None]]
 MAINTENANCE_EVERY_S = 5.0
+WATCH_POLL_S = 1.0
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
 WAITING_FOR_DECISION = "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
 
@@ -279,7 +280,10 @@ class Inbox:
             return
         await self.store.runs.add_event(run.id, "RUN_ERROR", {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"})
         await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
-        request = TurnRequest(session, thread, requested_by=session.started_by, fence=fence, turn_started_seq=await self._turn_start(session.id, run.id), continuing=True)
+        request = TurnRequest(
+            session, thread, requested_by=session.started_by, fence=fence,
+            turn_started_seq=await self._turn_start(session.id, run.id), continuing=True, continued_run=run.id,
+        )
         await self._run_turn(request)
 
     async def _turn_start(self, session_id: int, run_id: int) -> int:
@@ -362,8 +366,9 @@ class Inbox:
                 elif (command is not None and command.name in INTERRUPTING) or (interrupt and item.kind == "message"):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
+            # Local submits wake it at once; polling (for other instances' events) can be slow.
             try:
-                await asyncio.wait_for(state.wake.wait(), self.config.inbox.poll_interval_s)
+                await asyncio.wait_for(state.wake.wait(), max(self.config.inbox.poll_interval_s, WATCH_POLL_S))
             except asyncio.TimeoutError:
                 pass
 

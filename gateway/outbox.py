@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from gateway.events import (
     Channel,
@@ -90,8 +90,8 @@ class Outbox:
 
         await self._deliver(key, thread, "close_prompt", {"outcome": outcome, "message_ids": message_ids}, close)
 
-    def stream(self, thread: ThreadKey, reply_to: str = "") -> "RecordedStream":
-        return RecordedStream(self, thread, reply_to)
+    def stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> "RecordedStream":
+        return RecordedStream(self, thread, reply_to, adopt)
 
     async def _deliver(self, key: str, thread: ThreadKey, kind: str, payload: dict[str, Any], action: Callable[[Channel], Awaitable[Delivered]]) -> Delivered:
         record = await self.store.outbox.record(key, str(thread), kind, payload)
@@ -126,17 +126,28 @@ class Outbox:
 class RecordedStream:
     """A channel reply stream whose final delivery is recorded under a key."""
 
-    def __init__(self, outbox: Outbox, thread: ThreadKey, reply_to: str):
+    def __init__(self, outbox: Outbox, thread: ThreadKey, reply_to: str, adopt: Sequence[str] = ()):
         self.outbox = outbox
         self.thread = thread
         self._stream: ReplyStream | None = None
         self._reply_to = reply_to
+        self._adopt = tuple(adopt)
         self._failed = False
+
+    def message_ids(self) -> tuple[str, ...]:
+        """The messages showing the reply so far (to be adopted after a restart)."""
+        if self._stream is None:
+            return self._adopt
+        return tuple(getattr(self._stream, "message_ids", lambda: ())())
 
     def _open(self) -> ReplyStream | None:
         if self._stream is None and not self._failed:
             try:
-                self._stream = self.outbox.channel(self.thread).open_stream(self.thread, self._reply_to)
+                channel = self.outbox.channel(self.thread)
+                if self._adopt:
+                    self._stream = channel.open_stream(self.thread, self._reply_to, adopt=self._adopt)
+                else:
+                    self._stream = channel.open_stream(self.thread, self._reply_to)
             except ChannelError as exc:
                 self._failed = True
                 log.warning("cannot stream to %s: %s", self.thread, exc)

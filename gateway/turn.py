@@ -73,6 +73,7 @@ class TurnRequest:
     fence: Fence | None = None
     turn_started_seq: int = 1
     continuing: bool = False  # a dead worker's turn, continued from the database
+    continued_run: int | None = None  # the run it continues (its partial reply is adopted)
 
 
 @dataclass
@@ -124,6 +125,7 @@ class Turn:
         self.loop_guard = ToolLoopGuard()
         self.overflow_retries = 0
         self.stopper = Stopper()  # reason: "stop", "new", "interrupt", "shutdown", "lease lost"
+        self._adopt: tuple[str, ...] = ()  # messages of a reply a restart interrupted
 
     def request_stop(self, reason: str) -> None:
         """Stop at once if an LLM call or a tool is running, else at the next boundary."""
@@ -166,6 +168,11 @@ class Turn:
             run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
             self.run_id = run.id
         self.trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+        if self.req.continued_run is not None:
+            partial = await store.outbox.get(partial_key(self.req.continued_run))
+            if partial is not None and partial.status == "pending":
+                self._adopt = tuple(partial.payload.get("message_ids", ()))
+                await store.outbox.mark_sent(partial.id, partial.message_ids)  # adopted once
 
     # ---- the loop ------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -208,13 +215,29 @@ class Turn:
             raise TurnEnd("FAILED", "budget", message=END_MESSAGES["budget"])
 
     def _stream(self) -> RecordedStream:
-        return self.s.outbox.stream(self.thread, self.req.reply_to)
+        adopt, self._adopt = self._adopt, ()
+        return self.s.outbox.stream(self.thread, self.req.reply_to, adopt)
+
+    async def _remember_partial(self, stream: RecordedStream) -> None:
+        """Shutting down mid-reply: the messages showing the partial reply are recorded, and the
+        turn that continues after the restart edits them into the complete reply (one reply,
+        not a stale half beside a whole one)."""
+        ids = stream.message_ids()
+        if ids:
+            await self.s.store.outbox.record(partial_key(self.run_id), str(self.thread), "partial", {"message_ids": list(ids)})
 
     # ---- one LLM round -------------------------------------------------------------------
     async def _llm_round(self) -> bool:
         """One streamed LLM call, persisted. Returns True when the turn has its final reply."""
         stream = self._stream()
-        round_, model, usage, latency, built = await self._call_llm(stream)
+        try:
+            round_, model, usage, latency, built = await self._call_llm(stream)
+        except Interrupted:
+            if self.stopper.reason == "shutdown":
+                await self._remember_partial(stream)
+            else:
+                await stream.abort()
+            raise
         self.rounds += 1
         message = await self._persist_round(round_, usage)
         self.last_response_seq = await self._trace_llm(round_, model, usage, latency, built)
@@ -504,6 +527,10 @@ class Turn:
                 break
             trailing.append(message.id)
         await self.s.store.sessions.mark_failed(trailing)
+
+
+def partial_key(run_id: int) -> str:
+    return f"partial:{run_id}"
 
 
 def _short(text: str, limit: int = 120) -> str:

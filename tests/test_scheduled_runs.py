@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import FakeLLM
-from harness import ALICE, make_config, running_gateway
+from harness import make_config, running_gateway
 
 from gateway.events import ThreadKey
 

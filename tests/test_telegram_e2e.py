@@ -513,10 +513,6 @@ async def test_two_instances_share_the_bot_without_fighting_over_polling(store, 
         assert leader is not None and leader.owner in ("one", "two")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: Turn.run (gateway/turn.py) returns SUSPENDED on shutdown without aborting or recording "
-    "its reply stream, and Inbox._continue (gateway/inbox.py) streams the continued turn into a new "
-    "message, so the partial group message stays beside the complete reply"))
 async def test_a_restart_mid_reply_leaves_one_complete_reply_in_the_group(store, llm, tg, tmp_path) -> None:
     llm.stall("The first half of the ans")
     config = tg_config(llm, tg, tmp_path, serve={"shutdown_grace": 0.2})

@@ -322,10 +322,12 @@ class TelegramChannel:
         )
         return sent.message_id
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> ReplyStream:
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
         target = Target.of(thread)
         anchor = self._anchor(target, reply_to)
         mode = self.config.streaming
+        if adopt:  # finish a reply a restart interrupted, in its own messages
+            return EditStream(self.outlet, target, anchor, self._throttle, self._pacer, adopt=[int(i) for i in adopt])
         if mode == "off":
             return FinalOnlyStream(self.outlet, target, anchor)
         if mode == "edit" or not target.is_private:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from telegram.error import BadRequest
 
@@ -55,6 +55,9 @@ class FinalOnlyStream:
 
     async def abort(self) -> None:
         return None
+
+    def message_ids(self) -> tuple[str, ...]:
+        return ()
 
 
 class DraftStream(FinalOnlyStream):
@@ -107,13 +110,17 @@ class EditStream:
     """Groups and topics (and `streaming: edit`): one message edited as the reply grows."""
 
     def __init__(
-        self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer
+        self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer,
+        adopt: Sequence[int] = (),
     ) -> None:
         self._outlet, self._target, self._reply_to = outlet, target, reply_to
         self._throttle, self._pacer = throttle, pacer
-        self._ids: list[int] = []
-        self._shown: list[Rendered] = []
+        self._ids: list[int] = list(adopt)  # an interrupted reply's messages are edited, not repeated
+        self._shown: list[Rendered | None] = [None] * len(self._ids)
         self._latest = ""
+
+    def message_ids(self) -> tuple[str, ...]:
+        return tuple(str(i) for i in self._ids)
 
     async def update(self, text: str) -> None:
         self._latest = text

@@ -35,6 +35,9 @@ class _Stream:
     async def abort(self) -> None:
         return None
 
+    def message_ids(self) -> tuple[str, ...]:
+        return ()
+
 
 @dataclass
 class FakeChannel:
@@ -42,6 +45,7 @@ class FakeChannel:
     shown: list[Shown] = field(default_factory=list)
     stream_updates: list[tuple[ThreadKey, str]] = field(default_factory=list)
     busy: list[tuple[ThreadKey, bool]] = field(default_factory=list)
+    adopted: list[tuple[str, ...]] = field(default_factory=list)
     submit: Submit | None = None
     changed: asyncio.Condition | None = None
 
@@ -68,7 +72,8 @@ class FakeChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         self.show("close", thread, outcome)
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "") -> _Stream:
+    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> _Stream:
+        self.adopted.append(tuple(adopt))
         return _Stream(self, thread)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
