@@ -126,6 +126,7 @@ class Turn:
         self.overflow_retries = 0
         self.stopper = Stopper()  # reason: "stop", "new", "interrupt", "shutdown", "lease lost"
         self._adopt: tuple[str, ...] = ()  # messages of a reply a restart interrupted
+        self._notes: dict[str, str] | None = dict(self.session.notes)
 
     def request_stop(self, reason: str) -> None:
         """Stop at once if an LLM call or a tool is running, else at the next boundary."""
@@ -177,8 +178,12 @@ class Turn:
     # ---- the loop ------------------------------------------------------------------------
     async def _loop(self) -> None:
         await self._deliver_undelivered_reply()
+        # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
+        # one, and every round after the first, may have calls to finish.
+        calls_may_be_open = self.req.run_id is not None or self.req.continuing
         while True:
-            open_calls = await self.s.store.sessions.open_tool_calls(self.session.id)
+            open_calls = await self.s.store.sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
+            calls_may_be_open = True
             if open_calls:
                 await self._process_calls(open_calls)
             if self.stopper.stopped:
@@ -305,7 +310,9 @@ class Turn:
         return model, usage
 
     async def _build_context(self):  # noqa: ANN202
-        notes = await self.s.store.sessions.get_notes(self.session.id)
+        if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
+            self._notes = await self.s.store.sessions.get_notes(self.session.id)
+        notes = self._notes
         from datetime import datetime, timezone
 
         return await self.s.context.build(
@@ -463,6 +470,7 @@ class Turn:
             services=self.s.tool_services, call_id=call.call_id,
         )
         started = time.monotonic()
+        self._notes = None
         outcome = await interruptible(run_tool(spec, args, ctx), self.stopper)
         status = "failed" if outcome.failed else "done"
         await self.trace.tool_call(  # type: ignore[union-attr]

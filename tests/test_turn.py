@@ -235,3 +235,13 @@ async def test_compaction_is_recorded_on_the_run_and_shown_in_the_chat(store, ll
     assert "COMPACTION_STARTED" in kinds and "COMPACTION_FINISHED" in kinds
     final = [r for r in llm.requests if r.get("tools")][-1]["messages"]
     assert "Summary of the earlier conversation" in final[0]["content"] and len(final) < 40
+
+
+async def test_scratchpad_notes_reach_the_context_in_the_next_round(store, llm, tmp_path):
+    llm.tool_call("scratchpad_set", {"key": "plan", "value": "step one: buy milk"}, id="n1")
+    llm.reply("Noted.")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("remember the plan")
+        await h.idle()
+    assert "buy milk" not in llm.requests[0]["messages"][0]["content"]
+    assert "buy milk" in llm.requests[1]["messages"][0]["content"]
