@@ -18,8 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Per-request chatter (and URLs that can carry a bot token) only when debugging.
-    for noisy in ("httpx", "alembic.runtime.migration", "apscheduler.scheduler", "apscheduler.executors.default"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    if args.log_level != "debug":
+        for noisy in ("httpx", "alembic.runtime.migration", "apscheduler.scheduler", "apscheduler.executors.default"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
