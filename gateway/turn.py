@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
@@ -279,7 +280,6 @@ class Turn:
         while True:
             built = await self._build_context()
             builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
-            model, usage = self.cfg.llm.model, None
             started = time.monotonic()
             tools = self._offered_tools()
             try:
@@ -289,7 +289,7 @@ class Turn:
                 if self.overflow_retries >= 1 or self.s.context is None:
                     raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"], error=str(exc)) from exc
                 self.overflow_retries += 1
-                self.s.context.correct_from_refusal(model, built.estimated_tokens, exc.prompt_tokens, exc.context_window)
+                self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, exc.prompt_tokens, exc.context_window)
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
@@ -313,8 +313,6 @@ class Turn:
         if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
             self._notes = await self.s.store.sessions.get_notes(self.session.id)
         notes = self._notes
-        from datetime import datetime, timezone
-
         return await self.s.context.build(
             self.session,
             system_prompt=self.cfg.agent.system_prompt,

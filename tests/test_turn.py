@@ -245,3 +245,36 @@ async def test_scratchpad_notes_reach_the_context_in_the_next_round(store, llm, 
         await h.idle()
     assert "buy milk" not in llm.requests[0]["messages"][0]["content"]
     assert "buy milk" in llm.requests[1]["messages"][0]["content"]
+
+
+async def test_a_context_too_long_refusal_shrinks_and_resends_once(store, llm, tmp_path):
+    session = await store.sessions.open("fake:chat1:", source="fake", started_by="100")
+    for i in range(30):
+        await store.sessions.append(session.id, "user", f"old question {i} " + "words " * 60)
+        await store.sessions.append(session.id, "assistant", f"old answer {i} " + "words " * 60)
+    from fakes.llm import Reply
+
+    llm.context_too_long(dialect="llamacpp", prompt_tokens=9000, n_ctx=4096)
+    llm.responder = lambda request: Reply("Answered after shrinking." if request.get("tools") else "Summary of old questions.")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("new question")
+        await h.idle()
+        assert h.channel.messages()[-1] == "Answered after shrinking."
+    turn_requests = [r["messages"] for r in llm.requests if r.get("tools")]  # the summariser's offer no tools
+    first, resent = turn_requests[0], turn_requests[-1]
+    assert len(turn_requests) == 2 and len(str(resent)) < len(str(first)) / 2
+    run = (await store.runs.list())[0]
+    assert run.stage == "SUCCESS"
+    assert any(e.kind == "RUN_ERROR" and "context too long" in e.payload["message"] for e in await store.runs.events(run.id))
+
+
+async def test_a_second_context_refusal_ends_the_turn_with_overflow(store, llm, tmp_path):
+    for dialect in ("openai", "vllm"):
+        llm.context_too_long(dialect=dialect, prompt_tokens=9000, n_ctx=4096)
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("question")
+        await h.idle()
+        assert "no longer fits" in h.channel.messages()[-1]
+    run = (await store.runs.list())[0]
+    assert (run.stage, run.end_reason) == ("FAILED", "overflow")
+    assert len(llm.requests) == 2
