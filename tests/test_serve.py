@@ -1,0 +1,69 @@
+"""`gateway serve` as a process: health and readiness, then a clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+
+import aiohttp
+from test_chat_cli import REPO, child_env, write_config
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def wait_for_http(url: str, timeout: float = 30.0) -> aiohttp.ClientResponse:
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with aiohttp.ClientSession() as http:
+        while True:
+            try:
+                async with http.get(url) as response:
+                    await response.read()
+                    return response
+            except aiohttp.ClientConnectionError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+
+async def test_serve_reports_health_and_exits_cleanly_on_sigterm(tmp_path):
+    port = free_port()
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    config.write_text(config.read_text() + f"http:\n  port: {port}\nserve:\n  shutdown_grace: 2s\n")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config),
+        cwd=str(REPO), env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        health = await wait_for_http(f"http://127.0.0.1:{port}/healthz")
+        assert health.status == 200
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
+                body = await ready.json()
+        assert ready.status == 200 and body["database"] and body["migrations_current"]
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 30)
+        output = (await process.stdout.read()).decode()
+        assert code == 0, output
+        assert "no chat channel is configured" in output  # says how to enable one, once
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_serve_refuses_an_old_schema_without_auto_migrate(tmp_path):
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    config.write_text(config.read_text().replace("database:\n", "database:\n  auto_migrate: false\n", 1))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config),
+        cwd=str(REPO), env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    code = await asyncio.wait_for(process.wait(), 30)
+    output = (await process.stdout.read()).decode()
+    assert code == 2 and "gateway migrate" in output
