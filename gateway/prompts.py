@@ -19,6 +19,7 @@ from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
 from gateway.store import NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord
+from gateway.tools import ToolError, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +213,8 @@ ASK_USER_DESCRIPTION = (
 )
 
 
-def ask_user_spec():  # noqa: ANN201 - a ToolSpec; the turn parks on it instead of running it
-    from gateway.tools import ToolError, ToolSpec
+def ask_user_spec() -> ToolSpec:
+    """The `ask_user` tool as offered to the model; the turn parks on it instead of running it."""
 
     async def never_run(ctx, args):  # noqa: ANN001, ANN202
         raise ToolError("ask_user is answered through the chat, not run directly")

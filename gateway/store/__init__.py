@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from gateway.store.base import Fence, LeaseLost
-from gateway.store.db import Database, StoreError, ensure_migrated, migrations_current, upgrade
+from sqlalchemy import update
+
+from gateway.store.base import Fence, LeaseLost, utcnow
+from gateway.store.db import (
+    Database,
+    StoreError,
+    ensure_migrated,
+    migrations_current,
+    upgrade,
+)
+from gateway.store.history import HistoryRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import Decision, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
-from gateway.store.history import HistoryRepo
 from gateway.store.runs import RunRepo
 from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
+from gateway.store.tables import inbox
 
 
 class Store:
@@ -34,11 +43,6 @@ class Store:
     ) -> list[MessageRecord]:  # noqa: F405
         """Append inbox messages to a session as user rows and mark the items done, in one
         transaction: a crash can neither lose them nor append them twice."""
-        from sqlalchemy import update
-
-        from gateway.store.base import utcnow
-        from gateway.store.tables import inbox
-
         async with self.db.write() as conn:
             records = []
             for item_id, payload in items:
