@@ -39,6 +39,15 @@ async def make_store(kind: str, tmp_path) -> tuple[Store, object]:
     return store, drop
 
 
+@pytest.fixture
+async def llm():
+    """The scripted OpenAI-compatible server (tests/fakes/llm.py) on a random local port."""
+    from fakes.llm import FakeLLM
+
+    async with FakeLLM() as server:
+        yield server
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_kind(request) -> str:
     return request.param

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from fakes.llm import FakeLLM
 from harness import BOB, make_config, running_gateway
 
 from gateway.approvals import AUTO_DENIED
@@ -16,11 +14,6 @@ from gateway.turn import NO_ANSWER, NO_ONE_TO_ASK
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")
 
-
-@pytest.fixture
-async def llm():
-    async with FakeLLM() as server:
-        yield server
 
 
 def tool_results(request: dict) -> list[str]:

@@ -133,12 +133,6 @@ class ChatProcess:
 
 
 @pytest.fixture
-async def llm():
-    async with FakeLLM() as fake:
-        yield fake
-
-
-@pytest.fixture
 def config(tmp_path: Path, llm: FakeLLM) -> Path:
     return write_config(tmp_path, llm.base_url)
 

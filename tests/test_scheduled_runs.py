@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import pytest
 from fakes.channel import FakeChannel
-from fakes.llm import FakeLLM
 from harness import make_config, running_gateway
 
 from gateway.events import ThreadKey
@@ -15,11 +13,6 @@ from gateway.events import ThreadKey
 CHAT = ThreadKey("telegram", "900", "")
 JOB = {"name": "nightly", "kind": "cron", "cron": "0 3 * * *", "prompt": "Write the nightly report.", "deliver_to": "telegram:900"}
 
-
-@pytest.fixture
-async def llm():
-    async with FakeLLM() as server:
-        yield server
 
 
 def scheduled_config(llm, tmp_path, **job):  # noqa: ANN001, ANN201

@@ -32,11 +32,6 @@ ANN, BOB = "U1", "U2"  # FakeSlack knows them as Ann and Bob
 POSTS = ("chat.postMessage", "chat.startStream", "chat.postEphemeral")
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    async with FakeLLM() as server:
-        yield server
-
 
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:

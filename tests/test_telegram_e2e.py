@@ -39,11 +39,6 @@ async def tg() -> AsyncIterator[FakeTelegram]:
         yield server
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    async with FakeLLM() as server:
-        yield server
-
 
 def tg_config(llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any) -> Config:
     settings = {"token": tg.token, "api_base_url": tg.base_url, "poll_timeout_s": 1, "edit_interval_s": 0, **UNPACED}

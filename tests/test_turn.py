@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-from fakes.llm import FakeLLM
 from harness import make_config, running_gateway
 
 from gateway.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOTICE
 from gateway.rounds import placeholder_text
 
-
-@pytest.fixture
-async def llm():
-    async with FakeLLM() as server:
-        yield server
 
 
 async def test_text_reply_is_sent_once_and_recorded(store, llm, tmp_path):
