@@ -304,3 +304,19 @@ async def test_restart_mid_tool_reruns_only_tools_without_side_effects(store, ll
     old = await store.runs.get(run.id)
     assert (old.stage, old.error) == ("FAILED", "restart")
     assert any(e.kind == "RUN_ERROR" and e.payload["stage"] == "restart" for e in await store.runs.events(run.id))
+
+
+async def test_new_while_an_approval_waits_keeps_the_held_message_for_the_new_session(store, llm, tmp_path):
+    write_call(llm, "w.txt")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path / "ws"))) as h:
+        await h.say("write it")
+        await h.idle()
+        await h.say("actually, tell me a joke")  # held: an approval is pending
+        await h.idle()
+        llm.reply("Here is a joke.")
+        await h.say("/new")
+        await h.idle()
+        assert h.channel.messages()[-1] == "Here is a joke."
+        assert any("Canceled" in text for text in h.channel.closes())
+        last_user = [m for m in llm.requests[-1]["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+        assert last_user[-1]["content"] == "actually, tell me a joke" and len(last_user) == 1

@@ -165,6 +165,8 @@ class PromptRepo(Repo):
                     .returning(*prompts.c)
                 )
             ).all()
+            for thread_key in {r.thread_key for r in rows}:  # messages held for them are queued again
+                await InboxRepo.release_held_in(conn, thread_key, take_reason=False)
         return [to_record(PromptRecord, r) for r in rows]
 
     # ---- bypasses --------------------------------------------------------------------------
