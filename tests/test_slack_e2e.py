@@ -579,3 +579,19 @@ async def test_a_follow_up_sent_while_the_mention_waits_for_a_worker_is_kept(sto
         said = [text for r in llm.requests[1:] for text in user_texts(r)]
         assert said == ["queued question\n\nand a detail"]  # one turn, both messages (coalesced)
         assert_threaded(slack, mention["ts"])
+
+
+# ---- scheduled jobs ---------------------------------------------------------------------
+
+
+async def test_a_scheduled_job_delivers_its_result_into_a_slack_thread(store, llm, slack, tmp_path) -> None:
+    from datetime import datetime, timezone
+
+    job = {"name": "standup", "cron": "0 9 * * 1-5", "prompt": "Summarise yesterday.", "deliver_to": f"slack:{CHANNEL}:1700000000.000100"}
+    llm.reply("Yesterday: three deploys, no incidents.")
+    async with running(store, slack_config(llm, slack, tmp_path, scheduler={"enabled": True, "jobs": [job]}), slack) as s:
+        schedule = await store.schedules.by_name("standup")
+        await s.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await s.settle(lambda: any("three deploys" in t for t in texts(slack)))
+        delivered = next(m for m in bot_messages(slack) if "three deploys" in m.get("text", ""))
+        assert "standup" in delivered["text"] and delivered.get("thread_ts") == "1700000000.000100"

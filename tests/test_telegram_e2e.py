@@ -616,3 +616,30 @@ async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path,
         else:  # the throttle let nothing through between the first chunk and the final edit
             assert len(changes) == 1
         assert texts(tg, GROUP) == [LONG_REPLY] and not tg.calls_to("sendMessageDraft")
+
+
+# --- scheduled jobs ------------------------------------------------------------------
+
+
+async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval(store, llm, tg, tmp_path) -> None:
+    from datetime import datetime, timezone
+
+    job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the report.", "deliver_to": f"telegram:{PRIVATE}"}
+    config = tg_config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]})
+    llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w1")
+    llm.reply("The report could not be written.")
+    async with running(store, config) as gateway:
+        schedule = await store.schedules.by_name("nightly")
+        await gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await settle(gateway, lambda: has_prompt(tg, PRIVATE))
+        notice = prompt_message(tg, PRIVATE)
+        assert "nightly" in notice.text and "write_file" in notice.text
+        assert not (tmp_path / "ws" / "report.txt").exists()
+        llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w2")
+        llm.reply("Report written.")
+        tg.press(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
+        await settle(gateway, lambda: sum(1 for m in tg.bot_messages(PRIVATE) if m.buttons) >= 1 and any("write_file" in m.text for m in tg.bot_messages(PRIVATE)[1:]))
+        approval = next(m for m in tg.bot_messages(PRIVATE)[1:] if m.buttons)
+        tg.press(PRIVATE, approval.message_id, button(approval, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Report written." in texts(tg, PRIVATE))
+        assert (tmp_path / "ws" / "report.txt").read_text() == "night"
