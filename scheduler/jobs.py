@@ -31,6 +31,7 @@ SCHEDULER = Sender("scheduler", "scheduler")
 STATUS_BY_STAGE = {"SUCCESS": "success", "FAILED": "failed", "CANCELED": "canceled"}
 ONE_SHOT_DONE = "one-shot done"
 RESTART_ERROR = "restart: the gateway stopped during the run"
+HANDOFF_GRACE = timedelta(seconds=60)  # from the claim to the prompt entering the inbox
 MAX_CONCURRENT_FIRINGS = 8  # a burst (many jobs at 09:00) queues here, not on the connection pool
 
 
@@ -120,6 +121,7 @@ class Scheduler:
         if self._dirty or await self.repo.fingerprint() != self._fingerprint:
             await self.reload()
         await self.check_timeouts()
+        await self.recover_running()  # runs a dead instance left behind, once their grace is over
 
     async def _on_due(self, schedule_id: int, when: datetime) -> None:
         async with self._locks[schedule_id]:
@@ -361,7 +363,11 @@ class Scheduler:
         return recovered
 
     async def _still_alive(self, schedule: ScheduleRecord, run: JobRunRecord) -> bool:
+        run = await self.repo.get_run(run.id) or run  # the claimer may have moved it on meanwhile
         item = await self.store.inbox.get_by_event(f"job:{run.id}")
+        young = run.started_at is not None and self._now() - run.started_at < HANDOFF_GRACE
+        if item is None and young:
+            return True  # just claimed (by this or another instance): its prompt is on its way
         if item is not None and item.status in ("pending", "held"):
             return True  # its prompt is still queued: the core will run it
         if run.session_id is not None:

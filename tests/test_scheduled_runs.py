@@ -78,3 +78,12 @@ async def test_a_quiet_tick_delivers_nothing(store, llm, tmp_path):
         )
         run = (await store.runs.list())[0]
         assert run.stage == "SUCCESS"
+
+
+async def test_a_run_just_claimed_elsewhere_is_not_taken_for_a_crashed_one(store, llm, tmp_path):
+    """A leader's start-up recovery must not fail a run another claimer is still handing over."""
+    async with running_gateway(store, scheduled_config(llm, tmp_path), FakeChannel(name="telegram")) as h:
+        schedule = await store.schedules.by_name("nightly")
+        claimed = await store.schedules.claim(schedule.id, datetime.now(timezone.utc))  # no prompt queued yet
+        assert await h.gateway.scheduler.recover_running() == []
+        assert (await store.schedules.get_run(claimed.id)).status == "running"
