@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.context import CompactionError
+from gateway.events import ThreadKey
+from gateway.rounds import placeholder_text
+from gateway.store import Fence, InboxItem
 from gateway.traces import format_nano_usd
+from gateway.turn import TurnRequest, TurnResult
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
@@ -64,3 +69,77 @@ def cost_text(totals: dict) -> str:
         f"Session: {totals.get('input_tokens', 0):,} input tokens ({totals.get('cached_tokens', 0):,} cached), "
         f"{totals.get('output_tokens', 0):,} output tokens, cost {format_nano_usd(totals.get('cost_nano_usd'))}"
     )
+
+
+class CommandSteps:
+    """How the inbox answers commands; a mixin of `Inbox`, which provides the store, the turn
+    services and `_after_turn`."""
+
+    async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        command = parse_command(item.payload.get("text", ""))
+        name = command.name if command else ""
+        if name == "stop":
+            await self._stop_thread(thread)
+            await self._reply(thread, item, "Stopped.")
+        elif name == "new":
+            await self._stop_thread(thread, drop_queued=False)
+            sender = (item.payload.get("sender") or {}).get("id", "")
+            await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
+            await self._reply(thread, item, "Started a new session.")
+        elif name == "compact":
+            await self._reply(thread, item, await self._compact(thread))
+        else:
+            await self._reply_command(thread, item, name or "help", running=False, unknown="" if name else (command.word if command else ""))
+            return
+        await self.store.inbox.finish([item.id], fence=fence)
+
+    async def _reply_command(self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = "") -> None:
+        session = await self.store.sessions.current(str(thread))
+        totals = await self.store.runs.session_totals(session.id) if session else {}
+        if name == "status":
+            queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
+            prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
+            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals)
+        elif name == "cost":
+            text = cost_text(totals)
+        else:
+            text = help_text(unknown)
+        await self._reply(thread, item, text)
+        await self.store.inbox.finish([item.id])
+
+    async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
+        await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
+
+    async def _stop_thread(self, thread: ThreadKey, *, drop_queued: bool = True) -> None:
+        """Cancel pending prompts (and their parked runs); drop queued messages."""
+        for prompt in await self.store.prompts.pending(thread_key=str(thread)):
+            for canceled in await self.store.prompts.cancel([prompt.id]):
+                await self.s.prompts.close(canceled)
+                if canceled.run_id is not None:
+                    await self._cancel_parked_run(thread, canceled.run_id)
+        if drop_queued:
+            await self.store.inbox.drop_pending(str(thread))
+
+    async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
+        run = await self.store.runs.get(run_id)
+        if run is None or run.stage != "AWAITING_INPUT":
+            return
+        session = await self.store.sessions.get(run.session_id)
+        for call in await self.store.sessions.open_tool_calls(run.session_id):
+            note = placeholder_text("canceled")
+            await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note)
+        await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
+        if session is not None:
+            await self._after_turn(TurnRequest(session, thread), TurnResult(run_id, "CANCELED", "canceled"))
+
+    async def _compact(self, thread: ThreadKey) -> str:
+        session = await self.store.sessions.current(str(thread))
+        if session is None or self.s.context is None:
+            return "Nothing to compact yet."
+        try:
+            result = await self.s.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
+        except CompactionError as exc:
+            return f"Could not compact: {exc}"
+        if result is None:
+            return "Nothing to compact: the history is already short."
+        return f"Compacted {result.entries_folded} entries into a summary."

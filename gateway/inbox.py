@@ -15,9 +15,16 @@ import socket
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
-from gateway.commands import IMMEDIATE, INTERRUPTING, cost_text, help_text, parse_command, status_text
+from gateway.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
+from gateway.events import (
+    ButtonPress,
+    InboundEvent,
+    InboundMessage,
+    SubmitResult,
+    ThreadKey,
+    TurnEnded,
+)
 from gateway.lifecycle import Stopper
-from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult, ThreadKey, TurnEnded
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
 from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
 
@@ -57,7 +64,7 @@ class _ThreadState:
     running: _Running | None = None
 
 
-class Inbox:
+class Inbox(CommandSteps):
     def __init__(self, store: Store, services: TurnServices, *, instance_id: str | None = None, listeners: Sequence[TurnListener] = ()):
         self.store = store
         self.s = services
@@ -371,72 +378,6 @@ class Inbox:
                 await asyncio.wait_for(state.wake.wait(), max(self.config.inbox.poll_interval_s, WATCH_POLL_S))
             except asyncio.TimeoutError:
                 pass
-
-    # ---- commands ------------------------------------------------------------------------
-    async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
-        command = parse_command(item.payload.get("text", ""))
-        name = command.name if command else ""
-        if name == "stop":
-            await self._stop_thread(thread)
-            await self._reply(thread, item, "Stopped.")
-        elif name == "new":
-            await self._stop_thread(thread, drop_queued=False)
-            sender = (item.payload.get("sender") or {}).get("id", "")
-            await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
-            await self._reply(thread, item, "Started a new session.")
-        elif name == "compact":
-            await self._reply(thread, item, await self._compact(thread))
-        else:
-            await self._reply_command(thread, item, name or "help", running=False, unknown="" if name else (command.word if command else ""))
-            return
-        await self.store.inbox.finish([item.id], fence=fence)
-
-    async def _reply_command(self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = "") -> None:
-        session = await self.store.sessions.current(str(thread))
-        totals = await self.store.runs.session_totals(session.id) if session else {}
-        if name == "status":
-            queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
-            prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
-            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals)
-        elif name == "cost":
-            text = cost_text(totals)
-        else:
-            text = help_text(unknown)
-        await self._reply(thread, item, text)
-        await self.store.inbox.finish([item.id])
-
-    async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
-        await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
-
-    async def _stop_thread(self, thread: ThreadKey, *, drop_queued: bool = True) -> None:
-        """Cancel pending prompts (and their parked runs); drop queued messages."""
-        for prompt in await self.store.prompts.pending(thread_key=str(thread)):
-            for canceled in await self.store.prompts.cancel([prompt.id]):
-                await self.s.prompts.close(canceled)
-                if canceled.run_id is not None:
-                    await self._cancel_parked_run(thread, canceled.run_id)
-        if drop_queued:
-            await self.store.inbox.drop_pending(str(thread))
-
-    async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
-        run = await self.store.runs.get(run_id)
-        if run is None or run.stage != "AWAITING_INPUT":
-            return
-        session = await self.store.sessions.get(run.session_id)
-        for call in await self.store.sessions.open_tool_calls(run.session_id):
-            await self.store.sessions.set_tool_call(call.id, status="cancelled", result="[placeholder] canceled", note="[placeholder] canceled")
-        await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
-        if session is not None:
-            await self._after_turn(TurnRequest(session, thread), TurnResult(run_id, "CANCELED", "canceled"))
-
-    async def _compact(self, thread: ThreadKey) -> str:
-        session = await self.store.sessions.current(str(thread))
-        if session is None or self.s.context is None:
-            return "Nothing to compact yet."
-        result = await self.s.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
-        if result is None:
-            return "Nothing to compact: the history is already short."
-        return f"Compacted {getattr(result, 'entries_folded', '?')} entries into a summary."
 
 
 def _next_item(items: list[InboxItem]) -> InboxItem:

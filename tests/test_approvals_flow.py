@@ -9,7 +9,7 @@ from harness import BOB, make_config, running_gateway
 from gateway.approvals import AUTO_DENIED
 from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
 from gateway.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
-from gateway.turn import NO_ANSWER, NO_ONE_TO_ASK
+from gateway.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")

@@ -172,3 +172,13 @@ async def test_submit_returns_only_after_commit_with_the_cursor(store, llm, tmp_
         assert await store.inbox.load_cursor("telegram:offset") == "3"
         assert all([await store.inbox.get_by_event(e.event_id) for e in events])
         await h.idle()
+
+
+async def test_compact_with_little_history_says_there_is_nothing_to_fold(store, llm, tmp_path):
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("hello")
+        await h.idle()
+        await h.say("/compact")
+        await h.idle()
+        assert h.channel.messages()[-1].startswith("Nothing to compact")
+        assert len(llm.requests) == 1

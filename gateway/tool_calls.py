@@ -1,0 +1,173 @@
+"""The tool calls of a round, in declared order: gate each one (rules, bypasses, auto-deny),
+park the turn on an approval or a question, run the allowed ones, and settle every call with
+exactly one result. A mixin of `Turn` (see turn.py), which owns the loop around it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.approvals import AUTO_DENIED, EXPIRED, Bypass, rejection_text
+from gateway.events import ThreadKey
+from gateway.guards import TOOL_LOOP_NOTICE
+from gateway.lifecycle import interruptible
+from gateway.rounds import DeclaredCall, ToolResult, placeholder_text
+from gateway.store import PromptRecord, ToolCallRecord
+from gateway.tools import ToolContext, run_tool
+
+log = logging.getLogger("gateway.turn")
+
+NO_ONE_TO_ASK = "No user can answer questions in this session."
+NO_ANSWER = "No answer from the user."
+RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
+END_MESSAGES: dict[str, str] = {
+    "max_rounds": "⚠️ I stopped after {rounds} rounds without reaching an answer. Tell me how to continue.",
+    "overflow": "⚠️ This conversation no longer fits in the model's context window. Use /compact or /new to continue.",
+    "repetition": "⚠️ The model kept repeating itself, so I stopped this turn. Try rephrasing.",
+    "tool_loop": "⚠️ The model kept making the same tool calls with the same results, so I stopped this turn.",
+    "budget": "⚠️ This run reached its token budget and was stopped.",
+}
+
+
+class TurnEnd(Exception):
+    """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
+
+    def __init__(self, stage: str, reason: str, *, message: str = "", error: str = "", prompt_id: int | None = None):
+        super().__init__(reason)
+        self.stage, self.reason, self.message, self.error, self.prompt_id = stage, reason, message, error, prompt_id
+
+
+class ToolCallSteps:
+    """Tool-call processing of a turn; expects the attributes `Turn` sets up."""
+
+    async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
+        results: list[ToolResult] = []
+        for call in calls:
+            status, text = await self._process_call(call)
+            results.append(ToolResult(call.call_id, call.name, text, "failed" if status == "failed" else "ok"))
+        declared = [DeclaredCall(c.call_id, c.name, c.arguments) for c in calls]
+        verdict = self.loop_guard.record(declared, results)
+        if verdict == "stop":
+            raise TurnEnd("FAILED", "tool_loop", message=END_MESSAGES["tool_loop"])
+        if verdict == "notice":
+            await self._notice(TOOL_LOOP_NOTICE)
+
+    async def _process_call(self, call: ToolCallRecord) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        if call.status == "running":  # a restart interrupted it mid-run
+            if spec is not None and not spec.side_effects:
+                return await self._execute(call)
+            return await self._settle(call, "failed", RESTART_NOT_RERUN)
+        prompt = await self.s.store.prompts.for_tool_call(call.id)
+        if prompt is not None:
+            return await self._apply_prompt(call, prompt)
+        return await self._gate(call)
+
+    async def _apply_prompt(self, call: ToolCallRecord, prompt: PromptRecord) -> tuple[str, str]:
+        if prompt.status == "pending":
+            await self._park(prompt)
+        await self.s.prompts.close(prompt)
+        if prompt.kind == "question":
+            if prompt.status == "answered":
+                return await self._settle(call, "done", f"The user answered: {prompt.answer}")
+            if prompt.status == "superseded":
+                return await self._settle(call, "done", "This question was superseded by a newer question.")
+            if prompt.status == "canceled":
+                return await self._settle(call, "cancelled", placeholder_text("canceled"))
+            return await self._settle(call, "done", NO_ANSWER)
+        if prompt.status == "approved":
+            return await self._execute(call)
+        if prompt.status == "expired":
+            return await self._settle(call, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
+        if prompt.status == "canceled":
+            return await self._settle(call, "cancelled", placeholder_text("canceled"), note=placeholder_text("canceled"))
+        text = rejection_text(prompt.answer)
+        return await self._settle(call, "rejected", text, note=text)
+
+    async def _gate(self, call: ToolCallRecord) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        if spec is None:
+            return await self._settle(call, "failed", f"Unknown tool {call.name!r}.")
+        args = json.loads(call.arguments or "{}")
+        if call.name == "ask_user":
+            return await self._ask_user(call, args)
+        bypasses = [
+            Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
+            for b in await self.s.store.prompts.active_bypasses(str(self.thread))
+        ]
+        decision = self.s.policy.decide(
+            spec, args, source=self.session.source, interactive=self.session.interactive, bypasses=bypasses, thread=self.thread
+        )
+        if decision.action == "allow":
+            return await self._execute(call, args)
+        if decision.action == "deny":
+            return await self._settle(call, "rejected", decision.reason, note=decision.reason)
+        if decision.action == "auto_deny":
+            self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
+            await self.trace.event("AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments})  # type: ignore[union-attr]
+            return await self._settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
+        prompt = await self.s.prompts.request_approval(
+            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by, reason=decision.reason
+        )
+        await self._park(prompt)
+        raise AssertionError("unreachable")
+
+    async def _ask_user(self, call: ToolCallRecord, args: dict[str, Any]) -> tuple[str, str]:
+        if not self.session.interactive:
+            return await self._settle(call, "done", NO_ONE_TO_ASK)
+        prompt = await self.s.prompts.ask(
+            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
+            question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
+            allow_free_text=bool(args.get("allow_free_text", True)),
+        )
+        await self._park(prompt)
+        raise AssertionError("unreachable")
+
+    async def _park(self, prompt: PromptRecord) -> None:
+        await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
+        raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
+
+    async def _execute(self, call: ToolCallRecord, args: dict[str, Any] | None = None) -> tuple[str, str]:
+        spec = self.s.registry.get(call.name)
+        assert spec is not None
+        args = args if args is not None else json.loads(call.arguments or "{}")
+        await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
+        await self._show_progress(call)
+        ctx = ToolContext(
+            session_id=self.session.id, thread=self.thread, source=self.session.source, interactive=self.session.interactive,
+            workspace=Path(self.cfg.agent.workspace).resolve(), agent=self.cfg.agent, notes=self.s.store.sessions,
+            services=self.s.tool_services, call_id=call.call_id,
+        )
+        started = time.monotonic()
+        self._notes = None
+        outcome = await interruptible(run_tool(spec, args, ctx), self.stopper)
+        status = "failed" if outcome.failed else "done"
+        await self.trace.tool_call(  # type: ignore[union-attr]
+            name=call.name, call_id=call.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
+            parent_seq=self.last_response_seq, detail={"arguments": call.arguments, "result": outcome.text},
+        )
+        return await self._settle(call, status, outcome.text)
+
+    async def _show_progress(self, call: ToolCallRecord) -> None:
+        """A "🔧 tool args" line, for channels that ask for it (the console; Telegram's
+        `show_tool_progress`)."""
+        channel = self.s.outbox.channels.get(self.thread.channel)
+        if not self.session.interactive or not getattr(channel, "show_tool_progress", False):
+            return
+        try:
+            await self.s.outbox.send_text(self.thread, f"🔧 {call.name} {shorten(call.arguments, 80)}", key=f"progress:{call.id}")
+        except Exception as exc:  # noqa: BLE001 - progress is cosmetic
+            log.info("%s: tool progress not shown: %s", self.thread, exc)
+
+    async def _settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> tuple[str, str]:
+        await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
+        return status, text
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
