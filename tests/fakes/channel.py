@@ -88,3 +88,22 @@ class FakeChannel:
 
     def closes(self) -> list[str]:
         return [s.text for s in self.shown if s.kind == "close"]
+
+
+class MemoryChannelState:
+    """ChannelState in memory: cursors, counters, and the threads that have a session."""
+
+    def __init__(self) -> None:
+        self.cursors: dict[str, str] = {}
+        self.counters: dict[str, int] = {}
+        self.threads: set[ThreadKey] = set()
+
+    async def load_cursor(self, name: str) -> str | None:
+        return self.cursors.get(name)
+
+    async def bump_counter(self, name: str) -> int:
+        self.counters[name] = self.counters.get(name, 0) + 1
+        return self.counters[name]
+
+    async def knows_thread(self, thread: ThreadKey) -> bool:
+        return thread in self.threads

@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal
 from urllib.parse import urlencode
 
 from aiohttp import ClientSession, WSMsgType, web
+from fakes.channel import MemoryChannelState
 
 _JSON_FIELDS = ("blocks", "files", "metadata", "chunks", "attachments")
 
@@ -543,23 +544,7 @@ class SlackEventSender:
 
 # ---- an in-memory core for channel tests -------------------------------------------------
 
-class MemoryState:
-    """ChannelState in memory: cursors, counters, and the threads that have a session."""
-
-    def __init__(self) -> None:
-        self.cursors: dict[str, str] = {}
-        self.counters: dict[str, int] = {}
-        self.threads: set[Any] = set()
-
-    async def load_cursor(self, name: str) -> str | None:
-        return self.cursors.get(name)
-
-    async def bump_counter(self, name: str) -> int:
-        self.counters[name] = self.counters.get(name, 0) + 1
-        return self.counters[name]
-
-    async def knows_thread(self, thread: Any) -> bool:
-        return thread in self.threads
+MemoryState = MemoryChannelState
 
 
 class RecordingSubmit:

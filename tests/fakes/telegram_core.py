@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes.channel import MemoryChannelState
+
 from gateway.events import SubmitResult
 
 
-class RecordingCore:
+class RecordingCore(MemoryChannelState):
     """Stands in for the core's intake and ChannelState: records what a channel submits.
 
     `fail_submits` makes the next N submits raise (the store is down); `answers` maps a
@@ -15,9 +17,8 @@ class RecordingCore:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.batches: list[tuple[list[Any], tuple[str, str] | None]] = []
-        self.cursors: dict[str, str] = {}
-        self.counters: dict[str, int] = {}
         self.answers: dict[str, tuple[str, bool]] = {}
         self.fail_submits = 0
         self.on_submit: Any = None  # optional callable run inside submit (to observe ordering)
@@ -44,12 +45,3 @@ class RecordingCore:
             self._seen.add(event.event_id)
         return results
 
-    async def load_cursor(self, name: str) -> str | None:
-        return self.cursors.get(name)
-
-    async def bump_counter(self, name: str) -> int:
-        self.counters[name] = self.counters.get(name, 0) + 1
-        return self.counters[name]
-
-    async def knows_thread(self, thread: Any) -> bool:
-        return False
