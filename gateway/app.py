@@ -23,6 +23,8 @@ from gateway.prompts import PromptService, ask_user_spec
 from gateway.store import Store
 from gateway.tools import ToolRegistry, default_registry, matches_any
 from gateway.turn import TurnServices
+from scheduler.jobs import Scheduler
+from scheduler.tools import schedule_tool
 
 log = logging.getLogger(__name__)
 LEADER_LEASE = "leader"
@@ -49,6 +51,7 @@ class StoreChannelState:
 
 def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Channel]:
     channels: dict[str, Channel] = {}
+    # Imported only when enabled: a gateway without Telegram or Slack never loads their SDKs.
     if config.telegram.enabled:
         from channels.telegram import TelegramChannel
 
@@ -103,13 +106,9 @@ class Gateway:
             tool_services={"store": self.store, "config": config},
         )
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
-        from scheduler.jobs import Scheduler
-
         self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
         self.services.tool_services["scheduler"] = self.scheduler
         if matches_any("schedule", config.agent.tools):
-            from scheduler.tools import schedule_tool
-
             spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
