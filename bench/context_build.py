@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gateway.config import AgentConfig, ContextConfig, LLMConfig
 from gateway.context import ContextBuilder
-from gateway.store import NewToolCall, Store
+from gateway.store import NewToolCall, SessionRepo, Store
 
 TOOLS = [("read_file", "head"), ("shell", "tail"), ("http_fetch", "head"), ("run_tests", "both")]
 
@@ -40,24 +40,27 @@ def result_text(rng: random.Random) -> str:
     return "".join(rng.choice("abcdefghij klmnop\n") for _ in range(size))
 
 
-async def append_turn(store: Store, session_id: int, n: int, rng: random.Random, conn=None) -> int:  # noqa: ANN001
-    first = await store.sessions.append(session_id, "user", f"request {n}: look into item {n}", conn=conn)
+def append_turn(conn, session_id: int, n: int, rng: random.Random) -> int:  # noqa: ANN001
+    first = SessionRepo.append_in(conn, session_id, "user", f"request {n}: look into item {n}")
     for k in range(rng.choice([1, 1, 2])):
         name, _ = rng.choice(TOOLS)
         call = NewToolCall(f"call_{n}_{k}", name, json.dumps({"n": n}), "done", result_text(rng))
-        await store.sessions.append(session_id, "assistant", "", calls=[call], conn=conn)
-    await store.sessions.append(session_id, "assistant", f"answer {n}: item {n} is fine", conn=conn)
+        SessionRepo.append_in(conn, session_id, "assistant", "", calls=[call])
+    SessionRepo.append_in(conn, session_id, "assistant", f"answer {n}: item {n} is fine")
     return first.seq
 
 
 async def populate(store: Store, messages: int, rng: random.Random) -> tuple[object, int]:
     session = await store.sessions.open(f"bench:{messages}:{rng.random()}", source="console")
-    n = first = 0
-    async with store.db.write() as conn:
+
+    def work(conn) -> int:  # noqa: ANN001
+        n = first = 0
         while n * 3.3 < messages:
-            first = await append_turn(store, session.id, n, rng, conn)
+            first = append_turn(conn, session.id, n, rng)
             n += 1
-    return session, first
+        return first
+
+    return session, await store.db.write(work)
 
 
 def make_builder(store: Store, window: int) -> ContextBuilder:

@@ -2,7 +2,7 @@
 
 Run by hand:  .venv/bin/python bench/turn_overhead.py [--rounds 40] [--quick] [--db sqlite postgres]
 
-A turn is driven the way the inbox drives one (append the user row, run `Turn`), against the
+A turn is driven the way the inbox drives one (consume the message and start the run, run `Turn`), against the
 fake LLM at 0 ms in a child process, on sessions seeded with 10, 1,000 and 10,000 messages.
 Overhead per round = (turn wall time - time inside the fake LLM server - time inside tools)
 / rounds; "text" is a one-round reply, "tool" a two-round turn (`clock`, then a reply).
@@ -31,7 +31,7 @@ from gateway.app import Gateway
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.llm import LLMClient
-from gateway.store import NewToolCall, SessionRecord, Store
+from gateway.store import NewItem, NewToolCall, SessionRecord, SessionRepo, Store
 from gateway.turn import Turn, TurnRequest
 
 ROUND_GOAL_MS = 5.0
@@ -65,29 +65,35 @@ def bench_config(llm_url: str, workspace: str) -> Config:
 
 async def seed(store: Store, session: SessionRecord, count: int) -> None:
     """`count` history rows: user/assistant text, with a finished clock call every tenth pair."""
-    written = 0
-    while written < count:
-        async with store.db.write() as conn:
-            for _ in range(min(SEED_BATCH, count - written)):
-                n = written
-                if n % 2 == 0:
-                    await store.sessions.append(session.id, "user", f"Message {n}: how is the project going today?", sender_id="1", sender_name="Seeder", conn=conn)
-                elif n % 20 == 19:
-                    call = NewToolCall(f"seed_{n}", "clock", "{}", status="done", result="2026-01-01T12:00:00+00:00 (UTC)")
-                    await store.sessions.append(session.id, "assistant", "", calls=[call], conn=conn)
-                else:
-                    await store.sessions.append(session.id, "assistant", f"Answer {n}: it is going well, thanks for asking. " * 3, conn=conn)
-                written += 1
+
+    def batch(conn, start: int, end: int) -> None:  # noqa: ANN001
+        for n in range(start, end):
+            if n % 2 == 0:
+                SessionRepo.append_in(conn, session.id, "user", f"Message {n}: how is the project going today?", sender_id="1", sender_name="Seeder")
+            elif n % 20 == 19:
+                call = NewToolCall(f"seed_{n}", "clock", "{}", status="done", result="2026-01-01T12:00:00+00:00 (UTC)")
+                SessionRepo.append_in(conn, session.id, "assistant", "", calls=[call])
+            else:
+                SessionRepo.append_in(conn, session.id, "assistant", f"Answer {n}: it is going well, thanks for asking. " * 3)
+
+    for start in range(0, count, SEED_BATCH):
+        await store.db.write(lambda conn, start=start: batch(conn, start, min(start + SEED_BATCH, count)))
 
 
 async def one_turn(gateway: Gateway, session: SessionRecord, text: str) -> tuple[float, float, int, float]:
     """Run one turn; return (wall seconds, CPU seconds, rounds, seconds inside tools)."""
     store = gateway.store
+    # Intake (the channel's part, measured by the channel benchmarks) happens before the clock.
+    event_id = f"bench:{time.monotonic_ns()}"
+    await store.inbox.add([NewItem(event_id, str(THREAD), "message", {"text": text, "sender": {"id": "1", "name": "Bench"}})])
+    item = await store.inbox.get_by_event(event_id)
     started, cpu_started = time.perf_counter(), time.process_time()
-    current = await store.sessions.get(session.id)  # as the inbox does: a fresh record, next_seq current
-    assert current is not None
-    row = await store.sessions.append(session.id, "user", text, sender_id="1", sender_name="Bench")
-    result = await Turn(gateway.services, TurnRequest(current, THREAD, requested_by="1", turn_started_seq=row.seq)).run()
+    # As the inbox does: a fresh session record, then the message consumed and the run started.
+    current = await store.sessions.get(session.id)
+    assert current is not None and item is not None
+    turn = await store.start_turn(session.id, str(THREAD), [(item.id, item.payload)], model=gateway.config.llm.model)
+    request = TurnRequest(current, THREAD, requested_by="1", turn_started_seq=turn.rows[0].seq, started_run=turn.run)
+    result = await Turn(gateway.services, request).run()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     if result.stage != "SUCCESS":
         raise RuntimeError(f"turn ended {result.stage}/{result.end_reason}: {result.error}")

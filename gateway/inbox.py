@@ -260,8 +260,11 @@ class Inbox(CommandSteps):
             await self.s.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=item.payload.get("message_id", ""))
             return
         session = await self._session(thread, started_by=sender.get("id", ""))
-        rows = await self.store.consume_messages(session.id, [(item.id, item.payload)], fence=fence)
-        request = TurnRequest(session, thread, requested_by=sender.get("id", ""), reply_to=item.payload.get("message_id", ""), fence=fence, turn_started_seq=rows[0].seq)
+        started = await self.store.start_turn(session.id, thread_key, [(item.id, item.payload)], model=self.config.llm.model, fence=fence)
+        request = TurnRequest(
+            session, thread, requested_by=sender.get("id", ""), reply_to=item.payload.get("message_id", ""), fence=fence,
+            turn_started_seq=started.rows[0].seq, started_run=started.run,
+        )
         await self._run_turn(request)
 
     async def _resume(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:

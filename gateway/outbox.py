@@ -23,7 +23,7 @@ from gateway.events import (
     ReplyStream,
     ThreadKey,
 )
-from gateway.store import Store
+from gateway.store import OutboxRecord, RunEnd, Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -162,20 +162,31 @@ class RecordedStream:
         except ChannelError as exc:  # progress is best effort; the final text is what counts
             log.info("stream update to %s failed: %s", self.thread, exc)
 
+    def intent(self, text: str) -> dict[str, Any]:
+        """The outbox payload of delivering `text` here (see `deliver`)."""
+        return {"text": text, "reply_to": self._reply_to}
+
     async def finish(self, key: str, text: str) -> Delivered:
         """Deliver the final text once: a key already sent returns its recorded ids."""
-        record = await self.outbox.store.outbox.record(key, str(self.thread), "message", {"text": text, "reply_to": self._reply_to})
+        record = await self.outbox.store.outbox.record(key, str(self.thread), "message", self.intent(text))
+        return await self.deliver(record, text)
+
+    async def deliver(self, record: OutboxRecord, text: str, *, run_end: RunEnd | None = None) -> Delivered:
+        """Deliver the final text under an intent already recorded (with `intent(text)`); with
+        `run_end`, the run this reply ends is finished in the same write that marks it sent."""
         if record.status == "sent":
             await self.abort()
+            if run_end is not None:
+                await self.outbox.store.runs.set_stage(run_end.run_id, run_end.stage, end_reason=run_end.end_reason)
             return Delivered(tuple(record.message_ids))
         stream = self._open()
         if stream is None:
             delivered = await self.outbox.with_retries(
-                self.thread, lambda: self.outbox.channel(self.thread).send(Outbound(self.thread, text, key, self._reply_to)), record_id=record.id
+                self.thread, lambda: self.outbox.channel(self.thread).send(Outbound(self.thread, text, record.key, self._reply_to)), record_id=record.id
             )
         else:
             delivered = await self.outbox.with_retries(self.thread, lambda: stream.finish(text), record_id=record.id)
-        await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids))
+        await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids), run_end=run_end)
         self._stream = None
         return delivered
 

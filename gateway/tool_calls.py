@@ -36,9 +36,10 @@ END_MESSAGES: dict[str, str] = {
 class TurnEnd(Exception):
     """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
 
-    def __init__(self, stage: str, reason: str, *, message: str = "", error: str = "", prompt_id: int | None = None):
+    def __init__(self, stage: str, reason: str, *, message: str = "", error: str = "", prompt_id: int | None = None, recorded: bool = False):
         super().__init__(reason)
         self.stage, self.reason, self.message, self.error, self.prompt_id = stage, reason, message, error, prompt_id
+        self.recorded = recorded  # the run's stage is already written (with the reply's delivery)
 
 
 class ToolCallSteps:

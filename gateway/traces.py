@@ -59,6 +59,9 @@ class LLMCallUsage:
 class RunTrace:
     """The events of one run. Every method swallows store errors after logging them."""
 
+    def write_failed(self) -> None:
+        self.write_failures += 1
+
     def __init__(self, store: Store, run_id: int, *, config: TracesConfig, prices: dict[str, ModelPrice]):
         self.store = store
         self.run_id = run_id
@@ -79,25 +82,28 @@ class RunTrace:
             log.exception("run %s: could not record %s", self.run_id, ", ".join(kind for kind, _, _ in events))
             return []
 
-    async def llm_call(self, *, request: dict[str, Any], response: dict[str, Any], usage: LLMCallUsage, latency_ms: float) -> int | None:
-        """LLM_REQUEST and LLM_RESPONSE (both written at completion) and the run's totals, in one
-        write; returns the response's seq (what TOOL_CALL events link to)."""
+    def llm_call(
+        self, *, request: dict[str, Any], response: dict[str, Any], usage: LLMCallUsage, latency_ms: float
+    ) -> tuple[list[tuple[str, dict[str, Any], int | None]], dict[str, Any]]:
+        """LLM_REQUEST and LLM_RESPONSE (both complete when the call is) and the run's totals,
+        for the round's own transaction to write (Store.record_round); the response's seq is
+        what TOOL_CALL events link to."""
         cost = cost_nano_usd(
             self.prices.get(usage.model),
             input_tokens=usage.input_tokens,
             cached_tokens=usage.cached_tokens,
             output_tokens=usage.output_tokens,
         )
-        seqs = await self._events(
-            [
-                ("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)}, None),
-                ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),
-            ],
+        events = [
+            ("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)}, None),
+            ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),
+        ]
+        totals = dict(
             model=usage.model, cost_nano_usd=cost, unpriced=cost is None, input_tokens=usage.input_tokens,
             cached_tokens=usage.cached_tokens, output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens,
             llm_calls=1, rounds=1,
         )
-        return seqs[-1] if seqs else None
+        return [(kind, cap_payload(payload, self.limit), parent) for kind, payload, parent in events], totals
 
     async def tool_call(self, *, name: str, call_id: str, status: str, duration_ms: float, parent_seq: int | None, detail: dict[str, Any] | None = None) -> None:
         payload = {"name": name, "call_id": call_id, "status": status, "duration_ms": round(duration_ms, 2), **(detail or {})}

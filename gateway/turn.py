@@ -36,7 +36,7 @@ from gateway.rounds import (
     RoundBuilder,
     placeholder_text,
 )
-from gateway.store import Fence, LeaseLost, NewToolCall, SessionRecord, Store
+from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
 from gateway.tools import ToolRegistry
 from gateway.traces import LLMCallUsage, RunTrace
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 EndReason = Literal["reply", "max_rounds", "overflow", "repetition", "tool_loop", "canceled", "error", "budget", "awaiting_input", "shutdown"]
 PERSIST_TIMEOUT_S = 10.0
+REPLY_KEY_PREFIX = "reply:"  # + the message id: the outbox key of a round's shown text
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class TurnRequest:
     requested_by: str = ""  # who started the turn (default approver)
     reply_to: str = ""  # platform id of the triggering message
     run_id: int | None = None  # continue this parked run
+    started_run: RunRecord | None = None  # a fresh turn's run, created with its first rows
     fence: Fence | None = None
     turn_started_seq: int = 1
     continuing: bool = False  # a dead worker's turn, continued from the database
@@ -152,6 +154,8 @@ class Turn(ToolCallSteps):
                 await store.runs.set_stage(run.id, "RUNNING")
                 # Tool calls run after the resume link to the response that asked for them.
                 self.last_response_seq = await store.runs.last_event_seq(run.id, "LLM_RESPONSE")
+        if self.req.started_run is not None:
+            self.run_id = self.req.started_run.id
         if not self.run_id:
             run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
             self.run_id = run.id
@@ -195,7 +199,7 @@ class Turn(ToolCallSteps):
         if last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
             return
         if last.content.strip():
-            await self._stream().finish(f"reply:{last.id}", last.content)  # a no-op when it was sent
+            await self._stream().finish(f"{REPLY_KEY_PREFIX}{last.id}", last.content)  # a no-op when it was sent
         self.reply = last.content
         raise TurnEnd("SUCCESS", "reply")
 
@@ -231,8 +235,11 @@ class Turn(ToolCallSteps):
                 await stream.abort()
             raise
         self.rounds += 1
-        message = await self._persist_round(round_, usage)
-        self.last_response_seq = await self._trace_llm(round_, model, usage, latency, built)
+        shows_text = round_.repetition is None and bool(round_.text.strip())
+        recorded = await self._persist_round(round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None)
+        self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
+        if recorded.event_seqs is None:
+            self.trace.write_failed()  # type: ignore[union-attr]
         if self.s.context is not None and usage is not None and built is not None:
             self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
         if round_.repetition is not None:
@@ -243,24 +250,25 @@ class Turn(ToolCallSteps):
             return False
         self.repetition.record(False)
         if round_.calls:
-            if round_.text.strip():
-                await stream.finish(f"reply:{message.id}", round_.text)
+            if recorded.reply is not None:
+                await stream.deliver(recorded.reply, round_.text)
             else:
                 await stream.abort()
             return False
         if round_.cut_off:
-            if round_.text.strip():
-                await stream.finish(f"reply:{message.id}", round_.text)
+            if recorded.reply is not None:
+                await stream.deliver(recorded.reply, round_.text)
             if self.length.record("length") == "overflow":
                 raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"])
             await self._notice(LENGTH_NOTICE)
             return False
         self.reply = round_.text
-        if round_.text.strip():
-            await stream.finish(f"reply:{message.id}", round_.text)
-        else:
+        if recorded.reply is None:
             await stream.abort()
-        raise TurnEnd("SUCCESS", "reply")
+            raise TurnEnd("SUCCESS", "reply")
+        await stream.deliver(recorded.reply, round_.text, run_end=RunEnd(self.run_id, "SUCCESS", "reply"))
+        raise TurnEnd("SUCCESS", "reply", recorded=True)
+
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
         while True:
@@ -316,13 +324,17 @@ class Turn(ToolCallSteps):
         offered = [s for s in specs if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)]
         return [s.openai() for s in offered]
 
-    async def _persist_round(self, round_: Round, usage: Usage | None):  # noqa: ANN202
+    async def _persist_round(self, round_: Round, usage: Usage | None, trace: tuple[list, dict], shown: RecordedStream | None) -> RecordedRound:
+        """The round's message, its trace and (when it shows text) the reply's delivery intent,
+        in one write."""
         calls = [self._checked_call(call, round_.cut_off) for call in round_.calls]
         usage_json = usage.__dict__ if usage is not None else None
         usage_json = {k: v for k, v in (usage_json or {}).items() if k != "kind"} or None
-        persist = self.s.store.sessions.append(
-            self.session.id, "assistant", round_.text, reasoning=round_.reasoning or None, usage=usage_json,
-            run_id=self.run_id, calls=calls, fence=self.req.fence,
+        events, totals = trace
+        persist = self.s.store.record_round(
+            self.session.id, round_.text, reasoning=round_.reasoning or None, usage=usage_json, run_id=self.run_id,
+            calls=calls, fence=self.req.fence, events=events, totals=totals,
+            reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
         )
         # Persistence outlives a cancel (shielded) but not forever.
         return await asyncio.wait_for(asyncio.shield(persist), PERSIST_TIMEOUT_S)
@@ -338,7 +350,7 @@ class Turn(ToolCallSteps):
             return NewToolCall(call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model)
         return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
 
-    async def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> int | None:  # noqa: ANN001
+    def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> tuple[list, dict]:  # noqa: ANN001
         u = usage or Usage()
         request = {"model": model, "messages": len(built.messages), "estimated_tokens": built.estimated_tokens, "round": self.rounds}
         response = {
@@ -346,7 +358,7 @@ class Turn(ToolCallSteps):
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
             "repetition": round_.repetition.where if round_.repetition else None,
         }
-        return await self.trace.llm_call(  # type: ignore[union-attr]
+        return self.trace.llm_call(  # type: ignore[union-attr]
             request=request, response=response, latency_ms=latency_ms,
             usage=LLMCallUsage(model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens),
         )
@@ -380,7 +392,8 @@ class Turn(ToolCallSteps):
         stage = "AWAITING_INPUT" if end.stage == "AWAITING_INPUT" else end.stage
         if end.stage == "SUSPENDED":
             stage = "RUNNING"  # continued by the next instance
-        await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
+        if not end.recorded:
+            await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
         if end.message:
             await self.s.outbox.send_text(self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to)
         if apology is not None and self.session.interactive:

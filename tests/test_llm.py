@@ -8,6 +8,7 @@ import json
 import random
 import socket
 
+import httpx
 import pytest
 from fakes.llm import FakeLLM
 
@@ -184,6 +185,54 @@ async def test_malformed_chunk_is_a_clear_error(fake, make_client):
     with pytest.raises(LLMError, match="malformed stream chunk") as caught:
         await events_of(make_client())
     assert caught.value.kind == "stream" and len(fake.requests) == 1
+
+
+async def test_unicode_separators_inside_the_json_are_not_line_ends(fake, make_client):
+    text = "one\u2028two\u2029three\u0085four"
+    chunk = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
+    fake.raw(f"data: {json.dumps(chunk, ensure_ascii=False)}", "", "data: [DONE]", "")
+    done = await make_client().complete(USER)
+    assert done.text == text and done.finish_reason == "stop"
+
+
+async def test_cr_and_crlf_line_ends(fake, make_client):
+    text = {"choices": [{"index": 0, "delta": {"content": "über"}}]}
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    fake.raw(f"data: {json.dumps(text)}\r\rdata: {json.dumps(finish)}\r\n\r\ndata: [DONE]\r")
+    done = await make_client().complete(USER)
+    assert done.text == "über" and done.finish_reason == "stop"
+
+
+async def test_the_body_is_json_and_what_orjson_refuses_is_still_sent(fake, make_client):
+    messages = [{"role": "user", "content": "hi \u00e9\U0001f600", "meta": {1: 2**70, None: True}}]
+    await events_of(make_client(), messages=messages)
+    assert fake.headers[0]["Content-Type"] == "application/json"
+    assert fake.headers[0]["Accept"] == "text/event-stream"
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": "hi \u00e9\U0001f600", "meta": {"1": 2**70, "null": True}}]
+
+
+class ConnectionRecorder(httpx.AsyncBaseTransport):
+    """A real HTTP transport that notes the local address of the connection each request used."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.local_addresses: list[object] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.local_addresses.append(response.extensions["network_stream"].get_extra_info("client_addr"))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_finished_stream_leaves_its_connection_reusable(fake):
+    recorder = ConnectionRecorder()
+    async with LLMClient(LLMConfig(base_url=fake.base_url), transport=recorder) as client:
+        for _ in range(3):
+            assert (await client.complete(USER)).text == "ok"
+    assert len(recorder.local_addresses) == 3 and len(set(recorder.local_addresses)) == 1
 
 
 # --- errors during the stream ---

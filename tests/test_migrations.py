@@ -14,7 +14,6 @@ async def test_migrated_schema_matches_the_tables(store):
         context = MigrationContext.configure(sync_conn, opts={"compare_type": True, "include_object": include_object})
         return compare_metadata(context, metadata)
 
-    async with store.db.read() as conn:
-        differences = await conn.run_sync(diff)
+    differences = await store.db.read(diff)
     assert differences == []
     assert await migrations_current(store.db)

@@ -15,8 +15,7 @@ async def second_store(store: Store) -> Store:
     """Another connection pool on the same database, as a second gateway process would have."""
     if store.is_sqlite:
         return Store(store.db.url)
-    async with store.db.read() as conn:
-        schema = (await conn.execute(text("select current_schema()"))).scalar_one()
+    schema = await store.db.read(lambda conn: conn.execute(text("select current_schema()")).scalar_one())
     return Store(store.db.url, pg_schema=schema)
 
 

@@ -70,3 +70,49 @@ async def test_counters_and_run_event_sequences(store):
     run = await store.runs.start(session.id, "console:y:")
     seqs = await asyncio.gather(*(store.runs.add_event(run.id, "LLM_REQUEST", {"i": i}) for i in range(30)))
     assert sorted(seqs) == list(range(1, 31))
+
+
+async def test_a_write_waits_for_another_process_lock_without_blocking_the_event_loop(sqlite_store):
+    import sqlite3
+
+    from sqlalchemy import make_url
+
+    session = await sqlite_store.sessions.open("test:locked", source="test")
+    other = sqlite3.connect(make_url(sqlite_store.db.url).database, isolation_level=None)  # another process's writer
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        write = asyncio.ensure_future(sqlite_store.sessions.append(session.id, "user", "written after the lock"))
+        ticks = 0
+        for _ in range(10):  # the loop keeps running while the write waits
+            await asyncio.sleep(0.02)
+            ticks += 1
+        assert not write.done() and ticks == 10
+        other.execute("COMMIT")
+        message = await asyncio.wait_for(write, 5)
+    finally:
+        other.close()
+    assert [m.content for m in await sqlite_store.sessions.history(session.id)] == ["written after the lock"]
+    assert message.seq == 1
+    # and the next write goes straight through again
+    assert (await sqlite_store.sessions.append(session.id, "user", "next")).seq == 2
+
+
+async def test_a_cancelled_write_still_commits_and_the_cancel_arrives_after(sqlite_store):
+    import sqlite3
+
+    from sqlalchemy import make_url
+
+    session = await sqlite_store.sessions.open("test:cancel", source="test")
+    other = sqlite3.connect(make_url(sqlite_store.db.url).database, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # makes the write wait on the writer thread
+        write = asyncio.ensure_future(sqlite_store.sessions.append(session.id, "user", "kept"))
+        await asyncio.sleep(0.05)
+        write.cancel()
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await write
+    finally:
+        other.close()
+    assert [m.content for m in await sqlite_store.sessions.history(session.id)] == ["kept"]

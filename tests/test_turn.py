@@ -174,8 +174,7 @@ async def test_costs_are_priced_in_nano_usd_and_unpriced_models_say_so(store, ll
 async def test_a_trace_write_failure_does_not_fail_the_turn(sqlite_store, llm, tmp_path):
     from sqlalchemy import text
 
-    async with sqlite_store.db.write() as conn:
-        await conn.execute(text("DROP TABLE run_events"))
+    await sqlite_store.db.write(lambda conn: conn.execute(text("DROP TABLE run_events")))
     llm.reply("still answered")
     async with running_gateway(sqlite_store, make_config(llm.base_url, str(tmp_path))) as h:
         await h.say("hi")

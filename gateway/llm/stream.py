@@ -7,62 +7,142 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+import orjson
+
 from gateway.llm.errors import LLMError, as_int, classify_error, error_object
 from gateway.llm.events import (
     Completion, Finish, ModelInfo, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage,
 )
 
 
-class SSEDecoder:
-    """Decodes the `data:` events of a text/event-stream body; stops at `[DONE]`."""
+class SSELineSplitter:
+    """Splits a byte stream into lines at the SSE line ends only: LF, CRLF and CR.
 
-    def __init__(self, lines: AsyncIterator[str]) -> None:
-        self._lines = lines
+    Lines are cut as bytes, so a UTF-8 character split across network chunks stays whole (no
+    multi-byte UTF-8 sequence contains CR or LF), and Unicode separators such as U+2028, which
+    may appear raw inside JSON strings, never end a line.
+    """
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []  # the start of a line that has not ended yet
+        self._after_cr = False  # the last chunk ended in CR: a leading LF belongs to that line end
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines that end in `chunk`, without their line ends."""
+        if self._after_cr:
+            self._after_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if b"\n" not in chunk and b"\r" not in chunk:
+            if chunk:
+                self._partial.append(chunk)
+            return []
+        if self._partial:
+            self._partial.append(chunk)
+            chunk = b"".join(self._partial)
+            self._partial = []
+        lines = chunk.splitlines()  # bytes.splitlines knows only LF, CRLF and CR
+        end = chunk[-1:]
+        if end == b"\r":
+            self._after_cr = True
+        elif end != b"\n":
+            self._partial.append(lines.pop())
+        return lines
+
+    def flush(self) -> list[bytes]:
+        """The last line when the stream ended without a line end."""
+        if not self._partial:
+            return []
+        line = b"".join(self._partial)
+        self._partial = []
+        return [line]
+
+
+class SSEDecoder:
+    """Decodes the `data:` events of a text/event-stream body (an async iterator of byte
+    chunks, as they arrive); stops at `[DONE]`."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._splitter = SSELineSplitter()
+        self._lines: list[bytes] = []  # split but not yet read
+        self._read = 0  # how many of `_lines` have been read
+        self._ended = False
         self.done = False
 
     async def next(self) -> dict[str, Any] | None:
         """The next JSON payload, or None at the end of the stream."""
-        data: list[str] = []
-        event = ""
-        if self.done:
-            return None
-        async for line in self._lines:
-            if line == "":
+        data: list[bytes] = []
+        event = b""
+        while not self.done:
+            if self._read == len(self._lines) and not await self._fill():
+                break
+            line = self._lines[self._read]
+            self._read += 1
+            if not line:
                 if data:
-                    return self._decode("\n".join(data), event)
-                event = ""
+                    return self._decode(data, event)
+                event = b""
                 continue
-            if line.startswith(":"):  # comment, e.g. llama.cpp's `: ping`
+            if line[:1] == b":":  # comment, e.g. llama.cpp's `: ping`
                 continue
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "data":
+            name, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
                 data.append(value)
-            elif name == "event":
+            elif name == b"event":
                 event = value
-        return self._decode("\n".join(data), event) if data else None
+        return self._decode(data, event) if data else None
 
     async def drain(self) -> None:
         """Read what follows [DONE] (usually only the end of the chunked body), so the HTTP
         connection goes back to the pool instead of being closed: one TLS handshake saved per round."""
-        async for _ in self._lines:
-            pass
+        self._lines, self._read = [], 0
+        if not self._ended:
+            async for _ in self._chunks:
+                pass
+            self._ended = True
 
-    def _decode(self, data: str, event: str) -> dict[str, Any] | None:
+    async def _fill(self) -> bool:
+        """Split the next chunks until there are lines to read; False at the end of the body."""
+        while not self._ended:
+            chunk = await anext(self._chunks, None)
+            if chunk is None:
+                self._ended = True
+                self._lines, self._read = self._splitter.flush(), 0
+            else:
+                self._lines, self._read = self._splitter.feed(chunk), 0
+            if self._lines:
+                return True
+        return False
+
+    def _decode(self, lines: list[bytes], event: bytes) -> dict[str, Any] | None:
+        data = b"\n".join(lines).decode("utf-8", "replace")
         if data.strip() == "[DONE]":
             self.done = True
             return None
-        try:
-            payload = json.loads(data)
-        except ValueError:
-            raise LLMError(f"malformed stream chunk from the LLM server: {data[:200]!r}", kind="stream") from None
+        payload = _loads(data)
         if not isinstance(payload, dict):
             raise LLMError(f"unexpected stream chunk from the LLM server: {data[:200]!r}", kind="stream")
-        if payload.get("error") or event == "error":
+        if payload.get("error") or event == b"error":
             err = error_object(payload)
             code = as_int(err.get("code"))
             raise classify_error(code if code and code >= 400 else None, payload)
         return payload
+
+
+def _loads(data: str) -> Any:
+    """orjson first; the standard parser for what orjson refuses but it accepts (NaN, Infinity,
+    lone surrogate escapes), so what parses is the same as with `json.loads` alone."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise LLMError(f"malformed stream chunk from the LLM server: {data[:200]!r}", kind="stream") from None
 
 
 class ChunkParser:

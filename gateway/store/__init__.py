@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import update
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+from sqlalchemy import bindparam, update
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Fence, LeaseLost, utcnow
 from gateway.store.db import (
@@ -22,6 +27,41 @@ from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
 from gateway.store.tables import inbox
 
+log = logging.getLogger(__name__)
+
+_MARK_DONE = update(inbox).where(inbox.c.id == bindparam("item_id")).values(status="done")
+
+
+@dataclass(frozen=True)
+class RecordedRound:
+    message: MessageRecord  # noqa: F405
+    event_seqs: list[int] | None  # None: the trace write failed (and was rolled back alone)
+    reply: OutboxRecord | None  # noqa: F405
+
+
+@dataclass(frozen=True)
+class StartedTurn:
+    rows: list[MessageRecord]  # noqa: F405
+    run: RunRecord  # noqa: F405
+
+
+def _consume_in(conn: Connection, session_id: int, items: list[tuple[int, dict]], fence: Fence | None, run_id: int | None) -> list:
+    records = []
+    for item_id, payload in items:
+        sender = payload.get("sender") or {}
+        records.append(
+            SessionRepo.append_in(
+                conn, session_id, "user", str(payload.get("text", "")), synthetic=sender.get("id") == "scheduler",
+                sender_id=sender.get("id"), sender_name=sender.get("name"), run_id=run_id, fence=fence,
+            )
+        )
+        conn.execute(_MARK_DONE, {"item_id": item_id, "done_at": utcnow(), "session_id": session_id})
+    return records
+
+
+class _TraceFailed(Exception):
+    """The trace part of a round's write failed (the transaction is rolled back and retried)."""
+
 
 class Store:
     def __init__(self, url: str, *, echo: bool = False, pg_schema: str | None = None):
@@ -39,24 +79,65 @@ class Store:
         return self.db.is_sqlite
 
     async def consume_messages(
-        self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None, run_id: int | None = None
+        self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None
     ) -> list[MessageRecord]:  # noqa: F405
         """Append inbox messages to a session as user rows and mark the items done, in one
         transaction: a crash can neither lose them nor append them twice."""
-        async with self.db.write() as conn:
-            records = []
-            for item_id, payload in items:
-                sender = payload.get("sender") or {}
-                records.append(
-                    await self.sessions.append(
-                        session_id, "user", str(payload.get("text", "")), synthetic=sender.get("id") == "scheduler",
-                        sender_id=sender.get("id"), sender_name=sender.get("name"), run_id=run_id, fence=fence, conn=conn,
-                    )
-                )
-                await conn.execute(
-                    update(inbox).where(inbox.c.id == item_id).values(status="done", done_at=utcnow(), session_id=session_id)
-                )
-        return records
+        return await self.db.write(lambda conn: _consume_in(conn, session_id, items, fence, None))
+
+    async def start_turn(
+        self, session_id: int, thread_key: str, items: list[tuple[int, dict]], *, model: str | None = None, fence: Fence | None = None
+    ) -> StartedTurn:
+        """`consume_messages` and the run they start, in one transaction (the rows name the run)."""
+
+        def work(conn: Connection) -> StartedTurn:
+            run = RunRepo.start_in(conn, session_id, thread_key, model=model)
+            return StartedTurn(_consume_in(conn, session_id, items, fence, run.id), run)
+
+        return await self.db.write(work)
+
+    async def record_round(
+        self,
+        session_id: int,
+        content: str,
+        *,
+        run_id: int,
+        reasoning: str | None = None,
+        usage: dict | None = None,
+        calls: Sequence[NewToolCall] = (),  # noqa: F405
+        fence: Fence | None = None,
+        events: list[tuple[str, dict, int | None]] = (),
+        totals: dict | None = None,
+        reply: tuple[str, str, dict] | None = None,
+    ) -> RecordedRound:
+        """One LLM round in one transaction: the assistant message, the run's trace `events` and
+        `totals`, and, when the round has text to show, the intent to deliver it: `reply` is
+        (key prefix, thread key, payload) and the key is the prefix plus the message id.
+
+        If the trace part fails, the round is written again without it and the result says so
+        (`event_seqs` None): observability must never fail a turn."""
+
+        def work(conn: Connection, with_trace: bool) -> RecordedRound:
+            message = SessionRepo.append_in(
+                conn, session_id, "assistant", content, reasoning=reasoning, usage=usage, run_id=run_id, calls=calls, fence=fence
+            )
+            seqs = None
+            if with_trace:
+                try:
+                    seqs = RunRepo.add_events_in(conn, run_id, list(events), **(totals or {}))
+                except Exception as exc:
+                    raise _TraceFailed from exc
+            record = None
+            if reply is not None:
+                prefix, thread_key, payload = reply
+                record = OutboxRepo.record_in(conn, f"{prefix}{message.id}", thread_key, "message", payload)
+            return RecordedRound(message, seqs, record)
+
+        try:
+            return await self.db.write(lambda conn: work(conn, with_trace=True))
+        except _TraceFailed as failed:
+            log.error("run %s: could not record %s", run_id, ", ".join(kind for kind, _, _ in events), exc_info=failed.__cause__)
+            return await self.db.write(lambda conn: work(conn, with_trace=False))
 
     async def migrate(self, *, auto: bool = True) -> None:
         await ensure_migrated(self.db, auto_migrate=auto)
@@ -65,4 +146,4 @@ class Store:
         await self.db.dispose()
 
 
-__all__ = ["Store", "Database", "StoreError", "Fence", "LeaseLost", "NewItem", "Decision", "upgrade", "migrations_current"]
+__all__ = ["Store", "RecordedRound", "StartedTurn", "Database", "StoreError", "Fence", "LeaseLost", "NewItem", "Decision", "upgrade", "migrations_current"]

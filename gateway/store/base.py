@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Connection
 
 from gateway.store.db import Database
 from gateway.store.tables import leases
@@ -19,9 +20,14 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
 def to_record(cls: type[T], row: Any, **extra: Any) -> T:
     mapping = row._mapping if hasattr(row, "_mapping") else row
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    names = _field_names(cls)
     values = {k: v for k, v in mapping.items() if k in names}
     values.update(extra)
     return cls(**values)
@@ -40,12 +46,13 @@ class Fence:
     token: int
 
 
-async def check_fence(conn: AsyncConnection, fence: Fence | None) -> None:
+_LEASE_HOLDER = select(leases.c.owner, leases.c.fence).where(leases.c.name == bindparam("name"))
+
+
+def check_fence(conn: Connection, fence: Fence | None) -> None:
     if fence is None:
         return
-    row = (
-        await conn.execute(select(leases.c.owner, leases.c.fence).where(leases.c.name == fence.name))
-    ).first()
+    row = conn.execute(_LEASE_HOLDER, {"name": fence.name}).first()
     if row is None or row.owner != fence.owner or row.fence != fence.token:
         raise LeaseLost(f"lease {fence.name} (fence {fence.token}) is no longer held by {fence.owner}")
 

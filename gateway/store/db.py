@@ -1,24 +1,44 @@
 """Engine, transactions and migrations: SQLite (embedded default) or PostgreSQL.
 
-SQLite runs in WAL mode with a busy timeout and foreign keys on; every write transaction starts
-with BEGIN IMMEDIATE so two writers never deadlock on a lock upgrade, and writers inside one
-process queue on an asyncio lock instead of spinning on SQLITE_BUSY.
+Every store operation is a plain function of a SQLAlchemy `Connection` that the repositories
+hand to `Database.write` (one transaction, committed) or `Database.read`. How it runs depends on
+the engine:
+
+- SQLite runs it synchronously on the event loop's thread. A local statement takes tens of
+  microseconds, while hopping to a driver thread costs hundreds per statement (the async driver
+  makes four hops per statement), and a turn issues dozens. WAL mode means readers never wait;
+  writes start with BEGIN IMMEDIATE and, on the loop's connection, never wait either
+  (busy_timeout 0): when another process holds the write lock, the same work is re-run on a
+  writer thread that waits for it. Reads that may be large go to a reader thread, and WAL
+  checkpoints (the only fsync) run on the writer thread, so the loop never blocks on disk.
+- PostgreSQL runs it through the asyncio engine (asyncpg) with `run_sync`.
+
+Either way the work runs to completion once started: a task cancelled meanwhile gets its
+CancelledError after the transaction has committed or rolled back, never in the middle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
-from sqlalchemy import event, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 T = TypeVar("T")
+Work = Callable[[Connection], T]
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+BUSY_TIMEOUT_MS = 30_000
+CHECKPOINT_EVERY_WRITES = 200  # a passive WAL checkpoint on the writer thread after this many
+READER_THREADS = 4
+
+log = logging.getLogger(__name__)
 
 
 class StoreError(Exception):
@@ -31,87 +51,189 @@ class Database:
         self.pg_schema = pg_schema
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        self._write_lock = asyncio.Lock() if self.is_sqlite else None
         if self.is_sqlite:
             database = parsed.database or ""
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = self._sqlite_engine(url, echo, "BEGIN IMMEDIATE")
-            # Reads run in autocommit (each statement sees the latest commit): no BEGIN/ROLLBACK
-            # round trips to the driver thread for the many one-statement reads of a turn.
-            self.read_engine = self._sqlite_engine(url, echo, None)
+            self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
         else:
             # pg_schema isolates test databases (and lets several gateways share one server).
             connect_args = {"server_settings": {"search_path": pg_schema}} if pg_schema else {}
             self.engine = create_async_engine(
                 url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True, connect_args=connect_args
             )
-            self.read_engine = self.engine
 
-    @staticmethod
-    def _sqlite_engine(url: str, echo: bool, begin_sql: str | None) -> AsyncEngine:
-        engine = create_async_engine(url, echo=echo, poolclass=NullPool if ":memory:" in url else None)
+    async def write(self, work: Work[T]) -> T:
+        """Run `work(conn)` in one write transaction, committed when it returns (rolled back
+        and re-raised when it raises); returns what it returned."""
+        if self.is_sqlite:
+            return await self._sqlite.write(work)
+        return await _uninterrupted(self._pg_run(work, transaction=True))
 
-        @event.listens_for(engine.sync_engine, "connect")
-        def _on_connect(dbapi_connection, _record):  # noqa: ANN001
-            # Let us issue BEGIN ourselves (pysqlite's implicit transactions defer locking).
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
+    async def read(self, work: Work[T], *, large: bool = False) -> T:
+        """Run `work(conn)` for reading. `large` marks reads that may take long (whole
+        histories, reports): on SQLite they run on a reader thread instead of the loop."""
+        if self.is_sqlite:
+            return await self._sqlite.read(work, large=large)
+        return await _uninterrupted(self._pg_run(work, transaction=False))
 
-        @event.listens_for(engine.sync_engine, "begin")
-        def _on_begin(conn):  # noqa: ANN001
-            if begin_sql:
-                conn.exec_driver_sql(begin_sql)
-
-        return engine
-
-    @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction, committed on exit.
-
-        Connect, begin, commit, rollback and close always run to completion, so the write lock
-        is never handed on while a connection still holds the database. Callers must not cancel
-        a task in the middle of a statement either (SQLAlchemy then invalidates the connection,
-        and a SQLite connection closed mid-statement can keep its lock): long-running work
-        stops cooperatively (see turn.py, inbox.py), never by cancelling a database write.
-        """
-        lock = self._write_lock or contextlib.nullcontext()
-        async with lock:
-            conn = await _uninterrupted(self.engine.connect())
-            try:
-                await _uninterrupted(conn.begin())
-                yield conn
-                await _uninterrupted(conn.commit())
-            except BaseException:
-                await _uninterrupted(_rollback_and_close(conn))
-                raise
-            await _uninterrupted(conn.close())
-
-    @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        conn = await _uninterrupted(self.read_engine.connect())
-        try:
-            yield conn
-        finally:
-            await _uninterrupted(conn.close())
+    async def _pg_run(self, work: Work[T], *, transaction: bool) -> T:
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(_in_transaction if transaction else _call, work)
 
     async def ping(self) -> bool:
         try:
-            async with self.read() as conn:
-                await conn.execute(text("SELECT 1"))
+            await self.read(lambda conn: conn.execute(text("SELECT 1")).scalar())
             return True
         except Exception:  # noqa: BLE001 - readiness reports, it does not raise
             return False
 
+    async def migrate(self, run: Work[None]) -> None:
+        """Run a migration step (alembic) in one transaction, off the event loop."""
+        if self.is_sqlite:
+            await self._sqlite.in_writer_thread(run)
+        else:
+            await self.write(run)
+
     async def dispose(self) -> None:
-        await self.engine.dispose()
-        if self.read_engine is not self.engine:
-            await self.read_engine.dispose()
+        if self.is_sqlite:
+            await self._sqlite.dispose()
+        else:
+            await self.engine.dispose()
+
+
+class _SQLite:
+    """SQLite through the synchronous driver: the loop's own connections for the common case,
+    threads for waiting on another process's lock, large reads and checkpoints."""
+
+    def __init__(self, url, echo: bool):  # noqa: ANN001
+        self.writer_engine = _sqlite_engine(url, echo, begin_sql="BEGIN IMMEDIATE")
+        self.reader_engine = _sqlite_engine(url, echo, begin_sql=None)
+        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._reader_threads = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="sqlite-reader")
+        self._loop_writer: Connection | None = None
+        self._loop_reader: Connection | None = None
+        self._writes_since_checkpoint = 0
+        self._checkpoint: asyncio.Future | None = None
+
+    async def write(self, work: Work[T]) -> T:
+        result = self._write_on_loop(work)
+        if result is _LOCKED:
+            return await self.in_writer_thread(work)
+        self._writes_since_checkpoint += 1
+        if self._writes_since_checkpoint >= CHECKPOINT_EVERY_WRITES:
+            self._start_checkpoint()
+        return result  # type: ignore[return-value]
+
+    async def read(self, work: Work[T], *, large: bool) -> T:
+        if large:
+            return await self._in_thread(self._reader_threads, lambda: self._read_pooled(work))
+        conn = self._loop_reader
+        if conn is None or conn.invalidated:
+            conn = self._loop_reader = self.reader_engine.connect()
+        try:
+            return work(conn)
+        finally:
+            conn.rollback()  # ends SQLAlchemy's transaction; the driver is in autocommit
+
+    async def in_writer_thread(self, work: Work[T]) -> T:
+        return await self._in_thread(self._writer_thread, lambda: self._write_pooled(work))
+
+    def _write_on_loop(self, work: Work[T]) -> T | object:
+        conn = self._loop_writer
+        if conn is None or conn.invalidated:
+            conn = self._loop_writer = self.writer_engine.connect()
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")  # never wait on the loop
+        try:
+            transaction = conn.begin()
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            if not _is_locked(exc):
+                raise
+            conn.rollback()
+            return _LOCKED
+        with transaction:
+            return work(conn)
+
+    def _write_pooled(self, work: Work[T]) -> T:
+        with self.writer_engine.begin() as conn:
+            return work(conn)
+
+    def _read_pooled(self, work: Work[T]) -> T:
+        with self.reader_engine.connect() as conn:
+            return work(conn)
+
+    async def _in_thread(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+        return await _uninterrupted(asyncio.get_running_loop().run_in_executor(pool, call))
+
+    def _start_checkpoint(self) -> None:
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+        self._writes_since_checkpoint = 0
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(self._writer_thread, self._checkpoint_now)
+
+    def _checkpoint_now(self) -> None:
+        try:
+            with self.reader_engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:  # noqa: BLE001 - the next checkpoint catches up
+            log.warning("WAL checkpoint failed", exc_info=True)
+
+    async def dispose(self) -> None:
+        if self._checkpoint is not None:
+            await asyncio.wait([self._checkpoint])
+        for conn in (self._loop_writer, self._loop_reader):
+            if conn is not None:
+                conn.close()
+        self._loop_writer = self._loop_reader = None
+        await asyncio.get_running_loop().run_in_executor(self._writer_thread, self._checkpoint_now)
+        self._writer_thread.shutdown(wait=True)
+        self._reader_threads.shutdown(wait=True)
+        self.writer_engine.dispose()
+        self.reader_engine.dispose()
+
+
+_LOCKED = object()
+
+
+def _sqlite_engine(url, echo: bool, *, begin_sql: str | None) -> Engine:  # noqa: ANN001
+    engine = create_engine(url, echo=echo, connect_args={"check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # noqa: ANN001
+        # Let us issue BEGIN ourselves (pysqlite's implicit transactions defer locking).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoints (fsync) run on the writer thread, not inside a commit on the loop.
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
+        cursor.close()
+
+    if begin_sql:
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn):  # noqa: ANN001
+            # Straight to the driver: this runs for every write, and SQLAlchemy's statement
+            # machinery costs more than the BEGIN itself.
+            conn.connection.driver_connection.execute(begin_sql)
+
+    return engine
+
+
+def _is_locked(exc: Exception) -> bool:
+    message = str(getattr(exc, "orig", exc)).lower()
+    return "locked" in message or "busy" in message
+
+
+def _in_transaction(conn: Connection, work: Work[T]) -> T:
+    with conn.begin():
+        return work(conn)
+
+
+def _call(conn: Connection, work: Work[T]) -> T:
+    return work(conn)
 
 
 def _alembic_config(url: str):
@@ -130,13 +252,12 @@ def _head_revision(url: str) -> str | None:
 
 
 async def current_revision(db: Database) -> str | None:
-    def read(sync_conn) -> str | None:  # noqa: ANN001
+    def read(conn: Connection) -> str | None:
         from alembic.runtime.migration import MigrationContext
 
-        return MigrationContext.configure(sync_conn).get_current_revision()
+        return MigrationContext.configure(conn).get_current_revision()
 
-    async with db.read() as conn:
-        return await conn.run_sync(read)
+    return await db.read(read)
 
 
 async def migrations_current(db: Database) -> bool:
@@ -146,15 +267,14 @@ async def migrations_current(db: Database) -> bool:
 async def upgrade(db: Database) -> None:
     """Apply pending migrations (alembic upgrade head) over our own connection."""
 
-    def run(sync_conn) -> None:  # noqa: ANN001
+    def run(conn: Connection) -> None:
         from alembic import command
 
         cfg = _alembic_config(db.url)
-        cfg.attributes["connection"] = sync_conn
+        cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
-    async with db.write() as conn:
-        await conn.run_sync(run)
+    await db.migrate(run)
 
 
 async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
@@ -170,8 +290,7 @@ async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
 
 async def _uninterrupted(awaitable: Awaitable[T]) -> T:
     """Await to completion even if the caller is cancelled meanwhile (the cancel is re-raised
-    after). Connection and transaction steps use it so that the write lock is never released
-    while a connection still holds SQLite's lock or an open transaction."""
+    after), so a transaction is never abandoned half way."""
     task = asyncio.ensure_future(awaitable)
     cancelled = False
     while True:
@@ -188,10 +307,3 @@ async def _uninterrupted(awaitable: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
-
-
-async def _rollback_and_close(conn: AsyncConnection) -> None:
-    try:
-        await conn.rollback()
-    finally:
-        await conn.close()

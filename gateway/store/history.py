@@ -15,13 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from sqlalchemy import insert, or_, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import ColumnElement, Select, bindparam, insert, select, text, union
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
 from gateway.store.tables import UTCDateTime, compactions, messages, sessions, tool_calls
 
 MAX_QUERY_WORDS = 16
+# Reads of more rows than this (over ~5 ms of work: a whole history, as on a first build) run
+# off the event loop.
+LARGE_READ_ROWS = 250
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -88,113 +91,139 @@ def query_words(query: str) -> list[str]:
     return _WORD.findall(query)[:MAX_QUERY_WORDS]
 
 
+# Statements of every round of the context builder, built once (building one costs more than
+# running it). Rows are chosen either after a sequence number or by a list of them.
+def _rows_statement(which: ColumnElement[bool]) -> Select:
+    return (
+        select(
+            messages.c.id, messages.c.seq, messages.c.role, messages.c.content,
+            messages.c.status, messages.c.synthetic, messages.c.created_at,
+        )
+        .where(messages.c.session_id == bindparam("session_id"), which)
+        .order_by(messages.c.seq)
+    )
+
+
+def _calls_statement(which: ColumnElement[bool]) -> Select:
+    return (
+        select(
+            tool_calls.c.message_id, tool_calls.c.call_id, tool_calls.c.name, tool_calls.c.arguments,
+            tool_calls.c.result, tool_calls.c.status, tool_calls.c.note,
+        )
+        .join(messages, messages.c.id == tool_calls.c.message_id)
+        .where(tool_calls.c.session_id == bindparam("session_id"), messages.c.session_id == bindparam("session_id"), which)
+        .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
+    )
+
+
+_AFTER_SEQ = messages.c.seq > bindparam("after_seq")
+_IN_SEQS = messages.c.seq.in_(bindparam("seqs", expanding=True))
+_ROWS_AFTER = _rows_statement(_AFTER_SEQ)
+_CALLS_AFTER = _calls_statement(_AFTER_SEQ)
+_ROWS_IN = _rows_statement(_IN_SEQS)
+_CALLS_IN = _calls_statement(_IN_SEQS)
+_NEXT_SEQ = select(sessions.c.next_seq).where(sessions.c.id == bindparam("session_id"))
+
+_IN_WINDOW = (messages.c.seq > bindparam("after_seq"), messages.c.seq < bindparam("before_seq"))
+
+
+def _touched(condition: ColumnElement[bool]) -> Select:
+    return (
+        select(messages.c.seq)
+        .join(tool_calls, tool_calls.c.message_id == messages.c.id)
+        .where(tool_calls.c.session_id == bindparam("session_id"), *_IN_WINDOW, condition)
+    )
+
+
+# Rows whose calls finished since the last read or are still open. A union, not an OR, so each
+# half is an index range (ix_tool_calls_session_finished, ix_tool_calls_session_status) rather
+# than a scan of every call of the session.
+_TOUCHED_SEQS = union(
+    _touched(tool_calls.c.finished_at >= bindparam("since")),
+    _touched(tool_calls.c.status.in_(("running", "pending"))),
+)
+_FAILED_SEQS = select(messages.c.seq).where(
+    messages.c.session_id == bindparam("session_id"), *_IN_WINDOW, messages.c.status == "failed"
+)
+_FIRST_USER_SEQ = (
+    select(messages.c.seq)
+    .where(
+        messages.c.session_id == bindparam("session_id"),
+        messages.c.role == "user",
+        messages.c.synthetic.is_(False),
+        messages.c.status == "ok",
+    )
+    .order_by(messages.c.seq)
+    .limit(1)
+)
+_LATEST_COMPACTION = (
+    select(compactions)
+    .where(compactions.c.session_id == bindparam("session_id"))
+    .order_by(compactions.c.id.desc())
+    .limit(1)
+)
+
+
 class HistoryRepo(Repo):
     # ---- rows ------------------------------------------------------------------------------
     async def rows(self, session_id: int, *, after_seq: int = 0, seqs: Iterable[int] | None = None) -> list[HistoryRow]:
         """Rows after `after_seq` (or exactly `seqs`), in sequence order, failed ones included."""
-        wanted = sorted(set(seqs)) if seqs is not None else None
-        if wanted is not None and not wanted:
-            return []
-        where = [messages.c.session_id == session_id]
-        where.append(messages.c.seq.in_(wanted) if wanted is not None else messages.c.seq > after_seq)
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(
-                        messages.c.id, messages.c.seq, messages.c.role, messages.c.content,
-                        messages.c.status, messages.c.synthetic, messages.c.created_at,
-                    ).where(*where).order_by(messages.c.seq)
-                )
-            ).all()
-            calls = await self._calls(conn, session_id, where) if rows else {}
-        return [
-            HistoryRow(r.id, r.seq, r.role, r.content or "", r.status, bool(r.synthetic), r.created_at, calls.get(r.id, ()))
-            for r in rows
-        ]
-
-    @staticmethod
-    async def _calls(conn: AsyncConnection, session_id: int, where: list) -> dict[int, tuple[HistoryCall, ...]]:
-        rows = (
-            await conn.execute(
-                select(
-                    tool_calls.c.message_id, tool_calls.c.call_id, tool_calls.c.name, tool_calls.c.arguments,
-                    tool_calls.c.result, tool_calls.c.status, tool_calls.c.note,
-                )
-                .join(messages, messages.c.id == tool_calls.c.message_id)
-                .where(tool_calls.c.session_id == session_id, *where)
-                .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
+        if seqs is not None:
+            wanted = sorted(set(seqs))
+            if not wanted:
+                return []
+            params = {"session_id": session_id, "seqs": wanted}
+            return await self.db.read(
+                lambda conn: _read_rows(conn, _ROWS_IN, _CALLS_IN, params), large=len(wanted) > LARGE_READ_ROWS
             )
-        ).all()
-        by_message: dict[int, list[HistoryCall]] = defaultdict(list)
-        for r in rows:
-            by_message[r.message_id].append(HistoryCall(r.call_id, r.name, r.arguments or "{}", r.result, r.status, r.note))
-        return {k: tuple(v) for k, v in by_message.items()}
+        params = {"session_id": session_id, "after_seq": after_seq}
+        # A round reads a few new rows: on the loop, counted first in the same read. A whole
+        # history (a first build) goes to a reader thread. PostgreSQL needs no count.
+        if self.db.is_sqlite:
+            found = await self.db.read(lambda conn: None if _many_rows_after(conn, params) else _read_after(conn, params))
+            if found is not None:
+                return found
+        return await self.db.read(lambda conn: _read_after(conn, params), large=True)
 
     async def changes(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime) -> RowChanges:
         """What may have changed in (after_seq, before_seq) since `since` (cheap: two indexed scans)."""
-        async with self.db.read() as conn:
-            touched = (
-                await conn.execute(
-                    select(messages.c.seq)
-                    .join(tool_calls, tool_calls.c.message_id == messages.c.id)
-                    .where(
-                        tool_calls.c.session_id == session_id,
-                        messages.c.seq > after_seq,
-                        messages.c.seq < before_seq,
-                        or_(tool_calls.c.finished_at >= since, tool_calls.c.status.in_(("running", "pending"))),
-                    )
-                    .distinct()
-                )
-            ).scalars().all()
-            failed = (
-                await conn.execute(
-                    select(messages.c.seq).where(
-                        messages.c.session_id == session_id,
-                        messages.c.seq > after_seq,
-                        messages.c.seq < before_seq,
-                        messages.c.status == "failed",
-                    )
-                )
-            ).scalars().all()
-        return RowChanges(frozenset(touched), frozenset(failed))
+        params = {"session_id": session_id, "after_seq": after_seq, "before_seq": before_seq, "since": since}
+
+        def work(conn: Connection) -> RowChanges:
+            touched = conn.execute(_TOUCHED_SEQS, params).scalars().all()
+            failed = conn.execute(_FAILED_SEQS, params).scalars().all()
+            return RowChanges(frozenset(touched), frozenset(failed))
+
+        return await self.db.read(work)
 
     async def first_user_row(self, session_id: int) -> HistoryRow | None:
         """The session's first real (not synthetic, not failed) user message: its task."""
-        async with self.db.read() as conn:
-            seq = (
-                await conn.execute(
-                    select(messages.c.seq)
-                    .where(
-                        messages.c.session_id == session_id,
-                        messages.c.role == "user",
-                        messages.c.synthetic.is_(False),
-                        messages.c.status == "ok",
-                    )
-                    .order_by(messages.c.seq)
-                    .limit(1)
-                )
-            ).scalar()
-        if seq is None:
-            return None
-        found = await self.rows(session_id, seqs=[seq])
-        return found[0] if found else None
+
+        def work(conn: Connection) -> HistoryRow | None:
+            seq = conn.execute(_FIRST_USER_SEQ, {"session_id": session_id}).scalar()
+            if seq is None:
+                return None
+            found = _read_rows(conn, _ROWS_IN, _CALLS_IN, {"session_id": session_id, "seqs": [seq]})
+            return found[0] if found else None
+
+        return await self.db.read(work)
 
     # ---- compaction markers ----------------------------------------------------------------
     async def latest_compaction(self, session_id: int) -> CompactionRecord | None:
-        async with self.db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(compactions).where(compactions.c.session_id == session_id).order_by(compactions.c.id.desc()).limit(1)
-                )
-            ).first()
-        return to_record(CompactionRecord, row) if row else None
+        def work(conn: Connection) -> CompactionRecord | None:
+            row = conn.execute(_LATEST_COMPACTION, {"session_id": session_id}).first()
+            return to_record(CompactionRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def compactions(self, session_id: int) -> list[CompactionRecord]:
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(select(compactions).where(compactions.c.session_id == session_id).order_by(compactions.c.id))
+        def work(conn: Connection) -> list[CompactionRecord]:
+            rows = conn.execute(
+                select(compactions).where(compactions.c.session_id == session_id).order_by(compactions.c.id)
             ).all()
-        return [to_record(CompactionRecord, r) for r in rows]
+            return [to_record(CompactionRecord, r) for r in rows]
+
+        return await self.db.read(work)
 
     async def add_compaction(
         self,
@@ -213,26 +242,26 @@ class HistoryRepo(Repo):
             raise ValueError("a compaction needs a non-empty summary")
         if last_seq < first_seq or first_seq <= expected_last_seq:
             raise ValueError(f"fold range {first_seq}..{last_seq} does not follow the marker at {expected_last_seq}")
-        async with self.db.write() as conn:
+
+        def work(conn: Connection) -> CompactionRecord | None:
             # Lock the session row (PostgreSQL) so concurrent folds serialise on the check below.
-            await conn.execute(select(sessions.c.id).where(sessions.c.id == session_id).with_for_update())
-            current = (
-                await conn.execute(
-                    select(compactions.c.last_seq)
-                    .where(compactions.c.session_id == session_id)
-                    .order_by(compactions.c.id.desc())
-                    .limit(1)
-                )
+            conn.execute(select(sessions.c.id).where(sessions.c.id == session_id).with_for_update())
+            current = conn.execute(
+                select(compactions.c.last_seq)
+                .where(compactions.c.session_id == session_id)
+                .order_by(compactions.c.id.desc())
+                .limit(1)
             ).scalar()
             if (current or 0) != expected_last_seq:
                 return None
-            now = utcnow()
             values = dict(
                 session_id=session_id, first_seq=first_seq, last_seq=last_seq, summary=summary,
-                folded_text=folded_text, tokens_before=tokens_before, tokens_after=tokens_after, created_at=now,
+                folded_text=folded_text, tokens_before=tokens_before, tokens_after=tokens_after, created_at=utcnow(),
             )
-            new_id = (await conn.execute(insert(compactions).values(**values).returning(compactions.c.id))).scalar_one()
-        return CompactionRecord(id=new_id, **values)
+            new_id = conn.execute(insert(compactions).values(**values).returning(compactions.c.id)).scalar_one()
+            return CompactionRecord(id=new_id, **values)
+
+        return await self.db.write(work)
 
     # ---- search ----------------------------------------------------------------------------
     async def search(self, thread_key: str, query: str, *, limit: int = 5) -> list[HistoryHit]:
@@ -256,12 +285,43 @@ class HistoryRepo(Repo):
             statement = _PG_SEARCH
             match = joiner.join(words)
         params = {"thread": thread_key, "match": match, "limit": limit}
-        async with self.db.read() as conn:
-            rows = (await conn.execute(statement, params)).all()
-        return [
-            HistoryHit(r.id, r.session_id, r.first_seq, r.last_seq, r.summary, r.snip or "", r.first_at, r.last_at, r.created_at)
-            for r in rows
-        ]
+
+        def work(conn: Connection) -> list[HistoryHit]:
+            rows = conn.execute(statement, params).all()
+            return [
+                HistoryHit(r.id, r.session_id, r.first_seq, r.last_seq, r.summary, r.snip or "", r.first_at, r.last_at, r.created_at)
+                for r in rows
+            ]
+
+        # Ranks and cuts snippets from every matching span of the thread: off the loop.
+        return await self.db.read(work, large=True)
+
+
+def _read_rows(conn: Connection, rows_statement: Select, calls_statement: Select, params: dict) -> list[HistoryRow]:
+    rows = conn.execute(rows_statement, params).all()
+    calls = _calls(conn, calls_statement, params) if rows else {}
+    return [
+        HistoryRow(r.id, r.seq, r.role, r.content or "", r.status, bool(r.synthetic), r.created_at, calls.get(r.id, ()))
+        for r in rows
+    ]
+
+
+def _read_after(conn: Connection, params: dict) -> list[HistoryRow]:
+    return _read_rows(conn, _ROWS_AFTER, _CALLS_AFTER, params)
+
+
+def _many_rows_after(conn: Connection, params: dict) -> bool:
+    """Whether more than LARGE_READ_ROWS rows may follow `after_seq`: a whole history, as on a
+    first build, rather than a round's few new rows (next_seq bounds the count from above)."""
+    next_seq = conn.execute(_NEXT_SEQ, params).scalar()
+    return next_seq is not None and next_seq - 1 - params["after_seq"] > LARGE_READ_ROWS
+
+
+def _calls(conn: Connection, statement: Select, params: dict) -> dict[int, tuple[HistoryCall, ...]]:
+    by_message: dict[int, list[HistoryCall]] = defaultdict(list)
+    for r in conn.execute(statement, params):
+        by_message[r.message_id].append(HistoryCall(r.call_id, r.name, r.arguments or "{}", r.result, r.status, r.note))
+    return {k: tuple(v) for k, v in by_message.items()}
 
 
 _SPAN_DATES = """

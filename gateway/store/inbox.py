@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from types import ModuleType
 from typing import Any, Sequence
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
 from gateway.store.records import InboxItem, Lease
@@ -24,10 +36,73 @@ class NewItem:
     status: str = "pending"  # "done" records an event only for dedupe (button presses)
 
 
-def insert_ignoring(conn: AsyncConnection, table, keys: list[str]):  # noqa: ANN001, ANN201
+def _dialect_module(conn: Connection) -> ModuleType:
+    return postgresql if conn.dialect.name == "postgresql" else sqlite
+
+
+def insert_ignoring(conn: Connection, table: Table, keys: list[str]) -> Insert:
     """INSERT ... ON CONFLICT DO NOTHING for the connection's dialect."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table).on_conflict_do_nothing(index_elements=keys)
+    return _dialect_module(conn).insert(table).on_conflict_do_nothing(index_elements=keys)
+
+
+class InsertIgnoring:
+    """`insert_ignoring` built once per dialect (optionally RETURNING `returning`); the values
+    come with each execute."""
+
+    def __init__(self, table: Table, keys: list[str], *, returning: tuple = ()):
+        self._by_dialect = {}
+        for dialect in (postgresql, sqlite):
+            statement = dialect.insert(table).on_conflict_do_nothing(index_elements=keys)
+            self._by_dialect[dialect] = statement.returning(*returning) if returning else statement
+
+    def for_conn(self, conn: Connection) -> Insert:
+        return self._by_dialect[_dialect_module(conn)]
+
+
+# Statements of intake, the dispatcher's poll and the workers' leases, built once (building
+# one costs more than running it). Bound names avoid column names, which update() reserves
+# for the SET values that come with each execute.
+_ADD_ITEM = InsertIgnoring(inbox, ["event_id"])
+_PENDING_THREADS = (
+    select(inbox.c.thread_key, func.min(inbox.c.id).label("first"))
+    .where(inbox.c.status == "pending")
+    .group_by(inbox.c.thread_key)
+    .order_by("first")
+    .limit(bindparam("limit", type_=Integer))
+)
+_PENDING = (
+    select(inbox)
+    .where(inbox.c.thread_key == bindparam("thread"), inbox.c.status == "pending")
+    .order_by(inbox.c.id)
+    .limit(bindparam("limit", type_=Integer))
+)
+_FINISH = update(inbox).where(inbox.c.id.in_(bindparam("item_ids", expanding=True)), inbox.c.status == "pending")
+
+_ADD_FREE_LEASE = InsertIgnoring(leases, ["name"])
+_EXTEND_OWN_LEASE = update(leases).where(
+    leases.c.name == bindparam("lease_name"), leases.c.owner == bindparam("lease_owner"), leases.c.expires_at > bindparam("now")
+)
+_TAKE_OVER_LEASE = (
+    update(leases)
+    .where(
+        leases.c.name == bindparam("lease_name"),
+        or_(leases.c.owner.is_(None), leases.c.expires_at.is_(None), leases.c.expires_at <= bindparam("now")),
+    )
+    .values(fence=leases.c.fence + 1)
+)
+_LEASE_BY_NAME = select(leases).where(leases.c.name == bindparam("lease_name"))
+_HELD_LEASE = and_(
+    leases.c.name == bindparam("lease_name"), leases.c.owner == bindparam("lease_owner"), leases.c.fence == bindparam("lease_fence")
+)
+_RENEW_LEASE = update(leases).where(_HELD_LEASE)
+_RELEASE_LEASE = update(leases).where(_HELD_LEASE).values(owner=None, expires_at=None)
+
+_UPDATE_CURSOR = update(cursors).where(cursors.c.name == bindparam("cursor_name"))
+_ADD_CURSOR = InsertIgnoring(cursors, ["name"])
+
+
+def _held_lease_params(lease: Lease) -> dict[str, Any]:
+    return {"lease_name": lease.name, "lease_owner": lease.owner, "lease_fence": lease.fence}
 
 
 class InboxRepo(Repo):
@@ -37,92 +112,85 @@ class InboxRepo(Repo):
 
         Returns, per item, whether it was new.
         """
-        async with self.db.write() as conn:
-            created = [await self.add_in(conn, item) for item in items]
+
+        def work(conn: Connection) -> list[bool]:
+            created = [self.add_in(conn, item) for item in items]
             if cursor is not None:
-                await self.set_cursor_in(conn, *cursor)
-        return created
+                self.set_cursor_in(conn, *cursor)
+            return created
+
+        return await self.db.write(work)
 
     @staticmethod
-    async def add_in(conn: AsyncConnection, item: NewItem) -> bool:
-        result = await conn.execute(
-            insert_ignoring(conn, inbox, ["event_id"]).values(
-                event_id=item.event_id,
-                thread_key=item.thread_key,
-                kind=item.kind,
-                payload=item.payload,
-                status=item.status,
-                created_at=utcnow(),
-            )
+    def add_in(conn: Connection, item: NewItem) -> bool:
+        result = conn.execute(
+            _ADD_ITEM.for_conn(conn),
+            {
+                "event_id": item.event_id,
+                "thread_key": item.thread_key,
+                "kind": item.kind,
+                "payload": item.payload,
+                "status": item.status,
+                "created_at": utcnow(),
+            },
         )
         return result.rowcount == 1
 
     @staticmethod
-    async def release_held_in(conn: AsyncConnection, thread_key: str, *, take_reason: bool) -> str | None:
+    def release_held_in(conn: Connection, thread_key: str, *, take_reason: bool) -> str | None:
         """Held items of the thread become pending again; with `take_reason` the newest held
         message is consumed and its text returned."""
-        held = (
-            await conn.execute(select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id))
-        ).all()
+        held = conn.execute(select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id)).all()
         reason = None
         if take_reason and held:
             last = held[-1]
             reason = str(last.payload.get("text", "")).strip() or None
-            await conn.execute(update(inbox).where(inbox.c.id == last.id).values(status="done", done_at=utcnow()))
+            conn.execute(update(inbox).where(inbox.c.id == last.id).values(status="done", done_at=utcnow()))
         if held:
-            await conn.execute(update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending"))
+            conn.execute(update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending"))
         return reason
 
     async def hold(self, item_id: int) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
+        await self.db.write(
+            lambda conn: conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
+        )
 
     # ---- consumption -----------------------------------------------------------------------
     async def pending_threads(self, *, limit: int = 100, exclude: Sequence[str] = ()) -> list[str]:
         """Threads with pending items, oldest first."""
-        query = (
-            select(inbox.c.thread_key, func.min(inbox.c.id).label("first"))
-            .where(inbox.c.status == "pending")
-            .group_by(inbox.c.thread_key)
-            .order_by("first")
-            .limit(limit + len(exclude))
-        )
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
+        rows = await self.db.read(lambda conn: conn.execute(_PENDING_THREADS, {"limit": limit + len(exclude)}).all())
         skip = set(exclude)
         return [r.thread_key for r in rows if r.thread_key not in skip][:limit]
 
     async def pending(self, thread_key: str, *, limit: int = 100) -> list[InboxItem]:
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(inbox)
-                    .where(inbox.c.thread_key == thread_key, inbox.c.status == "pending")
-                    .order_by(inbox.c.id)
-                    .limit(limit)
-                )
-            ).all()
-        return [to_record(InboxItem, r) for r in rows]
+        def work(conn: Connection) -> list[InboxItem]:
+            rows = conn.execute(_PENDING, {"thread": thread_key, "limit": limit}).all()
+            return [to_record(InboxItem, r) for r in rows]
+
+        return await self.db.read(work)
 
     async def finish(self, item_ids: Sequence[int], *, status: str = "done", session_id: int | None = None, fence: Fence | None = None) -> None:
         if not item_ids:
             return
-        values: dict[str, Any] = {"status": status, "done_at": utcnow()}
+        # The SET columns come with the parameters (session_id only when given).
+        params: dict[str, Any] = {"item_ids": list(item_ids), "status": status, "done_at": utcnow()}
         if session_id is not None:
-            values["session_id"] = session_id
-        async with self.db.write() as conn:
-            await check_fence(conn, fence)
-            await conn.execute(update(inbox).where(inbox.c.id.in_(list(item_ids)), inbox.c.status == "pending").values(**values))
+            params["session_id"] = session_id
+
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            conn.execute(_FINISH, params)
+
+        await self.db.write(work)
 
     async def drop_pending(self, thread_key: str, *, kinds: Sequence[str] = ("message",)) -> int:
         """Drop queued (and held) items of the thread, e.g. on /stop."""
-        async with self.db.write() as conn:
-            result = await conn.execute(
-                update(inbox)
-                .where(inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds)))
-                .values(status="dropped", done_at=utcnow())
-            )
-        return result.rowcount
+        statement = (
+            update(inbox)
+            .where(inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds)))
+            .values(status="dropped", done_at=utcnow())
+        )
+        return await self.db.write(lambda conn: conn.execute(statement).rowcount)
 
     async def count_pending(self, thread_key: str | None = None, *, kinds: Sequence[str] | None = None) -> int:
         query = select(func.count()).select_from(inbox).where(inbox.c.status == "pending")
@@ -130,87 +198,73 @@ class InboxRepo(Repo):
             query = query.where(inbox.c.kind.in_(list(kinds)))
         if thread_key is not None:
             query = query.where(inbox.c.thread_key == thread_key)
-        async with self.db.read() as conn:
-            return (await conn.execute(query)).scalar_one()
+        return await self.db.read(lambda conn: conn.execute(query).scalar_one())
 
     async def get_by_event(self, event_id: str) -> InboxItem | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(inbox).where(inbox.c.event_id == event_id))).first()
-        return to_record(InboxItem, row) if row else None
+        def work(conn: Connection) -> InboxItem | None:
+            row = conn.execute(select(inbox).where(inbox.c.event_id == event_id)).first()
+            return to_record(InboxItem, row) if row else None
+
+        return await self.db.read(work)
 
     # ---- leases ----------------------------------------------------------------------------
     async def acquire(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """Take or renew a lease. A takeover (expired or free) bumps the fencing token."""
         now = utcnow()
         expires = now + timedelta(seconds=ttl_s)
-        async with self.db.write() as conn:
-            await conn.execute(insert_ignoring(conn, leases, ["name"]).values(name=name, owner=None, fence=0, expires_at=None))
-            mine = await conn.execute(
-                update(leases)
-                .where(leases.c.name == name, leases.c.owner == owner, leases.c.expires_at > now)
-                .values(expires_at=expires)
-            )
+
+        def work(conn: Connection) -> Lease | None:
+            conn.execute(_ADD_FREE_LEASE.for_conn(conn), {"name": name, "owner": None, "fence": 0, "expires_at": None})
+            mine = conn.execute(_EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires})
             if mine.rowcount != 1:
-                taken = await conn.execute(
-                    update(leases)
-                    .where(leases.c.name == name, or_(leases.c.owner.is_(None), leases.c.expires_at.is_(None), leases.c.expires_at <= now))
-                    .values(owner=owner, fence=leases.c.fence + 1, expires_at=expires)
-                )
+                taken = conn.execute(_TAKE_OVER_LEASE, {"lease_name": name, "now": now, "owner": owner, "expires_at": expires})
                 if taken.rowcount != 1:
                     return None
-            row = (await conn.execute(select(leases).where(leases.c.name == name))).first()
-        return Lease(name=row.name, owner=row.owner, fence=row.fence, expires_at=row.expires_at)
+            row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).first()
+            return Lease(name=row.name, owner=row.owner, fence=row.fence, expires_at=row.expires_at)
+
+        return await self.db.write(work)
 
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
         expires = utcnow() + timedelta(seconds=ttl_s)
-        async with self.db.write() as conn:
-            result = await conn.execute(
-                update(leases)
-                .where(leases.c.name == lease.name, leases.c.owner == lease.owner, leases.c.fence == lease.fence)
-                .values(expires_at=expires)
-            )
-        if result.rowcount != 1:
+        renewed = await self.db.write(lambda conn: conn.execute(_RENEW_LEASE, {**_held_lease_params(lease), "expires_at": expires}).rowcount)
+        if renewed != 1:
             return None
         return Lease(lease.name, lease.owner, lease.fence, expires)
 
     async def release(self, lease: Lease) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(
-                update(leases)
-                .where(leases.c.name == lease.name, leases.c.owner == lease.owner, leases.c.fence == lease.fence)
-                .values(owner=None, expires_at=None)
-            )
+        await self.db.write(lambda conn: conn.execute(_RELEASE_LEASE, _held_lease_params(lease)))
 
     async def release_all(self, owner: str) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(update(leases).where(leases.c.owner == owner).values(owner=None, expires_at=None))
+        await self.db.write(lambda conn: conn.execute(update(leases).where(leases.c.owner == owner).values(owner=None, expires_at=None)))
 
     async def lease_holder(self, name: str) -> Lease | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(leases).where(leases.c.name == name, leases.c.owner.is_not(None), leases.c.expires_at > utcnow()))).first()
-        return Lease(row.name, row.owner, row.fence, row.expires_at) if row else None
+        def work(conn: Connection) -> Lease | None:
+            row = conn.execute(select(leases).where(leases.c.name == name, leases.c.owner.is_not(None), leases.c.expires_at > utcnow())).first()
+            return Lease(row.name, row.owner, row.fence, row.expires_at) if row else None
+
+        return await self.db.read(work)
 
     # ---- cursors and counters --------------------------------------------------------------
     @staticmethod
-    async def set_cursor_in(conn: AsyncConnection, name: str, value: str) -> None:
-        updated = await conn.execute(update(cursors).where(cursors.c.name == name).values(value=value, updated_at=utcnow()))
+    def set_cursor_in(conn: Connection, name: str, value: str) -> None:
+        now = utcnow()
+        updated = conn.execute(_UPDATE_CURSOR, {"cursor_name": name, "value": value, "updated_at": now})
         if updated.rowcount == 0:
-            await conn.execute(insert_ignoring(conn, cursors, ["name"]).values(name=name, value=value, updated_at=utcnow()))
+            conn.execute(_ADD_CURSOR.for_conn(conn), {"name": name, "value": value, "updated_at": now})
 
     async def load_cursor(self, name: str) -> str | None:
-        async with self.db.read() as conn:
-            return (await conn.execute(select(cursors.c.value).where(cursors.c.name == name))).scalar()
+        return await self.db.read(lambda conn: conn.execute(select(cursors.c.value).where(cursors.c.name == name)).scalar())
 
     async def bump_counter(self, name: str, by: int = 1) -> int:
-        async with self.db.write() as conn:
-            await conn.execute(insert_ignoring(conn, counters, ["name"]).values(name=name, value=0, updated_at=utcnow()))
-            return (
-                await conn.execute(
-                    update(counters).where(counters.c.name == name).values(value=counters.c.value + by, updated_at=utcnow()).returning(counters.c.value)
-                )
+        def work(conn: Connection) -> int:
+            conn.execute(insert_ignoring(conn, counters, ["name"]).values(name=name, value=0, updated_at=utcnow()))
+            return conn.execute(
+                update(counters).where(counters.c.name == name).values(value=counters.c.value + by, updated_at=utcnow()).returning(counters.c.value)
             ).scalar_one()
 
-    async def prune_counters(self, older_than_days: int = 7) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(delete(counters).where(counters.c.updated_at < utcnow() - timedelta(days=older_than_days)))
+        return await self.db.write(work)
 
+    async def prune_counters(self, older_than_days: int = 7) -> None:
+        cutoff = utcnow() - timedelta(days=older_than_days)
+        await self.db.write(lambda conn: conn.execute(delete(counters).where(counters.c.updated_at < cutoff)))

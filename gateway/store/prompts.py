@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Sequence
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import bindparam, insert, or_, select, update
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
 from gateway.store.inbox import InboxRepo, NewItem
@@ -15,6 +16,20 @@ from gateway.store.records import BypassRecord, PromptRecord
 from gateway.store.tables import bypasses, prompts
 
 DecideOutcome = Literal["decided", "duplicate", "unknown", "not_pending", "expired"]
+
+# Statements of every tool call and inbound message, built once (building one costs more than
+# running it).
+_PROMPT_BY_ID = select(prompts).where(prompts.c.id == bindparam("id"))
+_LATEST_FOR_TOOL_CALL = (
+    select(prompts).where(prompts.c.tool_call_id == bindparam("tool_call_id")).order_by(prompts.c.id.desc()).limit(1)
+)
+_PENDING_IN_THREAD = (
+    select(prompts).where(prompts.c.status == "pending", prompts.c.thread_key == bindparam("thread_key")).order_by(prompts.c.id)
+)
+_ACTIVE_BYPASSES = select(bypasses).where(
+    bypasses.c.thread_key == bindparam("thread_key"),
+    or_(bypasses.c.expires_at.is_(None), bypasses.c.expires_at > bindparam("now")),
+)
 
 
 @dataclass(frozen=True)
@@ -41,55 +56,50 @@ class PromptRepo(Repo):
         thread become `superseded` in the same transaction (returned so their buttons can be closed)."""
         token = secrets.token_urlsafe(16)  # 22 chars, 128 bits: unguessable, fits callback_data
         now = utcnow()
-        async with self.db.write() as conn:
+
+        def work(conn: Connection) -> tuple[PromptRecord, list[PromptRecord]]:
             superseded: list[PromptRecord] = []
             if supersede_questions:
-                rows = (
-                    await conn.execute(
-                        update(prompts)
-                        .where(prompts.c.thread_key == thread_key, prompts.c.kind == "question", prompts.c.status == "pending")
-                        .values(status="superseded", decided_at=now)
-                        .returning(*prompts.c)
-                    )
+                rows = conn.execute(
+                    update(prompts)
+                    .where(prompts.c.thread_key == thread_key, prompts.c.kind == "question", prompts.c.status == "pending")
+                    .values(status="superseded", decided_at=now)
+                    .returning(*prompts.c)
                 ).all()
                 superseded = [to_record(PromptRecord, r) for r in rows]
-            prompt_id = (
-                await conn.execute(
-                    insert(prompts)
-                    .values(
-                        token=token, kind=kind, session_id=session_id, thread_key=thread_key, run_id=run_id,
-                        tool_call_id=tool_call_id, status="pending", payload=payload, requested_by=requested_by,
-                        message_ids=[], created_at=now, expires_at=expires_at,
-                    )
-                    .returning(prompts.c.id)
+            prompt_id = conn.execute(
+                insert(prompts)
+                .values(
+                    token=token, kind=kind, session_id=session_id, thread_key=thread_key, run_id=run_id,
+                    tool_call_id=tool_call_id, status="pending", payload=payload, requested_by=requested_by,
+                    message_ids=[], created_at=now, expires_at=expires_at,
                 )
+                .returning(prompts.c.id)
             ).scalar_one()
-            row = (await conn.execute(select(prompts).where(prompts.c.id == prompt_id))).first()
-        return to_record(PromptRecord, row), superseded
+            row = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
+            return to_record(PromptRecord, row), superseded
+
+        return await self.db.write(work)
 
     async def get(self, prompt_id: int) -> PromptRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(prompts).where(prompts.c.id == prompt_id))).first()
-        return to_record(PromptRecord, row) if row else None
+        return await self.db.read(lambda conn: _one(conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()))
 
     async def by_token(self, token: str) -> PromptRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(prompts).where(prompts.c.token == token))).first()
-        return to_record(PromptRecord, row) if row else None
+        return await self.db.read(lambda conn: _one(conn.execute(select(prompts).where(prompts.c.token == token)).first()))
 
     async def for_tool_call(self, tool_call_id: int) -> PromptRecord | None:
         """The latest prompt about a tool call (approval or ask_user question)."""
-        async with self.db.read() as conn:
-            row = (
-                await conn.execute(select(prompts).where(prompts.c.tool_call_id == tool_call_id).order_by(prompts.c.id.desc()).limit(1))
-            ).first()
-        return to_record(PromptRecord, row) if row else None
+        return await self.db.read(
+            lambda conn: _one(conn.execute(_LATEST_FOR_TOOL_CALL, {"tool_call_id": tool_call_id}).first())
+        )
 
     async def set_message_ids(self, prompt_id: int, message_ids: Sequence[str]) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids)))
+        statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
+        await self.db.write(lambda conn: conn.execute(statement))
 
     async def pending(self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None) -> list[PromptRecord]:
+        if thread_key is not None and session_id is None and kind is None:  # every inbound message asks this
+            return await self.db.read(lambda conn: _all(conn.execute(_PENDING_IN_THREAD, {"thread_key": thread_key})))
         query = select(prompts).where(prompts.c.status == "pending").order_by(prompts.c.id)
         if thread_key is not None:
             query = query.where(prompts.c.thread_key == thread_key)
@@ -97,9 +107,7 @@ class PromptRepo(Repo):
             query = query.where(prompts.c.session_id == session_id)
         if kind is not None:
             query = query.where(prompts.c.kind == kind)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
-        return [to_record(PromptRecord, r) for r in rows]
+        return await self.db.read(lambda conn: _all(conn.execute(query)))
 
     async def decide(
         self,
@@ -119,10 +127,11 @@ class PromptRepo(Repo):
         """Compare-and-set pending -> `status`, in one transaction with the inbound event (dedupe)
         and the resume item that continues the turn. Only one decision ever wins."""
         now = now or utcnow()
-        async with self.db.write() as conn:
-            if event is not None and not await InboxRepo.add_in(conn, event):
+
+        def work(conn: Connection) -> Decision:
+            if event is not None and not InboxRepo.add_in(conn, event):
                 return Decision("duplicate", None)
-            row = (await conn.execute(select(prompts).where(prompts.c.id == prompt_id))).first()
+            row = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
             if row is None:
                 return Decision("unknown", None)
             if row.status != "pending":
@@ -130,7 +139,7 @@ class PromptRepo(Repo):
             expired = enforce_expiry and row.expires_at is not None and row.expires_at <= now
             if expired:
                 return Decision("expired", to_record(PromptRecord, row))
-            changed = await conn.execute(
+            changed = conn.execute(
                 update(prompts)
                 .where(prompts.c.id == prompt_id, prompts.c.status == "pending")
                 .values(status=status, decision=decision, decided_by=decided_by, decided_by_name=decided_by_name, answer=answer, decided_at=now)
@@ -139,49 +148,54 @@ class PromptRepo(Repo):
                 return Decision("not_pending", to_record(PromptRecord, row))
             # Messages held while the prompt was pending go back to the queue; on a denial the
             # latest of them may be the reason the person typed.
-            reason = await InboxRepo.release_held_in(conn, row.thread_key, take_reason=reason_from_held)
+            reason = InboxRepo.release_held_in(conn, row.thread_key, take_reason=reason_from_held)
             if reason:
-                await conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(answer=reason))
+                conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(answer=reason))
             if resume is not None:
-                await InboxRepo.add_in(conn, resume)
-            decided = (await conn.execute(select(prompts).where(prompts.c.id == prompt_id))).first()
-        return Decision("decided", to_record(PromptRecord, decided))
+                InboxRepo.add_in(conn, resume)
+            decided = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
+            return Decision("decided", to_record(PromptRecord, decided))
+
+        return await self.db.write(work)
 
     async def due(self, now: datetime | None = None) -> list[PromptRecord]:
-        now = now or utcnow()
-        async with self.db.read() as conn:
-            rows = (await conn.execute(select(prompts).where(prompts.c.status == "pending", prompts.c.expires_at <= now))).all()
-        return [to_record(PromptRecord, r) for r in rows]
+        query = select(prompts).where(prompts.c.status == "pending", prompts.c.expires_at <= (now or utcnow()))
+        return await self.db.read(lambda conn: _all(conn.execute(query)))
 
     async def cancel(self, prompt_ids: Sequence[int], *, status: str = "canceled") -> list[PromptRecord]:
         if not prompt_ids:
             return []
-        async with self.db.write() as conn:
-            rows = (
-                await conn.execute(
-                    update(prompts)
-                    .where(prompts.c.id.in_(list(prompt_ids)), prompts.c.status == "pending")
-                    .values(status=status, decided_at=utcnow())
-                    .returning(*prompts.c)
-                )
+
+        def work(conn: Connection) -> list[PromptRecord]:
+            rows = conn.execute(
+                update(prompts)
+                .where(prompts.c.id.in_(list(prompt_ids)), prompts.c.status == "pending")
+                .values(status=status, decided_at=utcnow())
+                .returning(*prompts.c)
             ).all()
             for thread_key in {r.thread_key for r in rows}:  # messages held for them are queued again
-                await InboxRepo.release_held_in(conn, thread_key, take_reason=False)
-        return [to_record(PromptRecord, r) for r in rows]
+                InboxRepo.release_held_in(conn, thread_key, take_reason=False)
+            return [to_record(PromptRecord, r) for r in rows]
+
+        return await self.db.write(work)
 
     # ---- bypasses --------------------------------------------------------------------------
     async def add_bypass(self, *, thread_key: str, tool: str, expires_at: datetime | None, granted_by: str, prompt_id: int | None) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(
-                insert(bypasses).values(thread_key=thread_key, tool=tool, expires_at=expires_at, granted_by=granted_by, prompt_id=prompt_id, created_at=utcnow())
-            )
+        statement = insert(bypasses).values(
+            thread_key=thread_key, tool=tool, expires_at=expires_at, granted_by=granted_by, prompt_id=prompt_id, created_at=utcnow()
+        )
+        await self.db.write(lambda conn: conn.execute(statement))
 
     async def active_bypasses(self, thread_key: str, now: datetime | None = None) -> list[BypassRecord]:
-        now = now or utcnow()
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(bypasses).where(bypasses.c.thread_key == thread_key, or_(bypasses.c.expires_at.is_(None), bypasses.c.expires_at > now))
-                )
-            ).all()
-        return [to_record(BypassRecord, r) for r in rows]
+        params = {"thread_key": thread_key, "now": now or utcnow()}
+        return await self.db.read(
+            lambda conn: [to_record(BypassRecord, r) for r in conn.execute(_ACTIVE_BYPASSES, params)]
+        )
+
+
+def _one(row: Any) -> PromptRecord | None:
+    return to_record(PromptRecord, row) if row else None
+
+
+def _all(result: Any) -> list[PromptRecord]:
+    return [to_record(PromptRecord, r) for r in result]

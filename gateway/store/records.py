@@ -157,6 +157,15 @@ class BypassRecord:
 
 
 @dataclass(frozen=True)
+class RunEnd:
+    """A run's final stage, written together with the delivery that ends it."""
+
+    run_id: int
+    stage: str
+    end_reason: str
+
+
+@dataclass(frozen=True)
 class OutboxRecord:
     id: int
     key: str

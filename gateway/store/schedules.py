@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal, Sequence
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
 from gateway.store.inbox import insert_ignoring
@@ -109,53 +110,60 @@ class ScheduleRepo(Repo):
     # ---- schedules -------------------------------------------------------------------------
     async def create(self, new: NewSchedule, *, now: datetime | None = None) -> ScheduleRecord:
         now = now or utcnow()
-        async with self.db.write() as conn:
-            taken = (await conn.execute(select(schedules.c.id).where(schedules.c.name == new.name))).first()
+
+        def work(conn: Connection) -> ScheduleRecord:
+            taken = conn.execute(select(schedules.c.id).where(schedules.c.name == new.name)).first()
             if taken is not None:
                 raise ScheduleExists(f"a job named {new.name!r} already exists")
-            schedule_id = (
-                await conn.execute(
-                    insert(schedules).values(**asdict(new), created_at=now, updated_at=now).returning(schedules.c.id)
-                )
+            schedule_id = conn.execute(
+                insert(schedules).values(**asdict(new), created_at=now, updated_at=now).returning(schedules.c.id)
             ).scalar_one()
-            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
-        return to_record(ScheduleRecord, row)
+            row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
+            return to_record(ScheduleRecord, row)
+
+        return await self.db.write(work)
 
     async def update(self, schedule_id: int, *, now: datetime | None = None, **values: Any) -> ScheduleRecord | None:
         """Change fields; `updated_at` moves, which re-anchors intervals and the missed-run scan."""
-        async with self.db.write() as conn:
-            await conn.execute(
-                update(schedules).where(schedules.c.id == schedule_id).values(**values, updated_at=now or utcnow())
-            )
-            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
-        return to_record(ScheduleRecord, row) if row else None
+        updated_at = now or utcnow()
+
+        def work(conn: Connection) -> ScheduleRecord | None:
+            conn.execute(update(schedules).where(schedules.c.id == schedule_id).values(**values, updated_at=updated_at))
+            row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
+            return to_record(ScheduleRecord, row) if row else None
+
+        return await self.db.write(work)
 
     async def set_enabled(self, schedule_id: int, enabled: bool, *, reason: str | None = None, now: datetime | None = None) -> bool:
         """Switch a job on or off; False when it was already in that state (nothing changed)."""
-        async with self.db.write() as conn:
-            changed = await conn.execute(
-                update(schedules)
-                .where(schedules.c.id == schedule_id, schedules.c.enabled.is_(not enabled))
-                .values(enabled=enabled, disabled_reason=None if enabled else reason, updated_at=now or utcnow())
-            )
-        return changed.rowcount == 1
+        statement = (
+            update(schedules)
+            .where(schedules.c.id == schedule_id, schedules.c.enabled.is_(not enabled))
+            .values(enabled=enabled, disabled_reason=None if enabled else reason, updated_at=now or utcnow())
+        )
+        return await self.db.write(lambda conn: conn.execute(statement).rowcount == 1)
 
     async def remove(self, schedule_id: int) -> bool:
         """Delete a job and its run history."""
-        async with self.db.write() as conn:
-            await conn.execute(delete(job_runs).where(job_runs.c.schedule_id == schedule_id))
-            removed = await conn.execute(delete(schedules).where(schedules.c.id == schedule_id))
-        return removed.rowcount == 1
+
+        def work(conn: Connection) -> bool:
+            conn.execute(delete(job_runs).where(job_runs.c.schedule_id == schedule_id))
+            return conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount == 1
+
+        return await self.db.write(work)
 
     async def get(self, schedule_id: int) -> ScheduleRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(schedules).where(schedules.c.id == schedule_id))).first()
-        return to_record(ScheduleRecord, row) if row else None
+        return await self._one_schedule(schedules.c.id == schedule_id)
 
     async def by_name(self, name: str) -> ScheduleRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(schedules).where(schedules.c.name == name))).first()
-        return to_record(ScheduleRecord, row) if row else None
+        return await self._one_schedule(schedules.c.name == name)
+
+    async def _one_schedule(self, condition: ColumnElement[bool]) -> ScheduleRecord | None:
+        def work(conn: Connection) -> ScheduleRecord | None:
+            row = conn.execute(select(schedules).where(condition)).first()
+            return to_record(ScheduleRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def list(
         self, *, enabled: bool | None = None, source: str | None = None, deliver_to: str | None = None
@@ -167,16 +175,16 @@ class ScheduleRepo(Repo):
             query = query.where(schedules.c.source == source)
         if deliver_to is not None:
             query = query.where(schedules.c.deliver_to == deliver_to)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
-        return [to_record(ScheduleRecord, r) for r in rows]
+
+        def work(conn: Connection) -> list[ScheduleRecord]:
+            return [to_record(ScheduleRecord, r) for r in conn.execute(query).all()]
+
+        return await self.db.read(work)
 
     async def fingerprint(self) -> int:
         """Changes anywhere (another instance, the CLI) show up as a different fingerprint."""
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(select(schedules.c.id, schedules.c.enabled, schedules.c.updated_at).order_by(schedules.c.id))
-            ).all()
+        query = select(schedules.c.id, schedules.c.enabled, schedules.c.updated_at).order_by(schedules.c.id)
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
         return hash(tuple((r.id, bool(r.enabled), r.updated_at) for r in rows))
 
     # ---- job runs --------------------------------------------------------------------------
@@ -187,17 +195,16 @@ class ScheduleRepo(Repo):
 
         None when the firing was already claimed (by this or another scheduler)."""
         now = now or utcnow()
-        async with self.db.write() as conn:
+
+        def work(conn: Connection) -> JobRunRecord | None:
             # Claims of one schedule queue on its row, so the running check below sees the
             # other claimer's committed run (SQLite: the write transaction already serialises).
-            await conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
-            busy = (
-                await conn.execute(
-                    select(job_runs.c.id)
-                    .where(job_runs.c.schedule_id == schedule_id, job_runs.c.status == "running")
-                    .order_by(job_runs.c.id)
-                    .limit(1)
-                )
+            conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
+            busy = conn.execute(
+                select(job_runs.c.id)
+                .where(job_runs.c.schedule_id == schedule_id, job_runs.c.status == "running")
+                .order_by(job_runs.c.id)
+                .limit(1)
             ).scalar()
             values: dict[str, Any] = dict(
                 schedule_id=schedule_id, scheduled_for=scheduled_for, origin=origin, interactive=False,
@@ -207,12 +214,12 @@ class ScheduleRepo(Repo):
                 values.update(status="running", started_at=now)
             else:
                 values.update(status="skipped", finished_at=now, error=f"still running (job run #{busy})")
-            row = (
-                await conn.execute(
-                    insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(*job_runs.c)
-                )
+            row = conn.execute(
+                insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(*job_runs.c)
             ).first()
-        return to_record(JobRunRecord, row) if row is not None else None
+            return to_record(JobRunRecord, row) if row is not None else None
+
+        return await self.db.write(work)
 
     async def record_missed(
         self, schedule_id: int, times: Sequence[datetime], *, error: str, now: datetime | None = None
@@ -221,21 +228,23 @@ class ScheduleRepo(Repo):
         if not times:
             return 0
         now = now or utcnow()
-        added = 0
-        async with self.db.write() as conn:
+
+        def work(conn: Connection) -> int:
+            added = 0
             for when in times:
-                result = await conn.execute(
+                result = conn.execute(
                     insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(
                         schedule_id=schedule_id, scheduled_for=when, status="missed", origin="schedule",
                         interactive=False, delivered=[], tokens=0, finished_at=now, error=error,
                     )
                 )
                 added += result.rowcount
-        return added
+            return added
+
+        return await self.db.write(work)
 
     async def attach_session(self, job_run_id: int, session_id: int) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(session_id=session_id))
+        await self.db.write(lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(session_id=session_id)))
 
     async def finish(
         self,
@@ -256,64 +265,68 @@ class ScheduleRepo(Repo):
             values["run_id"] = run_id
         if cost_nano_usd is not None:
             values["cost_nano_usd"] = cost_nano_usd
-        async with self.db.write() as conn:
-            changed = await conn.execute(
+
+        def work(conn: Connection) -> JobRunRecord | None:
+            changed = conn.execute(
                 update(job_runs).where(job_runs.c.id == job_run_id, job_runs.c.status == "running").values(**values)
             )
             if changed.rowcount != 1:
                 return None
-            row = (await conn.execute(select(job_runs).where(job_runs.c.id == job_run_id))).first()
-        return to_record(JobRunRecord, row)
+            row = conn.execute(select(job_runs).where(job_runs.c.id == job_run_id)).first()
+            return to_record(JobRunRecord, row)
+
+        return await self.db.write(work)
 
     async def note(self, job_run_id: int, error: str) -> None:
         """Remember something about a run (a kill request, a failed delivery) without closing it."""
-        async with self.db.write() as conn:
-            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(error=error))
+        await self.db.write(lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(error=error)))
 
     async def add_delivered(self, job_run_id: int, message_ids: Sequence[str]) -> None:
-        async with self.db.write() as conn:
-            current = (await conn.execute(select(job_runs.c.delivered).where(job_runs.c.id == job_run_id))).scalar()
+        def work(conn: Connection) -> None:
+            current = conn.execute(select(job_runs.c.delivered).where(job_runs.c.id == job_run_id)).scalar()
             merged = list(current or []) + [m for m in message_ids if m not in (current or [])]
-            await conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(delivered=merged))
+            conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(delivered=merged))
+
+        await self.db.write(work)
 
     async def get_run(self, job_run_id: int) -> JobRunRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(job_runs).where(job_runs.c.id == job_run_id))).first()
-        return to_record(JobRunRecord, row) if row else None
+        def work(conn: Connection) -> JobRunRecord | None:
+            row = conn.execute(select(job_runs).where(job_runs.c.id == job_run_id)).first()
+            return to_record(JobRunRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def running(self, schedule_id: int | None = None) -> list[JobRunRecord]:
         query = select(job_runs).where(job_runs.c.status == "running").order_by(job_runs.c.id)
         if schedule_id is not None:
             query = query.where(job_runs.c.schedule_id == schedule_id)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
-        return [to_record(JobRunRecord, r) for r in rows]
+        return await self._job_runs(query)
 
     async def recent_runs(self, schedule_id: int, *, limit: int = 20) -> list[JobRunRecord]:
         """Newest firings first."""
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(job_runs)
-                    .where(job_runs.c.schedule_id == schedule_id)
-                    .order_by(job_runs.c.scheduled_for.desc(), job_runs.c.id.desc())
-                    .limit(limit)
-                )
-            ).all()
-        return [to_record(JobRunRecord, r) for r in rows]
+        query = (
+            select(job_runs)
+            .where(job_runs.c.schedule_id == schedule_id)
+            .order_by(job_runs.c.scheduled_for.desc(), job_runs.c.id.desc())
+            .limit(limit)
+        )
+        return await self._job_runs(query)
+
+    async def _job_runs(self, query: Select) -> list[JobRunRecord]:
+        def work(conn: Connection) -> list[JobRunRecord]:
+            return [to_record(JobRunRecord, r) for r in conn.execute(query).all()]
+
+        return await self.db.read(work)
 
     async def last_firing(self, schedule_id: int) -> datetime | None:
         """The latest firing of the trigger that has a record (manual runs and retries aside)."""
-        async with self.db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(job_runs.c.scheduled_for)
-                    .where(job_runs.c.schedule_id == schedule_id, job_runs.c.origin == "schedule")
-                    .order_by(job_runs.c.scheduled_for.desc())
-                    .limit(1)
-                )
-            ).first()
-        return row[0] if row else None
+        query = (
+            select(job_runs.c.scheduled_for)
+            .where(job_runs.c.schedule_id == schedule_id, job_runs.c.origin == "schedule")
+            .order_by(job_runs.c.scheduled_for.desc())
+            .limit(1)
+        )
+        return await self.db.read(lambda conn: conn.execute(query).scalar())
 
     async def count_runs(self, schedule_id: int | None = None, *, status: str | None = None) -> int:
         query = select(func.count()).select_from(job_runs)
@@ -321,5 +334,4 @@ class ScheduleRepo(Repo):
             query = query.where(job_runs.c.schedule_id == schedule_id)
         if status is not None:
             query = query.where(job_runs.c.status == status)
-        async with self.db.read() as conn:
-            return int((await conn.execute(query)).scalar_one())
+        return await self.db.read(lambda conn: int(conn.execute(query).scalar_one()))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
 
 from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
 from gateway.store.records import (
@@ -18,22 +18,40 @@ from gateway.store.records import (
 )
 from gateway.store.tables import messages, sessions, threads, tool_calls
 
+# Statements of every turn, built once (building one costs more than running it).
+_SESSION_BY_ID = select(sessions).where(sessions.c.id == bindparam("id"))
+_NEXT_SEQ = (
+    update(sessions)
+    .where(sessions.c.id == bindparam("session_id"))  # not "id": update() reserves column names
+    .values(next_seq=sessions.c.next_seq + 1)
+    .returning(sessions.c.next_seq - 1)
+)
+_INSERT_MESSAGE = insert(messages).returning(messages.c.id)
+_INSERT_TOOL_CALL = insert(tool_calls).returning(tool_calls.c.id)
+_NOTES = select(sessions.c.notes).where(sessions.c.id == bindparam("id"))
+_OPEN_TOOL_CALLS = (
+    select(tool_calls)
+    .where(tool_calls.c.session_id == bindparam("session_id"), tool_calls.c.status.in_(("running", "pending")))
+    .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
+)
 
 class SessionRepo(Repo):
     # ---- sessions -------------------------------------------------------------------------
     async def current(self, thread_key: str) -> SessionRecord | None:
-        async with self.db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(sessions).join(threads, threads.c.session_id == sessions.c.id).where(threads.c.key == thread_key)
-                )
+        def work(conn: Connection) -> SessionRecord | None:
+            row = conn.execute(
+                select(sessions).join(threads, threads.c.session_id == sessions.c.id).where(threads.c.key == thread_key)
             ).first()
-        return to_record(SessionRecord, row) if row else None
+            return to_record(SessionRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def get(self, session_id: int) -> SessionRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(sessions).where(sessions.c.id == session_id))).first()
-        return to_record(SessionRecord, row) if row else None
+        def work(conn: Connection) -> SessionRecord | None:
+            row = conn.execute(_SESSION_BY_ID, {"id": session_id}).first()
+            return to_record(SessionRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def open(
         self,
@@ -50,85 +68,71 @@ class SessionRepo(Repo):
         fresh: bool = False,
     ) -> SessionRecord:
         """The thread's current session, or a new one (always new with `fresh`, as for /new)."""
-        async with self.db.write() as conn:
-            row = (await conn.execute(select(threads).where(threads.c.key == thread_key))).first()
+
+        def work(conn: Connection) -> SessionRecord:
+            row = conn.execute(select(threads).where(threads.c.key == thread_key)).first()
             if row is not None and row.session_id is not None and not fresh:
-                current = (await conn.execute(select(sessions).where(sessions.c.id == row.session_id))).first()
-                return to_record(SessionRecord, current)
+                return to_record(SessionRecord, conn.execute(_SESSION_BY_ID, {"id": row.session_id}).first())
             now = utcnow()
             if row is not None and row.session_id is not None:
-                await conn.execute(update(sessions).where(sessions.c.id == row.session_id).values(closed_at=now))
-            session_id = (
-                await conn.execute(
-                    insert(sessions)
-                    .values(
-                        thread_key=thread_key,
-                        kind=kind,
-                        interactive=interactive,
-                        ephemeral=ephemeral,
-                        source=source,
-                        started_by=started_by,
-                        schedule_id=schedule_id,
-                        max_rounds=max_rounds,
-                        max_tokens=max_tokens,
-                        next_seq=1,
-                        notes={},
-                        created_at=now,
-                    )
-                    .returning(sessions.c.id)
+                conn.execute(update(sessions).where(sessions.c.id == row.session_id).values(closed_at=now))
+            session_id = conn.execute(
+                insert(sessions)
+                .values(
+                    thread_key=thread_key,
+                    kind=kind,
+                    interactive=interactive,
+                    ephemeral=ephemeral,
+                    source=source,
+                    started_by=started_by,
+                    schedule_id=schedule_id,
+                    max_rounds=max_rounds,
+                    max_tokens=max_tokens,
+                    next_seq=1,
+                    notes={},
+                    created_at=now,
                 )
+                .returning(sessions.c.id)
             ).scalar_one()
             if row is None:
-                await conn.execute(
+                conn.execute(
                     insert(threads).values(key=thread_key, channel=thread_key.split(":", 1)[0], session_id=session_id, created_at=now)
                 )
             else:
-                await conn.execute(update(threads).where(threads.c.key == thread_key).values(session_id=session_id))
-            created = (await conn.execute(select(sessions).where(sessions.c.id == session_id))).first()
-        return to_record(SessionRecord, created)
+                conn.execute(update(threads).where(threads.c.key == thread_key).values(session_id=session_id))
+            return to_record(SessionRecord, conn.execute(_SESSION_BY_ID, {"id": session_id}).first())
+
+        return await self.db.write(work)
 
     async def close(self, session_id: int) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(update(sessions).where(sessions.c.id == session_id).values(closed_at=utcnow()))
+        await self.db.write(lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(closed_at=utcnow())))
 
     async def thread_exists(self, thread_key: str) -> bool:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(threads.c.key).where(threads.c.key == thread_key))).first()
-        return row is not None
+        return await self.db.read(lambda conn: conn.execute(select(threads.c.key).where(threads.c.key == thread_key)).first() is not None)
 
     async def list(self, limit: int = 50) -> list[SessionRecord]:
-        async with self.db.read() as conn:
-            rows = (await conn.execute(select(sessions).order_by(sessions.c.id.desc()).limit(limit))).all()
-        return [to_record(SessionRecord, r) for r in rows]
+        def work(conn: Connection) -> list[SessionRecord]:
+            rows = conn.execute(select(sessions).order_by(sessions.c.id.desc()).limit(limit)).all()
+            return [to_record(SessionRecord, r) for r in rows]
+
+        return await self.db.read(work, large=True)
 
     # ---- notes (scratchpad) ----------------------------------------------------------------
     async def get_notes(self, session_id: int) -> dict[str, str]:
-        async with self.db.read() as conn:
-            notes = (await conn.execute(select(sessions.c.notes).where(sessions.c.id == session_id))).scalar()
-        return dict(notes or {})
+        return await self.db.read(lambda conn: dict(conn.execute(_NOTES, {"id": session_id}).scalar() or {}))
 
     async def set_note(self, session_id: int, key: str, value: str | None) -> None:
-        async with self.db.write() as conn:
-            notes = dict((await conn.execute(select(sessions.c.notes).where(sessions.c.id == session_id))).scalar() or {})
+        def work(conn: Connection) -> None:
+            notes = dict(conn.execute(_NOTES, {"id": session_id}).scalar() or {})
             if value is None:
                 notes.pop(key, None)
             else:
                 notes[key] = value
-            await conn.execute(update(sessions).where(sessions.c.id == session_id).values(notes=notes))
+            conn.execute(update(sessions).where(sessions.c.id == session_id).values(notes=notes))
+
+        await self.db.write(work)
 
     # ---- messages --------------------------------------------------------------------------
-    @staticmethod
-    async def _next_seq(conn: AsyncConnection, session_id: int) -> int:
-        # Allocated in the caller's transaction: the row lock serialises concurrent appends.
-        return (
-            await conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id)
-                .values(next_seq=sessions.c.next_seq + 1)
-                .returning(sessions.c.next_seq - 1)
-            )
-        ).scalar_one()
-
     async def append(
         self,
         session_id: int,
@@ -143,58 +147,53 @@ class SessionRepo(Repo):
         usage: dict[str, Any] | None = None,
         calls: Sequence[NewToolCall] = (),
         fence: Fence | None = None,
-        conn: AsyncConnection | None = None,
     ) -> MessageRecord:
         """Append one message (and its tool calls) with the next sequence number."""
-        if conn is not None:
-            return await self._append(conn, session_id, role, content, synthetic, sender_id, sender_name, run_id, reasoning, usage, calls, fence)
-        async with self.db.write() as conn:
-            return await self._append(conn, session_id, role, content, synthetic, sender_id, sender_name, run_id, reasoning, usage, calls, fence)
-
-    async def _append(self, conn, session_id, role, content, synthetic, sender_id, sender_name, run_id, reasoning, usage, calls, fence):  # noqa: ANN001, PLR0913
-        await check_fence(conn, fence)
-        seq = await self._next_seq(conn, session_id)
-        now = utcnow()
-        message_id = (
-            await conn.execute(
-                insert(messages)
-                .values(
-                    session_id=session_id,
-                    seq=seq,
-                    role=role,
-                    content=content,
-                    status="ok",
-                    synthetic=synthetic,
-                    reasoning=reasoning or None,
-                    usage=usage,
-                    sender_id=sender_id,
-                    sender_name=sender_name,
-                    run_id=run_id,
-                    created_at=now,
-                )
-                .returning(messages.c.id)
+        return await self.db.write(
+            lambda conn: self.append_in(
+                conn, session_id, role, content, synthetic=synthetic, sender_id=sender_id, sender_name=sender_name,
+                run_id=run_id, reasoning=reasoning, usage=usage, calls=calls, fence=fence,
             )
+        )
+
+    @staticmethod
+    def append_in(
+        conn: Connection,
+        session_id: int,
+        role: str,
+        content: str,
+        *,
+        synthetic: bool = False,
+        sender_id: str | None = None,
+        sender_name: str | None = None,
+        run_id: int | None = None,
+        reasoning: str | None = None,
+        usage: dict[str, Any] | None = None,
+        calls: Sequence[NewToolCall] = (),
+        fence: Fence | None = None,
+    ) -> MessageRecord:
+        """`append` inside the caller's transaction. The sequence number is allocated there
+        too: the row lock on the session serialises concurrent appends."""
+        check_fence(conn, fence)
+        seq = conn.execute(_NEXT_SEQ, {"session_id": session_id}).scalar_one()
+        now = utcnow()
+        message_id = conn.execute(
+            _INSERT_MESSAGE,
+            {
+                "session_id": session_id, "seq": seq, "role": role, "content": content, "status": "ok",
+                "synthetic": synthetic, "reasoning": reasoning or None, "usage": usage, "sender_id": sender_id,
+                "sender_name": sender_name, "run_id": run_id, "created_at": now,
+            },
         ).scalar_one()
         records: list[ToolCallRecord] = []
         for ordinal, call in enumerate(calls):
-            call_row_id = (
-                await conn.execute(
-                    insert(tool_calls)
-                    .values(
-                        message_id=message_id,
-                        session_id=session_id,
-                        call_id=call.call_id,
-                        ordinal=ordinal,
-                        name=call.name,
-                        arguments=call.arguments,
-                        result=call.result,
-                        status=call.status,
-                        note=call.note,
-                        run_id=run_id,
-                        started_at=now,
-                    )
-                    .returning(tool_calls.c.id)
-                )
+            call_row_id = conn.execute(
+                _INSERT_TOOL_CALL,
+                {
+                    "message_id": message_id, "session_id": session_id, "call_id": call.call_id, "ordinal": ordinal,
+                    "name": call.name, "arguments": call.arguments, "result": call.result, "status": call.status,
+                    "note": call.note, "run_id": run_id, "started_at": now,
+                },
             ).scalar_one()
             records.append(
                 ToolCallRecord(call_row_id, message_id, session_id, call.call_id, ordinal, call.name, call.arguments, call.result, call.status, call.note, run_id)
@@ -206,37 +205,33 @@ class SessionRepo(Repo):
 
     async def mark_failed(self, message_ids: Iterable[int]) -> None:
         ids = list(message_ids)
-        if not ids:
-            return
-        async with self.db.write() as conn:
-            await conn.execute(update(messages).where(messages.c.id.in_(ids)).values(status="failed"))
+        if ids:
+            await self.db.write(lambda conn: conn.execute(update(messages).where(messages.c.id.in_(ids)).values(status="failed")))
 
     async def history(self, session_id: int, *, after_seq: int = 0) -> list[MessageRecord]:
         """Messages in sequence order with their tool calls attached (two queries)."""
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(messages)
-                    .where(messages.c.session_id == session_id, messages.c.seq > after_seq)
-                    .order_by(messages.c.seq)
-                )
+
+        def work(conn: Connection) -> list[MessageRecord]:
+            rows = conn.execute(
+                select(messages).where(messages.c.session_id == session_id, messages.c.seq > after_seq).order_by(messages.c.seq)
             ).all()
-            call_rows = (
-                await conn.execute(
-                    select(tool_calls)
-                    .join(messages, messages.c.id == tool_calls.c.message_id)
-                    .where(tool_calls.c.session_id == session_id, messages.c.seq > after_seq)
-                    .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
-                )
+            call_rows = conn.execute(
+                select(tool_calls)
+                .join(messages, messages.c.id == tool_calls.c.message_id)
+                .where(tool_calls.c.session_id == session_id, messages.c.seq > after_seq)
+                .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
             ).all()
-        by_message: dict[int, list[ToolCallRecord]] = defaultdict(list)
-        for row in call_rows:
-            by_message[row.message_id].append(to_record(ToolCallRecord, row))
-        return [to_record(MessageRecord, r, tool_calls=tuple(by_message.get(r.id, ()))) for r in rows]
+            by_message: dict[int, list[ToolCallRecord]] = defaultdict(list)
+            for row in call_rows:
+                by_message[row.message_id].append(to_record(ToolCallRecord, row))
+            return [to_record(MessageRecord, r, tool_calls=tuple(by_message.get(r.id, ()))) for r in rows]
+
+        return await self.db.read(work, large=after_seq == 0)
 
     async def count(self, session_id: int) -> int:
-        async with self.db.read() as conn:
-            return (await conn.execute(select(func.count()).select_from(messages).where(messages.c.session_id == session_id))).scalar_one()
+        return await self.db.read(
+            lambda conn: conn.execute(select(func.count()).select_from(messages).where(messages.c.session_id == session_id)).scalar_one()
+        )
 
     # ---- tool calls ------------------------------------------------------------------------
     async def set_tool_call(
@@ -255,23 +250,22 @@ class SessionRepo(Repo):
             values["note"] = note
         if status not in ("running", "pending"):
             values["finished_at"] = utcnow()
-        async with self.db.write() as conn:
-            await check_fence(conn, fence)
-            await conn.execute(update(tool_calls).where(tool_calls.c.id == tool_call_id).values(**values))
+
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            conn.execute(update(tool_calls).where(tool_calls.c.id == tool_call_id).values(**values))
+
+        await self.db.write(work)
 
     async def get_tool_call(self, tool_call_id: int) -> ToolCallRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(tool_calls).where(tool_calls.c.id == tool_call_id))).first()
-        return to_record(ToolCallRecord, row) if row else None
+        def work(conn: Connection) -> ToolCallRecord | None:
+            row = conn.execute(select(tool_calls).where(tool_calls.c.id == tool_call_id)).first()
+            return to_record(ToolCallRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def open_tool_calls(self, session_id: int) -> list[ToolCallRecord]:
         """Calls not yet finished (running or pending), in declared order."""
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(tool_calls)
-                    .where(tool_calls.c.session_id == session_id, tool_calls.c.status.in_(("running", "pending")))
-                    .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
-                )
-            ).all()
-        return [to_record(ToolCallRecord, r) for r in rows]
+        return await self.db.read(
+            lambda conn: [to_record(ToolCallRecord, r) for r in conn.execute(_OPEN_TOOL_CALLS, {"session_id": session_id})]
+        )

@@ -109,6 +109,7 @@ messages = Table(
     Column("run_id", Id, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=_now),
     UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
+    Index("ix_messages_session_status_seq", "session_id", "status", "seq"),  # failed rows, each round
 )
 
 tool_calls = Table(
@@ -129,6 +130,9 @@ tool_calls = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     UniqueConstraint("message_id", "ordinal", name="uq_tool_calls_message_ordinal"),
+    # what changed since the context was last read, each round (history.changes)
+    Index("ix_tool_calls_session_finished", "session_id", "finished_at"),
+    Index("ix_tool_calls_session_status", "session_id", "status"),
 )
 
 runs = Table(
