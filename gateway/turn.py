@@ -331,13 +331,13 @@ class Turn(ToolCallSteps):
         usage_json = usage.__dict__ if usage is not None else None
         usage_json = {k: v for k, v in (usage_json or {}).items() if k != "kind"} or None
         events, totals = trace
-        persist = self.s.store.record_round(
-            self.session.id, round_.text, reasoning=round_.reasoning or None, usage=usage_json, run_id=self.run_id,
-            calls=calls, fence=self.req.fence, events=events, totals=totals,
-            reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
-        )
-        # Persistence outlives a cancel (shielded) but not forever.
-        return await asyncio.wait_for(asyncio.shield(persist), PERSIST_TIMEOUT_S)
+        # A store write runs to completion even if this task is cancelled; waiting for it is bounded.
+        async with asyncio.timeout(PERSIST_TIMEOUT_S):
+            return await self.s.store.record_round(
+                self.session.id, round_.text, reasoning=round_.reasoning or None, usage=usage_json, run_id=self.run_id,
+                calls=calls, fence=self.req.fence, events=events, totals=totals,
+                reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
+            )
 
     def _checked_call(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
         spec = self.s.registry.get(call.name)

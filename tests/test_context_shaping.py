@@ -273,3 +273,23 @@ async def test_reported_usage_corrects_the_estimate_upwards_only(store):
     for _ in range(100):
         b.observe_usage(MODEL, plain, 1)  # a provider reporting less never takes the factor below 1
     assert (await build(b, session, turn=first)).estimated_tokens == plain
+
+
+async def test_the_context_built_round_after_round_equals_one_built_from_scratch(store):
+    """Each build extends the previous turn's assembly: rows before the new turn render alike, so
+    only the turn's own rows are rendered again. Whatever the mix of rows, the result must be
+    what a fresh builder (nothing cached) assembles."""
+    session = await open_session(store)
+    warm = builder(store, 0, hide_above=50)  # results of earlier turns render differently: hidden
+    for n in range(12):
+        first = (await user(store, session, f"request {n}")).seq
+        if n % 3 == 0:
+            await user(store, session, f"and one more thing about {n}")  # merged with the request
+        for _ in range(n % 3):  # rounds of one turn: the same turn_seq, history growing
+            await exchange(store, session, ("read_file", f"result {n} " + "x" * 60))
+            built = await build(warm, session, turn=first)
+            assert built.messages == (await build(builder(store, 0, hide_above=50), session, turn=first)).messages
+        await reply(store, session, f"answer {n}")
+        built = await build(warm, session, turn=first)
+        assert built.messages == (await build(builder(store, 0, hide_above=50), session, turn=first)).messages
+        check_well_formed(built.messages)

@@ -55,6 +55,30 @@ class _View:
 
 
 @dataclass(frozen=True)
+class _Memo:
+    """The history assembled last time, to extend instead of assembling again: `done` entries
+    rendered into `history` (`chars` long) for `turn_seq`, under `key` (what else decides how
+    rows render). `before_turn` is the state before that turn's first row, where a later turn
+    (a larger turn_seq) picks up, since the rows before it render alike for it."""
+
+    key: tuple | None
+    turn_seq: int
+    done: int
+    history: list[Message]
+    chars: int
+    before_turn: _Memo | None = None
+
+    def resume(self, key: tuple, turn_seq: int, entries: int) -> _Memo | None:
+        if key != self.key or entries < self.done:
+            return None
+        if turn_seq == self.turn_seq:
+            return self
+        if turn_seq > self.turn_seq and self.before_turn is not None:
+            return self.before_turn
+        return None
+
+
+@dataclass(frozen=True)
 class _Frame:
     system: Message
     tail: Message | None
@@ -203,14 +227,18 @@ class ContextBuilder:
         pinned = cache.pinned if self.context.pin_first_user else None
         if pinned is not None and pinned.seq <= cache.base_seq:
             entries = [Entry(pinned), *entries]
-        key = (cache.stamp, cache.base_seq, turn_seq, lod_seq, cap, pinned.seq if pinned else None)
-        history, chars, done = [], 0, 0
-        if memo and cache.memo is not None and cache.memo[0] == key and cache.memo[1] <= len(entries):
-            _, done, previous, chars = cache.memo
-            history = list(previous)
-        chars = self._extend(history, chars, entries[done:], turn_seq, lod_seq, cap)
+        key = (cache.stamp, cache.base_seq, lod_seq, cap, pinned.seq if pinned else None)
+        start = _Memo(key, turn_seq, 0, [], 0)
+        if memo and cache.memo is not None:
+            start = cache.memo.resume(key, turn_seq, len(entries)) or start
+        history = list(start.history)
+        chars, before_turn = self._extend(history, start.chars, entries, start.done, turn_seq, lod_seq, cap)
         if memo:
-            cache.memo = (key, len(entries), history, chars)
+            if before_turn is None and start.turn_seq == turn_seq:
+                before_turn = start.before_turn  # crossed in an earlier build of this turn
+            if before_turn is None:  # no row of this turn yet: a later turn starts from the end
+                before_turn = _Memo(key, turn_seq, len(entries), list(history), chars)
+            cache.memo = _Memo(key, turn_seq, len(entries), history, chars, before_turn)
         messages = [frame.system, *history]
         chars += message_chars(frame.system)
         if frame.tail is not None:
@@ -218,11 +246,19 @@ class ContextBuilder:
             chars += message_chars(frame.tail)
         return _View(messages, chars)
 
-    def _extend(self, history: list[Message], chars: int, entries: list[Entry], turn_seq: int, lod_seq: int, cap: bool) -> int:
-        """Append the entries' rendered messages, merging consecutive user messages."""
+    def _extend(
+        self, history: list[Message], chars: int, entries: list[Entry], done: int, turn_seq: int, lod_seq: int, cap: bool
+    ) -> tuple[int, _Memo | None]:
+        """Append the rendered messages of entries[done:], merging consecutive user messages.
+        Also returns the state just before the first row of the current turn (None when it is
+        not among them): rows before it render alike in every later turn."""
         limits, lods, cap_bit = self.limits, self.lods, int(cap)
-        for entry in entries:
+        before_turn = None
+        for index in range(done, len(entries)):
+            entry = entries[index]
             seq = entry.row.seq
+            if seq >= turn_seq and before_turn is None and (index == 0 or entries[index - 1].row.seq < turn_seq):
+                before_turn = _Memo(None, turn_seq, index, list(history), chars)
             key = (seq < turn_seq) * 4 + (seq < lod_seq) * 2 + cap_bit
             rendered = entry.renders.get(key) or entry.render(key, limits, lods)
             chars += rendered.chars
@@ -232,7 +268,7 @@ class ContextBuilder:
                 chars += 2 - MESSAGE_OVERHEAD_CHARS
                 messages = messages[1:]
             history.extend(messages)
-        return chars
+        return chars, before_turn
 
     def _measure(self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int, summary: str | None) -> int:
         frame = _Frame(system_block(system_prompt, notes, summary), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from gateway.context.render import MODES, Limits, Lod, RenderedRow, render_row
 from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
@@ -58,7 +59,7 @@ class SessionCache:
     lod_seq: int = 0  # tool results of rows before this seq are stubbed (moves forward only)
     failed: set[int] = field(default_factory=set)  # seqs of cached rows that are not shown
     stamp: int = 0  # bumped by anything but an append
-    memo: tuple | None = None  # the last assembled history, extended while only appends happen
+    memo: Any = None  # the last assembled history (builder._Memo), extended while only appends happen
     _visible: list[Entry] | None = None
 
     @property
@@ -148,22 +149,30 @@ class Caches:
 async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int) -> None:
     """Bring the cache up to date with the database at the cost of what changed."""
     started = utcnow()
-    marker = await repo.latest_compaction(cache.session_id)
-    if (marker.id if marker else None) != (cache.marker.id if cache.marker else None):
-        cache.reset(marker)
     if cache.loaded_at is None:
-        cache.put(await repo.rows(cache.session_id, after_seq=cache.base_seq))
+        await _load(cache, repo, await repo.latest_compaction(cache.session_id))
     else:
         window = min(turn_started_seq, cache.turn_seq or turn_started_seq, cache.max_seq + 1)
-        changes = await repo.changes(
-            cache.session_id, after_seq=cache.base_seq, before_seq=window, since=cache.loaded_at - CLOCK_MARGIN
+        reads = await repo.round_reads(
+            cache.session_id, after_seq=cache.base_seq, before_seq=window, since=cache.loaded_at - CLOCK_MARGIN, tail_after=window - 1
         )
-        known_failed = {s for s in cache.failed if s < window}
-        stale = set(changes.touched) | (set(changes.failed) ^ known_failed)
-        cache.put(await repo.rows(cache.session_id, seqs=stale))
-        cache.put(await repo.rows(cache.session_id, after_seq=window - 1))
+        if (reads.marker.id if reads.marker else None) != (cache.marker.id if cache.marker else None):
+            await _load(cache, repo, reads.marker)  # folded elsewhere: start again from the new marker
+        else:
+            known_failed = {s for s in cache.failed if s < window}
+            stale = set(reads.changes.touched) | (set(reads.changes.failed) ^ known_failed)
+            if stale:
+                cache.put(await repo.rows(cache.session_id, seqs=stale))
+            cache.put(reads.tail)
     cache.turn_seq = turn_started_seq
     cache.loaded_at = started
     if not cache.pinned_loaded:
         cache.pinned = await repo.first_user_row(cache.session_id)
         cache.pinned_loaded = cache.pinned is not None
+
+
+async def _load(cache: SessionCache, repo: HistoryRepo, marker: CompactionRecord | None) -> None:
+    """Everything after the latest compaction marker (a first build, or after a fold elsewhere)."""
+    if (marker.id if marker else None) != (cache.marker.id if cache.marker else None) or cache.loaded_at is not None:
+        cache.reset(marker)
+    cache.put(await repo.rows(cache.session_id, after_seq=cache.base_seq))

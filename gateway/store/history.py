@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from sqlalchemy import ColumnElement, Select, bindparam, insert, select, text, union
+from sqlalchemy import ColumnElement, Select, bindparam, insert, literal, select, text, union, union_all
 from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
@@ -71,6 +71,15 @@ class RowChanges:
 
     touched: frozenset[int]
     failed: frozenset[int]
+
+
+@dataclass(frozen=True)
+class RoundReads:
+    """What a round of the context builder reads, in one go (see HistoryRepo.round_reads)."""
+
+    marker: CompactionRecord | None
+    changes: RowChanges
+    tail: list[HistoryRow]
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,11 @@ _TOUCHED_SEQS = union(
 _FAILED_SEQS = select(messages.c.seq).where(
     messages.c.session_id == bindparam("session_id"), *_IN_WINDOW, messages.c.status == "failed"
 )
+# Both in one statement: (seq, failed) pairs.
+_CHANGES = union_all(
+    select(_TOUCHED_SEQS.subquery().c.seq, literal(False).label("failed")),
+    select(_FAILED_SEQS.subquery().c.seq, literal(True).label("failed")),
+)
 _FIRST_USER_SEQ = (
     select(messages.c.seq)
     .where(
@@ -186,13 +200,19 @@ class HistoryRepo(Repo):
         return await self.db.read(lambda conn: _read_after(conn, params), large=True)
 
     async def changes(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime) -> RowChanges:
-        """What may have changed in (after_seq, before_seq) since `since` (cheap: two indexed scans)."""
+        """What may have changed in (after_seq, before_seq) since `since` (cheap: indexed ranges)."""
+        params = {"session_id": session_id, "after_seq": after_seq, "before_seq": before_seq, "since": since}
+        return await self.db.read(lambda conn: _changes(conn, params))
+
+    async def round_reads(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime, tail_after: int) -> RoundReads:
+        """One round's reads in one: the latest compaction marker, `changes(after_seq, before_seq,
+        since)` and the rows after `tail_after` (a round's few new rows, read on the loop)."""
         params = {"session_id": session_id, "after_seq": after_seq, "before_seq": before_seq, "since": since}
 
-        def work(conn: Connection) -> RowChanges:
-            touched = conn.execute(_TOUCHED_SEQS, params).scalars().all()
-            failed = conn.execute(_FAILED_SEQS, params).scalars().all()
-            return RowChanges(frozenset(touched), frozenset(failed))
+        def work(conn: Connection) -> RoundReads:
+            marker = conn.execute(_LATEST_COMPACTION, params).first()
+            tail = _read_after(conn, {"session_id": session_id, "after_seq": tail_after})
+            return RoundReads(to_record(CompactionRecord, marker) if marker else None, _changes(conn, params), tail)
 
         return await self.db.read(work)
 
@@ -304,6 +324,14 @@ def _read_rows(conn: Connection, rows_statement: Select, calls_statement: Select
         HistoryRow(r.id, r.seq, r.role, r.content or "", r.status, bool(r.synthetic), r.created_at, calls.get(r.id, ()))
         for r in rows
     ]
+
+
+def _changes(conn: Connection, params: dict) -> RowChanges:
+    touched: set[int] = set()
+    failed: set[int] = set()
+    for seq, is_failed in conn.execute(_CHANGES, params):
+        (failed if is_failed else touched).add(seq)
+    return RowChanges(frozenset(touched), frozenset(failed))
 
 
 def _read_after(conn: Connection, params: dict) -> list[HistoryRow]:

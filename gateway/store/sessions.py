@@ -133,28 +133,10 @@ class SessionRepo(Repo):
         await self.db.write(work)
 
     # ---- messages --------------------------------------------------------------------------
-    async def append(
-        self,
-        session_id: int,
-        role: str,
-        content: str,
-        *,
-        synthetic: bool = False,
-        sender_id: str | None = None,
-        sender_name: str | None = None,
-        run_id: int | None = None,
-        reasoning: str | None = None,
-        usage: dict[str, Any] | None = None,
-        calls: Sequence[NewToolCall] = (),
-        fence: Fence | None = None,
-    ) -> MessageRecord:
-        """Append one message (and its tool calls) with the next sequence number."""
-        return await self.db.write(
-            lambda conn: self.append_in(
-                conn, session_id, role, content, synthetic=synthetic, sender_id=sender_id, sender_name=sender_name,
-                run_id=run_id, reasoning=reasoning, usage=usage, calls=calls, fence=fence,
-            )
-        )
+    async def append(self, session_id: int, role: str, content: str, **fields: Any) -> MessageRecord:
+        """Append one message (and its tool calls) with the next sequence number; `fields` as
+        for `append_in`."""
+        return await self.db.write(lambda conn: self.append_in(conn, session_id, role, content, **fields))
 
     @staticmethod
     def append_in(
