@@ -146,29 +146,28 @@ _NEXT_SEQ = select(sessions.c.next_seq).where(sessions.c.id == bindparam("sessio
 _IN_WINDOW = (messages.c.seq > bindparam("after_seq"), messages.c.seq < bindparam("before_seq"))
 
 
-def _touched(condition: ColumnElement[bool]) -> Select:
-    return (
-        select(messages.c.seq)
-        .join(tool_calls, tool_calls.c.message_id == messages.c.id)
-        .where(tool_calls.c.session_id == bindparam("session_id"), *_IN_WINDOW, condition)
-    )
+def _calls_where(condition: ColumnElement[bool]) -> Select:
+    return select(tool_calls.c.message_id).where(tool_calls.c.session_id == bindparam("session_id"), condition)
 
 
-# Rows whose calls finished since the last read or are still open. A union, not an OR, so each
-# half is an index range (ix_tool_calls_session_finished, ix_tool_calls_session_status) rather
-# than a scan of every call of the session.
-_TOUCHED_SEQS = union(
-    _touched(tool_calls.c.finished_at >= bindparam("since")),
-    _touched(tool_calls.c.status.in_(("running", "pending"))),
+# Rows whose calls finished since the last read or are still open. The calls are found first
+# (a union, not an OR: each half is an index range, ix_tool_calls_session_finished and
+# ix_tool_calls_session_status), then their messages by id: a shape no planner estimate can turn
+# into a scan of the whole session per call.
+_TOUCHED_SEQS = select(messages.c.seq, literal(False).label("failed")).where(
+    messages.c.session_id == bindparam("session_id"),
+    *_IN_WINDOW,
+    messages.c.id.in_(
+        union(
+            _calls_where(tool_calls.c.finished_at >= bindparam("since")),
+            _calls_where(tool_calls.c.status.in_(("running", "pending"))),
+        )
+    ),
 )
-_FAILED_SEQS = select(messages.c.seq).where(
+_FAILED_SEQS = select(messages.c.seq, literal(True).label("failed")).where(
     messages.c.session_id == bindparam("session_id"), *_IN_WINDOW, messages.c.status == "failed"
 )
-# Both in one statement: (seq, failed) pairs.
-_CHANGES = union_all(
-    select(_TOUCHED_SEQS.subquery().c.seq, literal(False).label("failed")),
-    select(_FAILED_SEQS.subquery().c.seq, literal(True).label("failed")),
-)
+_CHANGES = union_all(_TOUCHED_SEQS, _FAILED_SEQS)  # (seq, failed) pairs in one statement
 _FIRST_USER_SEQ = (
     select(messages.c.seq)
     .where(
