@@ -59,15 +59,11 @@ class LLMCallUsage:
 class RunTrace:
     """The events of one run. Every method swallows store errors after logging them."""
 
-    def write_failed(self) -> None:
-        self.write_failures += 1
-
     def __init__(self, store: Store, run_id: int, *, config: TracesConfig, prices: dict[str, ModelPrice]):
         self.store = store
         self.run_id = run_id
         self.limit = config.max_payload_chars
         self.prices = prices
-        self.write_failures = 0
 
     async def event(self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any) -> int | None:
         seqs = await self._events([(kind, payload, parent_seq)], **totals)
@@ -78,7 +74,6 @@ class RunTrace:
         try:
             return await self.store.runs.add_events(self.run_id, capped, **totals)
         except Exception:  # noqa: BLE001 - a trace write never fails the turn
-            self.write_failures += 1
             log.exception("run %s: could not record %s", self.run_id, ", ".join(kind for kind, _, _ in events))
             return []
 
@@ -116,7 +111,6 @@ class RunTrace:
         try:
             await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error)
         except Exception:  # noqa: BLE001
-            self.write_failures += 1
             log.exception("run %s: could not set stage %s", self.run_id, stage)
 
 

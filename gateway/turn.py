@@ -238,8 +238,6 @@ class Turn(ToolCallSteps):
         shows_text = round_.repetition is None and bool(round_.text.strip())
         recorded = await self._persist_round(round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None)
         self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
-        if recorded.event_seqs is None:
-            self.trace.write_failed()  # type: ignore[union-attr]
         if self.s.context is not None and usage is not None and built is not None:
             self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
         if round_.repetition is not None:

@@ -208,14 +208,10 @@ class HistoryRepo(Repo):
                 return found
         return await self.db.read(lambda conn: _read_after(conn, params), large=True)
 
-    async def changes(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime) -> RowChanges:
-        """What may have changed in (after_seq, before_seq) since `since` (cheap: indexed ranges)."""
-        params = {"session_id": session_id, "after_seq": after_seq, "before_seq": before_seq, "since": since}
-        return await self.db.read(lambda conn: _changes(conn, params))
-
     async def round_reads(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime, tail_after: int) -> RoundReads:
-        """One round's reads in one: the latest compaction marker, `changes(after_seq, before_seq,
-        since)` and the rows after `tail_after` (a round's few new rows, read on the loop)."""
+        """One round's reads in one: the latest compaction marker, what may have changed in
+        (after_seq, before_seq) since `since` (calls finished or still open, failed rows: indexed
+        ranges) and the rows after `tail_after` (a round's few new rows, read on the loop)."""
         params = {"session_id": session_id, "after_seq": after_seq, "before_seq": before_seq, "since": since}
 
         def work(conn: Connection) -> RoundReads:
