@@ -173,6 +173,5 @@ async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int)
 
 async def _load(cache: SessionCache, repo: HistoryRepo, marker: CompactionRecord | None) -> None:
     """Everything after the latest compaction marker (a first build, or after a fold elsewhere)."""
-    if (marker.id if marker else None) != (cache.marker.id if cache.marker else None) or cache.loaded_at is not None:
-        cache.reset(marker)
+    cache.reset(marker)
     cache.put(await repo.rows(cache.session_id, after_seq=cache.base_seq))

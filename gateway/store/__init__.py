@@ -35,7 +35,7 @@ _MARK_DONE = update(inbox).where(inbox.c.id == bindparam("item_id")).values(stat
 @dataclass(frozen=True)
 class RecordedRound:
     message: MessageRecord  # noqa: F405
-    event_seqs: list[int] | None  # None: the trace write failed (and was rolled back alone)
+    event_seqs: list[int] | None  # None: the trace write failed (the round was written without it)
     reply: OutboxRecord | None  # noqa: F405
 
 

@@ -200,8 +200,9 @@ class HistoryRepo(Repo):
                 lambda conn: _read_rows(conn, _ROWS_IN, _CALLS_IN, params), large=len(wanted) > LARGE_READ_ROWS
             )
         params = {"session_id": session_id, "after_seq": after_seq}
-        # A round reads a few new rows: on the loop, counted first in the same read. A whole
-        # history (a first build) goes to a reader thread. PostgreSQL needs no count.
+        # A whole history (a first build, a reload after a fold elsewhere): on the loop when it
+        # is short, counted first in the same read; else on a reader thread. PostgreSQL needs no
+        # count. (A round's few new rows come with `round_reads`.)
         if self.db.is_sqlite:
             found = await self.db.read(lambda conn: None if _many_rows_after(conn, params) else _read_after(conn, params))
             if found is not None:

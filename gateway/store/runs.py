@@ -16,7 +16,7 @@ _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("id"))
 _INSERT_EVENTS = insert(run_events)
 _SET_STAGE = update(runs).where(runs.c.id == bindparam("run_id"))
 _TOTALS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "llm_calls", "tool_calls", "rounds")
-_NO_TOTALS = {name: 0 for name in _TOTALS} | {"cost": None, "unpriced": False, "model": None}
+_NO_TOTALS = {name: 0 for name in _TOTALS}
 
 
 def _add_to(column: str):  # noqa: ANN202
@@ -137,6 +137,5 @@ def _totals_params(run_id: int, events: int, totals: dict[str, Any]) -> dict[str
     if unknown:
         raise ValueError(f"unknown run totals: {', '.join(sorted(unknown))}")
     params = {**_NO_TOTALS, **{name: totals[name] for name in _TOTALS if totals.get(name)}}
-    params.update(run_id=run_id, events=events, cost=totals.get("cost_nano_usd"), unpriced=bool(totals.get("unpriced")))
-    params["model"] = totals.get("model") or None
+    params.update(run_id=run_id, events=events, cost=totals.get("cost_nano_usd"), unpriced=bool(totals.get("unpriced")), model=totals.get("model") or None)
     return params
