@@ -32,7 +32,7 @@ from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.llm import LLMClient
 from gateway.store import NewItem, NewToolCall, SessionRecord, SessionRepo, Store
-from gateway.turn import Turn, TurnRequest
+from gateway.agent.turn import Turn, TurnRequest
 
 ROUND_GOAL_MS = 5.0
 BUILD_GOAL_MS = 50.0

@@ -139,7 +139,7 @@ async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
-    from gateway.reports import print_run, print_runs
+    from gateway.cli.reports import print_run, print_runs
 
     store = await _store(config)
     try:
@@ -157,7 +157,7 @@ async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_sessions(args: argparse.Namespace, config: Config) -> int:
-    from gateway.reports import print_session, print_sessions
+    from gateway.cli.reports import print_session, print_sessions
 
     store = await _store(config)
     try:
@@ -175,7 +175,7 @@ async def cmd_sessions(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
-    from gateway.prompts import resume_item
+    from gateway.approvals.prompts import resume_item
 
     store = await _store(config)
     try:
@@ -202,7 +202,7 @@ async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
-    from gateway.inbox import event_item
+    from gateway.inbox.inbox import event_item
     from scheduler.cli import run_jobs_command
 
     store = await _store(config)

@@ -9,20 +9,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from gateway.approvals import ApprovalPolicy
+from gateway.approvals.policy import ApprovalPolicy
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
-from gateway.headless import HeadlessChannel
+from channels.headless import HeadlessChannel
 from gateway.http import HttpServer
-from gateway.inbox import Inbox
+from gateway.inbox.inbox import Inbox
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.outbox import ChatRateLimiter, Outbox
-from gateway.prompts import PromptService, ask_user_spec
+from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.store import Store
 from gateway.tools import ToolRegistry, default_registry, matches_any
-from gateway.turn import TurnServices
+from gateway.agent.turn import TurnServices
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
@@ -57,7 +57,7 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
 
         channels["telegram"] = TelegramChannel(config.telegram, state)
     if config.slack.enabled:
-        from channels.slack import SlackChannel
+        from channels.slack.channel import SlackChannel
 
         channels["slack"] = SlackChannel(config.slack, state)
     return channels

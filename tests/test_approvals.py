@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gateway.approvals import (
+from gateway.approvals.policy import (
     AUTO_DENIED,
     EXPIRED,
     ApprovalPolicy,
@@ -210,7 +210,7 @@ def test_non_interactive_require_becomes_auto_deny(ws):
     ],
 )
 def test_broken_rule_fails_closed_for_the_tool_it_names(ws, bad_rule, caplog):
-    with caplog.at_level(logging.ERROR, logger="gateway.approvals"):
+    with caplog.at_level(logging.ERROR, logger="gateway.approvals.policy"):
         policy = ApprovalPolicy([{"tool": "shell", "action": "allow"}, bad_rule], ws)
     decision = decide(policy, SHELL, {"command": "ls"})
     assert (decision.action, decision.rule_index) == ("require", 1)

@@ -6,10 +6,10 @@ import json
 
 from harness import BOB, make_config, running_gateway
 
-from gateway.approvals import AUTO_DENIED
+from gateway.approvals.policy import AUTO_DENIED
 from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
-from gateway.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
-from gateway.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
+from gateway.approvals.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
+from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")

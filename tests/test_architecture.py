@@ -71,8 +71,8 @@ def test_only_the_composition_root_wires_channels_and_the_scheduler():
 
 SDK_HOMES = {
     "telegram": ("channels/telegram/",),
-    "slack_bolt": ("channels/slack",),
-    "slack_sdk": ("channels/slack",),
+    "slack_bolt": ("channels/slack/",),
+    "slack_sdk": ("channels/slack/",),
     "apscheduler": ("scheduler/",),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
@@ -88,3 +88,20 @@ def test_each_sdk_is_imported_in_its_own_place(sdk):
         if any(name.split(".")[0] == sdk for name in imports_of(path)) and not rel(path).startswith(SDK_HOMES[sdk])
     }
     assert offenders == set(), f"{sdk} imported outside {SDK_HOMES[sdk]}"
+
+
+# The core's packages form layers, the flow of one message: the inbox runs the agent's turn, the
+# turn asks approvals. A lower layer never imports a higher one.
+LAYERS = ("gateway.inbox", "gateway.agent", "gateway.approvals")
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_core_packages_import_only_downwards(layer):
+    higher = LAYERS[: LAYERS.index(layer)]
+    offenders = {
+        f"{rel(path)} imports {name}"
+        for path in modules(layer.replace(".", "/"))
+        for name in project_imports(path)
+        if any(name == h or name.startswith(h + ".") for h in higher)
+    }
+    assert offenders == set()

@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from gateway.arguments import ArgumentsOk, ArgumentsProblem, check_arguments, neutralise_tool_result
-from gateway.guards import (
+from gateway.agent.arguments import ArgumentsOk, ArgumentsProblem, check_arguments, neutralise_tool_result
+from gateway.agent.guards import (
     TOOL_LOOP_NOTICE,
     LengthGuard,
     RepetitionGuard,
     RepetitionStreak,
     ToolLoopGuard,
 )
-from gateway.rounds import DeclaredCall, ToolResult
+from gateway.agent.rounds import DeclaredCall, ToolResult
 
 LOOP_BLOCK = "EXCLUSIVE OF THE EASTERLY 100 FEET\\nOF SAID LOTS 7 TO 10, EXCLUSIVE OF THE EASTERLY "
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.llm.events import Finish, ModelInfo, ReasoningDelta, TextDelta, ToolCallDelta, Usage
-from gateway.rounds import (
+from gateway.agent.rounds import (
     DeclaredCall,
     FirstError,
     Round,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fakes.slack import channel_harness
 
-from channels.slack_pacing import ChannelPacer
+from channels.slack.pacing import ChannelPacer
 from gateway.events import Button, ChannelError, Outbound, Prompt, ThreadKey
 
 THREAD = ThreadKey("slack", "C1", "1690000000.000100")

@@ -7,8 +7,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels.slack_inbound import text_for_model
-from channels.slack_render import FENCE, escape, render_chunks, render_mrkdwn, split_mrkdwn, truncate_escaped
+from channels.slack.inbound import text_for_model
+from channels.slack.render import FENCE, escape, render_chunks, render_mrkdwn, split_mrkdwn, truncate_escaped
 
 # What may legitimately start with `<` or contain `&` in our output.
 _CONSTRUCT = re.compile(r"<(?:https?|mailto):[^<>|\s]+(?:\|[^<>]*)?>|<[@#][A-Z0-9]+(?:\|[^<>]*)?>")

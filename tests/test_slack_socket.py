@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from fakes.slack import FakeSlack, MemoryState, RecordingSubmit, channel_harness, slack_config
 
-from channels.slack import SlackChannel
+from channels.slack.channel import SlackChannel
 from gateway.events import ButtonPress, ChannelError, ThreadKey
 
 

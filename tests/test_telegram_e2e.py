@@ -21,7 +21,7 @@ from fakes.telegram import BOT_ID, FakeTelegram, StoredMessage, utf16_len
 from harness import make_config
 
 from gateway.app import Gateway
-from gateway.approvals import rejection_text
+from gateway.approvals.policy import rejection_text
 from gateway.config import Config
 from gateway.llm import LLMClient
 from gateway.store import Store

@@ -6,8 +6,8 @@ import asyncio
 
 from harness import make_config, running_gateway
 
-from gateway.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOTICE
-from gateway.rounds import placeholder_text
+from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOTICE
+from gateway.agent.rounds import placeholder_text
 
 
 

@@ -1,6 +1,6 @@
 """The tool registry: specs with JSON-schema parameters, the per-call context, and `run_tool`.
 
-Argument validation against the schema happens before `run_tool` (gateway/guards.py); the
+Argument validation against the schema happens before `run_tool` (gateway/agent/arguments.py); the
 registry only produces the schema. `run_tool` turns every failure into a failed outcome the
 model can read, except cancellation, which propagates so the turn can stop a running tool.
 """

@@ -626,7 +626,7 @@ class channel_harness:
         self._stack: list[Any] = []
 
     async def __aenter__(self) -> Harness:
-        from channels.slack import SlackChannel
+        from channels.slack.channel import SlackChannel
 
         fake = await FakeSlack().__aenter__()
         self._stack.append(fake)

@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
-from gateway.approvals import ApprovalPolicy
-from gateway.arguments import ArgumentsProblem, check_arguments
+from gateway.approvals.policy import ApprovalPolicy
+from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.config import Config
 from gateway.events import ThreadKey
-from gateway.guards import (
+from gateway.agent.guards import (
     LENGTH_NOTICE,
     REPETITION_NOTICE,
     LengthGuard,
@@ -29,15 +29,15 @@ from gateway.guards import (
 from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import ContextTooLong, LLMClient, LLMError, ModelInfo, TextDelta, Usage
 from gateway.outbox import Outbox, RecordedStream
-from gateway.prompts import PromptService
-from gateway.rounds import (
+from gateway.approvals.prompts import PromptService
+from gateway.agent.rounds import (
     DeclaredCall,
     Round,
     RoundBuilder,
     placeholder_text,
 )
 from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
-from gateway.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
+from gateway.agent.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
 from gateway.tools import ToolRegistry
 from gateway.traces import LLMCallUsage, RunTrace
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from gateway.rounds import DeclaredCall, ToolResult
+    from gateway.agent.rounds import DeclaredCall, ToolResult
 
 REPETITION_NOTICE = (
     "[repetition] Your previous output started repeating the same passage over and over and was "

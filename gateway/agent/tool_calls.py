@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.approvals import AUTO_DENIED, EXPIRED, Bypass, rejection_text
+from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
 from gateway.events import ThreadKey
-from gateway.guards import TOOL_LOOP_NOTICE
+from gateway.agent.guards import TOOL_LOOP_NOTICE
 from gateway.lifecycle import interruptible
-from gateway.rounds import DeclaredCall, ToolResult, placeholder_text
+from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
 from gateway.store import PromptRecord, ToolCallRecord
 from gateway.tools import ToolContext, run_tool
 
-log = logging.getLogger("gateway.turn")
+log = logging.getLogger("gateway.agent.turn")
 
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey
 
-from .slack_render import render_chunks
+from .render import render_chunks
 
 log = logging.getLogger(__name__)
 

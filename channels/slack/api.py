@@ -26,8 +26,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.config import SlackConfig
 from gateway.events import Sender
 
-from .slack_pacing import ChannelPacer
-from .slack_stream import SlackCallError
+from .pacing import ChannelPacer
+from .stream import SlackCallError
 
 log = logging.getLogger(__name__)
 

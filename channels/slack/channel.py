@@ -40,11 +40,11 @@ from gateway.events import (
     ThreadKey,
 )
 
-from .slack_blocks import closed_blocks, prompt_blocks
-from .slack_client import Lru, SlackWeb, signature_ok
-from .slack_inbound import Candidate, Identity, candidate, press
-from .slack_render import escape, render_chunks
-from .slack_stream import (
+from .blocks import closed_blocks, prompt_blocks
+from .api import Lru, SlackWeb, signature_ok
+from .inbound import Candidate, Identity, candidate, press
+from .render import escape, render_chunks
+from .stream import (
     UNSUPPORTED,
     EditStream,
     FallbackStream,

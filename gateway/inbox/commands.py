@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
-from gateway.rounds import placeholder_text
+from gateway.agent.rounds import placeholder_text
 from gateway.store import Fence, InboxItem
 from gateway.traces import format_nano_usd
-from gateway.turn import TurnRequest, TurnResult
+from gateway.agent.turn import TurnRequest, TurnResult
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",

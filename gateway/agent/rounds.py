@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gateway.guards import RepetitionCut, RepetitionGuard
+from gateway.agent.guards import RepetitionCut, RepetitionGuard
 from gateway.llm.events import (
     Finish,
     ModelInfo,
@@ -31,7 +31,7 @@ FAILED_PREFIX = "[failed] "
 class DeclaredCall:
     id: str
     name: str
-    arguments: str  # raw text as streamed; checked later by gateway.arguments
+    arguments: str  # raw text as streamed; checked later by gateway.agent.arguments
 
 
 @dataclass(frozen=True)

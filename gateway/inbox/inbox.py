@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
-from gateway.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
+from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
 from gateway.events import (
     ButtonPress,
     InboundEvent,
@@ -26,7 +26,7 @@ from gateway.events import (
 )
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
-from gateway.turn import Turn, TurnRequest, TurnResult, TurnServices
+from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
 
 log = logging.getLogger(__name__)
 TurnListener = Callable[[TurnEnded], Awaitable[None]]

@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gateway.approvals import BYPASS_MINUTES, may_decide
+from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from gateway.events import Attachment, ThreadKey
 
-from .slack_blocks import ACTION_PREFIX
+from .blocks import ACTION_PREFIX
 
 Route = Literal["mention", "followup", "dm"]
 # Message subtypes that are still a person talking; edits, deletions, joins, bot posts are not.

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.events import Button, Prompt
 
-from .slack_render import escape, render_inline, truncate_escaped
+from .render import escape, render_inline, truncate_escaped
 
 SECTION_LIMIT = 3000
 BUTTON_TEXT_LIMIT = 75

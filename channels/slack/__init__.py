@@ -1,0 +1,1 @@
+"""The Slack channel (slack-bolt and slack-sdk)."""

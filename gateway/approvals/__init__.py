@@ -1,0 +1,1 @@
+"""Approvals and questions: the rules and who may decide, prompts, button tokens and verdicts."""

@@ -1,0 +1,1 @@
+"""The durable per-thread inbox: submit, dispatcher, one thread's worker, slash commands."""
