@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install chat migrate bench clean
+.PHONY: run test lint install chat migrate bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ migrate: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+# ruff (pyflakes, isort, bugbear, pyupgrade, complexity, lines <= 120) and mypy; CI runs it.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV)
