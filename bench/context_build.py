@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import statistics
 import tempfile
-import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.config import AgentConfig, ContextConfig, LLMConfig
@@ -72,7 +72,7 @@ def make_builder(store: Store, window: int) -> ContextBuilder:
 async def build(builder: ContextBuilder, session, turn_seq: int):  # noqa: ANN001
     return await builder.build(
         session, system_prompt="You are a benchmark.", turn_started_seq=turn_seq, notes={"goal": "measure"},
-        now=datetime.now(timezone.utc), timezone="UTC", workspace="/tmp", model="bench",
+        now=datetime.now(UTC), timezone="UTC", workspace="/tmp", model="bench",
     )
 
 

@@ -23,13 +23,14 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable, Literal
-
-from support import LLMProcess, bench_database, database_kinds, ms, percentile
+from typing import Literal
 
 from fakes.channel import FakeChannel
+from support import LLMProcess, bench_database, database_kinds, ms, percentile
+
 from gateway.app import Gateway
 from gateway.config import Config
 from gateway.events import InboundMessage, Prompt, Sender, ThreadKey
@@ -104,10 +105,19 @@ def bench_config(llm_url: str, workspace: str, mode: Mode, concurrency: int) -> 
 
 def message(thread: ThreadKey, n: int) -> InboundMessage:
     sender = Sender(f"u-{thread.chat}", f"User {thread.chat}")
-    return InboundMessage(thread, sender, f"Message {n}: how is it going?", f"bench:{next(_ids)}", message_id=str(next(_ids)))
+    return InboundMessage(
+        thread, sender, f"Message {n}: how is it going?", f"bench:{next(_ids)}", message_id=str(next(_ids))
+    )
 
 
-async def paced(gateways: list[Gateway], replies: Replies, threads: list[ThreadKey], count: int, timeout: float, latencies: list[float]) -> None:
+async def paced(
+    gateways: list[Gateway],
+    replies: Replies,
+    threads: list[ThreadKey],
+    count: int,
+    timeout: float,
+    latencies: list[float],
+) -> None:
 
     async def user(index: int, thread: ThreadKey) -> None:
         for n in range(count):
@@ -120,7 +130,14 @@ async def paced(gateways: list[Gateway], replies: Replies, threads: list[ThreadK
     await gather_all(user(i, t) for i, t in enumerate(threads))
 
 
-async def burst(gateways: list[Gateway], replies: Replies, threads: list[ThreadKey], count: int, timeout: float, latencies: list[float]) -> None:
+async def burst(
+    gateways: list[Gateway],
+    replies: Replies,
+    threads: list[ThreadKey],
+    count: int,
+    timeout: float,
+    latencies: list[float],
+) -> None:
     submitted: dict[ThreadKey, float] = {}
 
     async def user(index: int, thread: ThreadKey) -> None:
@@ -144,12 +161,24 @@ async def gather_all(coroutines: Iterable[Awaitable[None]]) -> None:
 
 
 async def run_case(
-    db: str, make_store: Callable[[], Store], instances: int, mode: Mode, args: argparse.Namespace, llm: LLMProcess, workspace: str,
+    db: str,
+    make_store: Callable[[], Store],
+    instances: int,
+    mode: Mode,
+    args: argparse.Namespace,
+    llm: LLMProcess,
+    workspace: str,
 ) -> Result:
     replies = Replies()
     config = bench_config(llm.base_url, workspace, mode, args.concurrency)
     gateways = [
-        Gateway(config, channels={"bench": TimedChannel(replies)}, serve_http=False, store=make_store(), instance_id=f"bench-{db}-{mode}-{i}")
+        Gateway(
+            config,
+            channels={"bench": TimedChannel(replies)},
+            serve_http=False,
+            store=make_store(),
+            instance_id=f"bench-{db}-{mode}-{i}",
+        )
         for i in range(instances)
     ]
     for gateway in gateways:
@@ -172,15 +201,30 @@ async def run_case(
         for gateway in gateways:
             await gateway.stop()
     total_replies = sum(len(replies.shown[t]) for t in threads)
-    return Result(db, instances, mode, args.threads * args.messages, total_replies, elapsed, latencies, percentile(server, 50), stalled)
+    return Result(
+        db,
+        instances,
+        mode,
+        args.threads * args.messages,
+        total_replies,
+        elapsed,
+        latencies,
+        percentile(server, 50),
+        stalled,
+    )
 
 
 def print_results(results: list[Result], args: argparse.Namespace) -> None:
     print()
-    print(f"Inbox: {args.threads} threads x {args.messages} messages, fake LLM at 0 ms, max_concurrent_turns {args.concurrency} per instance")
+    print(
+        f"Inbox: {args.threads} threads x {args.messages} messages,"
+        f" fake LLM at 0 ms, max_concurrent_turns {args.concurrency} per instance"
+    )
     print(f"{'db':<9}{'inst':>5}  {'mode':<6}{'msgs/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'llm p50':>9}  answered")
     for r in results:
-        answered = "exactly once" if r.replies == r.messages else f"MISMATCH: {r.replies} replies to {r.messages} messages"
+        answered = (
+            "exactly once" if r.replies == r.messages else f"MISMATCH: {r.replies} replies to {r.messages} messages"
+        )
         if r.stalled:
             answered = f"STALLED ({r.replies} replies to {r.messages} messages): {r.stalled}"
         print(
@@ -193,7 +237,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument("--messages", type=int, default=10, help="messages per thread")
-    parser.add_argument("--concurrency", type=int, default=8, help="inbox.max_concurrent_turns per instance (default 8)")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="inbox.max_concurrent_turns per instance (default 8)"
+    )
     parser.add_argument("--quick", action="store_true", help="10 threads x 4 messages")
     parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     parser.add_argument("--modes", nargs="+", default=["paced", "burst"], choices=["paced", "burst"])
@@ -209,7 +255,9 @@ async def main() -> None:
                 for instances in (1, 2):
                     for mode in args.modes:
                         async with bench_database(db, Path(tmp)) as make_store:
-                            results.append(await run_case(db, make_store, instances, mode, args, llm, str(Path(tmp) / "workspace")))
+                            results.append(
+                                await run_case(db, make_store, instances, mode, args, llm, str(Path(tmp) / "workspace"))
+                            )
                         print(f"  .. {db}, {instances} instance(s), {mode}: done", file=sys.stderr, flush=True)
     print_results(results, args)
 

@@ -18,10 +18,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,12 +39,14 @@ class Intake:
         self.store = store
         self.arrived: dict[str, datetime] = {}
 
-    async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
+    async def submit(
+        self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None
+    ) -> list[SubmitResult]:
         items = [NewItem(e.event_id, str(e.thread), "message", {"text": getattr(e, "text", "")}) for e in events]
         created = await self.store.inbox.add(items, cursor=cursor)
         for event in events:
-            self.arrived.setdefault(event.event_id, datetime.now(timezone.utc))
-        return [SubmitResult(e.event_id, duplicate=not new) for e, new in zip(events, created)]
+            self.arrived.setdefault(event.event_id, datetime.now(UTC))
+        return [SubmitResult(e.event_id, duplicate=not new) for e, new in zip(events, created, strict=False)]
 
 
 async def no_delivery(message) -> Delivered:  # noqa: ANN001
@@ -80,9 +82,11 @@ async def drop_schema(url: str, schema: str | None) -> None:
 
 
 async def add_jobs(store: Store, count: int, prefix: str, **fields) -> list[int]:
-    config, now, ids = SchedulerConfig(), datetime.now(timezone.utc), []
+    config, now, ids = SchedulerConfig(), datetime.now(UTC), []
     for i in range(count):
-        new = to_schedule(job_config({"name": f"{prefix}-{i}", "prompt": "bench", **fields}), config, source="cli", now=now)
+        new = to_schedule(
+            job_config({"name": f"{prefix}-{i}", "prompt": "bench", **fields}), config, source="cli", now=now
+        )
         ids.append((await schedule_repo(store).create(new, now=now)).id)
     return ids
 
@@ -93,7 +97,7 @@ async def claim_throughput(url: str, schema: str | None, jobs: int, rounds: int)
     a = Scheduler(store_a, SchedulerConfig(), submit=intake_a.submit, deliver=no_delivery)
     b = Scheduler(store_b, SchedulerConfig(), submit=intake_b.submit, deliver=no_delivery)
     ids = await add_jobs(store_a, jobs, "claim", every="1h")
-    base = datetime.now(timezone.utc).replace(microsecond=0)
+    base = datetime.now(UTC).replace(microsecond=0)
     started = time.perf_counter()
     for r in range(rounds):
         when = base - timedelta(seconds=rounds - r)
@@ -116,8 +120,10 @@ async def firing_delay(url: str, schema: str | None, jobs: int, spread_s: float)
     store = await open_store(url, schema)
     intake = Intake(store)
     scheduler = Scheduler(store, SchedulerConfig(poll_interval=3600), submit=intake.submit, deliver=no_delivery)
-    start = datetime.now(timezone.utc) + timedelta(seconds=3)
-    base = to_schedule(job_config({"name": "delay", "prompt": "bench", "every": "1h"}), SchedulerConfig(), source="cli", now=start)
+    start = datetime.now(UTC) + timedelta(seconds=3)
+    base = to_schedule(
+        job_config({"name": "delay", "prompt": "bench", "every": "1h"}), SchedulerConfig(), source="cli", now=start
+    )
     ids = []
     for i in range(jobs):
         when = start + timedelta(seconds=spread_s * i / jobs)
@@ -142,8 +148,11 @@ async def firing_delay(url: str, schema: str | None, jobs: int, spread_s: float)
         print(f"firing delay, {shape}: only {len(delays)} prompts arrived")
     else:
         p95 = statistics.quantiles(delays, n=20)[-1]
-        print(f"firing delay (scheduled time -> prompt in the inbox), {shape}: p50 {statistics.median(delays):.1f} ms, "
-              f"p95 {p95:.1f} ms, max {delays[-1]:.1f} ms ({len(delays)}/{jobs} arrived; start planned them in {started_ms:.0f} ms)")
+        print(
+            f"firing delay (scheduled time -> prompt in the inbox), {shape}: p50 {statistics.median(delays):.1f} ms, "
+            f"p95 {p95:.1f} ms, max {delays[-1]:.1f} ms"
+            f" ({len(delays)}/{jobs} arrived; start planned them in {started_ms:.0f} ms)"
+        )
     await store.close()
 
 

@@ -17,8 +17,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "tests"):
@@ -59,7 +60,7 @@ async def serve(chunk_chars: int) -> None:
     durations: list[float] = []
 
     class TimedLLM(FakeLLM):
-        async def __aenter__(self) -> "TimedLLM":
+        async def __aenter__(self) -> TimedLLM:
             # As FakeLLM's, with room for the request bodies of 10,000-message sessions.
             app = web.Application(client_max_size=MAX_REQUEST_BYTES)
             app.router.add_post("/v1/chat/completions", self._handle)

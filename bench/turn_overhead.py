@@ -21,18 +21,18 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+from fakes.channel import FakeChannel
 from support import TOOL_TRIGGER, LLMProcess, bench_store, database_kinds, ms, percentile
 
-from fakes.channel import FakeChannel
+from gateway.agent.turn import Turn, TurnRequest
 from gateway.app import Gateway
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.llm import LLMClient
 from gateway.store import NewItem, NewToolCall, SessionRecord, SessionRepo, Store
-from gateway.agent.turn import Turn, TurnRequest
 
 ROUND_GOAL_MS = 5.0
 BUILD_GOAL_MS = 50.0
@@ -69,12 +69,21 @@ async def seed(store: Store, session: SessionRecord, count: int) -> None:
     def batch(conn, start: int, end: int) -> None:  # noqa: ANN001
         for n in range(start, end):
             if n % 2 == 0:
-                SessionRepo.append_in(conn, session.id, "user", f"Message {n}: how is the project going today?", sender_id="1", sender_name="Seeder")
+                SessionRepo.append_in(
+                    conn,
+                    session.id,
+                    "user",
+                    f"Message {n}: how is the project going today?",
+                    sender_id="1",
+                    sender_name="Seeder",
+                )
             elif n % 20 == 19:
                 call = NewToolCall(f"seed_{n}", "clock", "{}", status="done", result="2026-01-01T12:00:00+00:00 (UTC)")
                 SessionRepo.append_in(conn, session.id, "assistant", "", calls=[call])
             else:
-                SessionRepo.append_in(conn, session.id, "assistant", f"Answer {n}: it is going well, thanks for asking. " * 3)
+                SessionRepo.append_in(
+                    conn, session.id, "assistant", f"Answer {n}: it is going well, thanks for asking. " * 3
+                )
 
     for start in range(0, count, SEED_BATCH):
         await store.db.write(lambda conn, start=start: batch(conn, start, min(start + SEED_BATCH, count)))
@@ -85,7 +94,9 @@ async def one_turn(gateway: Gateway, session: SessionRecord, text: str) -> tuple
     store = gateway.store
     # Intake (the channel's part, measured by the channel benchmarks) happens before the clock.
     event_id = f"bench:{time.monotonic_ns()}"
-    await store.inbox.add([NewItem(event_id, str(THREAD), "message", {"text": text, "sender": {"id": "1", "name": "Bench"}})])
+    await store.inbox.add(
+        [NewItem(event_id, str(THREAD), "message", {"text": text, "sender": {"id": "1", "name": "Bench"}})]
+    )
     item = await store.inbox.get_by_event(event_id)
     started, cpu_started = time.perf_counter(), time.process_time()
     # As the inbox does: a fresh session record, then the message consumed and the run started.
@@ -103,7 +114,9 @@ async def one_turn(gateway: Gateway, session: SessionRecord, text: str) -> tuple
     return wall, cpu, run.rounds if run else 1, tools
 
 
-async def measure(gateway: Gateway, llm: LLMProcess, session: SessionRecord, kind: str, turns: int) -> tuple[list[float], list[float], list[float], float]:
+async def measure(
+    gateway: Gateway, llm: LLMProcess, session: SessionRecord, kind: str, turns: int
+) -> tuple[list[float], list[float], list[float], float]:
     text = f"Hello, {TOOL_TRIGGER} and tell me the time." if kind == "tool" else "Hello, how are you?"
     per_round: list[float] = []
     cpu_per_round: list[float] = []
@@ -123,13 +136,17 @@ async def measure(gateway: Gateway, llm: LLMProcess, session: SessionRecord, kin
     return per_round, cpu_per_round, server_times, cold
 
 
-async def run_cases(db: str, histories: list[int], turns: int, llm: LLMProcess, directory: Path) -> tuple[list[Case], dict[str, float]]:
+async def run_cases(
+    db: str, histories: list[int], turns: int, llm: LLMProcess, directory: Path
+) -> tuple[list[Case], dict[str, float]]:
     cases: list[Case] = []
     builds: dict[str, float] = {}
     async with bench_store(db, directory) as store:
         config = bench_config(llm.base_url, str(directory / "workspace"))
         client = LLMClient(config.llm)
-        gateway = Gateway(config, channels={"bench": FakeChannel(name="bench")}, serve_http=False, store=store, llm=client)
+        gateway = Gateway(
+            config, channels={"bench": FakeChannel(name="bench")}, serve_http=False, store=store, llm=client
+        )
         Path(config.agent.workspace).mkdir(parents=True, exist_ok=True)
         try:
             for history in histories:
@@ -158,7 +175,7 @@ async def time_builds(gateway: Gateway, session: SessionRecord, repeats: int) ->
     current = await gateway.store.sessions.get(session.id)
     assert current is not None
     kwargs = dict(
-        system_prompt=config.agent.system_prompt, turn_started_seq=current.next_seq, notes={}, now=datetime.now(timezone.utc),
+        system_prompt=config.agent.system_prompt, turn_started_seq=current.next_seq, notes={}, now=datetime.now(UTC),
         timezone=config.agent.timezone, workspace=config.agent.workspace, model=config.llm.model,
     )
     cold: list[float] = []
@@ -185,27 +202,38 @@ def print_cases(cases: list[Case]) -> None:
     print()
     print("Gateway-added time per round (ms): turn wall time - LLM server time - tool time, / rounds")
     print("(cpu: CPU time of the gateway process per round; cold: the first turn on the session)")
-    print(f"{'db':<9}{'history':>8}  {'turn':<5}{'n':>4}{'p50':>9}{'p95':>9}{'cpu p50':>9}{'cold':>9}{'llm p50':>9}   goal")
+    print(
+        f"{'db':<9}{'history':>8}  {'turn':<5}{'n':>4}{'p50':>9}{'p95':>9}"
+        f"{'cpu p50':>9}{'cold':>9}{'llm p50':>9}   goal"
+    )
     for case in cases:
         goal = ""
         if case.db == "sqlite" and case.history == 1000:
             p50 = percentile(case.per_round, 50) * 1000
-            goal = f"p50 <= {ROUND_GOAL_MS:.0f} ms: {'met' if p50 <= ROUND_GOAL_MS else 'MISSED'} ({p50 / ROUND_GOAL_MS:.2f}x)"
+            verdict = "met" if p50 <= ROUND_GOAL_MS else "MISSED"
+            goal = f"p50 <= {ROUND_GOAL_MS:.0f} ms: {verdict} ({p50 / ROUND_GOAL_MS:.2f}x)"
         print(
             f"{case.db:<9}{case.history:>8}  {case.kind:<5}{len(case.per_round):>4}{ms(percentile(case.per_round, 50))}"
-            f"{ms(percentile(case.per_round, 95))}{ms(percentile(case.cpu, 50))}{ms(case.cold)}{ms(percentile(case.server, 50))}   {goal}"
+            f"{ms(percentile(case.per_round, 95))}{ms(percentile(case.cpu, 50))}"
+            f"{ms(case.cold)}{ms(percentile(case.server, 50))}   {goal}"
         )
 
 
 def print_builds(db: str, builds: dict[str, float]) -> None:
     if not builds:
         return
-    print(f"ContextBuilder.build, {db}, {int(builds['rows'])} rows -> {int(builds['messages'])} messages (goal <= {BUILD_GOAL_MS:.0f} ms):")
+    print(
+        f"ContextBuilder.build, {db}, {int(builds['rows'])} rows"
+        f" -> {int(builds['messages'])} messages (goal <= {BUILD_GOAL_MS:.0f} ms):"
+    )
     for name, label in (("warm", "warm, every later round"), ("cold", "cold, first build after a start")):
         p50 = builds[f"{name}_p50"] * 1000
         verdict = "met" if p50 <= BUILD_GOAL_MS else "MISSED"
         cpu = f", cpu p50 {builds['cold_cpu_p50'] * 1000:.1f} ms" if name == "cold" else ""
-        print(f"  {label:<32} p50 {p50:8.1f} ms  p95 {builds[f'{name}_p95'] * 1000:8.1f} ms{cpu}  {verdict} ({p50 / BUILD_GOAL_MS:.2f}x)")
+        print(
+            f"  {label:<32} p50 {p50:8.1f} ms  p95 {builds[f'{name}_p95'] * 1000:8.1f} ms{cpu}"
+            f"  {verdict} ({p50 / BUILD_GOAL_MS:.2f}x)"
+        )
 
 
 async def main() -> None:

@@ -10,7 +10,8 @@ import asyncio
 import itertools
 import sys
 import uuid
-from typing import Awaitable, Callable, Sequence, TextIO
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO
 
 from gateway.events import (
     ButtonPress,
@@ -30,7 +31,7 @@ USER = Sender("console", "you")
 class _ConsoleStream:
     """Prints the reply as it grows (only the new part of each update)."""
 
-    def __init__(self, console: "ConsoleChannel"):
+    def __init__(self, console: ConsoleChannel):
         self.console = console
         self.shown = ""
 

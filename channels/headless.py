@@ -6,7 +6,7 @@ channel only accepts what the turn loop would show live, and gives it stable ids
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from gateway.events import Delivered, Outbound, Prompt, ReplyStream, Submit, ThreadKey
 

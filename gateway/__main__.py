@@ -16,7 +16,9 @@ from gateway.store import Store, StoreError
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # Per-request chatter (and URLs that can carry a bot token) only when debugging.
     if args.log_level != "debug":
         for noisy in ("httpx", "alembic.runtime.migration", "apscheduler.scheduler", "apscheduler.executors.default"):
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gateway", description="Chat gateway for an LLM agent (Telegram, Slack, cron).")
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="Chat gateway for an LLM agent (Telegram, Slack, cron)."
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=None, help="path to config.yml (default: $GATEWAY_CONFIG or ./config.yml)")
     common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -46,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command")
 
-    sub.add_parser("serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP").set_defaults(handler=cmd_serve)
+    sub.add_parser("serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP").set_defaults(
+        handler=cmd_serve
+    )
     sub.add_parser("chat", parents=[common], help="talk to the agent in this terminal").set_defaults(handler=cmd_chat)
     sub.add_parser("migrate", parents=[common], help="apply database migrations").set_defaults(handler=cmd_migrate)
 
@@ -168,7 +174,9 @@ async def cmd_sessions(args: argparse.Namespace, config: Config) -> int:
             if session is None:
                 print(f"no session {args.id}", file=sys.stderr)
                 return 1
-            print_session(session, await store.sessions.history(session.id), await store.runs.session_totals(session.id))
+            print_session(
+                session, await store.sessions.history(session.id), await store.runs.session_totals(session.id)
+            )
     finally:
         await store.close()
     return 0
@@ -182,20 +190,23 @@ async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
         if args.action == "list":
             pending = await store.prompts.pending(kind="approval")
             for prompt in pending:
-                print(f"{prompt.id:>6}  {prompt.thread_key:<40} {prompt.payload.get('tool', '')}  expires {prompt.expires_at:%Y-%m-%d %H:%M}")
+                print(
+                    f"{prompt.id:>6}  {prompt.thread_key:<40} {prompt.payload.get('tool', '')}"
+                    f"  expires {prompt.expires_at:%Y-%m-%d %H:%M}"
+                )
             if not pending:
                 print("no pending approvals")
             return 0
-        prompt = await store.prompts.get(args.id)
-        if prompt is None or prompt.kind != "approval":
+        asked = await store.prompts.get(args.id)
+        if asked is None or asked.kind != "approval":
             print(f"no approval request {args.id}", file=sys.stderr)
             return 1
         status = "approved" if args.action == "approve" else "rejected"
         decision = await store.prompts.decide(
-            prompt.id, status=status, decision="a" if status == "approved" else "d", decided_by="cli",
-            decided_by_name="operator", answer=args.reason or None, resume=resume_item(prompt),
+            asked.id, status=status, decision="a" if status == "approved" else "d", decided_by="cli",
+            decided_by_name="operator", answer=args.reason or None, resume=resume_item(asked),
         )
-        print(f"request {prompt.id}: {decision.outcome}")
+        print(f"request {asked.id}: {decision.outcome}")
         return 0 if decision.outcome == "decided" else 1
     finally:
         await store.close()

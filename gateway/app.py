@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from channels.headless import HeadlessChannel
+from gateway.agent.turn import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
+from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
-from channels.headless import HeadlessChannel
 from gateway.http import HttpServer
 from gateway.inbox.inbox import Inbox
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.outbox import ChatRateLimiter, Outbox
-from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.store import Store
 from gateway.tools import ToolRegistry, default_registry, matches_any
-from gateway.agent.turn import TurnServices
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
@@ -88,7 +89,9 @@ class Gateway:
         self.store = store or Store(config.database.url, echo=config.database.echo)
         self.llm = llm or LLMClient(config.llm)
         self.channel_state = StoreChannelState(self.store)
-        self.channels: dict[str, Channel] = dict(channels) if channels is not None else platform_channels(config, self.channel_state)
+        self.channels: dict[str, Channel] = (
+            dict(channels) if channels is not None else platform_channels(config, self.channel_state)
+        )
         for name in ("cron", "tick"):
             self.channels.setdefault(name, HeadlessChannel(name))
         self.outbox = Outbox(self.store, self.channels, limiter=ChatRateLimiter())
@@ -98,8 +101,13 @@ class Gateway:
         for problem in self.policy.errors:
             log.error("%s (calls it names will require approval)", problem)
         self.context = ContextBuilder(
-            self.store, config.context, config.llm, config.agent,
-            summarise=self._summarise, on_event=self._on_context_event, tool_lod={s.name: s.lod for s in self.registry.specs()},
+            self.store,
+            config.context,
+            config.llm,
+            config.agent,
+            summarise=self._summarise,
+            on_event=self._on_context_event,
+            tool_lod={s.name: s.lod for s in self.registry.specs()},
         )
         self.services = TurnServices(
             self.store, config, self.llm, self.registry, self.policy, self.context, self.outbox, self.prompts,
@@ -192,7 +200,11 @@ class Gateway:
         try:
             while not self._leading.stopped:
                 try:
-                    lease = await (self.store.inbox.renew(lease, ttl) if lease else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl))
+                    lease = await (
+                        self.store.inbox.renew(lease, ttl)
+                        if lease
+                        else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl)
+                    )
                 except Exception:  # noqa: BLE001
                     log.warning("leader lease check failed", exc_info=True)
                     lease = None

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 DEFAULT_CONFIG_PATH = "config.yml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -243,7 +244,9 @@ class SchedulerConfig(_Section):
     poll_interval: float = 15.0  # the leader looks for schedule changes and overdue runs this often
     jobs: list[JobConfig] = []
 
-    _duration = field_validator("misfire_grace", "timeout", "poll_interval", mode="before")(lambda cls, v: parse_duration(v))
+    _duration = field_validator("misfire_grace", "timeout", "poll_interval", mode="before")(
+        lambda cls, v: parse_duration(v)
+    )
 
 
 class Config(_Section):
@@ -337,7 +340,7 @@ def _apply_env(data: dict[str, Any], env: dict[str, str]) -> None:
                 section[path[1]] = env[env_name]
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     kind = error["type"]
     got = error.get("input")
     shown = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"

@@ -24,7 +24,9 @@ only: leave them out or write them as `${VAR}`.
 
 
 def _type_name(annotation: Any) -> str:
-    text = str(annotation) if getattr(annotation, "__args__", None) else getattr(annotation, "__name__", str(annotation))
+    text = (
+        str(annotation) if getattr(annotation, "__args__", None) else getattr(annotation, "__name__", str(annotation))
+    )
     text = text.replace("typing.", "").replace("gateway.config.", "").replace("<class '", "").replace("'>", "")
     return text.replace(" | ", " or ").replace("|", " or ")
 
@@ -44,12 +46,16 @@ def render() -> str:
         if section == "source":
             continue
         model = field.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel), section
         lines += [f"## `{section}`", "", "| key | type | default | environment |", "|---|---|---|---|"]
         for name, sub in model.model_fields.items():
             key = sub.alias or name
             variable = env.get((section, name), "")
             lock = " 🔒" if (section, name) in SECRETS else ""
-            lines.append(f"| `{key}`{lock} | {_type_name(sub.annotation)} | {_default(sub.default)} | {f'`{variable}`' if variable else ''} |")
+            lines.append(
+                f"| `{key}`{lock} | {_type_name(sub.annotation)} |"
+                f" {_default(sub.default)} | {f'`{variable}`' if variable else ''} |"
+            )
         lines.append("")
     lines += [
         "Approval rules (`approvals.rules`) are mappings: `tool` (a name, a glob, or a class such as",

@@ -7,13 +7,14 @@ so this module imports nothing from the project (a test enforces it).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Awaitable, Callable, Literal, Protocol, Sequence, runtime_checkable
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, order=True)
@@ -31,7 +32,7 @@ class ThreadKey:
         return f"{self.channel}:{self.chat}:{self.thread}"
 
     @classmethod
-    def parse(cls, text: str) -> "ThreadKey":
+    def parse(cls, text: str) -> ThreadKey:
         channel, _, rest = text.partition(":")
         chat, _, thread = rest.partition(":")
         if not channel or not chat:
@@ -220,7 +221,9 @@ class TurnEnded:
     session_id: int
     run_id: int
     stage: str  # SUCCESS | FAILED | CANCELED | AWAITING_INPUT
-    end_reason: str  # reply | max_rounds | overflow | repetition | tool_loop | canceled | error | budget | awaiting_input
+    end_reason: (
+        str  # reply | max_rounds | overflow | repetition | tool_loop | canceled | error | budget | awaiting_input
+    )
     reply: str  # the final assistant text ("" when none)
     auto_denied: tuple[str, ...] = ()  # "tool(args)" summaries of calls auto-denied in a headless run
     error: str = ""

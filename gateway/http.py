@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class HttpServer:
-    def __init__(self, gateway: "Gateway", config: HttpConfig):
+    def __init__(self, gateway: Gateway, config: HttpConfig):
         self.gateway = gateway
         self.config = config
         self.accepting = True

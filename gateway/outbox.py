@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from gateway.events import (
     Channel,
@@ -56,7 +56,14 @@ class ChatRateLimiter:
 
 
 class Outbox:
-    def __init__(self, store: Store, channels: Mapping[str, Channel], *, limiter: ChatRateLimiter | None = None, max_retry_wait_s: float = 60.0):
+    def __init__(
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        *,
+        limiter: ChatRateLimiter | None = None,
+        max_retry_wait_s: float = 60.0,
+    ):
         self.store = store
         self.channels = channels
         self.limiter = limiter or ChatRateLimiter()
@@ -69,7 +76,11 @@ class Outbox:
             raise ChannelError(f"no channel {thread.channel!r} is enabled for {thread}", permanent=True) from None
 
     async def send(self, message: Outbound) -> Delivered:
-        payload = {"text": message.text, "reply_to": message.reply_to, "document": list(message.document) if message.document else None}
+        payload = {
+            "text": message.text,
+            "reply_to": message.reply_to,
+            "document": list(message.document) if message.document else None,
+        }
         return await self._deliver(message.key, message.thread, "message", payload, lambda ch: ch.send(message))
 
     async def send_text(self, thread: ThreadKey, text: str, *, key: str, reply_to: str = "") -> Delivered:
@@ -90,10 +101,17 @@ class Outbox:
 
         await self._deliver(key, thread, "close_prompt", {"outcome": outcome, "message_ids": message_ids}, close)
 
-    def stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> "RecordedStream":
+    def stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> RecordedStream:
         return RecordedStream(self, thread, reply_to, adopt)
 
-    async def _deliver(self, key: str, thread: ThreadKey, kind: str, payload: dict[str, Any], action: Callable[[Channel], Awaitable[Delivered]]) -> Delivered:
+    async def _deliver(
+        self,
+        key: str,
+        thread: ThreadKey,
+        kind: str,
+        payload: dict[str, Any],
+        action: Callable[[Channel], Awaitable[Delivered]],
+    ) -> Delivered:
         record = await self.store.outbox.record(key, str(thread), kind, payload)
         if record.status == "sent":
             return Delivered(tuple(record.message_ids))
@@ -102,7 +120,9 @@ class Outbox:
         await self.store.outbox.mark_sent(record.id, list(delivered.message_ids))
         return delivered
 
-    async def with_retries(self, thread: ThreadKey, call: Callable[[], Awaitable[T]], *, record_id: int | None = None) -> T:
+    async def with_retries(
+        self, thread: ThreadKey, call: Callable[[], Awaitable[T]], *, record_id: int | None = None
+    ) -> T:
         """Rate-limit, then retry transient failures honouring the platform's retry_after."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             await self.limiter.wait(thread)
@@ -182,7 +202,9 @@ class RecordedStream:
         stream = self._open()
         if stream is None:
             delivered = await self.outbox.with_retries(
-                self.thread, lambda: self.outbox.channel(self.thread).send(Outbound(self.thread, text, record.key, self._reply_to)), record_id=record.id
+                self.thread,
+                lambda: self.outbox.channel(self.thread).send(Outbound(self.thread, text, record.key, self._reply_to)),
+                record_id=record.id,
             )
         else:
             delivered = await self.outbox.with_retries(self.thread, lambda: stream.finish(text), record_id=record.id)

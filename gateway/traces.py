@@ -65,7 +65,9 @@ class RunTrace:
         self.limit = config.max_payload_chars
         self.prices = prices
 
-    async def event(self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any) -> int | None:
+    async def event(
+        self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any
+    ) -> int | None:
         seqs = await self._events([(kind, payload, parent_seq)], **totals)
         return seqs[-1] if seqs else None
 
@@ -94,14 +96,35 @@ class RunTrace:
             ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),
         ]
         totals = dict(
-            model=usage.model, cost_nano_usd=cost, unpriced=cost is None, input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_tokens, output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens,
-            llm_calls=1, rounds=1,
+            model=usage.model,
+            cost_nano_usd=cost,
+            unpriced=cost is None,
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            llm_calls=1,
+            rounds=1,
         )
         return [(kind, cap_payload(payload, self.limit), parent) for kind, payload, parent in events], totals
 
-    async def tool_call(self, *, name: str, call_id: str, status: str, duration_ms: float, parent_seq: int | None, detail: dict[str, Any] | None = None) -> None:
-        payload = {"name": name, "call_id": call_id, "status": status, "duration_ms": round(duration_ms, 2), **(detail or {})}
+    async def tool_call(
+        self,
+        *,
+        name: str,
+        call_id: str,
+        status: str,
+        duration_ms: float,
+        parent_seq: int | None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        payload = {
+            "name": name,
+            "call_id": call_id,
+            "status": status,
+            "duration_ms": round(duration_ms, 2),
+            **(detail or {}),
+        }
         await self.event("TOOL_CALL", payload, parent_seq=parent_seq, tool_calls=1)
 
     async def error(self, stage: str, message: str) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, TextIO
 
 from gateway.config import Config, SchedulerConfig
 from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
@@ -31,7 +32,9 @@ def add_parser(
     `parents` (e.g. the common --config/--log-level options) go on every action; `handler`
     becomes the `handler` default of the parsed arguments."""
     common = {"parents": list(parents)}
-    jobs = subparsers.add_parser("jobs", help="scheduled jobs: list, show, add, enable, disable, remove, run-now, kill", **common)
+    jobs = subparsers.add_parser(
+        "jobs", help="scheduled jobs: list, show, add, enable, disable, remove, run-now, kill", **common
+    )
     if handler is not None:
         jobs.set_defaults(handler=handler)
     actions = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
@@ -148,7 +151,13 @@ class _JobsCli:
         if not schedule.enabled:
             return "-"
         try:
-            table = timetable(schedule.kind, schedule.spec, schedule.timezone, anchor=schedule.updated_at, active_hours=schedule.active_hours)
+            table = timetable(
+                schedule.kind,
+                schedule.spec,
+                schedule.timezone,
+                anchor=schedule.updated_at,
+                active_hours=schedule.active_hours,
+            )
             fire = table.next_after(self.now)
             return _local(fire, schedule.timezone) if fire else "-"
         except TriggerError as exc:
@@ -160,7 +169,11 @@ class _JobsCli:
         self.say(f"{s.name} ({s.kind}): {_when(s)} [{s.timezone}], {state}, source {s.source}")
         self.say(f"  next:        {self._next(s)}")
         self.say(f"  deliver to:  {s.deliver_to}")
-        limits = [f"{n} {getattr(s, f)}" for f, n in (("max_rounds", "rounds"), ("max_tokens", "tokens"), ("timeout_s", "timeout s")) if getattr(s, f)]
+        limits = [
+            f"{n} {getattr(s, f)}"
+            for f, n in (("max_rounds", "rounds"), ("max_tokens", "tokens"), ("timeout_s", "timeout s"))
+            if getattr(s, f)
+        ]
         grace = s.misfire_grace_s if s.misfire_grace_s is not None else int(self.config.misfire_grace)
         self.say(f"  misfire:     {s.misfire} (grace {grace}s); limits: {', '.join(limits) or 'defaults'}")
         if s.kind == "tick":
@@ -198,7 +211,11 @@ class _JobsCli:
 
     async def remove(self, schedule: ScheduleRecord) -> int:
         await self.repo.remove(schedule.id)
-        note = " (it is in config.yml: it comes back at the next start unless removed there)" if schedule.source == "config" else ""
+        note = (
+            " (it is in config.yml: it comes back at the next start unless removed there)"
+            if schedule.source == "config"
+            else ""
+        )
         self.say(f"removed {schedule.name} and its history{note}")
         return 0
 
@@ -210,7 +227,10 @@ class _JobsCli:
             return self.fail(f"{schedule.name} is {run.error}; not started")
         if run.status != "running":
             return self.fail(f"{schedule.name}: {run.error}")
-        self.say(f"{schedule.name}: job run #{run.id} queued; the serving gateway runs it and delivers to {schedule.deliver_to}")
+        self.say(
+            f"{schedule.name}: job run #{run.id} queued"
+            f"; the serving gateway runs it and delivers to {schedule.deliver_to}"
+        )
         return 0
 
     async def kill(self, schedule: ScheduleRecord) -> int:

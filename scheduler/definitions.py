@@ -118,7 +118,9 @@ def to_schedule(
         raise DefinitionError(str(exc)) from None
 
 
-def _to_schedule(job: JobConfig, defaults: SchedulerConfig, source: str, now: datetime, created_by: str | None) -> NewSchedule:
+def _to_schedule(
+    job: JobConfig, defaults: SchedulerConfig, source: str, now: datetime, created_by: str | None
+) -> NewSchedule:
     if not NAME.match(job.name):
         raise DefinitionError(f"name {job.name!r}: use 1-64 letters, digits, _ . or -")
     kind = _kind(job)

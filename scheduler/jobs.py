@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable
 
 from gateway.config import SchedulerConfig
 from gateway.events import Delivered, InboundMessage, Outbound, Prompt, Sender, Submit, ThreadKey, TurnEnded, utcnow
@@ -143,7 +143,13 @@ class Scheduler:
             return
         now = self._now()
         try:
-            table = timetable(schedule.kind, schedule.spec, schedule.timezone, anchor=schedule.updated_at, active_hours=schedule.active_hours)
+            table = timetable(
+                schedule.kind,
+                schedule.spec,
+                schedule.timezone,
+                anchor=schedule.updated_at,
+                active_hours=schedule.active_hours,
+            )
         except TriggerError as exc:
             log.error("job %s cannot be scheduled: %s", schedule.name, exc)
             self._clock.unplan(schedule.id)
@@ -161,7 +167,9 @@ class Scheduler:
         else:
             self._clock.unplan(schedule.id)
 
-    async def _record_missed(self, schedule: ScheduleRecord, missed: tuple[datetime, ...], uncounted: int, truncated: bool, since: datetime) -> None:
+    async def _record_missed(
+        self, schedule: ScheduleRecord, missed: tuple[datetime, ...], uncounted: int, truncated: bool, since: datetime
+    ) -> None:
         if not missed:
             return
         why = "missed: the gateway was not running" + (
@@ -171,7 +179,9 @@ class Scheduler:
         first_why = why
         if uncounted:
             more = "at least " if truncated else ""
-            first_why = f"{why}; {more}{uncounted} earlier firings since {since.isoformat(timespec='seconds')} also missed"
+            first_why = (
+                f"{why}; {more}{uncounted} earlier firings since {since.isoformat(timespec='seconds')} also missed"
+            )
         await self.repo.record_missed(schedule.id, [first], error=first_why, now=self._now())
         await self.repo.record_missed(schedule.id, rest, error=why, now=self._now())
         log.warning("job %s: %d firing(s) missed while the gateway was down", schedule.name, len(missed) + uncounted)
@@ -184,7 +194,9 @@ class Scheduler:
         return max(LATE_OK, self._grace(schedule)) if schedule.misfire == "run_once" else LATE_OK
 
     # ---- firing ----------------------------------------------------------------------------
-    async def fire(self, schedule_id: int, scheduled_for: datetime, *, origin: RunOrigin = "schedule") -> JobRunRecord | None:
+    async def fire(
+        self, schedule_id: int, scheduled_for: datetime, *, origin: RunOrigin = "schedule"
+    ) -> JobRunRecord | None:
         """Claim the firing once and start its run; None when there is nothing to do
         (claimed elsewhere, job gone or disabled, or too late: then it is recorded `missed`)."""
         async with self._firing:
@@ -197,7 +209,9 @@ class Scheduler:
             return None
         if origin == "schedule" and now - scheduled_for > self._allowed_lateness(schedule):
             late = int((now - scheduled_for).total_seconds())
-            await self.repo.record_missed(schedule.id, [scheduled_for], error=f"missed: due {late}s ago, beyond the misfire allowance", now=now)
+            await self.repo.record_missed(
+                schedule.id, [scheduled_for], error=f"missed: due {late}s ago, beyond the misfire allowance", now=now
+            )
             await self._close_one_shot(schedule, "one-shot missed")
             return None
         run = await self.repo.claim(schedule.id, scheduled_for, origin=origin, now=now)
@@ -311,7 +325,11 @@ class Scheduler:
         for run in runs:
             thread = await self._thread_of(schedule, run)
             item = await self.store.inbox.get_by_event(f"job:{run.id}")
-            if item is not None and item.status in ("pending", "held") and await self.store.inbox.drop_pending(str(thread)):
+            if (
+                item is not None
+                and item.status in ("pending", "held")
+                and await self.store.inbox.drop_pending(str(thread))
+            ):
                 await self.repo.finish(run.id, status="canceled", error="killed before it started", now=self._now())
                 continue
             await self.repo.note(run.id, "killed by operator")
@@ -326,7 +344,9 @@ class Scheduler:
             limit = schedule.timeout_s if schedule and schedule.timeout_s else self.config.timeout
             if schedule is None or run.started_at is None or now - run.started_at < timedelta(seconds=limit):
                 continue
-            closed = await self.repo.finish(run.id, status="failed", error=f"timeout: still running after {int(limit)}s", now=now)
+            closed = await self.repo.finish(
+                run.id, status="failed", error=f"timeout: still running after {int(limit)}s", now=now
+            )
             if closed is None:
                 continue
             await self._send_stop(await self._thread_of(schedule, run), f"job:{run.id}:timeout")

@@ -55,7 +55,9 @@ async def sync_config(repo: ScheduleRepo, config: SchedulerConfig, now: datetime
     return report
 
 
-async def _sync_one(repo: ScheduleRepo, job: JobConfig, new: NewSchedule, existing: ScheduleRecord | None, now: datetime) -> str:
+async def _sync_one(
+    repo: ScheduleRepo, job: JobConfig, new: NewSchedule, existing: ScheduleRecord | None, now: datetime
+) -> str:
     if existing is None:
         check_not_past(new, now)
         await repo.create(new, now=now)

@@ -6,8 +6,9 @@ scheduled run must not be able to schedule more runs.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from gateway.config import SchedulerConfig
 from gateway.events import utcnow
@@ -19,7 +20,9 @@ from scheduler.jobs import schedule_repo
 from scheduler.triggers import TriggerError, timetable, zone
 
 MAX_JOBS_PER_THREAD = 20
-NOT_HERE = "The schedule tool works only in a conversation with a person; scheduled runs cannot create, list or cancel jobs."
+NOT_HERE = (
+    "The schedule tool works only in a conversation with a person; scheduled runs cannot create, list or cancel jobs."
+)
 
 DESCRIPTION = (
     "Create, list or cancel scheduled jobs whose results are posted in this conversation. A job runs the "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, timezone
+from datetime import UTC, datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,7 +23,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from gateway.config import parse_duration
 
-UTC = timezone.utc
+UTC = UTC
 EPSILON = timedelta(microseconds=1)
 LATE_OK = timedelta(seconds=60)  # a firing this late is still "on time", whatever the policy
 MAX_MISSED_ROWS = 200  # missed firings recorded one by one; older ones are counted
@@ -208,7 +208,9 @@ def parse_at(text: str, tz: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise TriggerError(f"at must be an ISO time like 2025-06-01T09:00 (optionally with +02:00), got {text!r}") from None
+        raise TriggerError(
+            f"at must be an ISO time like 2025-06-01T09:00 (optionally with +02:00), got {text!r}"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone(tz))
     return moment.astimezone(UTC)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fakes.channel import FakeChannel
 
@@ -34,10 +35,14 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(store: Store, config: Config, channel: FakeChannel | None = None, *, instance_id: str | None = None) -> AsyncIterator["Harness"]:
+async def running_gateway(
+    store: Store, config: Config, channel: FakeChannel | None = None, *, instance_id: str | None = None
+) -> AsyncIterator[Harness]:
     channel = channel or FakeChannel()
     llm = LLMClient(config.llm, backoff_base_s=0.01)
-    gateway = Gateway(config, channels={channel.name: channel}, serve_http=False, store=store, llm=llm, instance_id=instance_id)
+    gateway = Gateway(
+        config, channels={channel.name: channel}, serve_http=False, store=store, llm=llm, instance_id=instance_id
+    )
     await gateway.start()
     try:
         yield Harness(gateway, channel)
@@ -52,12 +57,16 @@ class Harness:
         self.channel = channel
         self.store = gateway.store
 
-    async def say(self, text: str, *, thread: ThreadKey | None = None, sender: Sender = ALICE, event_id: str | None = None) -> SubmitResult:
+    async def say(
+        self, text: str, *, thread: ThreadKey | None = None, sender: Sender = ALICE, event_id: str | None = None
+    ) -> SubmitResult:
         thread = thread or ThreadKey("fake", "chat1", "")
         event = InboundMessage(thread, sender, text, event_id or f"fake:{next(_ids)}", message_id=str(next(_ids)))
         return (await self.gateway.submit([event]))[0]
 
-    async def tap(self, token: str, *, thread: ThreadKey | None = None, sender: Sender = ALICE, event_id: str | None = None) -> SubmitResult:
+    async def tap(
+        self, token: str, *, thread: ThreadKey | None = None, sender: Sender = ALICE, event_id: str | None = None
+    ) -> SubmitResult:
         thread = thread or ThreadKey("fake", "chat1", "")
         press = ButtonPress(thread, sender, token, event_id or f"fake:tap:{next(_ids)}")
         return (await self.gateway.submit([press]))[0]

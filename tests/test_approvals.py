@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from tooling import THREAD, builtin
 
 from gateway.approvals.policy import (
     AUTO_DENIED,
@@ -18,11 +19,10 @@ from gateway.approvals.policy import (
 )
 from gateway.config import ApprovalsConfig
 from gateway.events import ThreadKey
-from tooling import THREAD, builtin
 
 SHELL, WRITE, READ, FETCH, CLOCK = (builtin(n) for n in ("shell", "write_file", "read_file", "http_fetch", "clock"))
 OTHER_THREAD = ThreadKey("telegram", "42", "8")
-T0 = datetime(2026, 7, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 
 
 def decide(policy, spec, args=None, *, source="telegram", interactive=True, bypasses=(), thread=THREAD, now=T0):
@@ -75,8 +75,17 @@ def test_class_tokens(ws, token, matched, unmatched):
 
 
 def test_path_glob_matches_canonical_paths(ws):
-    policy = ApprovalPolicy([{"tool": "read_file", "args": {"path": "secrets/*"}, "action": "deny", "priority": 10}], ws)
-    denied = ["secrets/token", "./secrets/a/b", "docs/../secrets/token", "innocent/token", "secrets", str(ws / "secrets/k")]
+    policy = ApprovalPolicy(
+        [{"tool": "read_file", "args": {"path": "secrets/*"}, "action": "deny", "priority": 10}], ws
+    )
+    denied = [
+        "secrets/token",
+        "./secrets/a/b",
+        "docs/../secrets/token",
+        "innocent/token",
+        "secrets",
+        str(ws / "secrets/k"),
+    ]
     for path in denied:
         assert decide(policy, READ, {"path": path}).action == "deny", path
     for path in ["docs/secrets.txt", "secrets-old/token", "docs/a"]:
@@ -221,7 +230,9 @@ def test_broken_rule_fails_closed_for_the_tool_it_names(ws, bad_rule, caplog):
     assert decide(policy, SHELL, source="cron", interactive=False).action == "auto_deny"
 
 
-@pytest.mark.parametrize("bad_rule", ["shell: require", {"action": "allow"}, {"tool": "@exce", "action": "allow"}, None])
+@pytest.mark.parametrize(
+    "bad_rule", ["shell: require", {"action": "allow"}, {"tool": "@exce", "action": "allow"}, None]
+)
 def test_unparseable_rule_fails_closed_for_every_tool(ws, bad_rule):
     policy = ApprovalPolicy([{"tool": "*", "action": "allow"}, bad_rule], ws)
     for spec in (CLOCK, READ, SHELL):

@@ -6,10 +6,10 @@ import json
 
 from harness import BOB, make_config, running_gateway
 
-from gateway.approvals.policy import AUTO_DENIED
-from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
-from gateway.approvals.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
 from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
+from gateway.approvals.policy import AUTO_DENIED
+from gateway.approvals.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
+from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
 
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")
@@ -172,7 +172,9 @@ async def test_cron_session_auto_denies_and_the_tool_never_runs(store, llm, tmp_
 
         h.gateway.inbox.listeners.append(listen)
         thread = ThreadKey("cron", "nightly", "1")
-        await store.sessions.open(str(thread), source="cron", kind="cron", interactive=False, ephemeral=True, fresh=True)
+        await store.sessions.open(
+            str(thread), source="cron", kind="cron", interactive=False, ephemeral=True, fresh=True
+        )
         await h.gateway.submit([InboundMessage(thread, Sender("scheduler", "scheduler"), "write the report", "job:1")])
         await h.idle()
     assert not (tmp_path / "ws" / "cron.txt").exists()
@@ -221,7 +223,9 @@ async def test_a_newer_question_supersedes_the_older_one(store, llm, tmp_path):
         old_token = h.token(0, "a")
         session = await store.sessions.current(str(T1))
         call = (await store.sessions.open_tool_calls(session.id))[0]
-        await h.gateway.prompts.ask(session, T1, call, run_id=1, requested_by="100", question="New?", choices=["b"], allow_free_text=True)
+        await h.gateway.prompts.ask(
+            session, T1, call, run_id=1, requested_by="100", question="New?", choices=["b"], allow_free_text=True
+        )
         tapped = await h.tap(old_token)
         assert tapped.alert and tapped.answer == NOT_PENDING
         assert any("Superseded" in text for text in h.channel.closes())
@@ -243,7 +247,9 @@ async def test_question_timeout_and_non_interactive_answers(store, llm, tmp_path
         llm.tool_call("ask_user", {"question": "Cron?"}, id="q2")
         llm.reply("done")
         thread = ThreadKey("tick", "t", "1")
-        await store.sessions.open(str(thread), source="tick", kind="tick", interactive=False, ephemeral=True, fresh=True)
+        await store.sessions.open(
+            str(thread), source="tick", kind="tick", interactive=False, ephemeral=True, fresh=True
+        )
         await h.gateway.submit([InboundMessage(thread, Sender("scheduler"), "check", "job:t1")])
         await h.idle()
         assert tool_results(llm.requests[-1]) == [NO_ONE_TO_ASK]
@@ -289,8 +295,14 @@ async def test_restart_mid_tool_reruns_only_tools_without_side_effects(store, ll
     run = await store.runs.start(session.id, thread)
     args = json.dumps({"path": "w.txt", "content": "x"})
     message = await store.sessions.append(
-        session.id, "assistant", "", run_id=run.id,
-        calls=[NewToolCall("c1", "clock", "{}", status="running"), NewToolCall("c2", "write_file", args, status="running")],
+        session.id,
+        "assistant",
+        "",
+        run_id=run.id,
+        calls=[
+            NewToolCall("c1", "clock", "{}", status="running"),
+            NewToolCall("c2", "write_file", args, status="running"),
+        ],
     )
     assert message.tool_calls
     llm.reply("Recovered.")
@@ -318,5 +330,7 @@ async def test_new_while_an_approval_waits_keeps_the_held_message_for_the_new_se
         await h.idle()
         assert h.channel.messages()[-1] == "Here is a joke."
         assert any("Canceled" in text for text in h.channel.closes())
-        last_user = [m for m in llm.requests[-1]["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+        last_user = [
+            m for m in llm.requests[-1]["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
+        ]
         assert last_user[-1]["content"] == "actually, tell me a joke" and len(last_user) == 1

@@ -101,7 +101,10 @@ class ChatProcess:
         while (index := self.out.find(text, self.cursor)) < 0:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0 or (self.proc.returncode is not None and all(p.done() for p in self._pumps)):
-                raise AssertionError(f"{text!r} not shown.\n--- stdout since last match:\n{self.out[self.cursor:]}\n--- stderr:\n{self.err[-3000:]}")
+                raise AssertionError(
+                    f"{text!r} not shown.\n--- stdout since last match:\n{self.out[self.cursor :]}"
+                    f"\n--- stderr:\n{self.err[-3000:]}"
+                )
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
@@ -222,7 +225,9 @@ async def test_a_tool_turn_is_traced_and_the_call_is_shown(chat: ChatProcess, ll
 # ---- approvals ----------------------------------------------------------------------------
 
 
-async def test_approval_buttons_are_numbered_and_typing_a_number_decides(chat: ChatProcess, llm: FakeLLM, tmp_path: Path, config: Path):
+async def test_approval_buttons_are_numbered_and_typing_a_number_decides(
+    chat: ChatProcess, llm: FakeLLM, tmp_path: Path, config: Path
+):
     llm.tool_call("shell", {"command": "echo approved-by-number"}, id="call_1")
     llm.reply("The command ran.")
     await chat.type("run the echo command")
@@ -251,8 +256,12 @@ async def test_approval_buttons_are_numbered_and_typing_a_number_decides(chat: C
     first_run = min(int(line.split()[0]) for line in listed.stdout.splitlines()[1:] if line.strip())
     report, timeline = run_timeline(config, str(first_run))
     kinds = [kind for _, kind, _ in timeline]
-    assert kinds == ["LLM_REQUEST", "LLM_RESPONSE", "AWAITING_INPUT", "TOOL_CALL", "LLM_REQUEST", "LLM_RESPONSE"], report.stdout
-    assert f"<- #{timeline[1][0]}" in timeline[3][2], f"the resumed TOOL_CALL is not linked to its LLM_RESPONSE:\n{report.stdout}"
+    assert kinds == ["LLM_REQUEST", "LLM_RESPONSE", "AWAITING_INPUT", "TOOL_CALL", "LLM_REQUEST", "LLM_RESPONSE"], (
+        report.stdout
+    )
+    assert f"<- #{timeline[1][0]}" in timeline[3][2], (
+        f"the resumed TOOL_CALL is not linked to its LLM_RESPONSE:\n{report.stdout}"
+    )
 
 
 # ---- sessions -----------------------------------------------------------------------------
@@ -270,7 +279,9 @@ async def test_new_starts_a_new_session(chat: ChatProcess, llm: FakeLLM, config:
     assert await chat.quit() == 0
 
     assert len(llm.requests) == 2, "/new must not reach the model"
-    assert not any("apricot" in text for text in user_texts(llm.requests[-1])), "the new session still sees the old history"
+    assert not any("apricot" in text for text in user_texts(llm.requests[-1])), (
+        "the new session still sees the old history"
+    )
     listed = gateway_command(config, "sessions", "list")
     assert listed.returncode == 0, listed.stderr
     rows = [line for line in listed.stdout.splitlines() if "console:" in line]

@@ -83,7 +83,9 @@ def test_the_shipped_config_file_is_valid(monkeypatch):
     assert config.inbox.busy_mode == "steer" and config.approvals.expire_after == 24 * 3600
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), (5, 5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), (5, 5)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from test_context_support import NOW, build, builder, check_well_formed, exchange, history_of, reply, user
+
 from gateway.context import INTERRUPTED
 from gateway.store.history import HistoryRepo
-from test_context_support import NOW, build, builder, check_well_formed, exchange, history_of, reply, user
 
 
 async def open_session(store, key: str = "console:local:"):
@@ -20,7 +21,12 @@ async def test_blocks_come_in_prefix_cache_order(store):
     await user(store, session, "second request")
     await reply(store, session, "second answer")
     await HistoryRepo(store.db).add_compaction(
-        session.id, expected_last_seq=0, first_seq=1, last_seq=2, summary="THE SUMMARY", folded_text="first request first answer"
+        session.id,
+        expected_last_seq=0,
+        first_seq=1,
+        last_seq=2,
+        summary="THE SUMMARY",
+        folded_text="first request first answer",
     )
     built = await build(builder(store), session, turn=3, notes={"goal": "ship it"}, reminder="Reply in Markdown.")
     system, *history, tail = built.messages
@@ -72,7 +78,14 @@ async def test_every_tool_status_gets_a_result_in_declared_order(store):
     built = await build(builder(store), session, turn=1)
     check_well_formed(built.messages)
     assistant, *results = history_of(built.messages)[1:]
-    assert [c["function"]["name"] for c in assistant["tool_calls"]] == ["a_done", "b_failed", "c_rejected", "d_cancelled", "e_pending", "f_running"]
+    assert [c["function"]["name"] for c in assistant["tool_calls"]] == [
+        "a_done",
+        "b_failed",
+        "c_rejected",
+        "d_cancelled",
+        "e_pending",
+        "f_running",
+    ]
     assert assistant["content"] is None
     assert [r["content"] for r in results] == [
         "R1", "Error: disk full", "Denied by @ann: not now", "Cancelled by /stop", INTERRUPTED, INTERRUPTED,
@@ -103,7 +116,10 @@ async def test_failed_rows_are_excluded(store):
     await store.sessions.mark_failed([gone.id])
     await reply(store, session, "answer")
     built = await build(builder(store), session, turn=1)
-    assert history_of(built.messages) == [{"role": "user", "content": "keep me"}, {"role": "assistant", "content": "answer"}]
+    assert history_of(built.messages) == [
+        {"role": "user", "content": "keep me"},
+        {"role": "assistant", "content": "answer"},
+    ]
 
 
 async def test_reasoning_is_never_sent_back(store):

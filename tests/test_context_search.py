@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
+from test_context_support import RecordingSummariser, builder, reply, turn, user
 
 from gateway.config import AgentConfig
 from gateway.context import history_search_spec
 from gateway.events import ThreadKey
 from gateway.store.history import HistoryRepo
 from gateway.tools import InMemoryNotes, ToolContext, ToolRegistry, run_tool
-from test_context_support import RecordingSummariser, builder, reply, turn, user
 
 TAIL = {"keep_messages": 2, "keep_tool_exchanges": 1}
 
@@ -20,7 +21,9 @@ async def folded_session(store, thread: ThreadKey, fact: str):
     await reply(store, session, fact)
     for n in range(4):
         await turn(store, session, n)
-    result = await builder(store, 0, summarise=RecordingSummariser(), **TAIL).compact_now(session, system_prompt="SYSTEM")
+    result = await builder(store, 0, summarise=RecordingSummariser(), **TAIL).compact_now(
+        session, system_prompt="SYSTEM"
+    )
     assert result is not None and result.first_seq == 1
     return session
 
@@ -37,9 +40,11 @@ async def test_history_search_finds_and_quotes_a_folded_fact(store, tmp_path):
     outcome = await run_tool(spec, {"query": "postgresql notify"}, tool_context(session, thread, tmp_path))
     assert not outcome.failed
     assert "«PostgreSQL»" in outcome.text and "#1–#" in outcome.text
-    assert f"{datetime.now(timezone.utc):%Y-%m-%d}" in outcome.text
+    assert f"{datetime.now(UTC):%Y-%m-%d}" in outcome.text
     # Natural-language questions fall back to any-word matching.
-    outcome = await run_tool(spec, {"query": "what did we decide about the database?", "limit": 1}, tool_context(session, thread, tmp_path))
+    outcome = await run_tool(
+        spec, {"query": "what did we decide about the database?", "limit": 1}, tool_context(session, thread, tmp_path)
+    )
     assert "PostgreSQL" in outcome.text
 
 

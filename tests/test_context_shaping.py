@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from gateway.context import CompactionError, make_budget
-from gateway.store.history import HistoryRepo
 from test_context_support import (
     MODEL,
     Events,
@@ -21,6 +18,9 @@ from test_context_support import (
     turn,
     user,
 )
+
+from gateway.context import CompactionError, make_budget
+from gateway.store.history import HistoryRepo
 
 TAIL = {"keep_messages": 2, "keep_tool_exchanges": 1}
 
@@ -82,7 +82,9 @@ async def test_pristine_tail_and_pinned_first_request_survive_folds(store):
     session = await open_session(store)
     first = await grow(store, session, 30)
     window = await full_estimate(store, session, first) // 3
-    b = builder(store, window, summarise=RecordingSummariser(), pin_first_user=True, keep_messages=4, keep_tool_exchanges=2)
+    b = builder(
+        store, window, summarise=RecordingSummariser(), pin_first_user=True, keep_messages=4, keep_tool_exchanges=2
+    )
     built = await build(b, session, turn=first)
     assert built.folded > 0
     history = history_of(built.messages)
@@ -105,7 +107,9 @@ async def test_lod_stubs_keep_the_end_each_tool_declares(store):
     await reply(store, session, "read them")
     first = await grow(store, session, 6)
     window = await full_estimate(store, session, first) - 500
-    b = builder(store, window, tool_lod={"tail_tool": "tail", "both_tool": "both"}, lod_above_chars=1_000, lod_step=1, **TAIL)
+    b = builder(
+        store, window, tool_lod={"tail_tool": "tail", "both_tool": "both"}, lod_above_chars=1_000, lod_step=1, **TAIL
+    )
     built = await build(b, session, turn=first)
     assert built.folded == 0 and built.estimated_tokens <= window
     results = tool_results(built.messages)
@@ -125,7 +129,11 @@ async def test_a_single_huge_result_is_capped_even_in_the_tail_when_budgeted(sto
     session = await open_session(store)
     request = await user(store, session, "dump it")
     await exchange(store, session, ("tail_tool", "A" * 5_000 + "LAST-LINE"))
-    capped = await build(builder(store, 1_000_000, max_tool_result_chars=1_000, tool_lod={"tail_tool": "tail"}), session, turn=request.seq)
+    capped = await build(
+        builder(store, 1_000_000, max_tool_result_chars=1_000, tool_lod={"tail_tool": "tail"}),
+        session,
+        turn=request.seq,
+    )
     content = tool_results(capped.messages).popitem()[1]
     assert content.startswith("[truncated") and content.endswith("LAST-LINE") and len(content) < 1_200
     whole = await build(builder(store, 0, max_tool_result_chars=1_000), session, turn=request.seq)
@@ -168,7 +176,7 @@ async def test_folds_never_split_tool_pairs_and_markers_cover_the_right_range(st
     markers = await HistoryRepo(store.db).compactions(session.id)
     assert len(markers) >= 2
     assert markers[0].first_seq == 1
-    for before, after in zip(markers, markers[1:]):
+    for before, after in zip(markers, markers[1:], strict=False):
         assert after.first_seq == before.last_seq + 1
     stored = {m.seq: m for m in await store.sessions.history(session.id)}
     for marker in markers:
@@ -184,11 +192,18 @@ async def test_folds_never_split_tool_pairs_and_markers_cover_the_right_range(st
     assert markers[-1].summary in built.messages[0]["content"]
     # The summariser is given the task first, then the previous summary, then the events.
     request = summariser.requests[1][0][1]["content"]
-    assert request.index("SYSTEM") < request.index("request 0: please") < request.index("SUMMARY 1") < request.index("# Events")
+    assert (
+        request.index("SYSTEM")
+        < request.index("request 0: please")
+        < request.index("SUMMARY 1")
+        < request.index("# Events")
+    )
     kinds = [kind for kind, _ in events.seen]
     assert kinds == ["compaction_started", "compaction_finished"] * len(markers)
     finished = [p for k, p in events.seen if k == "compaction_finished"]
-    assert all(p["tokens_after"] < p["tokens_before"] and p["entries_folded"] > 0 and "duration_ms" in p for p in finished)
+    assert all(
+        p["tokens_after"] < p["tokens_before"] and p["entries_folded"] > 0 and "duration_ms" in p for p in finished
+    )
 
 
 async def test_at_most_max_folds_per_build(store):
@@ -221,7 +236,11 @@ async def test_compact_now_folds_everything_before_the_tail_once(store):
     before = await build(b, session, turn=first)
     result = await b.compact_now(session, system_prompt="SYSTEM")
     assert result is not None and result.reason == "manual"
-    assert (result.first_seq, result.last_seq, result.entries_folded) == (1, first - 1, first - 1)  # all before the last turn
+    assert (result.first_seq, result.last_seq, result.entries_folded) == (
+        1,
+        first - 1,
+        first - 1,
+    )  # all before the last turn
     assert result.tokens_after < result.tokens_before
     after = await build(b, session, turn=first)
     assert "SUMMARY 1" in after.messages[0]["content"]
@@ -235,7 +254,9 @@ async def test_compact_now_reports_a_failing_summariser(store):
     session = await open_session(store)
     await grow(store, session, 6)
     with pytest.raises(CompactionError, match="summariser is down"):
-        await builder(store, 0, summarise=RecordingSummariser(fail=True), **TAIL).compact_now(session, system_prompt="S")
+        await builder(store, 0, summarise=RecordingSummariser(fail=True), **TAIL).compact_now(
+            session, system_prompt="S"
+        )
     assert await HistoryRepo(store.db).compactions(session.id) == []
 
 

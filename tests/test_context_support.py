@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import AgentConfig, ContextConfig, LLMConfig
 from gateway.context import ContextBuilder
 from gateway.store import NewToolCall
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 MODEL = "test-model"
 
 
-def configs(window: int = 0, *, reserve_pct: float = 0.0, verbatim: bool = False, hide_above: int = 16_000, **context: Any):
+def configs(
+    window: int = 0, *, reserve_pct: float = 0.0, verbatim: bool = False, hide_above: int = 16_000, **context: Any
+):
     return (
         ContextConfig(**{"headroom_tokens": 0, **context}),
         LLMConfig(model=MODEL, context_window=window, reserve_pct=reserve_pct, verbatim_tool_results=verbatim),
@@ -50,7 +52,15 @@ def builder(store, window: int = 0, *, summarise=None, on_event=None, tool_lod=N
     return ContextBuilder(store, context, llm, agent, summarise=summarise, on_event=on_event, tool_lod=tool_lod)
 
 
-async def build(b: ContextBuilder, session, *, turn: int, notes: dict | None = None, reminder: str | None = None, system: str = "SYSTEM"):
+async def build(
+    b: ContextBuilder,
+    session,
+    *,
+    turn: int,
+    notes: dict | None = None,
+    reminder: str | None = None,
+    system: str = "SYSTEM",
+):
     return await b.build(
         session, system_prompt=system, turn_started_seq=turn, notes=notes or {}, now=NOW,
         timezone="Europe/Berlin", workspace="/srv/work", reminder=reminder, model=MODEL,
@@ -65,10 +75,15 @@ async def reply(store, session, text: str, **kw: Any):
     return await store.sessions.append(session.id, "assistant", text, **kw)
 
 
-async def exchange(store, session, *calls: tuple[str, str], status: str = "done", text: str = "", note: str | None = None):
+async def exchange(
+    store, session, *calls: tuple[str, str], status: str = "done", text: str = "", note: str | None = None
+):
     """An assistant row with tool calls given as (name, result)."""
     prefix = f"c{session.id}_{await store.sessions.count(session.id)}"
-    new = [NewToolCall(f"{prefix}_{i}", name, json.dumps({"i": i}), status, result, note) for i, (name, result) in enumerate(calls)]
+    new = [
+        NewToolCall(f"{prefix}_{i}", name, json.dumps({"i": i}), status, result, note)
+        for i, (name, result) in enumerate(calls)
+    ]
     return await store.sessions.append(session.id, "assistant", text, calls=new)
 
 

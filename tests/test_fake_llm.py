@@ -87,7 +87,9 @@ async def test_script_plays_in_order_then_responder_answers(fake):
 
     def text(response: httpx.Response) -> str:
         frames = data_frames(response.text)
-        return "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if isinstance(f, dict) and f["choices"])
+        return "".join(
+            f["choices"][0]["delta"].get("content") or "" for f in frames if isinstance(f, dict) and f["choices"]
+        )
 
     assert text(await post(fake, chat(USER))) == "first"
     assert (await post(fake, chat(USER))).status_code == 500
@@ -99,7 +101,10 @@ async def test_script_plays_in_order_then_responder_answers(fake):
 async def test_default_answer_is_ok():
     async with FakeLLM() as fake:
         frames = data_frames((await post(fake, chat(USER))).text)
-    assert "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if isinstance(f, dict) and f["choices"]) == "ok"
+    assert (
+        "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if isinstance(f, dict) and f["choices"])
+        == "ok"
+    )
 
 
 async def test_error_puts_retry_after_where_asked(fake):
@@ -130,11 +135,16 @@ MALFORMED = {
     "second result for one call": (chat(USER, ASSISTANT_CALL, RESULT, RESULT), "no preceding assistant tool call"),
     "duplicate tool names": (chat(USER, tools=[TOOL, TOOL]), "duplicate function name(s): clock"),
     "reasoning_content sent back": (
-        chat(USER, {"role": "assistant", "content": "a", "reasoning_content": "r"}, USER), "'reasoning_content'"),
+        chat(USER, {"role": "assistant", "content": "a", "reasoning_content": "r"}, USER),
+        "'reasoning_content'",
+    ),
     "reasoning sent back": (chat(USER, {"role": "assistant", "content": "a", "reasoning": "r"}, USER), "'reasoning'"),
     "unparseable call arguments": (
-        chat(USER, {**ASSISTANT_CALL, "tool_calls": [{**CALL, "function": {"name": "clock", "arguments": "{"}}]}, RESULT),
-        "not valid JSON"),
+        chat(
+            USER, {**ASSISTANT_CALL, "tool_calls": [{**CALL, "function": {"name": "clock", "arguments": "{"}}]}, RESULT
+        ),
+        "not valid JSON",
+    ),
     "unknown role": (chat({"role": "robot", "content": "x"}), "unknown role 'robot'"),
     "no messages": (chat(), "messages: must be a non-empty array"),
     "not streaming": ({"model": "m", "messages": [USER]}, "set stream: true"),

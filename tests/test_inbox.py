@@ -15,7 +15,9 @@ T2 = ThreadKey("fake", "chat2", "")
 
 
 def echo_last_user(request: dict) -> Reply:
-    users = [m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+    users = [
+        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
+    ]
     return Reply(f"echo: {users[-1].splitlines()[-1] if users else ''}")
 
 
@@ -71,7 +73,10 @@ async def _busy_turn(h, llm, second: str) -> None:  # noqa: ANN001
 
 def _slow_tool_config(llm, tmp_path, mode):  # noqa: ANN001, ANN202
     return make_config(
-        llm.base_url, str(tmp_path / "ws"), inbox={"busy_mode": mode}, approvals={"rules": [{"tool": "shell", "action": "allow"}]}
+        llm.base_url,
+        str(tmp_path / "ws"),
+        inbox={"busy_mode": mode},
+        approvals={"rules": [{"tool": "shell", "action": "allow"}]},
     )
 
 
@@ -81,7 +86,9 @@ async def test_steer_appends_messages_at_the_next_round_boundary(store, tmp_path
         async with running_gateway(store, _slow_tool_config(llm, tmp_path, "steer")) as h:
             await _busy_turn(h, llm, "also this")
             assert len(await store.runs.list()) == 1
-            second_round = [m for m in llm.requests[1]["messages"] if not (m.get("content") or "").startswith("[context]")]
+            second_round = [
+                m for m in llm.requests[1]["messages"] if not (m.get("content") or "").startswith("[context]")
+            ]
             assert second_round[-1]["role"] == "user" and "also this" in second_round[-1]["content"]
             assert h.channel.messages() == ["echo: also this"]
 

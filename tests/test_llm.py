@@ -14,9 +14,24 @@ from fakes.llm import FakeLLM
 
 from gateway.config import LLMConfig
 from gateway.llm import (
-    AuthError, Completion, ContextTooLong, Finish, LLMClient, LLMError, LLMUnavailable, ModelInfo,
-    RateLimited, ReasoningDelta, RetryNotice, StreamInterrupted, TextDelta, ToolCall, ToolCallDelta, Usage,
-    classify_error, parse_retry_after,
+    AuthError,
+    Completion,
+    ContextTooLong,
+    Finish,
+    LLMClient,
+    LLMError,
+    LLMUnavailable,
+    ModelInfo,
+    RateLimited,
+    ReasoningDelta,
+    RetryNotice,
+    StreamInterrupted,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    classify_error,
+    parse_retry_after,
 )
 
 USER = [{"role": "user", "content": "hi"}]
@@ -208,7 +223,9 @@ async def test_the_body_is_json_and_what_orjson_refuses_is_still_sent(fake, make
     await events_of(make_client(), messages=messages)
     assert fake.headers[0]["Content-Type"] == "application/json"
     assert fake.headers[0]["Accept"] == "text/event-stream"
-    assert fake.requests[0]["messages"] == [{"role": "user", "content": "hi \u00e9\U0001f600", "meta": {"1": 2**70, "null": True}}]
+    assert fake.requests[0]["messages"] == [
+        {"role": "user", "content": "hi \u00e9\U0001f600", "meta": {"1": 2**70, "null": True}}
+    ]
 
 
 class ConnectionRecorder(httpx.AsyncBaseTransport):
@@ -431,7 +448,12 @@ async def test_complete_collects_text_usage_and_model(fake, make_client):
     fake.reply("A short summary.", model="served-name")
     done = await make_client().complete(USER, model="summariser", max_tokens=64)
     assert isinstance(done, Completion)
-    assert (done.text, done.model, done.served, done.finish_reason) == ("A short summary.", "summariser", "served-name", "stop")
+    assert (done.text, done.model, done.served, done.finish_reason) == (
+        "A short summary.",
+        "summariser",
+        "served-name",
+        "stop",
+    )
     assert done.usage is not None and done.usage.completion_tokens > 0 and done.tool_calls == ()
     assert fake.requests[0]["model"] == "summariser" and fake.requests[0]["max_tokens"] == 64
 

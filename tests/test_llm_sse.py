@@ -20,7 +20,7 @@ TEXT = st.text(alphabet=st.sampled_from("ab :{}\"é€😀\u2028\u2029\u0085\x1c
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({min(c, len(data)) for c in cuts})
-    return [data[start:end] for start, end in zip([0, *points], [*points, len(data)])]
+    return [data[start:end] for start, end in zip([0, *points], [*points, len(data)], strict=False)]
 
 
 def lines_of(chunks: list[bytes]) -> list[bytes]:

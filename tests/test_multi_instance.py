@@ -15,7 +15,9 @@ from gateway.store import Store
 
 
 def echo(request: dict) -> Reply:
-    users = [m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+    users = [
+        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
+    ]
     return Reply(f"echo: {users[-1]}")
 
 

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.llm.events import Finish, ModelInfo, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from gateway.agent.rounds import (
     DeclaredCall,
     FirstError,
@@ -16,6 +15,7 @@ from gateway.agent.rounds import (
     ToolResult,
     TurnRounds,
 )
+from gateway.llm.events import Finish, ModelInfo, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 
 LOOP_BLOCK = "EXCLUSIVE OF THE EASTERLY 100 FEET\\nOF SAID LOTS 7 TO 10, EXCLUSIVE OF THE EASTERLY "
 
@@ -153,7 +153,7 @@ def test_reassembly_does_not_depend_on_fragmenting(data):
 def _split(data, text: str) -> list[str]:
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=4)))
     bounds = [0, *cuts, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 # --- repetition inside the builder ------------------------------------------------------------

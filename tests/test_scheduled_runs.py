@@ -3,7 +3,7 @@ approvals are auto-denied, and "Run again with approval" runs the job interactiv
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
@@ -11,8 +11,13 @@ from harness import make_config, running_gateway
 from gateway.events import ThreadKey
 
 CHAT = ThreadKey("telegram", "900", "")
-JOB = {"name": "nightly", "kind": "cron", "cron": "0 3 * * *", "prompt": "Write the nightly report.", "deliver_to": "telegram:900"}
-
+JOB = {
+    "name": "nightly",
+    "kind": "cron",
+    "cron": "0 3 * * *",
+    "prompt": "Write the nightly report.",
+    "deliver_to": "telegram:900",
+}
 
 
 def scheduled_config(llm, tmp_path, **job):  # noqa: ANN001, ANN201
@@ -21,7 +26,7 @@ def scheduled_config(llm, tmp_path, **job):  # noqa: ANN001, ANN201
 
 async def fire(h, name: str = "nightly"):  # noqa: ANN001, ANN201
     schedule = await h.store.schedules.by_name(name)
-    run = await h.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+    run = await h.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
     await h.idle()
     return schedule, run
 
@@ -84,6 +89,6 @@ async def test_a_run_just_claimed_elsewhere_is_not_taken_for_a_crashed_one(store
     """A leader's start-up recovery must not fail a run another claimer is still handing over."""
     async with running_gateway(store, scheduled_config(llm, tmp_path), FakeChannel(name="telegram")) as h:
         schedule = await store.schedules.by_name("nightly")
-        claimed = await store.schedules.claim(schedule.id, datetime.now(timezone.utc))  # no prompt queued yet
+        claimed = await store.schedules.claim(schedule.id, datetime.now(UTC))  # no prompt queued yet
         assert await h.gateway.scheduler.recover_running() == []
         assert (await store.schedules.get_run(claimed.id)).status == "running"

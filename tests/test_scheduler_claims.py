@@ -6,9 +6,9 @@ import asyncio
 from datetime import timedelta
 
 from sqlalchemy import text
+from test_scheduler_support import Core, Now, add_job, make_scheduler, real_now
 
 from gateway.store import Store
-from test_scheduler_support import Core, Now, add_job, make_scheduler, real_now
 
 
 async def second_store(store: Store) -> Store:

@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+from test_scheduler_support import Core
 
 from gateway.config import AgentConfig, Config, JobConfig, SchedulerConfig
 from gateway.events import ThreadKey
@@ -14,7 +15,6 @@ from gateway.tools import InMemoryNotes, ToolContext, ToolRegistry, run_tool
 from scheduler.cli import add_parser, run_jobs_command
 from scheduler.jobs import schedule_repo
 from scheduler.tools import NOT_HERE, schedule_tool
-from test_scheduler_support import Core
 
 CHAT = ThreadKey("telegram", "-1001", "5")
 
@@ -38,7 +38,13 @@ async def test_add_list_show_and_remove(sqlite_store):
     )
     assert code == 0 and "added standup" in out, err
     stored = await schedule_repo(sqlite_store).by_name("standup")
-    assert (stored.kind, stored.spec, stored.timezone, stored.timeout_s, stored.source) == ("cron", "0 9 * * 1-5", "Europe/Berlin", 600, "cli")
+    assert (stored.kind, stored.spec, stored.timezone, stored.timeout_s, stored.source) == (
+        "cron",
+        "0 9 * * 1-5",
+        "Europe/Berlin",
+        600,
+        "cli",
+    )
 
     code, out, _, _ = await jobs(sqlite_store, "list")
     assert code == 0 and "standup" in out and "slack:C42" in out and "CE" in out  # next firing in CET/CEST
@@ -107,7 +113,11 @@ def ctx(tmp_path: Path, *, interactive: bool = True, source: str = "telegram", t
 
 async def test_the_tool_is_refused_in_a_scheduled_session(sqlite_store, tmp_path):
     spec = schedule_tool(sqlite_store, SchedulerConfig())
-    for context in (ctx(tmp_path, interactive=False, source="cron"), ctx(tmp_path, interactive=False, source="tick"), ctx(tmp_path, source="cron")):
+    for context in (
+        ctx(tmp_path, interactive=False, source="cron"),
+        ctx(tmp_path, interactive=False, source="tick"),
+        ctx(tmp_path, source="cron"),
+    ):
         outcome = await run_tool(spec, {"action": "create", "name": "x", "every": "1h", "prompt": "p"}, context)
         assert outcome.failed and outcome.text == NOT_HERE
     assert await schedule_repo(sqlite_store).list() == []
@@ -119,13 +129,22 @@ async def test_the_tool_creates_lists_and_cancels_jobs_of_this_thread(sqlite_sto
     async def on_change():
         changes.append(1)
 
-    registry = ToolRegistry([schedule_tool(sqlite_store, SchedulerConfig(timezone="Europe/Berlin"), on_change=on_change)])
+    registry = ToolRegistry(
+        [schedule_tool(sqlite_store, SchedulerConfig(timezone="Europe/Berlin"), on_change=on_change)]
+    )
     spec = registry.get("schedule")
     here = ctx(tmp_path)
-    created = await run_tool(spec, {"action": "create", "name": "water", "cron": "0 */2 * * *", "prompt": "Remind me to drink"}, here)
+    created = await run_tool(
+        spec, {"action": "create", "name": "water", "cron": "0 */2 * * *", "prompt": "Remind me to drink"}, here
+    )
     assert not created.failed and "water" in created.text and "posted in this conversation" in created.text
     job = await schedule_repo(sqlite_store).by_name("water")
-    assert (job.deliver_to, job.source, job.timezone, job.created_by) == ("telegram:-1001:5", "agent", "Europe/Berlin", str(CHAT))
+    assert (job.deliver_to, job.source, job.timezone, job.created_by) == (
+        "telegram:-1001:5",
+        "agent",
+        "Europe/Berlin",
+        str(CHAT),
+    )
     assert changes == [1]
 
     elsewhere = ctx(tmp_path, thread=ThreadKey("slack", "C1", "9.9"))
@@ -157,7 +176,9 @@ async def test_the_tool_answers_bad_arguments_with_a_fix(sqlite_store, tmp_path,
 
 async def test_the_tool_cannot_deliver_to_the_console(sqlite_store, tmp_path):
     outcome = await run_tool(
-        schedule_tool(sqlite_store, SchedulerConfig()), {"action": "list"}, ctx(tmp_path, source="console", thread=ThreadKey("console", "local", ""))
+        schedule_tool(sqlite_store, SchedulerConfig()),
+        {"action": "list"},
+        ctx(tmp_path, source="console", thread=ThreadKey("console", "local", "")),
     )
     assert outcome.failed and "Telegram or Slack" in outcome.text
 

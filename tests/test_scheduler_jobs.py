@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+
+from test_scheduler_support import Core, Now, add_job, ended, make_scheduler
 
 from gateway.events import Outbound, Prompt, ThreadKey
 from scheduler.delivery import RERUN_LABEL
 from scheduler.jobs import Scheduler
-from test_scheduler_support import Core, Now, add_job, ended, make_scheduler
 
-T0 = datetime(2025, 5, 1, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 5, 1, 8, 0, tzinfo=UTC)
 TARGET = ThreadKey("telegram", "-1001", "5")
 
 
@@ -21,7 +22,9 @@ async def setup(store, **config) -> tuple[Scheduler, Core, Now]:
 
 async def test_a_firing_opens_an_ephemeral_headless_session_and_submits_the_prompt(store):
     scheduler, core, now = await setup(store)
-    job = await add_job(scheduler, name="daily", cron="0 9 * * *", deliver_to="telegram:-1001:5", max_rounds=4, max_tokens=900)
+    job = await add_job(
+        scheduler, name="daily", cron="0 9 * * *", deliver_to="telegram:-1001:5", max_rounds=4, max_tokens=900
+    )
     now.set(T0 + timedelta(hours=1, seconds=2))
     run = await scheduler.fire(job.id, T0 + timedelta(hours=1))
 
@@ -77,7 +80,9 @@ async def test_turn_endings_of_other_threads_and_repeats_are_ignored(store):
 
 async def test_auto_denied_calls_are_listed_with_a_rerun_button_backed_by_a_prompt_row(store):
     scheduler, core, now = await setup(store)
-    job = await add_job(scheduler, name="cleanup", cron="0 3 * * *", deliver_to="telegram:-1001:5", prompt="Clean the tmp dir")
+    job = await add_job(
+        scheduler, name="cleanup", cron="0 3 * * *", deliver_to="telegram:-1001:5", prompt="Clean the tmp dir"
+    )
     run = await scheduler.fire(job.id, now())
     denied = ("shell(command='rm -rf /tmp/cache')",)
     await scheduler.on_turn_ended(ended(core.submitted[0], reply="I could not clean up.", auto_denied=denied))
@@ -96,7 +101,9 @@ async def test_auto_denied_calls_are_listed_with_a_rerun_button_backed_by_a_prom
 
 async def test_a_quiet_tick_delivers_nothing_but_is_recorded(store):
     scheduler, core, now = await setup(store, quiet_sentinel="NOTHING_TO_REPORT")
-    tick = await add_job(scheduler, name="inbox-watch", kind="tick", every="30m", deliver_to="slack:C9", prompt="Check the inbox")
+    tick = await add_job(
+        scheduler, name="inbox-watch", kind="tick", every="30m", deliver_to="slack:C9", prompt="Check the inbox"
+    )
     quiet = await scheduler.fire(tick.id, now())
     assert core.submitted[0].thread.channel == "tick"
     assert "reply with exactly NOTHING_TO_REPORT" in core.submitted[0].text
@@ -129,7 +136,9 @@ async def test_failure_is_recorded_and_notified(store):
     scheduler, core, now = await setup(store)
     job = await add_job(scheduler, name="report", cron="0 9 * * *", deliver_to="telegram:-1001:5")
     run = await scheduler.fire(job.id, now())
-    await scheduler.on_turn_ended(ended(core.submitted[0], stage="FAILED", reply="", error="LLM unavailable after 4 retries"))
+    await scheduler.on_turn_ended(
+        ended(core.submitted[0], stage="FAILED", reply="", error="LLM unavailable after 4 retries")
+    )
     closed = await scheduler.repo.get_run(run.id)
     assert closed.status == "failed" and closed.error == "LLM unavailable after 4 retries"
     [message] = core.delivered
@@ -138,7 +147,9 @@ async def test_failure_is_recorded_and_notified(store):
 
 async def test_failure_without_notify_on_failure_stays_silent(store):
     scheduler, core, now = await setup(store)
-    job = await add_job(scheduler, name="quiet-fail", cron="0 9 * * *", deliver_to="telegram:1", notify_on_failure=False)
+    job = await add_job(
+        scheduler, name="quiet-fail", cron="0 9 * * *", deliver_to="telegram:1", notify_on_failure=False
+    )
     run = await scheduler.fire(job.id, now())
     await scheduler.on_turn_ended(ended(core.submitted[0], stage="FAILED", end_reason="budget", reply=""))
     assert core.delivered == []
@@ -163,7 +174,9 @@ async def test_a_submit_failure_fails_the_run_and_says_so(store):
     async def broken_submit(events, *, cursor=None):
         raise RuntimeError("database is locked")
 
-    scheduler = Scheduler(store, make_scheduler(store, now, core).config, submit=broken_submit, deliver=core.deliver, now=now)
+    scheduler = Scheduler(
+        store, make_scheduler(store, now, core).config, submit=broken_submit, deliver=core.deliver, now=now
+    )
     job = await add_job(scheduler, name="news", cron="0 9 * * *", deliver_to="telegram:1")
     run = await scheduler.fire(job.id, now())
     assert run.status == "failed" and "database is locked" in run.error

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from test_scheduler_support import Core, Now, add_job, ended, make_scheduler, real_now
+
 from gateway.config import JobConfig
 from scheduler.clock import Clock
 from scheduler.sync import REMOVED_FROM_CONFIG
-from test_scheduler_support import Core, Now, add_job, ended, make_scheduler, real_now
 
 
 async def downtime(store, *, misfire: str, grace: str | None = None):
@@ -21,7 +22,9 @@ async def downtime(store, *, misfire: str, grace: str | None = None):
     t0 = start - timedelta(hours=5, minutes=10)
     now, core = Now(t0), Core(store)
     before = make_scheduler(store, now, core)
-    job = await add_job(before, name="hourly", every="1h", misfire=misfire, misfire_grace=grace, deliver_to="telegram:1")
+    job = await add_job(
+        before, name="hourly", every="1h", misfire=misfire, misfire_grace=grace, deliver_to="telegram:1"
+    )
     now.set(start)
     after = make_scheduler(store, now, core)
     await after.start()
@@ -91,7 +94,9 @@ async def crashed_run(store, *, age: timedelta, picked_up: bool = True):
     start = real_now()
     now, core = Now(start - age), Core(store)
     first = make_scheduler(store, now, core)
-    job = await add_job(first, now=start - age - timedelta(minutes=1), name="nightly", every="1h", deliver_to="telegram:1")
+    job = await add_job(
+        first, now=start - age - timedelta(minutes=1), name="nightly", every="1h", deliver_to="telegram:1"
+    )
     run = await first.fire(job.id, now())
     if picked_up:
         await core.pick_up(core.submitted[0])
@@ -155,7 +160,12 @@ async def test_config_jobs_are_created_updated_and_disabled_when_removed(store):
     report = await scheduler.sync_config_jobs()
     assert sorted(report.created) == ["morning", "ticker"] and not report.errors
     morning = await scheduler.repo.by_name("morning")
-    assert (morning.kind, morning.spec, morning.timezone, morning.source) == ("cron", "0 8 * * *", "Europe/Berlin", "config")
+    assert (morning.kind, morning.spec, morning.timezone, morning.source) == (
+        "cron",
+        "0 8 * * *",
+        "Europe/Berlin",
+        "config",
+    )
 
     again = await scheduler.sync_config_jobs()
     assert sorted(again.unchanged) == ["morning", "ticker"] and not again.changed

@@ -6,8 +6,9 @@ scheduler's recovery sees the same rows it would in production.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from gateway.config import JobConfig, SchedulerConfig
 from gateway.events import Delivered, InboundEvent, InboundMessage, Outbound, Prompt, SubmitResult, TurnEnded
@@ -18,7 +19,7 @@ from scheduler.jobs import Scheduler, schedule_repo
 
 
 def real_now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 class Now:
@@ -47,11 +48,15 @@ class Core:
         self.delivered: list[Outbound | Prompt] = []
         self.fail_delivery = fail_delivery
 
-    async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
+    async def submit(
+        self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None
+    ) -> list[SubmitResult]:
         items = [NewItem(e.event_id, str(e.thread), "message", {"text": getattr(e, "text", "")}) for e in events]
         created = await self.store.inbox.add(items, cursor=cursor)
-        self.submitted.extend(e for e, new in zip(events, created) if new and isinstance(e, InboundMessage))
-        return [SubmitResult(e.event_id, duplicate=not new) for e, new in zip(events, created)]
+        self.submitted.extend(
+            e for e, new in zip(events, created, strict=False) if new and isinstance(e, InboundMessage)
+        )
+        return [SubmitResult(e.event_id, duplicate=not new) for e, new in zip(events, created, strict=False)]
 
     async def deliver(self, message: Outbound | Prompt) -> Delivered:
         if self.fail_delivery:
@@ -75,7 +80,9 @@ def make_scheduler(store: Store, now: Now, core: Core, **config: Any) -> Schedul
     return Scheduler(store, SchedulerConfig(**config), submit=core.submit, deliver=core.deliver, now=now)
 
 
-async def add_job(scheduler: Scheduler, *, now: datetime | None = None, source: str = "cli", **fields: Any) -> ScheduleRecord:
+async def add_job(
+    scheduler: Scheduler, *, now: datetime | None = None, source: str = "cli", **fields: Any
+) -> ScheduleRecord:
     fields.setdefault("prompt", "Summarise the news")
     new = to_schedule(job_config(fields), scheduler.config, source=source, now=now or scheduler._now())
     return await schedule_repo(scheduler.store).create(new, now=now or scheduler._now())

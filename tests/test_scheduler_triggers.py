@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,7 +21,7 @@ from scheduler.triggers import (
     timetable,
 )
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def utc(*args: int) -> datetime:
@@ -79,7 +79,12 @@ def test_at_reads_a_naive_time_in_the_job_zone_and_fires_once():
     table = timetable("at", "2025-06-01T09:00:00+00:00", "UTC", anchor=utc(2025, 5, 1))
     assert table.next_after(utc(2025, 5, 1)) == utc(2025, 6, 1, 9)
     assert table.next_after(utc(2025, 6, 1, 9)) is None
-    new = to_schedule(JobConfig(name="once", at="2025-06-01T09:00", prompt="p", timezone="Europe/Berlin"), SchedulerConfig(), source="cli", now=utc(2025, 5, 1))
+    new = to_schedule(
+        JobConfig(name="once", at="2025-06-01T09:00", prompt="p", timezone="Europe/Berlin"),
+        SchedulerConfig(),
+        source="cli",
+        now=utc(2025, 5, 1),
+    )
     assert new.kind == "at" and datetime.fromisoformat(new.spec) == utc(2025, 6, 1, 7)
 
 
@@ -99,7 +104,9 @@ def test_tick_fires_only_inside_active_hours_of_its_zone():
 
 def test_active_hours_across_midnight():
     anchor = utc(2025, 1, 1, 0, 0)
-    table = ActiveHoursTimetable(IntervalTimetable(timedelta(hours=1), anchor), parse_active_hours("22:00-02:00"), "UTC")
+    table = ActiveHoursTimetable(
+        IntervalTimetable(timedelta(hours=1), anchor), parse_active_hours("22:00-02:00"), "UTC"
+    )
     fires = firings(table, anchor, anchor + timedelta(days=1))
     assert [f.hour for f in fires] == [1, 22, 23, 0]
 
@@ -137,7 +144,12 @@ def test_bad_definitions_get_a_clear_answer(fields, expected):
 def test_kind_is_inferred_from_the_only_timing_field():
     new = to_schedule(JobConfig(name="j", every="2h", prompt="p"), SchedulerConfig(), source="cli", now=utc(2025, 5, 1))
     assert new.kind == "every" and new.spec == "2h"
-    tick = to_schedule(JobConfig(name="t", kind="tick", every="30m", prompt="p"), SchedulerConfig(quiet_sentinel="QUIET"), source="cli", now=utc(2025, 5, 1))
+    tick = to_schedule(
+        JobConfig(name="t", kind="tick", every="30m", prompt="p"),
+        SchedulerConfig(quiet_sentinel="QUIET"),
+        source="cli",
+        now=utc(2025, 5, 1),
+    )
     assert tick.quiet_sentinel == "QUIET"
 
 
@@ -161,14 +173,18 @@ HOURLY = IntervalTimetable(timedelta(hours=1), utc(2025, 5, 1, 0, 0))
 
 
 def test_run_once_runs_the_latest_missed_firing_within_grace_and_records_the_rest():
-    plan = catch_up(HOURLY, since=utc(2025, 5, 1), now=utc(2025, 5, 1, 5, 10), misfire="run_once", grace=timedelta(hours=1))
+    plan = catch_up(
+        HOURLY, since=utc(2025, 5, 1), now=utc(2025, 5, 1, 5, 10), misfire="run_once", grace=timedelta(hours=1)
+    )
     assert plan.due == utc(2025, 5, 1, 5)
     assert plan.missed == tuple(utc(2025, 5, 1, h) for h in range(1, 5))
     assert plan.next == utc(2025, 5, 1, 6) and plan.uncounted == 0
 
 
 def test_run_once_beyond_grace_runs_nothing():
-    plan = catch_up(HOURLY, since=utc(2025, 5, 1), now=utc(2025, 5, 1, 5, 10), misfire="run_once", grace=timedelta(minutes=5))
+    plan = catch_up(
+        HOURLY, since=utc(2025, 5, 1), now=utc(2025, 5, 1, 5, 10), misfire="run_once", grace=timedelta(minutes=5)
+    )
     assert plan.due is None and len(plan.missed) == 5
 
 
@@ -178,7 +194,9 @@ def test_skip_records_every_missed_firing():
 
 
 def test_a_firing_a_few_seconds_old_runs_whatever_the_policy():
-    plan = catch_up(HOURLY, since=utc(2025, 5, 1, 4, 30), now=utc(2025, 5, 1, 5, 0, 20), misfire="skip", grace=timedelta(0))
+    plan = catch_up(
+        HOURLY, since=utc(2025, 5, 1, 4, 30), now=utc(2025, 5, 1, 5, 0, 20), misfire="skip", grace=timedelta(0)
+    )
     assert plan.due == utc(2025, 5, 1, 5) and plan.missed == ()
 
 

@@ -14,6 +14,7 @@ import copy
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -39,7 +40,9 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield server
 
 
-def slack_config(llm: FakeLLM, slack: FakeSlack, tmp_path, settings: dict[str, Any] | None = None, **sections: Any) -> Config:
+def slack_config(
+    llm: FakeLLM, slack: FakeSlack, tmp_path, settings: dict[str, Any] | None = None, **sections: Any
+) -> Config:
     values = {"bot_token": slack.token, "signing_secret": SIGNING_SECRET, "api_base_url": slack.base_url,
               "send_interval_s": 0, "stream_interval_s": 0, **(settings or {})}
     return make_config(llm.base_url, str(tmp_path / "ws"), slack=values, http={"port": 0}, **sections)
@@ -62,7 +65,9 @@ class Slackside:
         """A message as Slack holds it (its ts is what events and reactions refer to)."""
         return self.fake.post_as_user(channel, user, text, thread_ts)["ts"]
 
-    async def mention(self, text: str, *, user: str = ANN, thread_ts: str | None = None, **options: Any) -> dict[str, Any]:
+    async def mention(
+        self, text: str, *, user: str = ANN, thread_ts: str | None = None, **options: Any
+    ) -> dict[str, Any]:
         ts = self.written(CHANNEL, user, f"<@UBOT> {text}", thread_ts)
         event = self.sender.mention(CHANNEL, user, f"<@UBOT> {text}", ts=ts, thread_ts=thread_ts)
         await self.post(event, **options)
@@ -81,8 +86,14 @@ class Slackside:
 
     async def click(self, prompt: dict[str, Any], label: str, *, user: str = ANN, channel: str = CHANNEL) -> HttpReply:
         button = next(b for b in buttons(prompt) if label in b["text"]["text"])
-        reply = await self.sender.block_action(user=user, channel=channel, message_ts=prompt["ts"], value=button["value"],
-                                               thread_ts=prompt.get("thread_ts"), action_id=button["action_id"])
+        reply = await self.sender.block_action(
+            user=user,
+            channel=channel,
+            message_ts=prompt["ts"],
+            value=button["value"],
+            thread_ts=prompt.get("thread_ts"),
+            action_id=button["action_id"],
+        )
         assert reply.status == 200, reply.text
         return reply
 
@@ -140,7 +151,9 @@ def has_prompt(slack: FakeSlack, channel: str = CHANNEL) -> bool:
 
 
 def outcome(message: dict[str, Any]) -> str:
-    return " ".join(e["text"] for b in message.get("blocks") or [] if b.get("block_id") == "gw_outcome" for e in b["elements"])
+    return " ".join(
+        e["text"] for b in message.get("blocks") or [] if b.get("block_id") == "gw_outcome" for e in b["elements"]
+    )
 
 
 def ephemerals(slack: FakeSlack) -> list[tuple[str, str]]:
@@ -151,7 +164,9 @@ def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) ->
     """Nothing the gateway posted into the channel went to its top level."""
     posted = [c for c in slack.calls if c.method in POSTS and c.params.get("channel") == channel]
     assert posted, "nothing was posted"
-    assert all(c.params.get("thread_ts") == thread_ts for c in posted), [(c.method, c.params.get("thread_ts")) for c in posted]
+    assert all(c.params.get("thread_ts") == thread_ts for c in posted), [
+        (c.method, c.params.get("thread_ts")) for c in posted
+    ]
     assert [m for m in slack.top_level(channel) if m.get("user") == slack.bot_user_id] == []
 
 
@@ -201,7 +216,9 @@ async def test_a_follow_up_in_the_thread_continues_the_session_without_a_mention
         assert len(await store.sessions.list()) == 1
         # Slack also reports the agent's own replies and edits in the thread: never answered.
         reply = bot_messages(slack)[0]
-        own = s.sender.message(CHANNEL, slack.bot_user_id, reply["text"], ts=reply["ts"], thread_ts=mention["ts"], bot_id=slack.bot_id)
+        own = s.sender.message(
+            CHANNEL, slack.bot_user_id, reply["text"], ts=reply["ts"], thread_ts=mention["ts"], bot_id=slack.bot_id
+        )
         edited = s.sender.message(CHANNEL, None, "", thread_ts=mention["ts"], subtype="message_changed",
                                   message={"user": ANN, "text": "and a second one!", "ts": mention["ts"]})
         for event in (own, edited):
@@ -316,7 +333,12 @@ async def test_an_approver_click_runs_the_tool_and_updates_the_prompt(store, llm
     async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
         mention, prompt = await ask_for_write(s, llm)
         assert prompt["thread_ts"] == mention["ts"]
-        assert [b["text"]["text"] for b in buttons(prompt)] == ["✅ Approve", "❌ Deny", "⏱ Allow 15 min", "🔁 Allow in this chat"]
+        assert [b["text"]["text"] for b in buttons(prompt)] == [
+            "✅ Approve",
+            "❌ Deny",
+            "⏱ Allow 15 min",
+            "🔁 Allow in this chat",
+        ]
         arguments = next(b for b in prompt["blocks"] if b.get("block_id") == "gw_arguments")["text"]["text"]
         assert "write_file" in arguments and '"path": "note.txt"' in arguments
         assert not (tmp_path / "ws" / "note.txt").exists()
@@ -399,7 +421,9 @@ async def test_a_turn_resumed_by_another_process_still_streams_natively(store, l
         assert not [c for c in slack.calls_to("chat.postMessage") if c.params.get("text") == "Written."]
 
 
-async def test_long_arguments_are_attached_in_the_thread_and_the_prompt_still_closes(store, llm, slack, tmp_path) -> None:
+async def test_long_arguments_are_attached_in_the_thread_and_the_prompt_still_closes(
+    store, llm, slack, tmp_path
+) -> None:
     content = "\n".join(f"line {n}" for n in range(400))
     llm.tool_call("write_file", {"path": "big.txt", "content": content}, id="w2")
     llm.reply("Written.")
@@ -532,7 +556,11 @@ async def test_the_eyes_reaction_stands_in_when_no_status_may_be_set(store, llm,
     async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
         mention = await s.mention("first")
         await s.settle(lambda: len(texts(slack)) == 1)
-        reactions = [(c.method, c.params["timestamp"], c.params["name"]) for c in slack.calls if c.method.startswith("reactions.")]
+        reactions = [
+            (c.method, c.params["timestamp"], c.params["name"])
+            for c in slack.calls
+            if c.method.startswith("reactions.")
+        ]
         assert reactions == [("reactions.add", mention["ts"], "eyes"), ("reactions.remove", mention["ts"], "eyes")]
         assert slack.reactions == set() and texts(slack) == ["re: first"]
         second = await s.say_in_thread(mention["ts"], "second")
@@ -585,13 +613,20 @@ async def test_a_follow_up_sent_while_the_mention_waits_for_a_worker_is_kept(sto
 
 
 async def test_a_scheduled_job_delivers_its_result_into_a_slack_thread(store, llm, slack, tmp_path) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    job = {"name": "standup", "cron": "0 9 * * 1-5", "prompt": "Summarise yesterday.", "deliver_to": f"slack:{CHANNEL}:1700000000.000100"}
+    job = {
+        "name": "standup",
+        "cron": "0 9 * * 1-5",
+        "prompt": "Summarise yesterday.",
+        "deliver_to": f"slack:{CHANNEL}:1700000000.000100",
+    }
     llm.reply("Yesterday: three deploys, no incidents.")
-    async with running(store, slack_config(llm, slack, tmp_path, scheduler={"enabled": True, "jobs": [job]}), slack) as s:
+    async with running(
+        store, slack_config(llm, slack, tmp_path, scheduler={"enabled": True, "jobs": [job]}), slack
+    ) as s:
         schedule = await store.schedules.by_name("standup")
-        await s.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await s.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await s.settle(lambda: any("three deploys" in t for t in texts(slack)))
         delivered = next(m for m in bot_messages(slack) if "three deploys" in m.get("text", ""))
         assert "standup" in delivered["text"] and delivered.get("thread_ts") == "1700000000.000100"

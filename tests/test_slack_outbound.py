@@ -112,8 +112,14 @@ async def test_long_arguments_are_truncated_and_uploaded_in_full() -> None:
 
 async def test_question_prompt_has_a_button_per_choice_and_the_hint() -> None:
     async with channel_harness() as h:
-        prompt = Prompt(kind="question", thread=THREAD, key="q1", text="Which *environment*?",
-                        buttons=((Button("staging", "q-0"),), (Button("production", "q-1"),)), hint="or type your answer")
+        prompt = Prompt(
+            kind="question",
+            thread=THREAD,
+            key="q1",
+            text="Which *environment*?",
+            buttons=((Button("staging", "q-0"),), (Button("production", "q-1"),)),
+            hint="or type your answer",
+        )
         await h.channel.send_prompt(prompt)
 
         blocks = h.fake.calls_to("chat.postMessage")[0].params["blocks"]

@@ -46,7 +46,9 @@ async def test_an_event_that_could_not_be_committed_is_not_acked() -> None:
     async with channel_harness(app_token="xapp-test") as h:
         await h.fake.wait_socket()
         h.submit.failure = RuntimeError("database is down")
-        envelope_id = await h.fake.push_envelope("events_api", h.events.envelope(h.events.mention("C1", "U1", "<@UBOT> x")))
+        envelope_id = await h.fake.push_envelope(
+            "events_api", h.events.envelope(h.events.mention("C1", "U1", "<@UBOT> x"))
+        )
         for _ in range(100):
             if h.submit.calls:
                 break

@@ -22,7 +22,10 @@ async def test_history_attaches_tool_calls_in_declared_order(store):
     session = await store.sessions.open("console:local:", source="console")
     await store.sessions.append(session.id, "user", "hi")
     msg = await store.sessions.append(
-        session.id, "assistant", "", calls=[NewToolCall("b", "clock", "{}"), NewToolCall("a", "list_dir", '{"path": "."}')]
+        session.id,
+        "assistant",
+        "",
+        calls=[NewToolCall("b", "clock", "{}"), NewToolCall("a", "list_dir", '{"path": "."}')],
     )
     await store.sessions.set_tool_call(msg.tool_calls[1].id, status="done", result="files")
     history = await store.sessions.history(session.id)

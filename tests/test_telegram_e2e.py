@@ -12,6 +12,7 @@ import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC
 from typing import Any
 
 import aiohttp
@@ -40,14 +41,18 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 
 
 
-def tg_config(llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any) -> Config:
+def tg_config(
+    llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any
+) -> Config:
     settings = {"token": tg.token, "api_base_url": tg.base_url, "poll_timeout_s": 1, "edit_interval_s": 0, **UNPACED}
     sections = {"serve": {"shutdown_grace": 2}, "http": {"port": 0}, **sections}
     return make_config(llm.base_url, str(tmp_path / "ws"), telegram={**settings, **(telegram or {})}, **sections)
 
 
 @contextlib.asynccontextmanager
-async def running(store: Store, config: Config, *, serve_http: bool = False, instance_id: str | None = None) -> AsyncIterator[Gateway]:
+async def running(
+    store: Store, config: Config, *, serve_http: bool = False, instance_id: str | None = None
+) -> AsyncIterator[Gateway]:
     """The whole gateway, with the Telegram channel built from `config.telegram`."""
     llm = LLMClient(config.llm, backoff_base_s=0.01)
     gateway = Gateway(config, store=store, llm=llm, serve_http=serve_http, instance_id=instance_id)
@@ -83,7 +88,9 @@ def sent_to(tg: FakeTelegram, chat: int, method: str = "sendMessage") -> list[di
 
 def prompt_message(tg: FakeTelegram, chat: int) -> StoredMessage:
     """A snapshot of the prompt as first shown (the fake edits its own copy in place)."""
-    return copy.deepcopy(next(m for m in tg.bot_messages(chat) if m.buttons or "Approval required" in m.text or m.text.startswith("❓")))
+    return copy.deepcopy(
+        next(m for m in tg.bot_messages(chat) if m.buttons or "Approval required" in m.text or m.text.startswith("❓"))
+    )
 
 
 def button(message: StoredMessage, label: str) -> str:
@@ -100,7 +107,10 @@ def has_prompt(tg: FakeTelegram, chat: int) -> bool:
 
 def answers(tg: FakeTelegram) -> list[tuple[str, bool]]:
     """(text, show_alert) of every answerCallbackQuery, in order."""
-    return [(c.params.get("text", ""), str(c.params.get("show_alert", "")).lower() == "true") for c in tg.calls_to("answerCallbackQuery")]
+    return [
+        (c.params.get("text", ""), str(c.params.get("show_alert", "")).lower() == "true")
+        for c in tg.calls_to("answerCallbackQuery")
+    ]
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
@@ -189,7 +199,9 @@ async def test_tool_progress_lines_follow_the_setting(store, llm, tg, tmp_path, 
 # --- approvals -----------------------------------------------------------------------
 
 
-async def ask_for_write(gateway: Gateway, llm: FakeLLM, tg: FakeTelegram, chat: int = PRIVATE, **say: Any) -> StoredMessage:
+async def ask_for_write(
+    gateway: Gateway, llm: FakeLLM, tg: FakeTelegram, chat: int = PRIVATE, **say: Any
+) -> StoredMessage:
     """Ann asks for a file to be written; the model calls write_file; the prompt is shown."""
     llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1")
     llm.reply("Written.")
@@ -371,7 +383,10 @@ async def ask_color(gateway: Gateway, llm: FakeLLM, tg: FakeTelegram) -> StoredM
 async def test_question_answered_by_button(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_color(gateway, llm, tg)
-        assert "Which colour?" in prompt.text and [[b["text"] for b in row] for row in prompt.buttons] == [["red"], ["blue"]]
+        assert "Which colour?" in prompt.text and [[b["text"] for b in row] for row in prompt.buttons] == [
+            ["red"],
+            ["blue"],
+        ]
         tg.press(PRIVATE, prompt.message_id, button(prompt, "blue"), user_id=PRIVATE)
         await settle(gateway, lambda: any(t.startswith("picked") for t in texts(tg, PRIVATE)))
         assert texts(tg, PRIVATE)[-1] == "picked: The user answered: blue"
@@ -466,7 +481,9 @@ async def die_before_confirming(store: Store, config: Config, tg: FakeTelegram, 
     # The confirming call went out only after the batch and its offset were committed.
     (update,) = tg.pending_updates
     assert await store.inbox.get_by_event(f"tg:{BOT_ID}:{update['update_id']}") is not None
-    assert tg.held_polls[0]["offset"] == str(update["update_id"] + 1) == await store.inbox.load_cursor("telegram:offset")
+    assert (
+        tg.held_polls[0]["offset"] == str(update["update_id"] + 1) == await store.inbox.load_cursor("telegram:offset")
+    )
     if not workers:
         poller.cancel()
         await asyncio.gather(poller, return_exceptions=True)
@@ -475,7 +492,9 @@ async def die_before_confirming(store: Store, config: Config, tg: FakeTelegram, 
 
 
 @pytest.mark.parametrize("answered_before", [False, True], ids=["stored-only", "stored-and-answered"])
-async def test_a_crash_between_storing_and_confirming_loses_nothing_and_repeats_nothing(store, llm, tg, tmp_path, answered_before) -> None:
+async def test_a_crash_between_storing_and_confirming_loses_nothing_and_repeats_nothing(
+    store, llm, tg, tmp_path, answered_before
+) -> None:
     llm.responder = echo
     update = tg.private_message(PRIVATE, "survive this")
     config = tg_config(llm, tg, tmp_path)
@@ -622,7 +641,7 @@ async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path,
 
 
 async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval(store, llm, tg, tmp_path) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the report.", "deliver_to": f"telegram:{PRIVATE}"}
     config = tg_config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]})
@@ -630,7 +649,7 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
     llm.reply("The report could not be written.")
     async with running(store, config) as gateway:
         schedule = await store.schedules.by_name("nightly")
-        await gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await settle(gateway, lambda: has_prompt(tg, PRIVATE))
         notice = prompt_message(tg, PRIVATE)
         assert "nightly" in notice.text and "write_file" in notice.text
@@ -638,7 +657,13 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
         llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w2")
         llm.reply("Report written.")
         tg.press(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
-        await settle(gateway, lambda: sum(1 for m in tg.bot_messages(PRIVATE) if m.buttons) >= 1 and any("write_file" in m.text for m in tg.bot_messages(PRIVATE)[1:]))
+        await settle(
+            gateway,
+            lambda: (
+                sum(1 for m in tg.bot_messages(PRIVATE) if m.buttons) >= 1
+                and any("write_file" in m.text for m in tg.bot_messages(PRIVATE)[1:])
+            ),
+        )
         approval = next(m for m in tg.bot_messages(PRIVATE)[1:] if m.buttons)
         tg.press(PRIVATE, approval.message_id, button(approval, "Approve"), user_id=PRIVATE)
         await settle(gateway, lambda: "Report written." in texts(tg, PRIVATE))

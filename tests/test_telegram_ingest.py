@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-
-from channels.telegram import TelegramChannel
 from fakes.telegram import BOT_ID, FakeTelegram
 from fakes.telegram_core import RecordingCore
+
+from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
 from gateway.events import ButtonPress, ChannelError, InboundMessage, ThreadKey
 
@@ -126,7 +127,11 @@ async def test_attachments_become_metadata_and_a_note(make, fake, core) -> None:
         "file_id": "doc-1", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}))
     photo, document = await ingest(channel, core, fake)
     assert photo.text == "look at this\n[photo attached]"
-    assert (photo.attachments[0].kind, photo.attachments[0].file_id, photo.attachments[0].size) == ("photo", "large", 90_000)
+    assert (photo.attachments[0].kind, photo.attachments[0].file_id, photo.attachments[0].size) == (
+        "photo",
+        "large",
+        90_000,
+    )
     assert document.text == "[document attached: report.pdf]"
     assert document.attachments[0].name == "report.pdf" and document.attachments[0].mime == "application/pdf"
 

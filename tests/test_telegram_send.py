@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
-
-from channels.telegram import TelegramChannel
 from fakes.telegram import FakeTelegram, utf16_len
 from fakes.telegram_core import RecordingCore
+
+from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
 from gateway.events import Button, ChannelError, Outbound, Prompt, ThreadKey
 

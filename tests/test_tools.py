@@ -5,16 +5,25 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import datetime, timedelta
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import BaseModel, Field
+from tooling import call, make_ctx
 
 from gateway.config import AgentConfig
-from gateway.tools import ToolContext, ToolError, ToolOutcome, ToolRegistry, ToolSpec, build_spec, default_registry, run_tool
+from gateway.tools import (
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    ToolRegistry,
+    ToolSpec,
+    build_spec,
+    default_registry,
+    run_tool,
+)
 from gateway.tools.schema import parse_docstring
-from tooling import call, make_ctx
 
 # --- schema derivation ---------------------------------------------------------------------
 
@@ -25,9 +34,9 @@ async def typed_tool(
     count: int,
     ratio: float = 0.5,
     loud: bool = False,
-    tags: list[str] = [],
+    tags: list[str] = [],  # noqa: B006 - the schema's default is read from this signature
     mode: Literal["fast", "slow"] = "fast",
-    limit: Optional[int] = None,
+    limit: int | None = None,
     level: Literal[1, 2] | None = None,
     extra: dict[str, int] | None = None,
     note: Annotated[str, "a note from the annotation"] = "",

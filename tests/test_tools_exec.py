@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tooling import call, make_ctx
 
 from gateway.tools.builtin_http import is_public
-from tooling import call, make_ctx
 
 # --- shell ---------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOT
 from gateway.agent.rounds import placeholder_text
 
 
-
 async def test_text_reply_is_sent_once_and_recorded(store, llm, tmp_path):
     llm.reply("Hello there!")
     async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
@@ -64,7 +63,9 @@ async def test_reasoning_is_recorded_but_never_sent_back(store, llm, tmp_path):
 async def test_invalid_arguments_are_answered_and_the_tool_is_not_run(store, llm, tmp_path):
     llm.tool_call("write_file", '{"path": "a.txt", "content": ', id="bad")  # malformed JSON
     llm.reply("sorry")
-    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"rules": [{"tool": "write_file", "action": "allow"}]})
+    config = make_config(
+        llm.base_url, str(tmp_path / "ws"), approvals={"rules": [{"tool": "write_file", "action": "allow"}]}
+    )
     async with running_gateway(store, config) as h:
         await h.say("write it")
         await h.idle()
@@ -97,7 +98,9 @@ async def test_stop_mid_stream_cancels_the_request_and_leaves_paired_history(sto
 async def test_stop_mid_tool_kills_the_process_and_marks_the_call_cancelled(store, llm, tmp_path):
     marker = tmp_path / "ws" / "finished"
     llm.tool_call("shell", {"command": f"sleep 30; touch {marker}"}, id="slow")
-    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"rules": [{"tool": "shell", "action": "allow"}]})
+    config = make_config(
+        llm.base_url, str(tmp_path / "ws"), approvals={"rules": [{"tool": "shell", "action": "allow"}]}
+    )
     async with running_gateway(store, config) as h:
         await h.say("run it")
         session = None
@@ -155,8 +158,18 @@ async def test_reply_cut_by_length_is_reprompted_twice_then_overflow(store, llm,
 
 
 async def test_costs_are_priced_in_nano_usd_and_unpriced_models_say_so(store, llm, tmp_path):
-    llm.reply("a", usage={"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100, "prompt_tokens_details": {"cached_tokens": 400}})
-    priced = make_config(llm.base_url, str(tmp_path), llm={"prices": {"test-model": {"input": 1.0, "cached_input": 0.5, "output": 4.0}}})
+    llm.reply(
+        "a",
+        usage={
+            "prompt_tokens": 1000,
+            "completion_tokens": 100,
+            "total_tokens": 1100,
+            "prompt_tokens_details": {"cached_tokens": 400},
+        },
+    )
+    priced = make_config(
+        llm.base_url, str(tmp_path), llm={"prices": {"test-model": {"input": 1.0, "cached_input": 0.5, "output": 4.0}}}
+    )
     async with running_gateway(store, priced) as h:
         await h.say("x")
         await h.idle()
@@ -216,7 +229,9 @@ async def test_compaction_is_recorded_on_the_run_and_shown_in_the_chat(store, ll
     from fakes.llm import Reply
 
     # The summariser's calls offer no tools; the turn's call does.
-    llm.responder = lambda request: Reply("Fresh answer." if request.get("tools") else "Summary of the earlier conversation.")
+    llm.responder = lambda request: Reply(
+        "Fresh answer." if request.get("tools") else "Summary of the earlier conversation."
+    )
     async with running_gateway(store, config) as h:
         await h.say("and now?")
         await h.idle()
@@ -247,7 +262,9 @@ async def test_a_context_too_long_refusal_shrinks_and_resends_once(store, llm, t
     from fakes.llm import Reply
 
     llm.context_too_long(dialect="llamacpp", prompt_tokens=9000, n_ctx=4096)
-    llm.responder = lambda request: Reply("Answered after shrinking." if request.get("tools") else "Summary of old questions.")
+    llm.responder = lambda request: Reply(
+        "Answered after shrinking." if request.get("tools") else "Summary of old questions."
+    )
     async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
         await h.say("new question")
         await h.idle()
@@ -257,7 +274,9 @@ async def test_a_context_too_long_refusal_shrinks_and_resends_once(store, llm, t
     assert len(turn_requests) == 2 and len(str(resent)) < len(str(first)) / 2
     run = (await store.runs.list())[0]
     assert run.stage == "SUCCESS"
-    assert any(e.kind == "RUN_ERROR" and "context too long" in e.payload["message"] for e in await store.runs.events(run.id))
+    assert any(
+        e.kind == "RUN_ERROR" and "context too long" in e.payload["message"] for e in await store.runs.events(run.id)
+    )
 
 
 async def test_a_second_context_refusal_ends_the_turn_with_overflow(store, llm, tmp_path):

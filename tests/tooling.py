@@ -7,8 +7,7 @@ from typing import Any
 
 from gateway.config import AgentConfig
 from gateway.events import ThreadKey
-from gateway.tools import InMemoryNotes, ToolContext, ToolOutcome, run_tool
-from gateway.tools import builtin_specs
+from gateway.tools import InMemoryNotes, ToolContext, ToolOutcome, builtin_specs, run_tool
 
 THREAD = ThreadKey("telegram", "42", "7")
 

@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -136,7 +137,7 @@ class SlackWeb:
             raise error from exc
         except SlackClientError as exc:
             raise SlackCallError(f"slack {method}: {exc}", permanent=True) from exc
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise SlackCallError(f"slack {method}: {type(exc).__name__}: {exc}") from exc
         return response.data if isinstance(response.data, dict) else {}
 
@@ -152,7 +153,7 @@ class SlackWeb:
             profile = info.get("profile") or {}
             name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
             sender = Sender(user, str(name or fallback), str(info.get("name") or fallback))
-        except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             log.info("slack: no name for %s (%s)", user, exc)
         self._senders.put(user, sender)
         return sender

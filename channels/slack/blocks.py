@@ -85,7 +85,9 @@ def _actions(prompt: Prompt) -> list[Block]:
         elements = [_button(prompt, b, row_index, col) for col, b in enumerate(row)]
         for start in range(0, len(elements), ACTIONS_PER_BLOCK):
             block_id = f"gw_actions_{row_index}_{start}"
-            blocks.append({"type": "actions", "block_id": block_id, "elements": elements[start : start + ACTIONS_PER_BLOCK]})
+            blocks.append(
+                {"type": "actions", "block_id": block_id, "elements": elements[start : start + ACTIONS_PER_BLOCK]}
+            )
     return blocks
 
 
@@ -113,7 +115,9 @@ def approval_blocks(prompt: Prompt) -> RenderedPrompt:
 def question_blocks(prompt: Prompt) -> RenderedPrompt:
     blocks = [_section(f"*❓* {render_inline(prompt.text)}", "gw_question"), *_actions(prompt)]
     if prompt.hint:
-        blocks.append({"type": "context", "block_id": "gw_hint", "elements": [_mrkdwn(_fit(escape(prompt.hint), SECTION_LIMIT))]})
+        blocks.append(
+            {"type": "context", "block_id": "gw_hint", "elements": [_mrkdwn(_fit(escape(prompt.hint), SECTION_LIMIT))]}
+        )
     return RenderedPrompt(blocks, _fit(escape(prompt.text), SECTION_LIMIT), 0)
 
 
@@ -124,5 +128,9 @@ def prompt_blocks(prompt: Prompt) -> RenderedPrompt:
 def closed_blocks(original: list[Block] | None, outcome: str) -> list[Block]:
     """The prompt without its buttons (and hint), with the outcome as a context line."""
     kept = [b for b in (original or []) if not str(b.get("block_id", "")).startswith(_OURS)]
-    outcome_block = {"type": "context", "block_id": "gw_outcome", "elements": [_mrkdwn(_fit(render_inline(outcome), SECTION_LIMIT))]}
+    outcome_block = {
+        "type": "context",
+        "block_id": "gw_outcome",
+        "elements": [_mrkdwn(_fit(render_inline(outcome), SECTION_LIMIT))],
+    }
     return [*kept, outcome_block]

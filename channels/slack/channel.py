@@ -16,7 +16,8 @@ import asyncio
 import logging
 import re
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -40,8 +41,8 @@ from gateway.events import (
     ThreadKey,
 )
 
-from .blocks import closed_blocks, prompt_blocks
 from .api import Lru, SlackWeb, signature_ok
+from .blocks import closed_blocks, prompt_blocks
 from .inbound import Candidate, Identity, candidate, press
 from .render import escape, render_chunks
 from .stream import (

@@ -9,7 +9,8 @@ workspace refuses falls back to editing.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey
 
@@ -74,7 +75,14 @@ class PostAtEndStream:
 class EditStream:
     """`edit`: post, then chat.update at most once per `interval`, then a final update."""
 
-    def __init__(self, api: SlackApi, thread: ThreadKey, clock: Callable[[], float], interval: float = 1.0, adopt: Sequence[str] = ()):
+    def __init__(
+        self,
+        api: SlackApi,
+        thread: ThreadKey,
+        clock: Callable[[], float],
+        interval: float = 1.0,
+        adopt: Sequence[str] = (),
+    ):
         self._api = api
         self._thread = thread
         self._clock = clock

@@ -11,8 +11,9 @@ import asyncio
 import logging
 import time
 import warnings
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from telegram import MessageEntity
 from telegram.error import (
@@ -142,28 +143,32 @@ class BotCaller:
                 await self._pacer.wait(chat_id)
             try:
                 return await request()
-            except RetryAfter as exc:
-                wait = retry_after_seconds(exc)
-                if attempt >= self._max_retries or wait > self._max_wait_s:
-                    raise self._failed(what, chat_id, exc, retry_after=wait) from exc
-                log.info("telegram %s to chat %s: flood limit, retrying in %.1fs", what, chat_id, wait)
-                await asyncio.sleep(wait)
             except BadRequest:
                 raise  # callers decide (parse errors, "not modified"); see `permanent`
-            except TimedOut as exc:
-                # The message may have been delivered: let the outbox decide, don't resend blindly.
-                raise self._failed(what, chat_id, exc) from exc
-            except NetworkError as exc:
-                if attempt >= self._max_retries:
-                    raise self._failed(what, chat_id, exc) from exc
-                delay = self._backoff_s * 2**attempt
-                log.warning("telegram %s to chat %s failed (%s), retrying in %.1fs", what, chat_id, exc, delay)
-                await asyncio.sleep(delay)
-            except (Forbidden, InvalidToken, ChatMigrated) as exc:
-                raise self._failed(what, chat_id, exc, permanent=True) from exc
             except TelegramError as exc:
-                raise self._failed(what, chat_id, exc) from exc
+                delay = self._retry_delay(what, chat_id, exc, attempt)
+            await asyncio.sleep(delay)
             attempt += 1
+
+    def _retry_delay(self, what: str, chat_id: int, exc: TelegramError, attempt: int) -> float:
+        """How long to wait before the next attempt; raises ChannelError when there is none."""
+        if isinstance(exc, RetryAfter):
+            wait = retry_after_seconds(exc)
+            if attempt >= self._max_retries or wait > self._max_wait_s:
+                raise self._failed(what, chat_id, exc, retry_after=wait) from exc
+            log.info("telegram %s to chat %s: flood limit, retrying in %.1fs", what, chat_id, wait)
+            return wait
+        if isinstance(exc, TimedOut):
+            # The message may have been delivered: let the outbox decide, don't resend blindly.
+            raise self._failed(what, chat_id, exc) from exc
+        if isinstance(exc, NetworkError):
+            if attempt >= self._max_retries:
+                raise self._failed(what, chat_id, exc) from exc
+            delay = self._backoff_s * 2**attempt
+            log.warning("telegram %s to chat %s failed (%s), retrying in %.1fs", what, chat_id, exc, delay)
+            return delay
+        permanent = isinstance(exc, (Forbidden, InvalidToken, ChatMigrated))
+        raise self._failed(what, chat_id, exc, permanent=permanent) from exc
 
     @staticmethod
     def _failed(

@@ -63,7 +63,10 @@ log = logging.getLogger("channels.telegram")
 OFFSET_CURSOR = "telegram:offset"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _SECRET_FORMAT = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
-REFUSAL = "Sorry, this assistant is private. Your Telegram id is {user_id}: ask its owner to add it to telegram.allowed_users."
+REFUSAL = (
+    "Sorry, this assistant is private. Your Telegram id is {user_id}:"
+    " ask its owner to add it to telegram.allowed_users."
+)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -117,7 +120,9 @@ class TelegramChannel:
         try:
             await bot.initialize()
         except InvalidToken:
-            raise ChannelError("telegram: the bot token was rejected (check TELEGRAM_BOT_TOKEN)", permanent=True) from None
+            raise ChannelError(
+                "telegram: the bot token was rejected (check TELEGRAM_BOT_TOKEN)", permanent=True
+            ) from None
         except TelegramError as exc:
             raise ChannelError(f"telegram: cannot reach the Bot API at {self.config.api_base_url}: {exc}") from exc
         me = bot.bot
@@ -138,11 +143,18 @@ class TelegramChannel:
         if self.config.mode != "webhook":
             return
         if not self.config.webhook_secret:
-            raise ChannelError("telegram: webhook mode needs telegram.webhook_secret (set TELEGRAM_WEBHOOK_SECRET)", permanent=True)
+            raise ChannelError(
+                "telegram: webhook mode needs telegram.webhook_secret (set TELEGRAM_WEBHOOK_SECRET)", permanent=True
+            )
         if not _SECRET_FORMAT.match(self.config.webhook_secret):
-            raise ChannelError("telegram: webhook_secret must be 1-256 characters of A-Z, a-z, 0-9, _ and -", permanent=True)
+            raise ChannelError(
+                "telegram: webhook_secret must be 1-256 characters of A-Z, a-z, 0-9, _ and -", permanent=True
+            )
         if not self.config.webhook_url.startswith("https://"):
-            raise ChannelError("telegram: webhook mode needs telegram.webhook_url (an https:// URL ending in /telegram/webhook)", permanent=True)
+            raise ChannelError(
+                "telegram: webhook mode needs telegram.webhook_url (an https:// URL ending in /telegram/webhook)",
+                permanent=True,
+            )
 
     async def stop(self) -> None:
         for task in self._typing.values():
@@ -249,7 +261,9 @@ class TelegramChannel:
         if count != 1:
             return
         try:
-            await self.outlet.send_chunk(Target(reading.chat_id, None), chunks_of(REFUSAL.format(user_id=reading.user_id))[0])
+            await self.outlet.send_chunk(
+                Target(reading.chat_id, None), chunks_of(REFUSAL.format(user_id=reading.user_id))[0]
+            )
         except (ChannelError, BadRequest) as exc:
             log.warning("telegram: could not send the refusal to chat %s: %s", reading.chat_id, exc)
 

@@ -74,7 +74,7 @@ class UpdateReader:
             return True
         if str(user.id) in self._user_ids or str(chat.id) in self._chats:
             return True
-        return bool(user.username) and user.username.lower() in self._usernames
+        return user.username is not None and user.username.lower() in self._usernames
 
     # --- messages ----------------------------------------------------------------
 

@@ -30,7 +30,7 @@ class Target:
         return self.chat_id > 0  # Telegram: users have positive ids, groups negative
 
     @classmethod
-    def of(cls, thread: ThreadKey) -> "Target":
+    def of(cls, thread: ThreadKey) -> Target:
         try:
             chat_id = int(thread.chat)
             topic = int(thread.thread) if thread.thread else None
@@ -99,7 +99,9 @@ class Outlet:
                     return
                 if not (formatted and is_parse_error(exc)):
                     raise permanent("editMessageText", target.chat_id, exc) from exc
-                log.warning("telegram chat %s rejected formatting (%s); editing as plain text", target.chat_id, exc.message)
+                log.warning(
+                    "telegram chat %s rejected formatting (%s); editing as plain text", target.chat_id, exc.message
+                )
 
     async def delete(self, target: Target, message_id: int) -> None:
         try:

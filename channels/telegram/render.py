@@ -11,9 +11,10 @@ code units Telegram expects, at the edge.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import Callable, Literal
+from typing import Literal
 
 EntityType = Literal[
     "bold", "italic", "underline", "strikethrough", "code", "pre", "text_link", "blockquote"
@@ -38,7 +39,7 @@ class Rendered:
     text: str
     entities: tuple[Entity, ...] = ()
 
-    def __add__(self, other: "Rendered") -> "Rendered":
+    def __add__(self, other: Rendered) -> Rendered:
         shift = len(self.text)
         moved = tuple(replace(e, offset=e.offset + shift) for e in other.entities)
         return Rendered(self.text + other.text, self.entities + moved)
@@ -258,7 +259,7 @@ def _render_table(out: TextBuilder, lines: list[str], i: int) -> int:
     columns = max(len(r) for r in rows)
     rows = [r + [""] * (columns - len(r)) for r in rows]
     widths = [max(len(r[c]) for r in rows) for c in range(columns)]
-    shown = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    shown = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     shown.insert(1, "-+-".join("-" * w for w in widths))
     out.styled("pre", "\n".join(shown))
     return j

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from telegram.error import BadRequest
 

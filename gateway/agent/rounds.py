@@ -138,7 +138,7 @@ class RoundBuilder:
             text = cut.kept
         elif cut is not None and cut.where == "reasoning":
             reasoning = cut.kept
-        elif cut is not None:
+        elif cut is not None and self._cut_slot is not None:
             calls = calls[: self._ordered_slots().index(self._cut_slot)]
         finish = None if cut is not None else self._finish
         return Round(text, reasoning, calls, finish, self._usage, cut, self._model)
@@ -267,6 +267,7 @@ class RoundResults:
         if pending and reason is None:
             raise ValueError(f"calls {', '.join(pending)} have no result; a reason is required")
         for call_id in pending:
+            assert reason is not None  # checked above
             self._results[call_id] = ToolResult(
                 call_id, self._by_id[call_id].name, placeholder_text(reason), "placeholder"
             )

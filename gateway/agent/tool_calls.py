@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.agent.guards import TOOL_LOOP_NOTICE
+from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
 from gateway.events import ThreadKey
-from gateway.agent.guards import TOOL_LOOP_NOTICE
 from gateway.lifecycle import interruptible
-from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
 from gateway.store import PromptRecord, ToolCallRecord
 from gateway.tools import ToolContext, run_tool
 
@@ -36,7 +36,16 @@ END_MESSAGES: dict[str, str] = {
 class TurnEnd(Exception):
     """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
 
-    def __init__(self, stage: str, reason: str, *, message: str = "", error: str = "", prompt_id: int | None = None, recorded: bool = False):
+    def __init__(
+        self,
+        stage: str,
+        reason: str,
+        *,
+        message: str = "",
+        error: str = "",
+        prompt_id: int | None = None,
+        recorded: bool = False,
+    ):
         super().__init__(reason)
         self.stage, self.reason, self.message, self.error, self.prompt_id = stage, reason, message, error, prompt_id
         self.recorded = recorded  # the run's stage is already written (with the reply's delivery)
@@ -44,6 +53,8 @@ class TurnEnd(Exception):
 
 class ToolCallSteps:
     """Tool-call processing of a turn; expects the attributes `Turn` sets up."""
+
+    _notes: dict[str, str] | None
 
     async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
         results: list[ToolResult] = []
@@ -85,7 +96,9 @@ class ToolCallSteps:
         if prompt.status == "expired":
             return await self._settle(call, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
         if prompt.status == "canceled":
-            return await self._settle(call, "cancelled", placeholder_text("canceled"), note=placeholder_text("canceled"))
+            return await self._settle(
+                call, "cancelled", placeholder_text("canceled"), note=placeholder_text("canceled")
+            )
         text = rejection_text(prompt.answer)
         return await self._settle(call, "rejected", text, note=text)
 
@@ -101,7 +114,12 @@ class ToolCallSteps:
             for b in await self.s.store.prompts.active_bypasses(str(self.thread))
         ]
         decision = self.s.policy.decide(
-            spec, args, source=self.session.source, interactive=self.session.interactive, bypasses=bypasses, thread=self.thread
+            spec,
+            args,
+            source=self.session.source,
+            interactive=self.session.interactive,
+            bypasses=bypasses,
+            thread=self.thread,
         )
         if decision.action == "allow":
             return await self._execute(call, args)
@@ -109,10 +127,17 @@ class ToolCallSteps:
             return await self._settle(call, "rejected", decision.reason, note=decision.reason)
         if decision.action == "auto_deny":
             self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
-            await self.trace.event("AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments})  # type: ignore[union-attr]
+            await self.trace.event(
+                "AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments}
+            )  # type: ignore[union-attr]
             return await self._settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
         prompt = await self.s.prompts.request_approval(
-            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by, reason=decision.reason
+            self.session,
+            self.thread,
+            call,
+            run_id=self.run_id,
+            requested_by=self.req.requested_by,
+            reason=decision.reason,
         )
         await self._park(prompt)
         raise AssertionError("unreachable")
@@ -139,9 +164,15 @@ class ToolCallSteps:
         await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
         await self._show_progress(call)
         ctx = ToolContext(
-            session_id=self.session.id, thread=self.thread, source=self.session.source, interactive=self.session.interactive,
-            workspace=Path(self.cfg.agent.workspace).resolve(), agent=self.cfg.agent, notes=self.s.store.sessions,
-            services=self.s.tool_services, call_id=call.call_id,
+            session_id=self.session.id,
+            thread=self.thread,
+            source=self.session.source,
+            interactive=self.session.interactive,
+            workspace=Path(self.cfg.agent.workspace).resolve(),
+            agent=self.cfg.agent,
+            notes=self.s.store.sessions,
+            services=self.s.tool_services,
+            call_id=call.call_id,
         )
         started = time.monotonic()
         self._notes = None
@@ -160,11 +191,15 @@ class ToolCallSteps:
         if not self.session.interactive or not getattr(channel, "show_tool_progress", False):
             return
         try:
-            await self.s.outbox.send_text(self.thread, f"🔧 {call.name} {shorten(call.arguments, 80)}", key=f"progress:{call.id}")
+            await self.s.outbox.send_text(
+                self.thread, f"🔧 {call.name} {shorten(call.arguments, 80)}", key=f"progress:{call.id}"
+            )
         except Exception as exc:  # noqa: BLE001 - progress is cosmetic
             log.info("%s: tool progress not shown: %s", self.thread, exc)
 
-    async def _settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> tuple[str, str]:
+    async def _settle(
+        self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None
+    ) -> tuple[str, str]:
         await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
         return status, text
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Literal
 
-from gateway.approvals.policy import ApprovalPolicy
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
-from gateway.config import Config
-from gateway.events import ThreadKey
 from gateway.agent.guards import (
     LENGTH_NOTICE,
     REPETITION_NOTICE,
@@ -26,24 +24,38 @@ from gateway.agent.guards import (
     RepetitionStreak,
     ToolLoopGuard,
 )
-from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import ContextTooLong, LLMClient, LLMError, ModelInfo, TextDelta, Usage
-from gateway.outbox import Outbox, RecordedStream
-from gateway.approvals.prompts import PromptService
 from gateway.agent.rounds import (
     DeclaredCall,
     Round,
     RoundBuilder,
     placeholder_text,
 )
-from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.agent.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
+from gateway.approvals.policy import ApprovalPolicy
+from gateway.approvals.prompts import PromptService
+from gateway.config import Config
+from gateway.events import ThreadKey
+from gateway.lifecycle import Interrupted, Stopper, interruptible
+from gateway.llm import ContextTooLong, LLMClient, LLMError, ModelInfo, TextDelta, Usage
+from gateway.outbox import Outbox, RecordedStream
+from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tools import ToolRegistry
 from gateway.traces import LLMCallUsage, RunTrace
 
 log = logging.getLogger(__name__)
 
-EndReason = Literal["reply", "max_rounds", "overflow", "repetition", "tool_loop", "canceled", "error", "budget", "awaiting_input", "shutdown"]
+EndReason = Literal[
+    "reply",
+    "max_rounds",
+    "overflow",
+    "repetition",
+    "tool_loop",
+    "canceled",
+    "error",
+    "budget",
+    "awaiting_input",
+    "shutdown",
+]
 PERSIST_TIMEOUT_S = 10.0
 REPLY_KEY_PREFIX = "reply:"  # + the message id: the outbox key of a round's shown text
 
@@ -139,10 +151,16 @@ class Turn(ToolCallSteps):
             return TurnResult(self.run_id, "LOST", "error", error=str(exc))
         except LLMError as exc:
             log.warning("%s: LLM failed: %s", self.thread, exc)
-            return await self._finish(TurnEnd("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc))
+            return await self._finish(
+                TurnEnd("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc)
+            )
         except Exception as exc:  # noqa: BLE001 - a crash in one turn must not stop the worker
             log.exception("%s: turn crashed", self.thread)
-            return await self._finish(TurnEnd("FAILED", "error", error=f"{type(exc).__name__}: {exc}"), placeholder="interrupted", apology="an internal error")
+            return await self._finish(
+                TurnEnd("FAILED", "error", error=f"{type(exc).__name__}: {exc}"),
+                placeholder="interrupted",
+                apology="an internal error",
+            )
         raise AssertionError("the turn loop only ends by TurnEnd")
 
     async def _open_run(self) -> None:
@@ -220,7 +238,9 @@ class Turn(ToolCallSteps):
         not a stale half beside a whole one)."""
         ids = stream.message_ids()
         if ids:
-            await self.s.store.outbox.record(partial_key(self.run_id), str(self.thread), "partial", {"message_ids": list(ids)})
+            await self.s.store.outbox.record(
+                partial_key(self.run_id), str(self.thread), "partial", {"message_ids": list(ids)}
+            )
 
     # ---- one LLM round -------------------------------------------------------------------
     async def _llm_round(self) -> bool:
@@ -236,10 +256,16 @@ class Turn(ToolCallSteps):
             raise
         self.rounds += 1
         shows_text = round_.repetition is None and bool(round_.text.strip())
-        recorded = await self._persist_round(round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None)
+        recorded = await self._persist_round(
+            round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None
+        )
         self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
         if self.s.context is not None and usage is not None and built is not None:
             self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
+        return await self._settle_round(round_, recorded, stream)
+
+    async def _settle_round(self, round_: Round, recorded: RecordedRound, stream: RecordedStream) -> bool:
+        """What a persisted round means for the turn: retry, go on with its tool calls, or end."""
         if round_.repetition is not None:
             await stream.abort()
             if self.repetition.record(True) == "repetition":
@@ -267,7 +293,6 @@ class Turn(ToolCallSteps):
         await stream.deliver(recorded.reply, round_.text, run_end=RunEnd(self.run_id, "SUCCESS", "reply"))
         raise TurnEnd("SUCCESS", "reply", recorded=True)
 
-
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
         while True:
             built = await self._build_context()
@@ -281,7 +306,9 @@ class Turn(ToolCallSteps):
                 if self.overflow_retries >= 1 or self.s.context is None:
                     raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"], error=str(exc)) from exc
                 self.overflow_retries += 1
-                self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, exc.prompt_tokens, exc.context_window)
+                self.s.context.correct_from_refusal(
+                    self.cfg.llm.model, built.estimated_tokens, exc.prompt_tokens, exc.context_window
+                )
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
@@ -310,7 +337,7 @@ class Turn(ToolCallSteps):
             system_prompt=self.cfg.agent.system_prompt,
             turn_started_seq=self.req.turn_started_seq,
             notes=notes,
-            now=datetime.now(timezone.utc),
+            now=datetime.now(UTC),
             timezone=self.cfg.agent.timezone,
             workspace=str(Path(self.cfg.agent.workspace).resolve()),
             model=self.cfg.llm.model,
@@ -319,10 +346,16 @@ class Turn(ToolCallSteps):
     def _offered_tools(self) -> list[dict[str, Any]]:
         specs = self.s.registry.specs(self.cfg.agent.tools)
         hidden = self.s.policy.hidden_tools(specs, self.session.source)
-        offered = [s for s in specs if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)]
+        offered = [
+            s
+            for s in specs
+            if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)
+        ]
         return [s.openai() for s in offered]
 
-    async def _persist_round(self, round_: Round, usage: Usage | None, trace: tuple[list, dict], shown: RecordedStream | None) -> RecordedRound:
+    async def _persist_round(
+        self, round_: Round, usage: Usage | None, trace: tuple[list, dict], shown: RecordedStream | None
+    ) -> RecordedRound:
         """The round's message, its trace and (when it shows text) the reply's delivery intent,
         in one write."""
         calls = [self._checked_call(call, round_.cut_off) for call in round_.calls]
@@ -342,15 +375,28 @@ class Turn(ToolCallSteps):
         if spec is None:
             available = ", ".join(self.s.registry.names()) or "none"
             args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
-            return NewToolCall(call.id, call.name, args.stored_arguments, status="failed", result=f"Unknown tool {call.name!r}. Available tools: {available}.")
+            return NewToolCall(
+                call.id,
+                call.name,
+                args.stored_arguments,
+                status="failed",
+                result=f"Unknown tool {call.name!r}. Available tools: {available}.",
+            )
         checked = check_arguments(call.arguments, spec.parameters, cut_off=cut_off, tool_name=call.name)
         if isinstance(checked, ArgumentsProblem):
-            return NewToolCall(call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model)
+            return NewToolCall(
+                call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model
+            )
         return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
 
     def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> tuple[list, dict]:  # noqa: ANN001
         u = usage or Usage()
-        request = {"model": model, "messages": len(built.messages), "estimated_tokens": built.estimated_tokens, "round": self.rounds}
+        request = {
+            "model": model,
+            "messages": len(built.messages),
+            "estimated_tokens": built.estimated_tokens,
+            "round": self.rounds,
+        }
         response = {
             "finish_reason": round_.finish_reason, "text": round_.text, "reasoning_chars": len(round_.reasoning),
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
@@ -362,7 +408,9 @@ class Turn(ToolCallSteps):
         )
 
     async def _notice(self, text: str) -> None:
-        await self.s.store.sessions.append(self.session.id, "user", text, synthetic=True, run_id=self.run_id, fence=self.req.fence)
+        await self.s.store.sessions.append(
+            self.session.id, "user", text, synthetic=True, run_id=self.run_id, fence=self.req.fence
+        )
 
     # ---- the end -------------------------------------------------------------------------
     async def _finish(self, end: TurnEnd, *, placeholder: str | None = None, apology: str | None = None) -> TurnResult:
@@ -372,7 +420,9 @@ class Turn(ToolCallSteps):
             return TurnResult(self.run_id, "LOST", end.reason, error=end.error)
         except Exception:  # noqa: BLE001
             log.exception("%s: could not record the end of run %s", self.thread, self.run_id)
-        return TurnResult(self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id)
+        return TurnResult(
+            self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id
+        )
 
     async def _record_end(self, end: TurnEnd, placeholder: str | None, apology: str | None) -> None:
         store = self.s.store
@@ -393,7 +443,9 @@ class Turn(ToolCallSteps):
         if not end.recorded:
             await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
         if end.message:
-            await self.s.outbox.send_text(self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to)
+            await self.s.outbox.send_text(
+                self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to
+            )
         if apology is not None and self.session.interactive:
             text = f"Sorry, I couldn't finish that: {shorten(apology, 200)}. Please try again."
             await self.s.outbox.send_text(self.thread, text, key=f"apology:{self.run_id}", reply_to=self.req.reply_to)

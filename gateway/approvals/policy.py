@@ -28,10 +28,11 @@ import fnmatch
 import json
 import logging
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -83,11 +84,11 @@ class Bypass:
     @classmethod
     def for_minutes(
         cls, tool: str, thread: ThreadKey | None, minutes: float = BYPASS_MINUTES, now: datetime | None = None
-    ) -> "Bypass":
+    ) -> Bypass:
         return cls(tool, thread, _aware(now or _utcnow()) + timedelta(minutes=minutes))
 
     @classmethod
-    def for_thread(cls, tool: str, thread: ThreadKey) -> "Bypass":
+    def for_thread(cls, tool: str, thread: ThreadKey) -> Bypass:
         return cls(tool, thread, None)
 
     def covers(self, tool: str, thread: ThreadKey | None, now: datetime) -> bool:
@@ -251,7 +252,7 @@ class ApprovalPolicy:
         self.root = Path(workspace).expanduser().resolve()
 
     @classmethod
-    def from_config(cls, config: ApprovalsConfig, workspace: Path | str) -> "ApprovalPolicy":
+    def from_config(cls, config: ApprovalsConfig, workspace: Path | str) -> ApprovalPolicy:
         return cls(config.rules, workspace)
 
     @property
@@ -360,9 +361,9 @@ def _bypass_reason(bypass: Bypass) -> str:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _aware(moment: datetime) -> datetime:
     """Naive datetimes are taken as UTC, so comparisons never raise."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

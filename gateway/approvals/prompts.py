@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
@@ -47,7 +47,7 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def resume_item(prompt: PromptRecord) -> NewItem:
@@ -57,7 +57,9 @@ def resume_item(prompt: PromptRecord) -> NewItem:
 def outcome_text(prompt: PromptRecord) -> str:
     who = prompt.decided_by_name or prompt.decided_by or "someone"
     if prompt.status == "approved":
-        scope = {ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)", ALLOW_THREAD: " (allowed in this chat)"}.get(prompt.decision or "", "")
+        scope = {ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)", ALLOW_THREAD: " (allowed in this chat)"}.get(
+            prompt.decision or "", ""
+        )
         return f"✅ Approved by {who}{scope}"
     if prompt.status == "rejected":
         return f"❌ Denied by {who}" + (f": {prompt.answer}" if prompt.answer else "")
@@ -77,21 +79,53 @@ class PromptService:
         self.config = config
 
     # ---- asking --------------------------------------------------------------------------
-    async def request_approval(self, session: SessionRecord, thread: ThreadKey, call: ToolCallRecord, *, run_id: int, requested_by: str, reason: str) -> PromptRecord:
+    async def request_approval(
+        self,
+        session: SessionRecord,
+        thread: ThreadKey,
+        call: ToolCallRecord,
+        *,
+        run_id: int,
+        requested_by: str,
+        reason: str,
+    ) -> PromptRecord:
         try:
             arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
         except ValueError:
             arguments = call.arguments
         payload = {"tool": call.name, "arguments": arguments, "reason": reason}
         prompt, _ = await self.store.prompts.create(
-            kind="approval", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
-            expires_at=utcnow() + timedelta(seconds=self.config.approvals.expire_after), run_id=run_id, tool_call_id=call.id,
+            kind="approval",
+            session_id=session.id,
+            thread_key=str(thread),
+            payload=payload,
+            requested_by=requested_by,
+            expires_at=utcnow() + timedelta(seconds=self.config.approvals.expire_after),
+            run_id=run_id,
+            tool_call_id=call.id,
         )
-        buttons = tuple(tuple(Button(label, button_token(prompt.token, action)) for action, label in row) for row in APPROVAL_BUTTONS)
-        await self._send(prompt, Prompt("approval", thread, f"prompt:{prompt.id}", f"Approve `{call.name}`?", buttons, call.name, arguments))
+        buttons = tuple(
+            tuple(Button(label, button_token(prompt.token, action)) for action, label in row)
+            for row in APPROVAL_BUTTONS
+        )
+        await self._send(
+            prompt,
+            Prompt("approval", thread, f"prompt:{prompt.id}", f"Approve `{call.name}`?", buttons, call.name, arguments),
+        )
         return prompt
 
-    async def ask(self, session: SessionRecord, thread: ThreadKey, call: ToolCallRecord, *, run_id: int, requested_by: str, question: str, choices: list[str], allow_free_text: bool) -> PromptRecord:
+    async def ask(
+        self,
+        session: SessionRecord,
+        thread: ThreadKey,
+        call: ToolCallRecord,
+        *,
+        run_id: int,
+        requested_by: str,
+        question: str,
+        choices: list[str],
+        allow_free_text: bool,
+    ) -> PromptRecord:
         payload = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
         prompt, superseded = await self.store.prompts.create(
             kind="question", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
@@ -114,7 +148,9 @@ class PromptService:
         if not prompt.message_ids:
             prompt = await self.store.prompts.get(prompt.id) or prompt
         try:
-            await self.outbox.close_prompt(f"close:{prompt.id}", ThreadKey.parse(prompt.thread_key), list(prompt.message_ids), outcome_text(prompt))
+            await self.outbox.close_prompt(
+                f"close:{prompt.id}", ThreadKey.parse(prompt.thread_key), list(prompt.message_ids), outcome_text(prompt)
+            )
         except Exception as exc:  # noqa: BLE001 - a stale prompt message must not stop the turn
             log.warning("could not update prompt %s: %s", prompt.id, exc)
 
@@ -124,7 +160,7 @@ class PromptService:
             return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap
         parsed = parse_token(press.token)
         prompt = await self.store.prompts.by_token(parsed[0]) if parsed else None
-        if prompt is None:
+        if prompt is None or parsed is None:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
         action = parsed[1]
         if prompt.kind == "rerun":
@@ -132,21 +168,39 @@ class PromptService:
         if prompt.status != "pending":
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
         channel = ThreadKey.parse(prompt.thread_key).channel
-        if not may_decide(channel, press.sender.id, requested_by=prompt.requested_by, approvers_config=self.config.approvals.approvers, admins_config=self.config.approvals.admins):
+        if not may_decide(
+            channel,
+            press.sender.id,
+            requested_by=prompt.requested_by,
+            approvers_config=self.config.approvals.approvers,
+            admins_config=self.config.approvals.admins,
+        ):
             return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
         decision = self._decision(prompt, action)
         if decision is None:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
         status, answer = decision
         result = await self.store.prompts.decide(
-            prompt.id, status=status, decision=action, decided_by=press.sender.id, decided_by_name=press.sender.name or press.sender.username,
-            answer=answer, event=self._event_item(press), resume=resume_item(prompt), reason_from_held=status == "rejected",
+            prompt.id,
+            status=status,
+            decision=action,
+            decided_by=press.sender.id,
+            decided_by_name=press.sender.name or press.sender.username,
+            answer=answer,
+            event=self._event_item(press),
+            resume=resume_item(prompt),
+            reason_from_held=status == "rejected",
         )
         return await self._answer(press, result.outcome, result.prompt)
 
     def _decision(self, prompt: PromptRecord, action: str) -> tuple[str, str | None] | None:
         if prompt.kind == "approval":
-            return {APPROVE: ("approved", None), ALLOW_15M: ("approved", None), ALLOW_THREAD: ("approved", None), DENY: ("rejected", None)}.get(action)
+            return {
+                APPROVE: ("approved", None),
+                ALLOW_15M: ("approved", None),
+                ALLOW_THREAD: ("approved", None),
+                DENY: ("rejected", None),
+            }.get(action)
         choices = prompt.payload.get("choices", [])
         if action.startswith("q") and action[1:].isdigit() and int(action[1:]) < len(choices):
             return "answered", choices[int(action[1:])]
@@ -163,14 +217,26 @@ class PromptService:
         if prompt.decision in (ALLOW_15M, ALLOW_THREAD):
             tool = prompt.payload.get("tool", "")
             expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == ALLOW_15M else None
-            await self.store.prompts.add_bypass(thread_key=prompt.thread_key, tool=tool, expires_at=expires, granted_by=press.sender.id, prompt_id=prompt.id)
+            await self.store.prompts.add_bypass(
+                thread_key=prompt.thread_key,
+                tool=tool,
+                expires_at=expires,
+                granted_by=press.sender.id,
+                prompt_id=prompt.id,
+            )
         return SubmitResult(press.event_id, answer=outcome_text(prompt))
 
     async def _rerun(self, press: ButtonPress, prompt: PromptRecord) -> SubmitResult:
         text = str(prompt.payload.get("text", ""))
         message = NewItem(
-            f"rerun:{prompt.id}", prompt.thread_key, "message",
-            {"text": text, "sender": {"id": press.sender.id, "name": press.sender.name, "username": press.sender.username}, "rerun_of": prompt.payload.get("schedule_id")},
+            f"rerun:{prompt.id}",
+            prompt.thread_key,
+            "message",
+            {
+                "text": text,
+                "sender": {"id": press.sender.id, "name": press.sender.name, "username": press.sender.username},
+                "rerun_of": prompt.payload.get("schedule_id"),
+            },
         )
         result = await self.store.prompts.decide(
             prompt.id, status="answered", decision=RERUN, decided_by=press.sender.id, decided_by_name=press.sender.name,
@@ -184,17 +250,39 @@ class PromptService:
 
     @staticmethod
     def _event_item(press: ButtonPress) -> NewItem:
-        return NewItem(press.event_id, str(press.thread), "button", {"token": press.token, "sender": press.sender.id}, status="done")
+        return NewItem(
+            press.event_id,
+            str(press.thread),
+            "button",
+            {"token": press.token, "sender": press.sender.id},
+            status="done",
+        )
 
-    async def answer_with_text(self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str) -> PromptRecord | None:
+    async def answer_with_text(
+        self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str
+    ) -> PromptRecord | None:
         """A message typed while a question is pending answers it (not a new turn)."""
         result = await self.store.prompts.decide(
-            prompt.id, status="answered", decision="text", decided_by=sender_id, decided_by_name=sender_name, answer=text, resume=resume_item(prompt)
+            prompt.id,
+            status="answered",
+            decision="text",
+            decided_by=sender_id,
+            decided_by_name=sender_name,
+            answer=text,
+            resume=resume_item(prompt),
         )
         return result.prompt if result.outcome == "decided" else None
 
     async def expire(self, prompt: PromptRecord) -> None:
-        await self.store.prompts.decide(prompt.id, status="expired", decision="expired", decided_by="", answer=None, resume=resume_item(prompt), enforce_expiry=False)
+        await self.store.prompts.decide(
+            prompt.id,
+            status="expired",
+            decision="expired",
+            decided_by="",
+            answer=None,
+            resume=resume_item(prompt),
+            enforce_expiry=False,
+        )
 
     async def expire_due(self) -> int:
         due = await self.store.prompts.due()
@@ -226,8 +314,16 @@ def ask_user_spec() -> ToolSpec:
             "type": "object",
             "properties": {
                 "question": {"type": "string", "description": "The question to ask."},
-                "choices": {"type": "array", "items": {"type": "string"}, "description": "Answers to offer as buttons."},
-                "allow_free_text": {"type": "boolean", "description": "Whether a typed answer is accepted.", "default": True},
+                "choices": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Answers to offer as buttons.",
+                },
+                "allow_free_text": {
+                    "type": "boolean",
+                    "description": "Whether a typed answer is accepted.",
+                    "default": True,
+                },
             },
             "required": ["question"],
             "additionalProperties": False,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gateway.store import MessageRecord, RunEventRecord, RunRecord, SessionRecord
 from gateway.traces import format_nano_usd
@@ -23,7 +24,10 @@ def print_runs(runs: Sequence[RunRecord]) -> None:
     print(f"{'id':>6}  {'stage':<15}{'end':<15}{'rounds':>6}{'tokens in/out':>16}  {'cost':<12}{'took':>8}  thread")
     for run in runs:
         tokens = f"{run.input_tokens}/{run.output_tokens}"
-        print(f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{run.rounds:>6}{tokens:>16}  {_cost(run):<12}{_duration(run):>8}  {run.thread_key}")
+        print(
+            f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{run.rounds:>6}{tokens:>16}  "
+            f"{_cost(run):<12}{_duration(run):>8}  {run.thread_key}"
+        )
 
 
 def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
@@ -44,7 +48,10 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
 
 def _summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == "LLM_REQUEST":
-        return f"model {payload.get('model')}  {payload.get('messages')} messages  ~{payload.get('estimated_tokens')} tokens"
+        return (
+            f"model {payload.get('model')}  {payload.get('messages')} messages"
+            f"  ~{payload.get('estimated_tokens')} tokens"
+        )
     if kind == "LLM_RESPONSE":
         usage = payload.get("usage") or {}
         calls = ", ".join(c.get("name", "?") for c in payload.get("tool_calls") or [])
@@ -61,12 +68,21 @@ def print_sessions(sessions: Sequence[SessionRecord]) -> None:
     print(f"{'id':>6}  {'kind':<12}{'source':<10}{'messages':>9}  {'created':<20}thread")
     for session in sessions:
         closed = " (closed)" if session.closed_at else ""
-        print(f"{session.id:>6}  {session.kind:<12}{session.source:<10}{session.next_seq - 1:>9}  {session.created_at:%Y-%m-%d %H:%M:%S}  {session.thread_key}{closed}")
+        print(
+            f"{session.id:>6}  {session.kind:<12}{session.source:<10}{session.next_seq - 1:>9}"
+            f"  {session.created_at:%Y-%m-%d %H:%M:%S}  {session.thread_key}{closed}"
+        )
 
 
 def print_session(session: SessionRecord, history: Sequence[MessageRecord], totals: dict[str, Any]) -> None:
-    print(f"session {session.id}  {session.kind}  thread {session.thread_key}  created {session.created_at:%Y-%m-%d %H:%M:%S}")
-    print(f"runs {totals.get('runs')}  tokens {totals.get('input_tokens')} in / {totals.get('output_tokens')} out  cost {format_nano_usd(totals.get('cost_nano_usd'))}")
+    print(
+        f"session {session.id}  {session.kind}  thread {session.thread_key}"
+        f"  created {session.created_at:%Y-%m-%d %H:%M:%S}"
+    )
+    print(
+        f"runs {totals.get('runs')}  tokens {totals.get('input_tokens')} in / {totals.get('output_tokens')} out"
+        f"  cost {format_nano_usd(totals.get('cost_nano_usd'))}"
+    )
     for message in history:
         flags = " (failed)" if message.status != "ok" else ""
         flags += " (notice)" if message.synthetic else ""

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from gateway.config import AgentConfig, ContextConfig, LLMConfig
-from gateway.context.budget import MESSAGE_OVERHEAD_CHARS, Budget, Corrections, estimate_tokens, make_budget, message_chars
+from gateway.context.budget import (
+    MESSAGE_OVERHEAD_CHARS,
+    Budget,
+    Corrections,
+    estimate_tokens,
+    make_budget,
+    message_chars,
+)
 from gateway.context.cache import Caches, Entry, SessionCache, refresh
 from gateway.context.compaction import (
     UNBUDGETED_CHUNK_TOKENS,
@@ -120,7 +128,12 @@ class ContextBuilder:
         self.summarise = summarise
         self.on_event = on_event
         self.lods: dict[str, Lod] = dict(tool_lod or {})
-        self.limits = Limits(agent.max_tool_result_chars, context.lod_above_chars, context.max_tool_result_chars, llm.verbatim_tool_results)
+        self.limits = Limits(
+            agent.max_tool_result_chars,
+            context.lod_above_chars,
+            context.max_tool_result_chars,
+            llm.verbatim_tool_results,
+        )
         self.corrections = Corrections()
         self.caches = Caches()
 
@@ -134,10 +147,18 @@ class ContextBuilder:
         """The provider's count of a prompt we estimated: keep the estimate from erring low."""
         self.corrections.observe(model, estimated_tokens, prompt_tokens)
 
-    def correct_from_refusal(self, model: str, estimated_tokens: int, prompt_tokens: int | None, context_window: int | None) -> None:
+    def correct_from_refusal(
+        self, model: str, estimated_tokens: int, prompt_tokens: int | None, context_window: int | None
+    ) -> None:
         """A context-too-long refusal: learn from the server's numbers so the rebuild is smaller."""
         self.corrections.refused(model, estimated_tokens, prompt_tokens, context_window)
-        log.info("context refused for %s: estimated %s, server counted %s of %s", model, estimated_tokens, prompt_tokens, context_window)
+        log.info(
+            "context refused for %s: estimated %s, server counted %s of %s",
+            model,
+            estimated_tokens,
+            prompt_tokens,
+            context_window,
+        )
 
     # ---- build -----------------------------------------------------------------------------
     async def build(
@@ -164,13 +185,22 @@ class ContextBuilder:
             view = self._shape(cache, budget, frame, turn_started_seq)
             if budget.fits(view.chars) or len(folds) >= self.context.max_folds_per_build or self.summarise is None:
                 break
-            result = await self._fold(cache, budget, system_prompt, notes, turn_started_seq, "budget", budget.tokens(view.chars))
+            result = await self._fold(
+                cache, budget, system_prompt, notes, turn_started_seq, "budget", budget.tokens(view.chars)
+            )
             if result is None:
                 break
             folds.append(result)
         if not budget.fits(view.chars):
-            log.warning("session %s: context of %s tokens is over the target %s", session.id, budget.tokens(view.chars), budget.target)
-        return BuiltContext(view.messages, budget.tokens(view.chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds))
+            log.warning(
+                "session %s: context of %s tokens is over the target %s",
+                session.id,
+                budget.tokens(view.chars),
+                budget.target,
+            )
+        return BuiltContext(
+            view.messages, budget.tokens(view.chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds)
+        )
 
     async def compact_now(self, session: SessionRecord, *, system_prompt: str) -> CompactionResult | None:
         """Fold everything before the pristine tail now (/compact). None when nothing can be folded."""
@@ -222,7 +252,15 @@ class ContextBuilder:
         return sorted({s for s in seqs if s > cache.lod_seq})
 
     def _assemble(
-        self, cache: SessionCache, entries: list[Entry], frame: _Frame, turn_seq: int, lod_seq: int, cap: bool, *, memo: bool = True
+        self,
+        cache: SessionCache,
+        entries: list[Entry],
+        frame: _Frame,
+        turn_seq: int,
+        lod_seq: int,
+        cap: bool,
+        *,
+        memo: bool = True,
     ) -> _View:
         pinned = cache.pinned if self.context.pin_first_user else None
         if pinned is not None and pinned.seq <= cache.base_seq:
@@ -247,7 +285,14 @@ class ContextBuilder:
         return _View(messages, chars)
 
     def _extend(
-        self, history: list[Message], chars: int, entries: list[Entry], done: int, turn_seq: int, lod_seq: int, cap: bool
+        self,
+        history: list[Message],
+        chars: int,
+        entries: list[Entry],
+        done: int,
+        turn_seq: int,
+        lod_seq: int,
+        cap: bool,
     ) -> tuple[int, _Memo | None]:
         """Append the rendered messages of entries[done:], merging consecutive user messages.
         Also returns the state just before the first row of the current turn (None when it is
@@ -270,9 +315,25 @@ class ContextBuilder:
             history.extend(messages)
         return chars, before_turn
 
-    def _measure(self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int, summary: str | None) -> int:
+    def _measure(
+        self,
+        cache: SessionCache,
+        budget: Budget,
+        system_prompt: str,
+        notes: dict[str, str],
+        turn_seq: int,
+        summary: str | None,
+    ) -> int:
         frame = _Frame(system_block(system_prompt, notes, summary), None)
-        view = self._assemble(cache, cache.visible(), frame, turn_seq, 0 if budget.unbudgeted else cache.lod_seq, not budget.unbudgeted, memo=False)
+        view = self._assemble(
+            cache,
+            cache.visible(),
+            frame,
+            turn_seq,
+            0 if budget.unbudgeted else cache.lod_seq,
+            not budget.unbudgeted,
+            memo=False,
+        )
         return budget.tokens(view.chars)
 
     @staticmethod
@@ -324,7 +385,20 @@ class ContextBuilder:
             if strict:
                 raise CompactionError(f"the summariser failed: {exc}") from exc
             return None
-        return await self._record_fold(cache, budget, system_prompt, notes, turn_seq, reason, tokens_before, span, events, summary, started, payload)
+        return await self._record_fold(
+            cache,
+            budget,
+            system_prompt,
+            notes,
+            turn_seq,
+            reason,
+            tokens_before,
+            span,
+            events,
+            summary,
+            started,
+            payload,
+        )
 
     async def _summarise(self, cache: SessionCache, system_prompt: str, events: str, budget: int) -> str:
         assert self.summarise is not None
@@ -351,10 +425,22 @@ class ContextBuilder:
         )
         if marker is None:  # another builder folded first: start again from its marker
             cache.reset(None)
-            await self._emit("compaction_finished", {**payload, "error": "superseded by another fold", "duration_ms": _ms(started)})
+            await self._emit(
+                "compaction_finished", {**payload, "error": "superseded by another fold", "duration_ms": _ms(started)}
+            )
             return None
         cache.advance(marker)
-        result = CompactionResult(cache.session_id, reason, marker.first_seq, last_seq, len(span), tokens_before, tokens_after, _ms(started), summary)
+        result = CompactionResult(
+            cache.session_id,
+            reason,
+            marker.first_seq,
+            last_seq,
+            len(span),
+            tokens_before,
+            tokens_after,
+            _ms(started),
+            summary,
+        )
         await self._emit("compaction_finished", result.payload())
         return result
 

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gateway.context.render import MODES, Limits, Lod, RenderedRow, render_row
-from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
 from gateway.store.base import utcnow
+from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
 
 CLOCK_MARGIN = timedelta(seconds=5)  # finished_at stamps of other writers may lag ours a little
 MAX_SESSIONS = 64
@@ -154,7 +154,11 @@ async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int)
     else:
         window = min(turn_started_seq, cache.turn_seq or turn_started_seq, cache.max_seq + 1)
         reads = await repo.round_reads(
-            cache.session_id, after_seq=cache.base_seq, before_seq=window, since=cache.loaded_at - CLOCK_MARGIN, tail_after=window - 1
+            cache.session_id,
+            after_seq=cache.base_seq,
+            before_seq=window,
+            since=cache.loaded_at - CLOCK_MARGIN,
+            tail_after=window - 1,
         )
         if (reads.marker.id if reads.marker else None) != (cache.marker.id if cache.marker else None):
             await _load(cache, repo, reads.marker)  # folded elsewhere: start again from the new marker

@@ -9,8 +9,9 @@ stays findable by `history_search`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Literal
 
 from gateway.context.budget import estimate_tokens
 from gateway.context.cache import Entry
@@ -71,14 +72,18 @@ def row_text(row: HistoryRow, lods: dict[str, Lod]) -> str:
     """One row as the summariser (and the search index) sees it: numbered and dated."""
     stamp = row.created_at.strftime("%Y-%m-%d %H:%M")
     speaker = "notice" if row.synthetic else row.role
-    lines = [f"#{row.seq} {stamp} {speaker}: {stub(row.content, 'message', ROW_TEXT_CHARS, 'head')}"] if row.content else []
+    lines = (
+        [f"#{row.seq} {stamp} {speaker}: {stub(row.content, 'message', ROW_TEXT_CHARS, 'head')}"] if row.content else []
+    )
     for call in row.calls:
         result = stub(tool_text(call), call.name, RESULT_TEXT_CHARS, lods.get(call.name, "head"))
         lines.append(f"#{row.seq} {stamp} tool {call.name}({call.arguments}) -> {call.status}: {result}")
     return "\n".join(lines)
 
 
-def fold_span(entries: list[Entry], tail_index: int, pinned_seq: int | None, chunk_tokens: int, lods: dict[str, Lod]) -> list[tuple[Entry, str]]:
+def fold_span(
+    entries: list[Entry], tail_index: int, pinned_seq: int | None, chunk_tokens: int, lods: dict[str, Lod]
+) -> list[tuple[Entry, str]]:
     """The oldest contiguous rows before the pristine tail that fit one summariser call.
 
     Whole rows only: an assistant row carries its calls and their results, so a fold never
@@ -98,7 +103,9 @@ def fold_span(entries: list[Entry], tail_index: int, pinned_seq: int | None, chu
     return span
 
 
-def summary_request(task: str, first_request: str | None, previous: str | None, events: str, budget: int) -> list[dict[str, Any]]:
+def summary_request(
+    task: str, first_request: str | None, previous: str | None, events: str, budget: int
+) -> list[dict[str, Any]]:
     parts = [f"# The session's task\n{task.strip() or '(no system prompt)'}"]
     if first_request:
         parts.append(f"# The session's first request\n{first_request.strip()}")

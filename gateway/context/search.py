@@ -38,7 +38,10 @@ def format_hit(number: int, hit: HistoryHit) -> str:
     summary = hit.summary if len(hit.summary) <= SUMMARY_PREVIEW_CHARS else hit.summary[:SUMMARY_PREVIEW_CHARS] + "…"
     quote = " ".join(hit.snippet.split()) or "(no excerpt)"
     session = f"session {hit.session_id}, " if hit.session_id else ""
-    return f"{number}. {session}messages #{hit.first_seq}–#{hit.last_seq}, {when}\n   quote: \"{quote}\"\n   summary: {summary}"
+    return (
+        f"{number}. {session}messages #{hit.first_seq}–#{hit.last_seq}, {when}"
+        f"\n   quote: \"{quote}\"\n   summary: {summary}"
+    )
 
 
 def _span_dates(hit: HistoryHit) -> str:

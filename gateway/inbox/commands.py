@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.agent.rounds import placeholder_text
+from gateway.agent.turn import TurnRequest, TurnResult
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
-from gateway.agent.rounds import placeholder_text
 from gateway.store import Fence, InboxItem
 from gateway.traces import format_nano_usd
-from gateway.agent.turn import TurnRequest, TurnResult
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
@@ -89,11 +89,15 @@ class CommandSteps:
         elif name == "compact":
             await self._reply(thread, item, await self._compact(thread))
         else:
-            await self._reply_command(thread, item, name or "help", running=False, unknown="" if name else (command.word if command else ""))
+            await self._reply_command(
+                thread, item, name or "help", running=False, unknown="" if name else (command.word if command else "")
+            )
             return
         await self.store.inbox.finish([item.id], fence=fence)
 
-    async def _reply_command(self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = "") -> None:
+    async def _reply_command(
+        self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = ""
+    ) -> None:
         session = await self.store.sessions.current(str(thread))
         totals = await self.store.runs.session_totals(session.id) if session else {}
         if name == "status":

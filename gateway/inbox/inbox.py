@@ -9,13 +9,14 @@ order, while different threads run concurrently under `inbox.max_concurrent_turn
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
 
-from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
+from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
 from gateway.events import (
     ButtonPress,
     InboundEvent,
@@ -24,16 +25,18 @@ from gateway.events import (
     ThreadKey,
     TurnEnded,
 )
+from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
-from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
 
 log = logging.getLogger(__name__)
 TurnListener = Callable[[TurnEnded], Awaitable[None]]
 MAINTENANCE_EVERY_S = 5.0
 WATCH_POLL_S = 1.0
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
-WAITING_FOR_DECISION = "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
+WAITING_FOR_DECISION = (
+    "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
+)
 
 
 def default_instance_id() -> str:
@@ -65,7 +68,14 @@ class _ThreadState:
 
 
 class Inbox(CommandSteps):
-    def __init__(self, store: Store, services: TurnServices, *, instance_id: str | None = None, listeners: Sequence[TurnListener] = ()):
+    def __init__(
+        self,
+        store: Store,
+        services: TurnServices,
+        *,
+        instance_id: str | None = None,
+        listeners: Sequence[TurnListener] = (),
+    ):
         self.store = store
         self.s = services
         self.config = services.config
@@ -80,7 +90,9 @@ class Inbox(CommandSteps):
         self._others_waiting = False
 
     # ---- intake --------------------------------------------------------------------------
-    async def submit(self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None) -> list[SubmitResult]:
+    async def submit(
+        self, events: Sequence[InboundEvent], *, cursor: tuple[str, str] | None = None
+    ) -> list[SubmitResult]:
         """Commit the events (duplicates ignored) and the cursor; only then return.
 
         Shielded: a channel task cancelled meanwhile (a poller stopping, a client hanging up)
@@ -95,7 +107,7 @@ class Inbox(CommandSteps):
         messages = [e for e in events if isinstance(e, InboundMessage)]
         if messages or cursor is not None:
             created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
-            for event, new in zip(messages, created):
+            for event, new in zip(messages, created, strict=False):
                 results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
         for event in events:
             self._poke(str(event.thread))
@@ -178,7 +190,7 @@ class Inbox(CommandSteps):
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), self.config.inbox.poll_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _maintenance(self) -> None:
@@ -196,14 +208,16 @@ class Inbox(CommandSteps):
         for thread_key in await self.store.inbox.pending_threads(limit=free * 2, exclude=list(self._workers)):
             if len(self._workers) >= self.config.inbox.max_concurrent_turns:
                 break
-            lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.instance_id, self.config.inbox.lease_ttl_s)
+            lease = await self.store.inbox.acquire(
+                f"thread:{thread_key}", self.instance_id, self.config.inbox.lease_ttl_s
+            )
             if lease is None:
                 continue  # another instance holds it
             task = asyncio.create_task(self._work_thread(thread_key, lease), name=f"thread {thread_key}")
             self._workers[thread_key] = task
-            task.add_done_callback(lambda _t, key=thread_key: self._worker_done(key))
+            task.add_done_callback(functools.partial(self._worker_done, thread_key))
 
-    def _worker_done(self, thread_key: str) -> None:
+    def _worker_done(self, thread_key: str, _task: asyncio.Task[None]) -> None:
         self._workers.pop(thread_key, None)
         self._wake.set()
 
@@ -251,19 +265,30 @@ class Inbox(CommandSteps):
         questions = [p for p in pending if p.kind == "question"]
         text = str(item.payload.get("text", ""))
         typed_answers = questions and questions[-1].payload.get("allow_free_text", True)
-        if typed_answers and await self.s.prompts.answer_with_text(questions[-1], text, sender_id=sender.get("id", ""), sender_name=sender.get("name", "")):
+        if typed_answers and await self.s.prompts.answer_with_text(
+            questions[-1], text, sender_id=sender.get("id", ""), sender_name=sender.get("name", "")
+        ):
             await self.store.inbox.finish([item.id], fence=fence)
             return
         if pending:  # an approval, or a question that only takes a button: the turn waits
             notice = WAITING_FOR_DECISION if any(p.kind == "approval" for p in pending) else PICK_A_BUTTON
             await self.store.inbox.hold(item.id)
-            await self.s.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=item.payload.get("message_id", ""))
+            await self.s.outbox.send_text(
+                thread, notice, key=f"held:{item.id}", reply_to=item.payload.get("message_id", "")
+            )
             return
         session = await self._session(thread, started_by=sender.get("id", ""))
-        started = await self.store.start_turn(session.id, thread_key, [(item.id, item.payload)], model=self.config.llm.model, fence=fence)
+        started = await self.store.start_turn(
+            session.id, thread_key, [(item.id, item.payload)], model=self.config.llm.model, fence=fence
+        )
         request = TurnRequest(
-            session, thread, requested_by=sender.get("id", ""), reply_to=item.payload.get("message_id", ""), fence=fence,
-            turn_started_seq=started.rows[0].seq, started_run=started.run,
+            session,
+            thread,
+            requested_by=sender.get("id", ""),
+            reply_to=item.payload.get("message_id", ""),
+            fence=fence,
+            turn_started_seq=started.rows[0].seq,
+            started_run=started.run,
         )
         await self._run_turn(request)
 
@@ -280,7 +305,14 @@ class Inbox(CommandSteps):
         run = await self.store.runs.get(prompt.run_id)
         if run is None or run.stage != "AWAITING_INPUT":
             return  # the turn was stopped or already resumed
-        request = TurnRequest(session, thread, requested_by=prompt.requested_by, run_id=run.id, fence=fence, turn_started_seq=await self._turn_start(session.id, run.id))
+        request = TurnRequest(
+            session,
+            thread,
+            requested_by=prompt.requested_by,
+            run_id=run.id,
+            fence=fence,
+            turn_started_seq=await self._turn_start(session.id, run.id),
+        )
         await self._run_turn(request)
 
     async def _continue(self, thread: ThreadKey, run_id: int, fence: Fence) -> None:
@@ -288,7 +320,11 @@ class Inbox(CommandSteps):
         session = await self.store.sessions.get(run.session_id) if run else None
         if run is None or session is None or run.stage != "RUNNING":
             return
-        await self.store.runs.add_event(run.id, "RUN_ERROR", {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"})
+        await self.store.runs.add_event(
+            run.id,
+            "RUN_ERROR",
+            {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"},
+        )
         await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
         request = TurnRequest(
             session, thread, requested_by=session.started_by, fence=fence,
@@ -333,14 +369,24 @@ class Inbox(CommandSteps):
 
     async def _after_turn(self, request: TurnRequest, result: TurnResult) -> None:
         if result.stage == "SUSPENDED":
-            await self.store.inbox.add([NewItem(f"continue:{result.run_id}", str(request.thread), "resume", {"continue_run": result.run_id})])
+            await self.store.inbox.add(
+                [NewItem(f"continue:{result.run_id}", str(request.thread), "resume", {"continue_run": result.run_id})]
+            )
             return
         if result.stage == "LOST":
             return
         run = await self.store.runs.get(result.run_id)
         event = TurnEnded(
-            request.thread, request.session.id, result.run_id, result.stage, result.end_reason, result.reply,
-            result.auto_denied, result.error, (run.input_tokens + run.output_tokens) if run else 0, run.cost_nano_usd if run else None,
+            request.thread,
+            request.session.id,
+            result.run_id,
+            result.stage,
+            result.end_reason,
+            result.reply,
+            result.auto_denied,
+            result.error,
+            (run.input_tokens + run.output_tokens) if run else 0,
+            run.cost_nano_usd if run else None,
         )
         for listener in self.listeners:
             try:
@@ -357,7 +403,9 @@ class Inbox(CommandSteps):
             items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind == "message"]
             if not items:
                 return 0
-            await self.store.consume_messages(request.session.id, [(i.id, i.payload) for i in items], fence=request.fence)
+            await self.store.consume_messages(
+                request.session.id, [(i.id, i.payload) for i in items], fence=request.fence
+            )
             return len(items)
 
         return drain
@@ -379,7 +427,7 @@ class Inbox(CommandSteps):
             # Local submits wake it at once; polling (for other instances' events) can be slow.
             try:
                 await asyncio.wait_for(state.wake.wait(), max(self.config.inbox.poll_interval_s, WATCH_POLL_S))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 

@@ -9,11 +9,26 @@ the server sends it (the last `Usage` wins). Retries and model fallback happen o
 
 from gateway.llm.client import LLMClient, RetryHook, RetryNotice
 from gateway.llm.errors import (
-    AuthError, ContextTooLong, ErrorKind, LLMError, LLMUnavailable, RateLimited, StreamInterrupted,
-    classify_error, parse_retry_after,
+    AuthError,
+    ContextTooLong,
+    ErrorKind,
+    LLMError,
+    LLMUnavailable,
+    RateLimited,
+    StreamInterrupted,
+    classify_error,
+    parse_retry_after,
 )
 from gateway.llm.events import (
-    Completion, Finish, ModelInfo, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage,
+    Completion,
+    Finish,
+    ModelInfo,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
 )
 from gateway.llm.stream import collect
 

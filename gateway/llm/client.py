@@ -175,6 +175,7 @@ class LLMClient:
             has_next = position + 1 < len(models)
             if not has_next or self._spent(started) >= self.config.retry_budget_s:
                 break
+            assert last is not None  # every attempt that did not return failed with a retryable error
             await self._notify(on_retry, RetryNotice(attempts, model, models[position + 1], 0.0, last))
         assert last is not None
         tried = tuple(models[: position + 1])

@@ -8,7 +8,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-
 ErrorKind = Literal[
     "auth", "rate_limited", "server", "connection", "timeout", "context_too_long",
     "bad_request", "stream", "unavailable",

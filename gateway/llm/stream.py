@@ -11,7 +11,15 @@ import orjson
 
 from gateway.llm.errors import LLMError, as_int, classify_error, error_object
 from gateway.llm.events import (
-    Completion, Finish, ModelInfo, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage,
+    Completion,
+    Finish,
+    ModelInfo,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
 )
 
 

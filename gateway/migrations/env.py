@@ -27,7 +27,9 @@ if connection is not None:
     _run(connection)
 else:
     # Offline tooling (autogenerate): a synchronous engine from the configured URL.
-    url = config.get_main_option("sqlalchemy.url").replace("+aiosqlite", "").replace("+asyncpg", "+psycopg")
+    url = config.get_main_option("sqlalchemy.url")
+    assert url, "sqlalchemy.url is not set"
+    url = url.replace("+aiosqlite", "").replace("+asyncpg", "+psycopg")
     with create_engine(url).connect() as sync_connection:
         _run(sync_connection)
         sync_connection.commit()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
@@ -45,7 +45,9 @@ class StartedTurn:
     run: RunRecord  # noqa: F405
 
 
-def _consume_in(conn: Connection, session_id: int, items: list[tuple[int, dict]], fence: Fence | None, run_id: int | None) -> list:
+def _consume_in(
+    conn: Connection, session_id: int, items: list[tuple[int, dict]], fence: Fence | None, run_id: int | None
+) -> list:
     records = []
     for item_id, payload in items:
         sender = payload.get("sender") or {}
@@ -86,7 +88,13 @@ class Store:
         return await self.db.write(lambda conn: _consume_in(conn, session_id, items, fence, None))
 
     async def start_turn(
-        self, session_id: int, thread_key: str, items: list[tuple[int, dict]], *, model: str | None = None, fence: Fence | None = None
+        self,
+        session_id: int,
+        thread_key: str,
+        items: list[tuple[int, dict]],
+        *,
+        model: str | None = None,
+        fence: Fence | None = None,
     ) -> StartedTurn:
         """`consume_messages` and the run they start, in one transaction (the rows name the run)."""
 
@@ -106,7 +114,7 @@ class Store:
         usage: dict | None = None,
         calls: Sequence[NewToolCall] = (),  # noqa: F405
         fence: Fence | None = None,
-        events: list[tuple[str, dict, int | None]] = (),
+        events: Sequence[tuple[str, dict, int | None]] = (),
         totals: dict | None = None,
         reply: tuple[str, str, dict] | None = None,
     ) -> RecordedRound:
@@ -119,7 +127,15 @@ class Store:
 
         def work(conn: Connection, with_trace: bool) -> RecordedRound:
             message = SessionRepo.append_in(
-                conn, session_id, "assistant", content, reasoning=reasoning, usage=usage, run_id=run_id, calls=calls, fence=fence
+                conn,
+                session_id,
+                "assistant",
+                content,
+                reasoning=reasoning,
+                usage=usage,
+                run_id=run_id,
+                calls=calls,
+                fence=fence,
             )
             seqs = None
             if with_trace:
@@ -136,7 +152,12 @@ class Store:
         try:
             return await self.db.write(lambda conn: work(conn, with_trace=True))
         except _TraceFailed as failed:
-            log.error("run %s: could not record %s", run_id, ", ".join(kind for kind, _, _ in events), exc_info=failed.__cause__)
+            log.error(
+                "run %s: could not record %s",
+                run_id,
+                ", ".join(kind for kind, _, _ in events),
+                exc_info=failed.__cause__,
+            )
             return await self.db.write(lambda conn: work(conn, with_trace=False))
 
     async def migrate(self, *, auto: bool = True) -> None:
@@ -146,4 +167,16 @@ class Store:
         await self.db.dispose()
 
 
-__all__ = ["Store", "RecordedRound", "StartedTurn", "Database", "StoreError", "Fence", "LeaseLost", "NewItem", "Decision", "upgrade", "migrations_current"]
+__all__ = [
+    "Store",
+    "RecordedRound",
+    "StartedTurn",
+    "Database",
+    "StoreError",
+    "Fence",
+    "LeaseLost",
+    "NewItem",
+    "Decision",
+    "upgrade",
+    "migrations_current",
+]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @functools.cache
@@ -27,7 +27,7 @@ def _field_names(cls: type) -> frozenset[str]:
 
 def to_record(cls: type[T], row: Any, **extra: Any) -> T:
     mapping = row._mapping if hasattr(row, "_mapping") else row
-    names = _field_names(cls)
+    names = _field_names(cast(type, cls))
     values = {k: v for k, v in mapping.items() if k in names}
     values.update(extra)
     return cls(**values)

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -143,7 +144,9 @@ class _SQLite:
         conn = self._loop_writer
         if conn is None or conn.invalidated:
             conn = self._loop_writer = self.writer_engine.connect()
-            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")  # never wait on the loop
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA busy_timeout=0")  # never wait on the loop
         try:
             transaction = conn.begin()
         except (OperationalError, sqlite3.OperationalError) as exc:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, bindparam, insert, literal, select, text, union, union_all
 from sqlalchemy.engine import Connection
@@ -116,11 +117,18 @@ def _rows_statement(which: ColumnElement[bool]) -> Select:
 def _calls_statement(which: ColumnElement[bool]) -> Select:
     return (
         select(
-            tool_calls.c.message_id, tool_calls.c.call_id, tool_calls.c.name, tool_calls.c.arguments,
-            tool_calls.c.result, tool_calls.c.status, tool_calls.c.note,
+            tool_calls.c.message_id,
+            tool_calls.c.call_id,
+            tool_calls.c.name,
+            tool_calls.c.arguments,
+            tool_calls.c.result,
+            tool_calls.c.status,
+            tool_calls.c.note,
         )
         .join(messages, messages.c.id == tool_calls.c.message_id)
-        .where(tool_calls.c.session_id == bindparam("session_id"), messages.c.session_id == bindparam("session_id"), which)
+        .where(
+            tool_calls.c.session_id == bindparam("session_id"), messages.c.session_id == bindparam("session_id"), which
+        )
         .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
     )
 
@@ -204,12 +212,16 @@ class HistoryRepo(Repo):
         # is short, counted first in the same read; else on a reader thread. PostgreSQL needs no
         # count. (A round's few new rows come with `round_reads`.)
         if self.db.is_sqlite:
-            found = await self.db.read(lambda conn: None if _many_rows_after(conn, params) else _read_after(conn, params))
+            found = await self.db.read(
+                lambda conn: None if _many_rows_after(conn, params) else _read_after(conn, params)
+            )
             if found is not None:
                 return found
         return await self.db.read(lambda conn: _read_after(conn, params), large=True)
 
-    async def round_reads(self, session_id: int, *, after_seq: int, before_seq: int, since: datetime, tail_after: int) -> RoundReads:
+    async def round_reads(
+        self, session_id: int, *, after_seq: int, before_seq: int, since: datetime, tail_after: int
+    ) -> RoundReads:
         """One round's reads in one: the latest compaction marker, what may have changed in
         (after_seq, before_seq) since `since` (calls finished or still open, failed rows: indexed
         ranges) and the rows after `tail_after` (a round's few new rows, read on the loop)."""
@@ -280,7 +292,7 @@ class HistoryRepo(Repo):
             ).scalar()
             if (current or 0) != expected_last_seq:
                 return None
-            values = dict(
+            values: dict[str, Any] = dict(
                 session_id=session_id, first_seq=first_seq, last_seq=last_seq, summary=summary,
                 folded_text=folded_text, tokens_before=tokens_before, tokens_after=tokens_after, created_at=utcnow(),
             )
@@ -315,7 +327,17 @@ class HistoryRepo(Repo):
         def work(conn: Connection) -> list[HistoryHit]:
             rows = conn.execute(statement, params).all()
             return [
-                HistoryHit(r.id, r.session_id, r.first_seq, r.last_seq, r.summary, r.snip or "", r.first_at, r.last_at, r.created_at)
+                HistoryHit(
+                    r.id,
+                    r.session_id,
+                    r.first_seq,
+                    r.last_seq,
+                    r.summary,
+                    r.snip or "",
+                    r.first_at,
+                    r.last_at,
+                    r.created_at,
+                )
                 for r in rows
             ]
 
@@ -384,12 +406,13 @@ _SQLITE_SEARCH = text(
     """
 ).columns(**_COLUMNS)
 
+_HEADLINE_OPTIONS = 'StartSel=«, StopSel=», MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "'
 # The tsvector expression must match the index of migration 0002 for the index to be used.
 _PG_SEARCH = text(
     f"""
     SELECT c.id, c.session_id, c.first_seq, c.last_seq, c.summary, c.created_at,
            ts_headline('english', c.folded_text, q,
-                       'StartSel=«, StopSel=», MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "') AS snip,
+                       '{_HEADLINE_OPTIONS}') AS snip,
            {_SPAN_DATES}
     FROM compactions c
     JOIN sessions s ON s.id = c.session_id,

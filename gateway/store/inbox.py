@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import (
     Insert,
@@ -80,7 +81,9 @@ _FINISH = update(inbox).where(inbox.c.id.in_(bindparam("item_ids", expanding=Tru
 
 _ADD_FREE_LEASE = InsertIgnoring(leases, ["name"])
 _EXTEND_OWN_LEASE = update(leases).where(
-    leases.c.name == bindparam("lease_name"), leases.c.owner == bindparam("lease_owner"), leases.c.expires_at > bindparam("now")
+    leases.c.name == bindparam("lease_name"),
+    leases.c.owner == bindparam("lease_owner"),
+    leases.c.expires_at > bindparam("now"),
 )
 _TAKE_OVER_LEASE = (
     update(leases)
@@ -92,7 +95,9 @@ _TAKE_OVER_LEASE = (
 )
 _LEASE_BY_NAME = select(leases).where(leases.c.name == bindparam("lease_name"))
 _HELD_LEASE = and_(
-    leases.c.name == bindparam("lease_name"), leases.c.owner == bindparam("lease_owner"), leases.c.fence == bindparam("lease_fence")
+    leases.c.name == bindparam("lease_name"),
+    leases.c.owner == bindparam("lease_owner"),
+    leases.c.fence == bindparam("lease_fence"),
 )
 _RENEW_LEASE = update(leases).where(_HELD_LEASE)
 _RELEASE_LEASE = update(leases).where(_HELD_LEASE).values(owner=None, expires_at=None)
@@ -140,19 +145,25 @@ class InboxRepo(Repo):
     def release_held_in(conn: Connection, thread_key: str, *, take_reason: bool) -> str | None:
         """Held items of the thread become pending again; with `take_reason` the newest held
         message is consumed and its text returned."""
-        held = conn.execute(select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id)).all()
+        held = conn.execute(
+            select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id)
+        ).all()
         reason = None
         if take_reason and held:
             last = held[-1]
             reason = str(last.payload.get("text", "")).strip() or None
             conn.execute(update(inbox).where(inbox.c.id == last.id).values(status="done", done_at=utcnow()))
         if held:
-            conn.execute(update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending"))
+            conn.execute(
+                update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending")
+            )
         return reason
 
     async def hold(self, item_id: int) -> None:
         await self.db.write(
-            lambda conn: conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
+            lambda conn: conn.execute(
+                update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held")
+            )
         )
 
     # ---- consumption -----------------------------------------------------------------------
@@ -169,7 +180,14 @@ class InboxRepo(Repo):
 
         return await self.db.read(work)
 
-    async def finish(self, item_ids: Sequence[int], *, status: str = "done", session_id: int | None = None, fence: Fence | None = None) -> None:
+    async def finish(
+        self,
+        item_ids: Sequence[int],
+        *,
+        status: str = "done",
+        session_id: int | None = None,
+        fence: Fence | None = None,
+    ) -> None:
         if not item_ids:
             return
         # The SET columns come with the parameters (session_id only when given).
@@ -187,7 +205,9 @@ class InboxRepo(Repo):
         """Drop queued (and held) items of the thread, e.g. on /stop."""
         statement = (
             update(inbox)
-            .where(inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds)))
+            .where(
+                inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds))
+            )
             .values(status="dropped", done_at=utcnow())
         )
         return await self.db.write(lambda conn: conn.execute(statement).rowcount)
@@ -215,19 +235,25 @@ class InboxRepo(Repo):
 
         def work(conn: Connection) -> Lease | None:
             conn.execute(_ADD_FREE_LEASE.for_conn(conn), {"name": name, "owner": None, "fence": 0, "expires_at": None})
-            mine = conn.execute(_EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires})
+            mine = conn.execute(
+                _EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires}
+            )
             if mine.rowcount != 1:
-                taken = conn.execute(_TAKE_OVER_LEASE, {"lease_name": name, "now": now, "owner": owner, "expires_at": expires})
+                taken = conn.execute(
+                    _TAKE_OVER_LEASE, {"lease_name": name, "now": now, "owner": owner, "expires_at": expires}
+                )
                 if taken.rowcount != 1:
                     return None
-            row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).first()
+            row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).one()
             return Lease(name=row.name, owner=row.owner, fence=row.fence, expires_at=row.expires_at)
 
         return await self.db.write(work)
 
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
         expires = utcnow() + timedelta(seconds=ttl_s)
-        renewed = await self.db.write(lambda conn: conn.execute(_RENEW_LEASE, {**_held_lease_params(lease), "expires_at": expires}).rowcount)
+        renewed = await self.db.write(
+            lambda conn: conn.execute(_RENEW_LEASE, {**_held_lease_params(lease), "expires_at": expires}).rowcount
+        )
         if renewed != 1:
             return None
         return Lease(lease.name, lease.owner, lease.fence, expires)
@@ -236,11 +262,15 @@ class InboxRepo(Repo):
         await self.db.write(lambda conn: conn.execute(_RELEASE_LEASE, _held_lease_params(lease)))
 
     async def release_all(self, owner: str) -> None:
-        await self.db.write(lambda conn: conn.execute(update(leases).where(leases.c.owner == owner).values(owner=None, expires_at=None)))
+        await self.db.write(
+            lambda conn: conn.execute(update(leases).where(leases.c.owner == owner).values(owner=None, expires_at=None))
+        )
 
     async def lease_holder(self, name: str) -> Lease | None:
         def work(conn: Connection) -> Lease | None:
-            row = conn.execute(select(leases).where(leases.c.name == name, leases.c.owner.is_not(None), leases.c.expires_at > utcnow())).first()
+            row = conn.execute(
+                select(leases).where(leases.c.name == name, leases.c.owner.is_not(None), leases.c.expires_at > utcnow())
+            ).first()
             return Lease(row.name, row.owner, row.fence, row.expires_at) if row else None
 
         return await self.db.read(work)
@@ -254,13 +284,18 @@ class InboxRepo(Repo):
             conn.execute(_ADD_CURSOR.for_conn(conn), {"name": name, "value": value, "updated_at": now})
 
     async def load_cursor(self, name: str) -> str | None:
-        return await self.db.read(lambda conn: conn.execute(select(cursors.c.value).where(cursors.c.name == name)).scalar())
+        return await self.db.read(
+            lambda conn: conn.execute(select(cursors.c.value).where(cursors.c.name == name)).scalar()
+        )
 
     async def bump_counter(self, name: str, by: int = 1) -> int:
         def work(conn: Connection) -> int:
             conn.execute(insert_ignoring(conn, counters, ["name"]).values(name=name, value=0, updated_at=utcnow()))
             return conn.execute(
-                update(counters).where(counters.c.name == name).values(value=counters.c.value + by, updated_at=utcnow()).returning(counters.c.value)
+                update(counters)
+                .where(counters.c.name == name)
+                .values(value=counters.c.value + by, updated_at=utcnow())
+                .returning(counters.c.value)
             ).scalar_one()
 
         return await self.db.write(work)

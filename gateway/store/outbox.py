@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
@@ -27,7 +28,16 @@ class OutboxRepo(Repo):
     def record_in(conn: Connection, key: str, thread_key: str, kind: str, payload: dict[str, Any]) -> OutboxRecord:
         row = conn.execute(
             _RECORD.for_conn(conn),
-            {"key": key, "thread_key": thread_key, "kind": kind, "payload": payload, "status": "pending", "message_ids": [], "attempts": 0, "created_at": utcnow()},
+            {
+                "key": key,
+                "thread_key": thread_key,
+                "kind": kind,
+                "payload": payload,
+                "status": "pending",
+                "message_ids": [],
+                "attempts": 0,
+                "created_at": utcnow(),
+            },
         ).first()
         if row is None:  # the key was recorded before: what happened to it then
             row = conn.execute(_BY_KEY, {"outbox_key": key}).first()
@@ -52,11 +62,18 @@ class OutboxRepo(Repo):
 
     @staticmethod
     def mark_sent_in(conn: Connection, record_id: int, message_ids: Sequence[str]) -> None:
-        conn.execute(_MARK_SENT, {"record_id": record_id, "status": "sent", "message_ids": list(message_ids), "sent_at": utcnow()})
+        conn.execute(
+            _MARK_SENT,
+            {"record_id": record_id, "status": "sent", "message_ids": list(message_ids), "sent_at": utcnow()},
+        )
 
     async def set_message_ids(self, record_id: int, message_ids: Sequence[str]) -> None:
         """Progress of a stream: the messages it has created so far (a resumed turn edits them)."""
-        await self.db.write(lambda conn: conn.execute(update(outbox).where(outbox.c.id == record_id).values(message_ids=list(message_ids))))
+        await self.db.write(
+            lambda conn: conn.execute(
+                update(outbox).where(outbox.c.id == record_id).values(message_ids=list(message_ids))
+            )
+        )
 
     async def mark_failed(self, record_id: int, error: str, *, final: bool) -> None:
         await self.db.write(
@@ -69,7 +86,9 @@ class OutboxRepo(Repo):
 
     async def pending(self, limit: int = 100) -> list[OutboxRecord]:
         def work(conn: Connection) -> list[OutboxRecord]:
-            rows = conn.execute(select(outbox).where(outbox.c.status == "pending").order_by(outbox.c.id).limit(limit)).all()
+            rows = conn.execute(
+                select(outbox).where(outbox.c.status == "pending").order_by(outbox.c.id).limit(limit)
+            ).all()
             return [to_record(OutboxRecord, r) for r in rows]
 
         return await self.db.read(work)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from sqlalchemy import bindparam, insert, or_, select, update
 from sqlalchemy.engine import Connection
@@ -24,7 +25,9 @@ _LATEST_FOR_TOOL_CALL = (
     select(prompts).where(prompts.c.tool_call_id == bindparam("tool_call_id")).order_by(prompts.c.id.desc()).limit(1)
 )
 _PENDING_IN_THREAD = (
-    select(prompts).where(prompts.c.status == "pending", prompts.c.thread_key == bindparam("thread_key")).order_by(prompts.c.id)
+    select(prompts)
+    .where(prompts.c.status == "pending", prompts.c.thread_key == bindparam("thread_key"))
+    .order_by(prompts.c.id)
 )
 _ACTIVE_BYPASSES = select(bypasses).where(
     bypasses.c.thread_key == bindparam("thread_key"),
@@ -62,7 +65,9 @@ class PromptRepo(Repo):
             if supersede_questions:
                 rows = conn.execute(
                     update(prompts)
-                    .where(prompts.c.thread_key == thread_key, prompts.c.kind == "question", prompts.c.status == "pending")
+                    .where(
+                        prompts.c.thread_key == thread_key, prompts.c.kind == "question", prompts.c.status == "pending"
+                    )
                     .values(status="superseded", decided_at=now)
                     .returning(*prompts.c)
                 ).all()
@@ -85,7 +90,9 @@ class PromptRepo(Repo):
         return await self.db.read(lambda conn: _one(conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()))
 
     async def by_token(self, token: str) -> PromptRecord | None:
-        return await self.db.read(lambda conn: _one(conn.execute(select(prompts).where(prompts.c.token == token)).first()))
+        return await self.db.read(
+            lambda conn: _one(conn.execute(select(prompts).where(prompts.c.token == token)).first())
+        )
 
     async def for_tool_call(self, tool_call_id: int) -> PromptRecord | None:
         """The latest prompt about a tool call (approval or ask_user question)."""
@@ -97,7 +104,9 @@ class PromptRepo(Repo):
         statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
         await self.db.write(lambda conn: conn.execute(statement))
 
-    async def pending(self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None) -> list[PromptRecord]:
+    async def pending(
+        self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None
+    ) -> list[PromptRecord]:
         if thread_key is not None and session_id is None and kind is None:  # every inbound message asks this
             return await self.db.read(lambda conn: _all(conn.execute(_PENDING_IN_THREAD, {"thread_key": thread_key})))
         query = select(prompts).where(prompts.c.status == "pending").order_by(prompts.c.id)
@@ -142,7 +151,14 @@ class PromptRepo(Repo):
             changed = conn.execute(
                 update(prompts)
                 .where(prompts.c.id == prompt_id, prompts.c.status == "pending")
-                .values(status=status, decision=decision, decided_by=decided_by, decided_by_name=decided_by_name, answer=answer, decided_at=now)
+                .values(
+                    status=status,
+                    decision=decision,
+                    decided_by=decided_by,
+                    decided_by_name=decided_by_name,
+                    answer=answer,
+                    decided_at=now,
+                )
             )
             if changed.rowcount != 1:
                 return Decision("not_pending", to_record(PromptRecord, row))
@@ -180,9 +196,16 @@ class PromptRepo(Repo):
         return await self.db.write(work)
 
     # ---- bypasses --------------------------------------------------------------------------
-    async def add_bypass(self, *, thread_key: str, tool: str, expires_at: datetime | None, granted_by: str, prompt_id: int | None) -> None:
+    async def add_bypass(
+        self, *, thread_key: str, tool: str, expires_at: datetime | None, granted_by: str, prompt_id: int | None
+    ) -> None:
         statement = insert(bypasses).values(
-            thread_key=thread_key, tool=tool, expires_at=expires_at, granted_by=granted_by, prompt_id=prompt_id, created_at=utcnow()
+            thread_key=thread_key,
+            tool=tool,
+            expires_at=expires_at,
+            granted_by=granted_by,
+            prompt_id=prompt_id,
+            created_at=utcnow(),
         )
         await self.db.write(lambda conn: conn.execute(statement))
 

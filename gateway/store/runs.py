@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # the repositories have a `list` method, which hides the type in their signatures
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, insert, select, update
@@ -31,7 +32,9 @@ _ADD_TOTALS = (
     .where(runs.c.id == bindparam("run_id"))
     .values(
         next_event_seq=runs.c.next_event_seq + bindparam("events", type_=Integer),
-        cost_nano_usd=case((_cost.is_(None), runs.c.cost_nano_usd), else_=func.coalesce(runs.c.cost_nano_usd, 0) + _cost),
+        cost_nano_usd=case(
+            (_cost.is_(None), runs.c.cost_nano_usd), else_=func.coalesce(runs.c.cost_nano_usd, 0) + _cost
+        ),
         unpriced=runs.c.unpriced | bindparam("unpriced", type_=Boolean),
         model=func.coalesce(bindparam("model", type_=String), runs.c.model),
         **{name: _add_to(name) for name in _TOTALS},
@@ -47,7 +50,14 @@ class RunRepo(Repo):
     @staticmethod
     def start_in(conn: Connection, session_id: int, thread_key: str, *, model: str | None = None) -> RunRecord:
         row = conn.execute(
-            _INSERT_RUN, {"session_id": session_id, "thread_key": thread_key, "stage": "RUNNING", "model": model, "started_at": utcnow()}
+            _INSERT_RUN,
+            {
+                "session_id": session_id,
+                "thread_key": thread_key,
+                "stage": "RUNNING",
+                "model": model,
+                "started_at": utcnow(),
+            },
         ).first()
         return to_record(RunRecord, row)
 
@@ -65,7 +75,9 @@ class RunRepo(Repo):
 
         return await self.db.read(work)
 
-    async def list(self, *, limit: int = 50, session_id: int | None = None, stage: str | None = None) -> list[RunRecord]:
+    async def list(
+        self, *, limit: int = 50, session_id: int | None = None, stage: str | None = None
+    ) -> list[RunRecord]:
         query = select(runs).order_by(runs.c.id.desc()).limit(limit)
         if session_id is not None:
             query = query.where(runs.c.session_id == session_id)
@@ -73,17 +85,23 @@ class RunRepo(Repo):
             query = query.where(runs.c.stage == stage)
         return await self.db.read(lambda conn: [to_record(RunRecord, r) for r in conn.execute(query)], large=True)
 
-    async def add_event(self, run_id: int, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any) -> int:
+    async def add_event(
+        self, run_id: int, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any
+    ) -> int:
         """Append an event and add `totals` (token counts, calls, rounds, `cost_nano_usd`,
         `unpriced`, `model`); its sequence number is allocated inside the same write."""
         return (await self.add_events(run_id, [(kind, payload, parent_seq)], **totals))[-1]
 
-    async def add_events(self, run_id: int, events: list[tuple[str, dict[str, Any], int | None]], **totals: Any) -> list[int]:
+    async def add_events(
+        self, run_id: int, events: builtins.list[tuple[str, dict[str, Any], int | None]], **totals: Any
+    ) -> builtins.list[int]:
         """Append several events and update the run's totals in one transaction."""
         return await self.db.write(lambda conn: self.add_events_in(conn, run_id, events, **totals))
 
     @staticmethod
-    def add_events_in(conn: Connection, run_id: int, events: list[tuple[str, dict[str, Any], int | None]], **totals: Any) -> list[int]:
+    def add_events_in(
+        conn: Connection, run_id: int, events: builtins.list[tuple[str, dict[str, Any], int | None]], **totals: Any
+    ) -> builtins.list[int]:
         after = conn.execute(_ADD_TOTALS, _totals_params(run_id, len(events), totals)).scalar_one()
         first = after - len(events)
         if events:
@@ -95,18 +113,24 @@ class RunRepo(Repo):
             conn.execute(_INSERT_EVENTS, rows)
         return [first + i for i in range(len(events))]
 
-    async def events(self, run_id: int) -> list[RunEventRecord]:
+    async def events(self, run_id: int) -> builtins.list[RunEventRecord]:
         def work(conn: Connection) -> list[RunEventRecord]:
-            rows = conn.execute(select(run_events).where(run_events.c.run_id == run_id).order_by(run_events.c.seq)).all()
+            rows = conn.execute(
+                select(run_events).where(run_events.c.run_id == run_id).order_by(run_events.c.seq)
+            ).all()
             return [to_record(RunEventRecord, r) for r in rows]
 
         return await self.db.read(work, large=True)
 
-    async def set_stage(self, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
+    async def set_stage(
+        self, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None
+    ) -> None:
         await self.db.write(lambda conn: self.set_stage_in(conn, run_id, stage, end_reason=end_reason, error=error))
 
     @staticmethod
-    def set_stage_in(conn: Connection, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
+    def set_stage_in(
+        conn: Connection, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None
+    ) -> None:
         values: dict[str, Any] = {"stage": stage}
         if end_reason is not None:
             values["end_reason"] = end_reason
@@ -126,7 +150,7 @@ class RunRepo(Repo):
                     func.sum(runs.c.cost_nano_usd).label("cost_nano_usd"),
                     func.count().label("runs"),
                 ).where(runs.c.session_id == session_id)
-            ).first()
+            ).one()
             return dict(row._mapping)
 
         return await self.db.read(work)
@@ -137,5 +161,11 @@ def _totals_params(run_id: int, events: int, totals: dict[str, Any]) -> dict[str
     if unknown:
         raise ValueError(f"unknown run totals: {', '.join(sorted(unknown))}")
     params = {**_NO_TOTALS, **{name: totals[name] for name in _TOTALS if totals.get(name)}}
-    params.update(run_id=run_id, events=events, cost=totals.get("cost_nano_usd"), unpriced=bool(totals.get("unpriced")), model=totals.get("model") or None)
+    params.update(
+        run_id=run_id,
+        events=events,
+        cost=totals.get("cost_nano_usd"),
+        unpriced=bool(totals.get("unpriced")),
+        model=totals.get("model") or None,
+    )
     return params

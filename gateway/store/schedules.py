@@ -7,9 +7,11 @@ both think they lead still run a job once.
 
 from __future__ import annotations
 
+import builtins  # the repositories have a `list` method, which hides the type in their signatures
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Select, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -134,7 +136,9 @@ class ScheduleRepo(Repo):
 
         return await self.db.write(work)
 
-    async def set_enabled(self, schedule_id: int, enabled: bool, *, reason: str | None = None, now: datetime | None = None) -> bool:
+    async def set_enabled(
+        self, schedule_id: int, enabled: bool, *, reason: str | None = None, now: datetime | None = None
+    ) -> bool:
         """Switch a job on or off; False when it was already in that state (nothing changed)."""
         statement = (
             update(schedules)
@@ -215,7 +219,9 @@ class ScheduleRepo(Repo):
             else:
                 values.update(status="skipped", finished_at=now, error=f"still running (job run #{busy})")
             row = conn.execute(
-                insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"]).values(**values).returning(*job_runs.c)
+                insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"])
+                .values(**values)
+                .returning(*job_runs.c)
             ).first()
             return to_record(JobRunRecord, row) if row is not None else None
 
@@ -244,7 +250,9 @@ class ScheduleRepo(Repo):
         return await self.db.write(work)
 
     async def attach_session(self, job_run_id: int, session_id: int) -> None:
-        await self.db.write(lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(session_id=session_id)))
+        await self.db.write(
+            lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(session_id=session_id))
+        )
 
     async def finish(
         self,
@@ -279,7 +287,9 @@ class ScheduleRepo(Repo):
 
     async def note(self, job_run_id: int, error: str) -> None:
         """Remember something about a run (a kill request, a failed delivery) without closing it."""
-        await self.db.write(lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(error=error)))
+        await self.db.write(
+            lambda conn: conn.execute(update(job_runs).where(job_runs.c.id == job_run_id).values(error=error))
+        )
 
     async def add_delivered(self, job_run_id: int, message_ids: Sequence[str]) -> None:
         def work(conn: Connection) -> None:
@@ -296,13 +306,13 @@ class ScheduleRepo(Repo):
 
         return await self.db.read(work)
 
-    async def running(self, schedule_id: int | None = None) -> list[JobRunRecord]:
+    async def running(self, schedule_id: int | None = None) -> builtins.list[JobRunRecord]:
         query = select(job_runs).where(job_runs.c.status == "running").order_by(job_runs.c.id)
         if schedule_id is not None:
             query = query.where(job_runs.c.schedule_id == schedule_id)
         return await self._job_runs(query)
 
-    async def recent_runs(self, schedule_id: int, *, limit: int = 20) -> list[JobRunRecord]:
+    async def recent_runs(self, schedule_id: int, *, limit: int = 20) -> builtins.list[JobRunRecord]:
         """Newest firings first."""
         query = (
             select(job_runs)
@@ -312,7 +322,7 @@ class ScheduleRepo(Repo):
         )
         return await self._job_runs(query)
 
-    async def _job_runs(self, query: Select) -> list[JobRunRecord]:
+    async def _job_runs(self, query: Select) -> builtins.list[JobRunRecord]:
         def work(conn: Connection) -> list[JobRunRecord]:
             return [to_record(JobRunRecord, r) for r in conn.execute(query).all()]
 

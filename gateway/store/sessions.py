@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins  # the repositories have a `list` method, which hides the type in their signatures
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -96,7 +98,9 @@ class SessionRepo(Repo):
             ).scalar_one()
             if row is None:
                 conn.execute(
-                    insert(threads).values(key=thread_key, channel=thread_key.split(":", 1)[0], session_id=session_id, created_at=now)
+                    insert(threads).values(
+                        key=thread_key, channel=thread_key.split(":", 1)[0], session_id=session_id, created_at=now
+                    )
                 )
             else:
                 conn.execute(update(threads).where(threads.c.key == thread_key).values(session_id=session_id))
@@ -105,10 +109,14 @@ class SessionRepo(Repo):
         return await self.db.write(work)
 
     async def close(self, session_id: int) -> None:
-        await self.db.write(lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(closed_at=utcnow())))
+        await self.db.write(
+            lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(closed_at=utcnow()))
+        )
 
     async def thread_exists(self, thread_key: str) -> bool:
-        return await self.db.read(lambda conn: conn.execute(select(threads.c.key).where(threads.c.key == thread_key)).first() is not None)
+        return await self.db.read(
+            lambda conn: conn.execute(select(threads.c.key).where(threads.c.key == thread_key)).first() is not None
+        )
 
     async def list(self, limit: int = 50) -> list[SessionRecord]:
         def work(conn: Connection) -> list[SessionRecord]:
@@ -178,7 +186,19 @@ class SessionRepo(Repo):
                 },
             ).scalar_one()
             records.append(
-                ToolCallRecord(call_row_id, message_id, session_id, call.call_id, ordinal, call.name, call.arguments, call.result, call.status, call.note, run_id)
+                ToolCallRecord(
+                    call_row_id,
+                    message_id,
+                    session_id,
+                    call.call_id,
+                    ordinal,
+                    call.name,
+                    call.arguments,
+                    call.result,
+                    call.status,
+                    call.note,
+                    run_id,
+                )
             )
         return MessageRecord(
             message_id, session_id, seq, role, content, "ok", synthetic, reasoning or None, usage,
@@ -188,14 +208,18 @@ class SessionRepo(Repo):
     async def mark_failed(self, message_ids: Iterable[int]) -> None:
         ids = list(message_ids)
         if ids:
-            await self.db.write(lambda conn: conn.execute(update(messages).where(messages.c.id.in_(ids)).values(status="failed")))
+            await self.db.write(
+                lambda conn: conn.execute(update(messages).where(messages.c.id.in_(ids)).values(status="failed"))
+            )
 
-    async def history(self, session_id: int, *, after_seq: int = 0) -> list[MessageRecord]:
+    async def history(self, session_id: int, *, after_seq: int = 0) -> builtins.list[MessageRecord]:
         """Messages in sequence order with their tool calls attached (two queries)."""
 
         def work(conn: Connection) -> list[MessageRecord]:
             rows = conn.execute(
-                select(messages).where(messages.c.session_id == session_id, messages.c.seq > after_seq).order_by(messages.c.seq)
+                select(messages)
+                .where(messages.c.session_id == session_id, messages.c.seq > after_seq)
+                .order_by(messages.c.seq)
             ).all()
             call_rows = conn.execute(
                 select(tool_calls)
@@ -212,7 +236,9 @@ class SessionRepo(Repo):
 
     async def count(self, session_id: int) -> int:
         return await self.db.read(
-            lambda conn: conn.execute(select(func.count()).select_from(messages).where(messages.c.session_id == session_id)).scalar_one()
+            lambda conn: conn.execute(
+                select(func.count()).select_from(messages).where(messages.c.session_id == session_id)
+            ).scalar_one()
         )
 
     # ---- tool calls ------------------------------------------------------------------------
@@ -246,8 +272,10 @@ class SessionRepo(Repo):
 
         return await self.db.read(work)
 
-    async def open_tool_calls(self, session_id: int) -> list[ToolCallRecord]:
+    async def open_tool_calls(self, session_id: int) -> builtins.list[ToolCallRecord]:
         """Calls not yet finished (running or pending), in declared order."""
         return await self.db.read(
-            lambda conn: [to_record(ToolCallRecord, r) for r in conn.execute(_OPEN_TOOL_CALLS, {"session_id": session_id})]
+            lambda conn: [
+                to_record(ToolCallRecord, r) for r in conn.execute(_OPEN_TOOL_CALLS, {"session_id": session_id})
+            ]
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
@@ -41,14 +41,14 @@ class UTCDateTime(TypeDecorator):
         if value is not None:
             if value.tzinfo is None:
                 raise ValueError("naive datetime given to the store; use timezone-aware UTC")
-            value = value.astimezone(timezone.utc)
+            value = value.astimezone(UTC)
             if dialect.name == "sqlite":
                 value = value.replace(tzinfo=None)
         return value
 
     def process_result_value(self, value, dialect):
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
 
@@ -60,7 +60,7 @@ def _pk() -> Column:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # A thread (chat + topic, channel + thread_ts, DM, a scheduled run) and its current session.

@@ -11,9 +11,10 @@ import fnmatch
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.config import AgentConfig
 from gateway.events import ThreadKey

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from gateway.events import Delivered, Outbound, Prompt, Submit, ThreadKey
 
@@ -20,7 +20,7 @@ class Shown:
 
 
 class _Stream:
-    def __init__(self, channel: "FakeChannel", thread: ThreadKey):
+    def __init__(self, channel: FakeChannel, thread: ThreadKey):
         self.channel = channel
         self.thread = thread
         self.updates: list[str] = []
@@ -84,7 +84,9 @@ class FakeChannel:
         return [s.text for s in self.shown if s.kind == "message" and (thread is None or s.thread == thread)]
 
     def prompts(self, thread: ThreadKey | None = None) -> list[Prompt]:
-        return [s.prompt for s in self.shown if s.kind == "prompt" and s.prompt and (thread is None or s.thread == thread)]
+        return [
+            s.prompt for s in self.shown if s.kind == "prompt" and s.prompt and (thread is None or s.thread == thread)
+        ]
 
     def closes(self) -> list[str]:
         return [s.text for s in self.shown if s.kind == "close"]

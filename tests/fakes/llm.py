@@ -150,7 +150,9 @@ class FakeLLM:
     def reasoning(self, thought: str, text: str = "", *, field: str = "reasoning_content") -> None:
         self.push(Reply(text, reasoning=thought, reasoning_field=field))
 
-    def tool_call(self, name: str, arguments: dict[str, Any] | str, *, id: str = "", text: str = "", **options: Any) -> None:
+    def tool_call(
+        self, name: str, arguments: dict[str, Any] | str, *, id: str = "", text: str = "", **options: Any
+    ) -> None:
         self.push(Reply(text, tool_calls=(FakeToolCall(name, arguments, id),), **options))
 
     def tool_calls(self, *calls: FakeToolCall | tuple[Any, ...], text: str = "", **options: Any) -> None:
@@ -163,7 +165,11 @@ class FakeLLM:
         retry_after_in: str = "header", code: str | int | None = None,
     ) -> None:
         """An HTTP error in OpenAI's shape. `retry_after_in`: header | body | error."""
-        error: dict[str, Any] = {"message": message or f"fake error {status}", "type": _error_type(status), "code": code}
+        error: dict[str, Any] = {
+            "message": message or f"fake error {status}",
+            "type": _error_type(status),
+            "code": code,
+        }
         body: dict[str, Any] = {"error": error}
         headers: dict[str, str] = {}
         if retry_after is not None:
@@ -208,7 +214,11 @@ class FakeLLM:
             return self._reject("the request body is not valid JSON")
         self.requests.append(body)
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+            error = {
+                "message": "Incorrect API key provided.",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
             return web.json_response({"error": error}, status=401)
         if problem := request_problem(body):
             return self._reject(problem)
@@ -385,7 +395,10 @@ def conversation_problem(messages: list[Any]) -> str | None:
             open_calls.remove(call_id)
             continue
         if open_calls:
-            return f"{where}: assistant tool call(s) {', '.join(open_calls)} have no tool result before this {role} message"
+            return (
+                f"{where}: assistant tool call(s) {', '.join(open_calls)}"
+                f" have no tool result before this {role} message"
+            )
         if role == "assistant":
             problem = _assistant_problem(where, message)
             if problem:

@@ -16,11 +16,13 @@ import itertools
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from aiohttp import ClientSession, WSMsgType, web
+
 from fakes.channel import MemoryChannelState
 
 _JSON_FIELDS = ("blocks", "files", "metadata", "chunks", "attachments")
@@ -79,7 +81,7 @@ class FakeSlack:
 
     # ---- server ----------------------------------------------------------------------
 
-    async def __aenter__(self) -> "FakeSlack":
+    async def __aenter__(self) -> FakeSlack:
         await self.start()
         return self
 
@@ -447,7 +449,7 @@ class SlackEventSender:
         self._session: ClientSession | None = None
         self._ts = itertools.count(1)
 
-    async def __aenter__(self) -> "SlackEventSender":
+    async def __aenter__(self) -> SlackEventSender:
         self._session = ClientSession()
         return self
 

@@ -102,7 +102,7 @@ class FakeTelegram:
 
     # --- lifecycle ---------------------------------------------------------------
 
-    async def __aenter__(self) -> "FakeTelegram":
+    async def __aenter__(self) -> FakeTelegram:
         app = web.Application(client_max_size=20 * 1024 * 1024)
         app.router.add_route("POST", "/bot{token}/{method}", self._handle)
         app.router.add_route("GET", "/bot{token}/{method}", self._handle)
@@ -295,7 +295,9 @@ class FakeTelegram:
         if kind == "parse":
             return self._error(400, "Bad Request: can't parse entities: unsupported start tag at byte offset 0")
         if kind == "409":
-            return self._error(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+            return self._error(
+                409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+            )
         if kind == "not_modified":
             return self._error(400, NOT_MODIFIED)
         return self._error(500, "Internal Server Error")
@@ -383,7 +385,11 @@ class FakeTelegram:
             await self._polls_open.wait()
             raise _ApiError(502, "Bad Gateway: this request was held and is dropped unapplied")
         if self.webhook.get("url"):
-            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first")
+            raise _ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active"
+                "; use deleteWebhook to delete the webhook first",
+            )
         offset = int(params.get("offset") or 0)
         if offset:
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
@@ -395,11 +401,14 @@ class FakeTelegram:
             self._new_update.clear()
             try:
                 await asyncio.wait_for(self._new_update.wait(), deadline - time.monotonic())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             if generation != self._poll_generation:
                 self.conflicts += 1
-                raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+                raise _ApiError(
+                    409,
+                    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+                )
         limit = int(params.get("limit") or 100)
         return self._updates[:limit]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fakes.channel import MemoryChannelState
-
 from gateway.events import SubmitResult
 
 
