@@ -44,16 +44,18 @@ def bench_responder(request: dict[str, Any]) -> Any:
     Pure function of the request, so it can live in the child process."""
     from fakes.llm import FakeToolCall, Reply
 
+    reply_text = os.environ.get("BENCH_REPLY_TEXT") or REPLY_TEXT
+
     for message in reversed(request.get("messages", [])):
         role, content = message.get("role"), str(message.get("content") or "")
         if role == "tool" or role == "assistant":
             break
         if role == "user" and TOOL_TRIGGER in content:
             return Reply(tool_calls=(FakeToolCall("clock", {}),))
-    return Reply(REPLY_TEXT)
+    return Reply(reply_text)
 
 
-async def serve(chunk_chars: int) -> None:
+async def serve(chunk_chars: int, delay: float = 0.0) -> None:
     from aiohttp import web
     from fakes.llm import FakeLLM
 
@@ -83,7 +85,7 @@ async def serve(chunk_chars: int) -> None:
         durations.clear()
         return web.json_response(taken)
 
-    llm = TimedLLM(responder=bench_responder, delay=0, chunk_chars=chunk_chars, pings=False)
+    llm = TimedLLM(responder=bench_responder, delay=delay, chunk_chars=chunk_chars, pings=False)
     async with llm:
         stats_app = web.Application()
         stats_app.router.add_get("/stats", stats)
@@ -101,8 +103,10 @@ class LLMProcess:
     """The fake LLM in a child process. `server_seconds()` returns (and resets) the time the
     server spent on each request since the last call."""
 
-    def __init__(self, chunk_chars: int = 16):
+    def __init__(self, chunk_chars: int = 16, *, delay: float = 0.0, reply: str = ""):
         self.chunk_chars = chunk_chars
+        self.delay = delay  # seconds before each chunk
+        self.reply = reply  # the text reply (default REPLY_TEXT)
         self.base_url = ""
         self._stats_url = ""
         self._proc: asyncio.subprocess.Process | None = None
@@ -111,7 +115,9 @@ class LLMProcess:
     async def __aenter__(self) -> LLMProcess:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, str(Path(__file__).resolve()), "--serve", "--chunk-chars", str(self.chunk_chars),
+            "--delay", str(self.delay),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "BENCH_REPLY_TEXT": self.reply},
         )
         assert self._proc.stdout is not None
         ready = json.loads(await asyncio.wait_for(self._proc.stdout.readline(), 30))
@@ -211,10 +217,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--serve", action="store_true", help="serve the fake LLM and print its URLs")
     parser.add_argument("--chunk-chars", type=int, default=16)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each chunk")
     args = parser.parse_args()
     if not args.serve:
         parser.error("run bench/turn_overhead.py or bench/inbox.py; this module only serves the fake LLM (--serve)")
-    asyncio.run(serve(args.chunk_chars))
+    asyncio.run(serve(args.chunk_chars, args.delay))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,514 @@
+"""The whole gateway under load: `gateway serve` as a process against the fakes (issue 14).
+
+Run by hand:  .venv/bin/python bench/gateway_load.py [--db sqlite|postgres|both]
+              [--only steady,thousand,slack] [--chats 20] [--messages 200] [--quick]
+
+The gateway runs as its own process (`python -m gateway serve`, a config written here) so its
+CPU time is read from /proc: nothing of the driver, the fake Bot API or the fake LLM is counted.
+The fake LLM runs in a third process (bench/support.py) and streams 4-character chunks of a
+~200-token Markdown reply; the fake Bot API (tests/fakes/telegram.py, long polling) and the fake
+Slack Web API run in this one.
+
+- `steady`: cold start (spawn -> /readyz 200 on a current schema), the first reply after ready,
+  then `--messages` messages over `--chats` private chats, each chat sending its next message
+  when the reply is shown; once plain, once with one tool call (`clock`) per message.
+  Figures: gateway CPU ms per message, messages/s, p50/p95 latency (update queued -> final
+  sendMessage received), peak RSS, and (PostgreSQL) statements sent to the server per message.
+- `thousand`: 1,000 private chats at once, each turn streaming a chunk every 50 ms for 10 s.
+  Every reply must arrive exactly once; sends are checked against Telegram's limits (30/s
+  overall, 1/s per chat with bursts of 3); event-loop lag p50/p99 is read from the gateway's
+  /metrics; CPU per streamed reply and peak RSS.
+- `slack`: signed events posted to /slack/events (HTTP Events API mode), the replies through
+  the fake Slack Web API: events/s accepted, CPU per Slack reply, p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aiohttp  # noqa: E402
+from fakes.telegram import FakeTelegram  # noqa: E402
+from support import TOOL_TRIGGER, LLMProcess, percentile, postgres_url  # noqa: E402
+
+# About 200 tokens of the Markdown a model writes: paragraphs, emphasis, code, a list, a link.
+REPLY = (
+    "Here is what I found about **your question**, in short.\n\n"
+    "The function `load_config` reads the file once and caches it; a second call with the same "
+    "path returns the *cached* copy, so edits made while the process runs are not seen until "
+    "a restart. If you need live reloading, watch the file and call `load_config.cache_clear()`.\n\n"
+    "Steps:\n\n"
+    "1. Open `settings.py` and find the **loader**.\n"
+    "2. Add a watcher (see [the docs](https://example.org/docs/watch)).\n"
+    "3. Restart once, then edits apply on their own.\n\n"
+    "```python\n"
+    "def reload() -> None:\n"
+    "    load_config.cache_clear()\n"
+    "    return load_config(PATH)\n"
+    "```\n\n"
+    "- Keep the _old_ file around until the new one parses.\n"
+    "- Log each reload with the path and the time it took.\n\n"
+    "That should cover it; tell me if you want the watcher written out in full."
+)
+CHUNK_CHARS = 4
+SLACK_SECRET = "bench-signing-secret"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---- the gateway process ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GatewayProcess:
+    """`python -m gateway serve` with a config file; CPU and memory read from /proc."""
+
+    def __init__(self, config: Path, port: int, log: Path, secrets: dict[str, str] | None = None):
+        self.config, self.port, self.log = config, port, log
+        self.secrets = secrets or {}  # secrets come from the environment only
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> float:
+        """Spawn and wait for /readyz to say 200; returns the seconds that took."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OPENAI_"))}
+        env["PYTHONPATH"] = str(ROOT)
+        env.update(self.secrets)
+        started = time.perf_counter()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "serve", "--config", str(self.config), "--log-level", "warning",
+            cwd=str(self.config.parent), env=env, stdout=self.log.open("ab"), stderr=asyncio.subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{self.port}/readyz"
+        async with aiohttp.ClientSession() as http:
+            while True:
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                try:
+                    async with http.get(url) as response:
+                        if response.status == 200:
+                            return time.perf_counter() - started
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.005)
+                if time.perf_counter() - started > 60:
+                    raise RuntimeError(f"gateway not ready after 60 s; see {self.log}")
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime, all threads
+
+    def memory_mb(self) -> tuple[float, float]:
+        """(current RSS, peak RSS) in MB."""
+        assert self.proc is not None
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        value = lambda key: int(re.search(rf"^{key}:\s+(\d+)", status, re.M).group(1)) / 1024  # noqa: E731
+        return value("VmRSS"), value("VmHWM")
+
+    async def metrics(self) -> dict[str, float]:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{self.port}/metrics") as response:
+                text = await response.text()
+        found = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                found[name] = float(value)
+        return found
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 30)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        return self.proc.returncode or 0
+
+
+def write_config(directory: Path, database: str, llm_url: str, port: int, *, telegram: dict[str, Any] | None = None,
+                 slack: dict[str, Any] | None = None, inbox: dict[str, Any] | None = None) -> Path:
+    config: dict[str, Any] = {
+        "database": {"url": database},
+        "llm": {"base_url": llm_url, "model": "bench-model", "max_retries": 1},
+        "agent": {"workspace": str(directory / "workspace")},
+        "http": {"port": port},
+        "serve": {"shutdown_grace": 5},
+        "inbox": inbox or {},
+    }
+    if telegram is not None:
+        config["telegram"] = telegram
+    if slack is not None:
+        config["slack"] = slack
+    path = directory / "config.yml"
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    return path
+
+
+@contextlib.asynccontextmanager
+async def database_url(kind: str, directory: Path) -> AsyncIterator[str]:
+    """A fresh SQLite file, or a throwaway PostgreSQL database."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'gateway.db'}"
+        return
+    import asyncpg
+
+    base = postgres_url()
+    dsn = base.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield base.rsplit("/", 1)[0] + "/" + name
+    finally:
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+async def postgres_statements(url: str) -> int:
+    """Statements executed so far in that database (pg_stat_database's transactions would
+    miss autocommitted reads; pg_stat_statements is not installed): sum of xact counters."""
+    import asyncpg
+
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = await conn.fetchrow(
+            "SELECT xact_commit + xact_rollback AS xacts FROM pg_stat_database WHERE datname = $1", dsn.rsplit("/", 1)[1])
+        return int(row["xacts"]) if row else 0
+    finally:
+        await conn.close()
+
+
+# ---- Telegram -----------------------------------------------------------------------------------
+
+
+class LoadTelegram(FakeTelegram):
+    """The fake Bot API, telling the driver when each chat received a message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: Counter[int] = Counter()
+        self.send_times: list[tuple[float, int]] = []  # (monotonic, chat) of every sendMessage
+        self._waiters: dict[int, list[tuple[int, asyncio.Future[float]]]] = {}
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        result = await super()._api_sendMessage(params)
+        chat, now = int(params["chat_id"]), time.perf_counter()
+        self.sent[chat] += 1
+        self.send_times.append((time.monotonic(), chat))
+        waiting = self._waiters.get(chat, [])
+        for entry in [w for w in waiting if w[0] <= self.sent[chat]]:
+            waiting.remove(entry)
+            if not entry[1].done():
+                entry[1].set_result(now)
+        return result
+
+    def until_sent(self, chat: int, count: int) -> asyncio.Future[float]:
+        """Resolves (with perf_counter time) when `chat` has received `count` messages."""
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        if self.sent[chat] >= count:
+            future.set_result(time.perf_counter())
+        else:
+            self._waiters.setdefault(chat, []).append((count, future))
+        return future
+
+
+def telegram_section(fake: FakeTelegram, paced: bool) -> dict[str, Any]:
+    section: dict[str, Any] = {"api_base_url": fake.base_url, "poll_timeout_s": 10}
+    if not paced:
+        section.update(rate_overall_per_s=0, rate_private_per_s=0, rate_group_per_min=0)
+    return section
+
+
+async def conversations(fake: LoadTelegram, chats: list[int], messages: int, text: str, timeout: float) -> tuple[float, list[float]]:
+    """Each chat sends a message, waits for the reply, sends the next; `messages` in all."""
+    latencies: list[float] = []
+    per_chat = [messages // len(chats) + (1 if n < messages % len(chats) else 0) for n in range(len(chats))]
+
+    async def person(chat: int, count: int) -> None:
+        for n in range(count):
+            expected = fake.sent[chat] + 1
+            started = time.perf_counter()
+            fake.private_message(chat, f"{text} ({n})")
+            shown = await asyncio.wait_for(fake.until_sent(chat, expected), timeout)
+            latencies.append(shown - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(person(chat, count) for chat, count in zip(chats, per_chat)))
+    return time.perf_counter() - started, latencies
+
+
+def figures(label: str, cpu: float, elapsed: float, latencies: list[float], extra: str = "") -> str:
+    n = len(latencies)
+    return (f"{label:<22} {n:5d} {cpu * 1000 / n:9.2f} {n / elapsed:8.1f} {statistics.median(latencies) * 1000:8.1f} "
+            f"{percentile(latencies, 95) * 1000:8.1f}{extra}")
+
+
+async def steady(kind: str, args: argparse.Namespace) -> None:
+    print(f"\n== steady: {args.messages} messages over {args.chats} private chats, each waiting for its reply "
+          f"({kind}, pacing {'on' if args.paced else 'off'}) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, LoadTelegram() as fake, database_url(kind, directory) as db:
+            port = free_port()
+            config = write_config(directory, db, llm.base_url, port, telegram=telegram_section(fake, args.paced))
+            gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
+            first = await gateway.start()  # creates the schema
+            await gateway.stop()
+            cold = []
+            for _ in range(args.cold_starts):
+                cold.append(await gateway.start())
+                await gateway.stop()
+            gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
+            cold.append(await gateway.start())
+            try:
+                started = time.perf_counter()
+                fake.private_message(1, "hello")
+                first_reply = await asyncio.wait_for(fake.until_sent(1, 1), 30) - started
+                print(f"cold start to /readyz: p50 {statistics.median(cold) * 1000:.0f} ms over {len(cold)} starts "
+                      f"(min {min(cold) * 1000:.0f}, max {max(cold) * 1000:.0f}; the first start, creating the schema: "
+                      f"{first * 1000:.0f} ms); first reply after ready: {first_reply * 1000:.0f} ms")
+                print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8}")
+                base = 100
+                for case, text in (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me")):
+                    chats = list(range(base, base + args.chats))
+                    base += 1000
+                    statements = await postgres_statements(db) if kind == "postgres" else 0
+                    profiler = await start_profiler(gateway, args.profile, case) if args.profile else None
+                    cpu = gateway.cpu_seconds()
+                    elapsed, latencies = await conversations(fake, chats, args.messages, text, args.timeout)
+                    cpu = gateway.cpu_seconds() - cpu
+                    if profiler is not None:
+                        await stop_profiler(profiler)
+                    extra = ""
+                    if kind == "postgres":
+                        statements = await postgres_statements(db) - statements
+                        extra = f"   {statements / len(latencies):5.1f} transactions/msg"
+                    print(figures(case, cpu, elapsed, latencies, extra))
+                    missing = [c for c in chats if fake.sent[c] != args.messages // args.chats]
+                    if missing:
+                        print(f"  !! chats with a wrong reply count: {missing[:5]}")
+                rss, peak = gateway.memory_mb()
+                print(f"RSS {rss:.0f} MB, peak {peak:.0f} MB")
+            finally:
+                code = await gateway.stop()
+                if code:
+                    print(f"  !! gateway exited with {code}; see its log")
+
+
+async def start_profiler(gateway: GatewayProcess, prefix: str, case: str) -> asyncio.subprocess.Process:
+    """py-spy (installed by hand, not a project dependency) sampling the gateway, collapsed
+    stacks written to `<prefix>-<case>.txt` (see bench/profile_summary.py)."""
+    assert gateway.proc is not None
+    output = f"{prefix}-{case.replace(' ', '-')}.txt"
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    process = await asyncio.create_subprocess_exec(
+        spy, "record", "--format", "raw", "--rate", "200", "--pid", str(gateway.proc.pid), "--output", output,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    await asyncio.sleep(0.5)  # attached
+    return process
+
+
+async def stop_profiler(process: asyncio.subprocess.Process) -> None:
+    process.send_signal(signal.SIGINT)
+    await process.wait()
+
+
+# ---- a thousand turns in flight ----------------------------------------------------------------
+
+
+def pacing_report(sends: list[tuple[float, int]]) -> str:
+    """The busiest second overall and the busiest per chat, against Telegram's limits."""
+    times = sorted(t for t, _ in sends)
+    busiest, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - 1.0:
+            j += 1
+        busiest = max(busiest, i - j + 1)
+    per_chat: dict[int, list[float]] = {}
+    for t, chat in sends:
+        per_chat.setdefault(chat, []).append(t)
+    chat_busiest = 0
+    for stamps in per_chat.values():
+        stamps.sort()
+        for i in range(len(stamps)):
+            chat_busiest = max(chat_busiest, sum(1 for s in stamps[i:] if s - stamps[i] < 1.0))
+    verdict = "within limits" if busiest <= 30 and chat_busiest <= 3 else "OVER THE LIMITS"
+    return f"busiest second {busiest} sends (limit 30), busiest chat-second {chat_busiest} (burst 3): {verdict}"
+
+
+async def thousand(kind: str, args: argparse.Namespace) -> None:
+    chats, seconds = args.turns, 10.0
+    chunks = int(seconds / 0.05)
+    reply = (REPLY * 2)[: chunks * CHUNK_CHARS]
+    print(f"\n== {chats} turns in flight: each streams {chunks} chunks, one every 50 ms ({kind}) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        async with LLMProcess(CHUNK_CHARS, delay=0.05, reply=reply) as llm, LoadTelegram() as fake, \
+                database_url(kind, directory) as db:
+            port = free_port()
+            config = write_config(directory, db, llm.base_url, port, telegram=telegram_section(fake, True),
+                                  inbox={"max_concurrent_turns": chats + 50})
+            gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
+            await gateway.start()
+            try:
+                await gateway.metrics()  # resets the lag window
+                cpu = gateway.cpu_seconds()
+                started = time.perf_counter()
+                waits = []
+                for n in range(chats):
+                    chat = 10_000 + n
+                    fake.private_message(chat, f"tell me a long story ({n})")
+                    waits.append(fake.until_sent(chat, 1))
+                times = await asyncio.wait_for(asyncio.gather(*waits), args.timeout + 60)
+                elapsed = time.perf_counter() - started
+                lag = await gateway.metrics()
+                await asyncio.sleep(1.0)  # anything sent twice would arrive now
+                cpu = gateway.cpu_seconds() - cpu
+                rss, peak = gateway.memory_mb()
+                latencies = [t - started for t in times]
+                once = all(fake.sent[10_000 + n] == 1 for n in range(chats))
+                drafts = len(fake.calls_to("sendMessageDraft"))
+                print(f"replies {len(times)}/{chats} ({'each exactly once' if once else 'NOT EXACTLY ONCE'}) in {elapsed:.1f} s; "
+                      f"first reply at {min(latencies):.1f} s, last at {max(latencies):.1f} s; {drafts} drafts")
+                print(pacing_report(fake.send_times))
+                p50 = lag.get('gateway_event_loop_lag_seconds{quantile="0.5"}', float("nan"))
+                p99 = lag.get('gateway_event_loop_lag_seconds{quantile="0.99"}', float("nan"))
+                worst = lag.get("gateway_event_loop_lag_seconds_max", float("nan"))
+                print(f"event-loop lag p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms; "
+                      f"CPU {cpu * 1000 / chats:.1f} ms per streamed reply ({cpu:.1f} s in all); RSS {rss:.0f} MB, peak {peak:.0f} MB")
+            finally:
+                await gateway.stop()
+
+
+# ---- Slack ----------------------------------------------------------------------------------------
+
+
+def slack_replies(fake: Any, channel: str) -> int:
+    """Finished bot replies in a channel (a native stream counts once it is stopped)."""
+    return sum(1 for m in fake.messages.get(channel, []) if m.get("user") == fake.bot_user_id and not m.get("streaming"))
+
+
+async def slack(kind: str, args: argparse.Namespace) -> None:
+    from fakes.slack import FakeSlack, SlackEventSender
+
+    print(f"\n== Slack: HTTP events to /slack/events, {args.messages} DMs over {args.chats} channels, "
+          f"each waiting for its reply ({kind}) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, FakeSlack() as fake, database_url(kind, directory) as db:
+            port = free_port()
+            section = {"api_base_url": fake.base_url, "send_interval_s": 0}
+            config = write_config(directory, db, llm.base_url, port, slack=section)
+            secrets = {"SLACK_BOT_TOKEN": fake.token, "SLACK_SIGNING_SECRET": SLACK_SECRET}
+            gateway = GatewayProcess(config, port, directory / "gateway.log", secrets)
+            await gateway.start()
+            url = f"http://127.0.0.1:{port}/slack/events"
+            try:
+                async with SlackEventSender(url, SLACK_SECRET) as events:
+                    cpu = gateway.cpu_seconds()
+                    elapsed, latencies, post_times = await slack_conversations(events, fake, args)
+                    cpu = gateway.cpu_seconds() - cpu
+                    print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8}")
+                    print(figures("slack DM reply", cpu, elapsed, latencies,
+                                  f"   POST /slack/events p50 {statistics.median(post_times) * 1000:.1f} ms"))
+                    accepted, took = await slack_intake(events, 1000)
+                print(f"events accepted at /slack/events: {accepted / took:.0f}/s (1,000 signed mentions, 20 in flight, "
+                      f"while the gateway answers them)")
+            finally:
+                await gateway.stop()
+
+
+async def slack_conversations(events: Any, fake: Any, args: argparse.Namespace):
+    latencies: list[float] = []
+    post_times: list[float] = []
+    channels = [f"D{n:08d}" for n in range(args.chats)]
+    per_chat = args.messages // args.chats
+
+    async def person(channel: str) -> None:
+        for n in range(per_chat):
+            expected = slack_replies(fake, channel) + 1
+            started = time.perf_counter()
+            reply = await events.event(events.dm(channel, "U1", f"what does load_config do ({n})"))
+            assert reply.status == 200, reply.status
+            post_times.append(time.perf_counter() - started)
+            await fake.wait_for(lambda: slack_replies(fake, channel) >= expected, args.timeout)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(person(c) for c in channels))
+    return time.perf_counter() - started, latencies, post_times
+
+
+async def slack_intake(events: Any, count: int) -> tuple[int, float]:
+    bodies = [json.dumps(events.envelope(events.mention("C0BENCH", "U1", f"<@UBOT> question {n}"))) for n in range(count)]
+    accepted = 0
+
+    async def poster() -> None:
+        nonlocal accepted
+        while bodies:
+            reply = await events.post(bodies.pop())
+            accepted += reply.status == 200
+
+    started = time.perf_counter()
+    await asyncio.gather(*(poster() for _ in range(20)))
+    return accepted, time.perf_counter() - started
+
+
+async def main(args: argparse.Namespace) -> None:
+    kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    if "postgres" in kinds and not postgres_url():
+        print("note: PostgreSQL skipped: GATEWAY_TEST_POSTGRES_URL is not set")
+        kinds.remove("postgres")
+    scenarios = {"steady": steady, "thousand": thousand, "slack": slack}
+    for kind in kinds:
+        for name in args.only.split(","):
+            await scenarios[name](kind, args)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--only", default="steady,thousand,slack", help="comma-separated: steady, thousand, slack")
+    parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=1000, help="turns in flight in `thousand`")
+    parser.add_argument("--cold-starts", type=int, default=4, help="extra restarts measured for the cold start")
+    parser.add_argument("--paced", action="store_true", help="Telegram pacing on in `steady` (default off: raw capacity)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
+    parser.add_argument("--profile", metavar="PREFIX", help="sample the gateway with py-spy during `steady` "
+                        "(collapsed stacks to PREFIX-<case>.txt)")
+    parser.add_argument("--quick", action="store_true", help="60 messages, 100 turns in flight")
+    parsed = parser.parse_args()
+    if parsed.quick:
+        parsed.messages, parsed.turns, parsed.cold_starts = 60, 100, 2
+    asyncio.run(main(parsed))
