@@ -168,7 +168,11 @@ class ChannelError(Exception):
 
 @runtime_checkable
 class ReplyStream(Protocol):
-    """A reply being generated: shown progressively where the channel can."""
+    """A reply being generated: shown progressively where the channel can.
+
+    A stream may also have `wants_update() -> bool` (False when an update now would not be
+    shown: throttled, or nothing is shown before the end), so callers need not build the text,
+    and `note(text)` (the newest text, kept without showing it, for `abort` to show)."""
 
     async def update(self, text: str) -> None:
         """The whole text so far (not a delta). Channels throttle as they need."""

@@ -153,6 +153,7 @@ class RecordedStream:
         self._reply_to = reply_to
         self._adopt = tuple(adopt)
         self._failed = False
+        self._text_so_far: Callable[[], str] | None = None
 
     def message_ids(self) -> tuple[str, ...]:
         """The messages showing the reply so far (to be adopted after a restart)."""
@@ -172,6 +173,17 @@ class RecordedStream:
                 self._failed = True
                 log.warning("cannot stream to %s: %s", self.thread, exc)
         return self._stream
+
+    async def show(self, text_so_far: Callable[[], str]) -> None:
+        """Offer the reply so far: the text is built (and the channel renders it) only when
+        the channel would show an update now, so a long stream costs its length, not its
+        length times its chunks."""
+        self._text_so_far = text_so_far
+        stream = self._open()
+        wants = getattr(stream, "wants_update", None)
+        if stream is None or (wants is not None and not wants()):
+            return
+        await self.update(text_so_far())
 
     async def update(self, text: str) -> None:
         stream = self._open()
@@ -214,6 +226,9 @@ class RecordedStream:
 
     async def abort(self) -> None:
         if self._stream is not None:
+            note = getattr(self._stream, "note", None)
+            if note is not None and self._text_so_far is not None:
+                note(self._text_so_far())  # what was generated last, for the stream to leave shown
             try:
                 await self._stream.abort()
             except ChannelError:

@@ -74,6 +74,7 @@ SDK_HOMES = {
     "slack_bolt": ("channels/slack/",),
     "slack_sdk": ("channels/slack/",),
     "apscheduler": ("scheduler/",),
+    "markdown_it": ("channels/markdown.py",),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
 }

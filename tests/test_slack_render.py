@@ -18,7 +18,8 @@ _ENTITY = re.compile(r"&(?:amp|lt|gt);")
 def test_inline_formatting() -> None:
     assert render_mrkdwn("**bold**, *it*, _it_, ~~gone~~") == "*bold*, _it_, _it_, ~gone~"
     assert render_mrkdwn("use `a<b && c>d` here") == "use `a&lt;b &amp;&amp; c&gt;d` here"
-    assert render_mrkdwn("snake_case_name stays and 2*3*4 too") == "snake_case_name stays and 2*3*4 too"
+    assert render_mrkdwn("snake_case_name stays and 2 * 3 * 4 too") == "snake_case_name stays and 2 * 3 * 4 too"
+    assert render_mrkdwn("2*3*4") == "2_3_4"  # CommonMark: `*` between letters or digits emphasises
 
 
 def test_links_and_mentions() -> None:

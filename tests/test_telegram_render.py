@@ -46,9 +46,19 @@ def test_table_becomes_an_aligned_monospaced_block() -> None:
 
 
 def test_literal_text_is_left_alone() -> None:
-    r = render_markdown("snake_case_name and 2*3*4 and a_b, \\*not italic\\*, [rel](docs/x)")
-    assert r.text == "snake_case_name and 2*3*4 and a_b, *not italic*, rel (docs/x)"
+    r = render_markdown("snake_case_name and 2 * 3 * 4 and a_b, \\*not italic\\*, [rel](docs/x)")
+    assert r.text == "snake_case_name and 2 * 3 * 4 and a_b, *not italic*, rel (docs/x)"
     assert r.entities == ()
+
+
+def test_where_commonmark_differs_from_a_line_scanner() -> None:
+    assert spans(render_markdown("2*3*4")) == [("italic", "3")]  # `*` between digits emphasises
+    assert spans(render_markdown("Title\n---")) == [("bold", "Title")]  # a setext heading, not a rule
+    assert spans(render_markdown("    indented")) == [("pre", "indented")]  # an indented code block
+    assert render_markdown("1. a\n1. b\n1. c").text == "1. a\n2. b\n3. c"  # numbered from the first
+    assert render_markdown("a\n\n\n\nb").text == "a\n\nb"  # blank lines between blocks count once
+    r = render_markdown("<https://ex.org/a> and &amp; &lt;b&gt;")  # autolinks; entities decoded
+    assert r.text == "https://ex.org/a and & <b>" and spans(r) == [("text_link", "https://ex.org/a")]
 
 
 def test_unclosed_fence_while_streaming_is_code_to_the_end() -> None:
@@ -130,7 +140,8 @@ def test_split_chunks_fit_are_balanced_and_keep_the_text(markdown: str, limit: i
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="*_~`[]\\#>|-+!.()0123456789"), max_size=300))
+@given(st.text(alphabet=st.characters(blacklist_characters="*_~`[]\\#>|-+!.()0123456789<&=\r\x00"), max_size=300)
+       .map(lambda text: "\n".join(line.lstrip() for line in text.split("\n"))))  # indented = code
 def test_text_without_markup_is_preserved(text: str) -> None:
     rendered = render_markdown(text)
     squeeze = lambda value: re.sub(r"\s", "", value)  # noqa: E731

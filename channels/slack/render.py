@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from channels.markdown import Node, aligned_table, blocks, code_text, list_numbers, parse, parse_inline, plain_inline, table_rows
+
 # Section text and chat.postMessage text are kept at 3,000 characters (Block Kit section
 # limit); Slack truncates message text only at 40,000, so this is the safe common bound.
 SAFE_CHUNK = 3000
@@ -17,27 +19,11 @@ FENCE = "```"
 _ZWSP = "\u200b"
 _FENCE_ROOM = len(FENCE) * 2 + 2  # a reopened fence line plus the closing one
 
-_FENCE_OPEN = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(?:\s*\1){2,}\s*$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_ORDERED = re.compile(r"^(\s*)(\d{1,9})[.)]\s+(.*)$")
-_TASK = re.compile(r"^\[([ xX])\]\s+(.*)$")
-_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
-_INLINE = re.compile(
-    r"(?P<code>`+)(?P<code_body>.+?)(?P=code)"
-    r"|\[(?P<link_text>[^\]\n]+)\]\((?P<link_url>[^()\s]+)(?:\s+\"[^\"]*\")?\)"
-    r"|<(?P<auto>(?:https?|mailto):[^>\s]+)>"
-    r"|<(?P<mention>[@#][A-Z0-9]+)(?:\|(?P<mention_label>[^<>\n]*))?>"
-    r"|(?P<url>https?://[^\s<>]+)"
-    r"|(?P<bold>\*\*|__)(?P<bold_body>(?=\S).+?(?<=\S))(?P=bold)"
-    r"|~~(?P<strike>(?=\S).+?(?<=\S))~~"
-    r"|(?<![\w*])\*(?P<star>(?=[^\s*]).*?(?<=[^\s*]))\*(?![\w*])"
-    r"|(?<![\w_])_(?P<under>(?=[^\s_]).*?(?<=[^\s_]))_(?![\w_])"
-)
 _SAFE_URL = re.compile(r"^(?:https?|mailto):", re.IGNORECASE)
-_STRONG = re.compile(r"(\*\*|__)(.+?)\1")
+_STYLES = {"strong": "*", "em": "_", "s": "~"}
+_LISTS = ("bullet_list", "ordered_list")
+_TASK = re.compile(r"^\[([ xX])\]\s+")
+RULE = "──────────"
 
 
 def escape(text: str) -> str:
@@ -66,39 +52,40 @@ def _link(text: str, url: str) -> str:
 
 def render_inline(text: str) -> str:
     """Inline Markdown (code, links, bold, italic, strike) -> mrkdwn, escaping the rest."""
-    out: list[str] = []
-    pos = 0
-    while True:
-        match = _INLINE.search(text, pos)
-        if match is None:
-            out.append(escape(text[pos:]))
-            return "".join(out)
-        out.append(escape(text[pos : match.start()]))
-        out.append(_convert(match))
-        pos = match.end()
+    return _neutralise_fences(_inline(parse_inline(text, slack=True)))
 
 
-def _convert(match: re.Match[str]) -> str:
-    group = match.groupdict()
-    if group["code"] is not None:
-        body = group["code_body"].strip() or group["code_body"]
+def _inline(node: Node, active: frozenset[str] = frozenset()) -> str:
+    """Inline nodes as mrkdwn; `active` holds the styles already applied around them (a
+    heading is bold all through; `****a****` is bold once)."""
+    return "".join(_span(child, active) for child in node.children)
+
+
+def _span(node: Node, active: frozenset[str]) -> str:
+    kind = node.type
+    if kind in ("text", "text_special"):
+        return escape(node.content)
+    if kind in ("softbreak", "hardbreak"):
+        return "\n"
+    if kind == "code_inline":
+        body = node.content.strip() or node.content
         return "`" + escape(body.replace("`", "\u02cb")) + "`"
-    if group["link_text"] is not None:
-        return _link(group["link_text"], group["link_url"])
-    if group["auto"] is not None:
-        safe = _safe_url(group["auto"])
-        return f"<{safe}>" if safe else escape(match.group(0))
-    if group["mention"] is not None:
-        label = group["mention_label"]
-        return f"<{group['mention']}|{escape(label)}>" if label else f"<{group['mention']}>"
-    if group["url"] is not None:
-        return escape(group["url"])
-    if group["bold"] is not None:
-        return "*" + render_inline(group["bold_body"]) + "*"
-    if group["strike"] is not None:
-        return "~" + render_inline(group["strike"]) + "~"
-    body = group["star"] if group["star"] is not None else group["under"]
-    return "_" + render_inline(body) + "_"
+    if kind in _STYLES:
+        if kind in active:
+            return _inline(node, active)
+        return _STYLES[kind] + _inline(node, active | {kind}) + _STYLES[kind]
+    if kind == "link" and node.markup == "autolink" and plain_inline(node, urls=False) == node.attrs.get("href"):
+        safe = _safe_url(str(node.attrs["href"]))
+        return f"<{safe}>" if safe else escape(str(node.attrs["href"]))
+    if kind in ("link", "image"):
+        url = str(node.attrs.get("href" if kind == "link" else "src", ""))
+        return _link(plain_inline(node, urls=False), url)
+    if kind == "slack_mention":
+        target, label = node.meta["target"], node.meta["label"]
+        return f"<{target}|{escape(label)}>" if label else f"<{target}>"
+    if node.children:
+        return _inline(node, active)
+    return escape(node.content)
 
 
 def _code_block(lines: list[str]) -> list[str]:
@@ -106,97 +93,64 @@ def _code_block(lines: list[str]) -> list[str]:
     return [FENCE, *body, FENCE]
 
 
-def _render_line(line: str) -> str:
-    if heading := _HEADING.match(line):
-        return "*" + render_inline(_STRONG.sub(r"\2", heading.group(2))) + "*"
-    if _RULE.match(line):
-        return "──────────"
-    if quote := _QUOTE.match(line):
-        return "> " + _render_line(quote.group(1))
-    if bullet := _BULLET.match(line):
-        indent = "    " * (len(bullet.group(1).expandtabs(4)) // 2)
-        item = bullet.group(2)
-        if task := _TASK.match(item):
-            mark = "☐" if task.group(1) == " " else "☑"
-            return f"{indent}{mark} {render_inline(task.group(2))}"
-        return f"{indent}• {render_inline(item)}"
-    if ordered := _ORDERED.match(line):
-        indent = "    " * (len(ordered.group(1).expandtabs(4)) // 2)
-        return f"{indent}{ordered.group(2)}. {render_inline(ordered.group(3))}"
-    return render_inline(line)
-
-
-def _table_cells(line: str) -> list[str]:
-    line = line.strip()
-    if line.startswith("|"):
-        line = line[1:]
-    if line.endswith("|") and not line.endswith("\\|"):
-        line = line[:-1]
-    cells = re.split(r"(?<!\\)\|", line)
-    return [_plain(cell.strip().replace("\\|", "|")) for cell in cells]
-
-
-def _plain(cell: str) -> str:
-    """Table cells go into a code block, where formatting markers would show literally."""
-    cell = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r"\1 (\2)", cell)
-    return re.sub(r"\*\*|__|~~|`", "", cell)
-
-
-def _format_table(rows: list[list[str]]) -> list[str]:
-    width = max(len(row) for row in rows)
-    rows = [row + [""] * (width - len(row)) for row in rows]
-    sizes = [max(len(row[i]) for row in rows) for i in range(width)]
-    lines = [" | ".join(cell.ljust(sizes[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "-+-".join("-" * size for size in sizes))
-    return lines
-
-
-def _is_table_start(lines: list[str], index: int) -> bool:
-    if index + 1 >= len(lines) or "|" not in lines[index]:
-        return False
-    separator = lines[index + 1]
-    return "-" in separator and "|" in separator and bool(_TABLE_SEP.match(separator))
-
-
-def _take_fenced(lines: list[str], index: int, marker: str) -> tuple[list[str], int]:
-    """The body of a fenced block opened at `index`, and the index after its closing fence."""
-    body: list[str] = []
-    index += 1
-    closing = re.compile(r"^\s{0,3}" + re.escape(marker[0]) + "{" + str(len(marker)) + r",}\s*$")
-    while index < len(lines):
-        if closing.match(lines[index]):
-            return body, index + 1
-        body.append(lines[index])
-        index += 1
-    return body, index  # unterminated: the block runs to the end, as in CommonMark
-
-
-def _take_table(lines: list[str], index: int) -> tuple[list[str], int]:
-    rows = [_table_cells(lines[index])]
-    index += 2  # header and separator
-    while index < len(lines) and "|" in lines[index] and lines[index].strip():
-        rows.append(_table_cells(lines[index]))
-        index += 1
-    return _code_block(_format_table(rows))[1:-1], index
-
-
 def render_mrkdwn(markdown: str) -> str:
-    """Block-level Markdown (fences, tables, headings, lists, quotes) -> mrkdwn."""
-    lines = markdown.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """Markdown (CommonMark: fences, tables, headings, lists, quotes) -> mrkdwn; blocks keep the
+    source's line structure (a blank line between two blocks where it had one)."""
+    return "".join(_blocks(parse(markdown, slack=True), depth=0))
+
+
+def _blocks(container: Node, depth: int) -> list[str]:
     out: list[str] = []
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        if fence := _FENCE_OPEN.match(line):
-            body, index = _take_fenced(lines, index, fence.group(1))
-            out.extend(_code_block(body))
-        elif _is_table_start(lines, index):
-            table, index = _take_table(lines, index)
-            out.extend([FENCE, *table, FENCE])
-        else:
-            out.append(_neutralise_fences(_render_line(line)))
-            index += 1
-    return "\n".join(out)
+    for gap, node in blocks(container):
+        out.append(gap)
+        out.append(_block(node, depth))
+    return out
+
+
+def _block(node: Node, depth: int) -> str:
+    kind = node.type
+    if kind == "paragraph":
+        return _neutralise_fences(_inline(node.children[0]))
+    if kind == "heading":
+        return _neutralise_fences("*" + _inline(node.children[0], frozenset({"strong"})) + "*")
+    if kind in _LISTS:
+        return _list(node, depth)
+    if kind == "blockquote":
+        quoted = "".join(_blocks(node, depth)).split("\n")
+        return "\n".join("> " + line.replace(FENCE, "``" + _ZWSP + "`") for line in quoted)
+    if kind in ("fence", "code_block"):
+        return "\n".join(_code_block(code_text(node).split("\n") if code_text(node) else []))
+    if kind == "hr":
+        return RULE
+    if kind == "table":
+        rows = table_rows(node, lambda cell: plain_inline(cell, urls=True))
+        return "\n".join(_code_block(aligned_table(rows)))
+    if node.children:
+        return "".join(_blocks(node, depth))
+    return _neutralise_fences(escape(node.content.rstrip("\n")))
+
+
+def _list(node: Node, depth: int) -> str:
+    numbers = list_numbers(node) if node.type == "ordered_list" else None
+    indent = "    " * depth
+    out: list[str] = []
+    for gap, item in blocks(node):
+        out.append(gap)
+        marker = f"{next(numbers)}." if numbers else "•"
+        for inner_gap, child in blocks(item):
+            if child.type in _LISTS:
+                out.append(inner_gap + _list(child, depth + 1))
+                continue
+            text = _block(child, depth + 1)
+            if inner_gap:  # a later block of the item, under its first line
+                out.append(inner_gap + "    " * (depth + 1) + text)
+                continue
+            if not numbers and child.type == "paragraph" and (task := _TASK.match(text)):
+                marker, text = ("☐" if task.group(1) == " " else "☑"), text[task.end():]
+            out.append(f"{indent}{marker} {text}")
+        if not item.children:
+            out.append(f"{indent}{marker} ")
+    return "".join(out)
 
 
 def _cut_point(line: str, width: int) -> int:

@@ -59,6 +59,9 @@ class PostAtEndStream:
         self._api = api
         self._thread = thread
 
+    def wants_update(self) -> bool:
+        return False
+
     async def update(self, text: str) -> None:
         return None
 
@@ -91,6 +94,12 @@ class EditStream:
         self._shown: list[str | None] = [None] * len(self._ids)
         self._last = float("-inf")
         self._latest = ""
+
+    def wants_update(self) -> bool:
+        return self._clock() - self._last >= self._interval
+
+    def note(self, text: str) -> None:
+        self._latest = text
 
     async def update(self, text: str) -> None:
         self._latest = text
@@ -152,6 +161,9 @@ class NativeStream:
     @property
     def started(self) -> bool:
         return bool(self._ts)
+
+    def wants_update(self) -> bool:
+        return not self._ts or (not self._broken and self._clock() - self._last >= self._interval)
 
     async def update(self, text: str) -> None:
         if not text.strip():
@@ -247,6 +259,15 @@ class FallbackStream:
         self._refused(error)
         self._active = self._make_edit()
         return True
+
+    def wants_update(self) -> bool:
+        wants = getattr(self._active, "wants_update", None)
+        return wants is None or wants()
+
+    def note(self, text: str) -> None:
+        note = getattr(self._active, "note", None)
+        if note is not None:
+            note(text)
 
     async def update(self, text: str) -> None:
         try:

@@ -10,11 +10,14 @@ code units Telegram expects, at the edge.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Literal
+
+from channels.markdown import (
+    Node, aligned_table, blocks, code_text, fence_language, list_numbers, parse, plain_inline, table_rows,
+)
 
 EntityType = Literal[
     "bold", "italic", "underline", "strikethrough", "code", "pre", "text_link", "blockquote"
@@ -39,7 +42,7 @@ class Rendered:
     text: str
     entities: tuple[Entity, ...] = ()
 
-    def __add__(self, other: Rendered) -> Rendered:
+    def __add__(self, other: "Rendered") -> "Rendered":
         shift = len(self.text)
         moved = tuple(replace(e, offset=e.offset + shift) for e in other.entities)
         return Rendered(self.text + other.text, self.entities + moved)
@@ -94,175 +97,101 @@ class TextBuilder:
         return Rendered(text, tuple(entities))
 
 
-# --- inline -------------------------------------------------------------------------
+# --- the syntax tree -> text + entities ---------------------------------------------------
 
-_INLINE: list[tuple[str, re.Pattern[str]]] = [
-    ("escape", re.compile(r"\\([\\`*_{}\[\]()#+\-.!~|>])")),
-    ("code", re.compile(r"(`+)([^`\n](?:.*?[^`])?)\1(?!`)")),
-    ("link", re.compile(r"\[([^\]\n]+)\]\(([^()\s]+)\)")),
-    ("bold", re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")),
-    ("bold", re.compile(r"__(?=\S)(.+?)(?<=\S)__")),
-    ("strikethrough", re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")),
-    ("italic", re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")),
-    ("italic", re.compile(r"(?<![\w_])_(?=[^\s_])(.+?)(?<=[^\s_])_(?![\w_])")),
-]
 _LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
-
-
-def _next_match(text: str, pos: int) -> tuple[str, re.Match[str]] | None:
-    best: tuple[str, re.Match[str]] | None = None
-    for kind, pattern in _INLINE:
-        found = pattern.search(text, pos)
-        if found and (best is None or found.start() < best[1].start()):
-            best = (kind, found)
-    return best
-
-
-def render_inline(out: TextBuilder, text: str) -> None:
-    """Inline Markdown (code, links, bold, italic, strikethrough, escapes) into `out`."""
-    pos = 0
-    while pos < len(text):
-        found = _next_match(text, pos)
-        if found is None:
-            break
-        kind, match = found
-        out.text(text[pos : match.start()])
-        _render_span(out, kind, match)
-        pos = match.end()
-    out.text(text[pos:])
-
-
-def _render_span(out: TextBuilder, kind: str, match: re.Match[str]) -> None:
-    if kind == "escape":
-        out.text(match.group(1))
-    elif kind == "code":
-        body = match.group(2)
-        if len(body) > 2 and body.startswith(" ") and body.endswith(" "):
-            body = body[1:-1]
-        out.styled("code", body)
-    elif kind == "link":
-        label, url = match.group(1), match.group(2)
-        if url.lower().startswith(_LINK_SCHEMES):
-            out.wrap("text_link", lambda: render_inline(out, label), url=url)
-        else:  # Telegram rejects relative or odd URLs: keep both visible instead
-            render_inline(out, label)
-            out.text(f" ({url})")
-    else:
-        out.wrap(kind, lambda: render_inline(out, match.group(1)))  # type: ignore[arg-type]
-
-
-# --- blocks --------------------------------------------------------------------------
-
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*).*$")
-_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_RULE = re.compile(r"^ {0,3}([-*_])(\s*\1){2,}\s*$")
-_QUOTE = re.compile(r"^ {0,3}>\s?(.*)$")
-_ITEM = re.compile(r"^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$")
-_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_STYLES: dict[str, EntityType] = {"strong": "bold", "em": "italic", "s": "strikethrough"}
+_LISTS = ("bullet_list", "ordered_list")
+RULE = "──────────"
 
 
 def render_markdown(markdown: str) -> Rendered:
-    """The model's Markdown as Telegram text + entities. Line structure is kept."""
-    lines = markdown.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """The model's Markdown (CommonMark) as Telegram text + entities; blocks keep the source's
+    line structure (a blank line between two blocks where it had one)."""
     out = TextBuilder()
-    i, first = 0, True
-    while i < len(lines):
-        if not first:
-            out.text("\n")
-        first = False
-        i = _render_block(out, lines, i)
-    rendered = out.build()
-    return _strip(rendered)
+    _blocks(out, parse(markdown), depth=0, quoted=False)
+    return _strip(out.build())
 
 
-def _render_block(out: TextBuilder, lines: list[str], i: int) -> int:
-    """Render the block starting at lines[i]; return the index after it."""
-    line = lines[i]
-    if fence := _FENCE.match(line):
-        return _render_fence(out, lines, i, fence.group(1), fence.group(2))
-    if _is_table(lines, i):
-        return _render_table(out, lines, i)
-    if heading := _HEADING.match(line):
-        out.wrap("bold", lambda: render_inline(out, heading.group(1)))
-    elif _RULE.match(line):
-        out.text("──────────")
-    elif _QUOTE.match(line):
-        return _render_quote(out, lines, i)
-    elif item := _ITEM.match(line):
-        _render_item(out, item)
+def _blocks(out: TextBuilder, container: Node, depth: int, quoted: bool) -> None:
+    for gap, node in blocks(container):
+        out.text(gap)
+        _block(out, node, depth, quoted)
+
+
+def _block(out: TextBuilder, node: Node, depth: int, quoted: bool) -> None:
+    kind = node.type
+    if kind == "paragraph":
+        _inline(out, node.children[0])
+    elif kind == "heading":
+        out.wrap("bold", lambda: _inline(out, node.children[0]))
+    elif kind in _LISTS:
+        _list(out, node, depth, quoted)
+    elif kind == "blockquote":
+        if quoted:  # Telegram's quotes do not nest: an inner quote is part of the outer one
+            _blocks(out, node, depth, quoted)
+        else:
+            out.wrap("blockquote", lambda: _blocks(out, node, depth, True))
+    elif kind in ("fence", "code_block"):
+        language = fence_language(node) if kind == "fence" else ""
+        out.styled("pre", code_text(node) or " ", language=language)
+    elif kind == "hr":
+        out.text(RULE)
+    elif kind == "table":
+        # Telegram has no tables: a monospaced block with aligned columns reads best.
+        rows = table_rows(node, lambda cell: plain_inline(cell, urls=False))
+        out.styled("pre", "\n".join(aligned_table(rows)))
+    elif node.children:
+        _blocks(out, node, depth, quoted)
     else:
-        render_inline(out, line)
-    return i + 1
+        out.text(node.content.rstrip("\n"))
 
 
-def _render_fence(out: TextBuilder, lines: list[str], i: int, marker: str, language: str) -> int:
-    body: list[str] = []
-    j = i + 1
-    while j < len(lines) and not lines[j].strip().startswith(marker):
-        body.append(lines[j])
-        j += 1
-    code = "\n".join(body) or " "
-    out.styled("pre", code, language=language)
-    return j + 1  # an unclosed fence (a reply still streaming) runs to the end
+def _list(out: TextBuilder, node: Node, depth: int, quoted: bool) -> None:
+    numbers = list_numbers(node) if node.type == "ordered_list" else None
+    for gap, item in blocks(node):
+        out.text(gap)
+        marker = f"{next(numbers)}{node.markup}" if numbers else ("•" if depth == 0 else "◦")
+        out.text("  " * depth + marker + " ")
+        for inner_gap, child in blocks(item):
+            if child.type in _LISTS:
+                out.text(inner_gap)
+                _list(out, child, depth + 1, quoted)
+            else:  # the first block on the marker's line, later ones indented under it
+                out.text(inner_gap + ("  " * (depth + 1) if inner_gap else ""))
+                _block(out, child, depth + 1, quoted)
 
 
-def _render_quote(out: TextBuilder, lines: list[str], i: int) -> int:
-    quoted: list[str] = []
-    while i < len(lines) and (match := _QUOTE.match(lines[i])):
-        quoted.append(match.group(1))
-        i += 1
-
-    def fill() -> None:
-        for n, text in enumerate(quoted):
-            if n:
-                out.text("\n")
-            render_inline(out, text)
-
-    out.wrap("blockquote", fill)
-    return i
+def _inline(out: TextBuilder, node: Node, active: frozenset[str] = frozenset()) -> None:
+    """Inline nodes into `out`; `active` holds the styles already applied around them (a style
+    nested in itself, like `****a****`, is applied once)."""
+    for child in node.children:
+        _span(out, child, active)
 
 
-def _render_item(out: TextBuilder, item: re.Match[str]) -> None:
-    depth = len(item.group(1).replace("\t", "  ")) // 2
-    marker = item.group(2)
-    bullet = ("•" if depth == 0 else "◦") if marker in "-*+" else marker
-    out.text("  " * depth + bullet + " ")
-    render_inline(out, item.group(3))
-
-
-def _is_table(lines: list[str], i: int) -> bool:
-    return "|" in lines[i] and i + 1 < len(lines) and "-" in lines[i + 1] and bool(
-        _TABLE_SEP.match(lines[i + 1])
-    )
-
-
-def _cells(line: str) -> list[str]:
-    line = line.strip()
-    line = line[1:] if line.startswith("|") else line
-    line = line[:-1] if line.endswith("|") else line
-    return [_plain_inline(cell.strip()) for cell in line.split("|")]
-
-
-def _plain_inline(text: str) -> str:
-    cell = TextBuilder()
-    render_inline(cell, text)
-    return cell.build().text
-
-
-def _render_table(out: TextBuilder, lines: list[str], i: int) -> int:
-    """Telegram has no tables: a monospaced block with aligned columns reads best."""
-    rows = [_cells(lines[i])]
-    j = i + 2
-    while j < len(lines) and "|" in lines[j] and lines[j].strip():
-        rows.append(_cells(lines[j]))
-        j += 1
-    columns = max(len(r) for r in rows)
-    rows = [r + [""] * (columns - len(r)) for r in rows]
-    widths = [max(len(r[c]) for r in rows) for c in range(columns)]
-    shown = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
-    shown.insert(1, "-+-".join("-" * w for w in widths))
-    out.styled("pre", "\n".join(shown))
-    return j
+def _span(out: TextBuilder, node: Node, active: frozenset[str]) -> None:
+    kind = node.type
+    if kind in ("text", "text_special"):
+        out.text(node.content)
+    elif kind in ("softbreak", "hardbreak"):
+        out.text("\n")
+    elif kind == "code_inline":
+        out.styled("code", node.content)
+    elif kind in _STYLES and kind not in active:
+        out.wrap(_STYLES[kind], lambda: _inline(out, node, active | {kind}))
+    elif kind in ("link", "image"):
+        url = str(node.attrs.get("href" if kind == "link" else "src", ""))
+        if url.lower().startswith(_LINK_SCHEMES):
+            out.wrap("text_link", lambda: _inline(out, node, active), url=url)
+        elif node.markup == "autolink":
+            _inline(out, node, active)
+        else:  # Telegram rejects relative or odd URLs: keep both visible instead
+            _inline(out, node, active)
+            out.text(f" ({url})")
+    elif node.children:
+        _inline(out, node, active)
+    else:
+        out.text(node.content)
 
 
 def _strip(rendered: Rendered) -> Rendered:

@@ -45,6 +45,9 @@ class FinalOnlyStream:
     def __init__(self, outlet: Outlet, target: Target, reply_to: int | None) -> None:
         self._outlet, self._target, self._reply_to = outlet, target, reply_to
 
+    def wants_update(self) -> bool:
+        return False
+
     async def update(self, text: str) -> None:
         return None
 
@@ -69,9 +72,14 @@ class DraftStream(FinalOnlyStream):
         self._draft_id = random.randint(1, 2**31 - 1)
         self._enabled = True
 
+    def wants_update(self) -> bool:
+        return self._enabled and self._throttle.due(self._target.chat_id)
+
     async def update(self, text: str) -> None:
+        if not self.wants_update():
+            return  # rendered only when a draft is due
         chunks = chunks_of(text)
-        if not (self._enabled and chunks and self._throttle.due(self._target.chat_id)):
+        if not chunks:
             return
         self._throttle.mark(self._target.chat_id)
         try:
@@ -121,6 +129,12 @@ class EditStream:
 
     def message_ids(self) -> tuple[str, ...]:
         return tuple(str(i) for i in self._ids)
+
+    def wants_update(self) -> bool:
+        return self._throttle.due(self._target.chat_id)
+
+    def note(self, text: str) -> None:
+        self._latest = text
 
     async def update(self, text: str) -> None:
         self._latest = text

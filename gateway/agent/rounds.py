@@ -128,6 +128,9 @@ class RoundBuilder:
             self._finish = event.reason
         return None
 
+    def text_so_far(self) -> str:
+        return "".join(self._text)
+
     def draft(self) -> AssistantDraft:
         return AssistantDraft("".join(self._text), "".join(self._reasoning), self._calls())
 

@@ -325,7 +325,7 @@ class Turn(ToolCallSteps):
             if builder.feed(event) is not None:
                 break  # repetition: stop reading (closing the stream cancels generation)
             if isinstance(event, TextDelta) and self.session.interactive:
-                await stream.update(builder.draft().text)
+                await stream.show(builder.text_so_far)
         return model, usage
 
     async def _build_context(self):  # noqa: ANN202
