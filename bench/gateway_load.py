@@ -38,8 +38,9 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -92,7 +93,8 @@ class GatewayProcess:
 
     async def start(self) -> float:
         """Spawn and wait for /readyz to say 200; returns the seconds that took."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OPENAI_"))}
+        overriding = ("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OPENAI_")  # would override the config file
+        env = {k: v for k, v in os.environ.items() if not k.startswith(overriding)}
         env["PYTHONPATH"] = str(ROOT)
         env.update(self.secrets)
         started = time.perf_counter()
@@ -201,7 +203,8 @@ async def postgres_statements(url: str) -> int:
     try:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
         row = await conn.fetchrow(
-            "SELECT xact_commit + xact_rollback AS xacts FROM pg_stat_database WHERE datname = $1", dsn.rsplit("/", 1)[1])
+            "SELECT xact_commit + xact_rollback AS xacts FROM pg_stat_database WHERE datname = $1",
+            dsn.rsplit("/", 1)[1])
         return int(row["xacts"]) if row else 0
     finally:
         await conn.close()
@@ -248,7 +251,9 @@ def telegram_section(fake: FakeTelegram, paced: bool) -> dict[str, Any]:
     return section
 
 
-async def conversations(fake: LoadTelegram, chats: list[int], messages: int, text: str, timeout: float) -> tuple[float, list[float]]:
+async def conversations(
+    fake: LoadTelegram, chats: list[int], messages: int, text: str, timeout: float
+) -> tuple[float, list[float]]:
     """Each chat sends a message, waits for the reply, sends the next; `messages` in all."""
     latencies: list[float] = []
     per_chat = [messages // len(chats) + (1 if n < messages % len(chats) else 0) for n in range(len(chats))]
@@ -262,7 +267,7 @@ async def conversations(fake: LoadTelegram, chats: list[int], messages: int, tex
             latencies.append(shown - started)
 
     started = time.perf_counter()
-    await asyncio.gather(*(person(chat, count) for chat, count in zip(chats, per_chat)))
+    await asyncio.gather(*(person(chat, count) for chat, count in zip(chats, per_chat, strict=True)))
     return time.perf_counter() - started, latencies
 
 
@@ -277,7 +282,8 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
           f"({kind}, pacing {'on' if args.paced else 'off'}) ==")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, LoadTelegram() as fake, database_url(kind, directory) as db:
+        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, LoadTelegram() as fake, \
+                database_url(kind, directory) as db:
             port = free_port()
             config = write_config(directory, db, llm.base_url, port, telegram=telegram_section(fake, args.paced))
             gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
@@ -298,7 +304,8 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
                       f"{first * 1000:.0f} ms); first reply after ready: {first_reply * 1000:.0f} ms")
                 print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8}")
                 base = 100
-                for case, text in (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me")):
+                cases = (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me"))
+                for case, text in cases:
                     chats = list(range(base, base + args.chats))
                     base += 1000
                     statements = await postgres_statements(db) if kind == "postgres" else 0
@@ -398,14 +405,16 @@ async def thousand(kind: str, args: argparse.Namespace) -> None:
                 latencies = [t - started for t in times]
                 once = all(fake.sent[10_000 + n] == 1 for n in range(chats))
                 drafts = len(fake.calls_to("sendMessageDraft"))
-                print(f"replies {len(times)}/{chats} ({'each exactly once' if once else 'NOT EXACTLY ONCE'}) in {elapsed:.1f} s; "
+                print(f"replies {len(times)}/{chats} ({'each exactly once' if once else 'NOT EXACTLY ONCE'}) "
+                      f"in {elapsed:.1f} s; "
                       f"first reply at {min(latencies):.1f} s, last at {max(latencies):.1f} s; {drafts} drafts")
                 print(pacing_report(fake.send_times))
                 p50 = lag.get('gateway_event_loop_lag_seconds{quantile="0.5"}', float("nan"))
                 p99 = lag.get('gateway_event_loop_lag_seconds{quantile="0.99"}', float("nan"))
                 worst = lag.get("gateway_event_loop_lag_seconds_max", float("nan"))
                 print(f"event-loop lag p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms; "
-                      f"CPU {cpu * 1000 / chats:.1f} ms per streamed reply ({cpu:.1f} s in all); RSS {rss:.0f} MB, peak {peak:.0f} MB")
+                      f"CPU {cpu * 1000 / chats:.1f} ms per streamed reply ({cpu:.1f} s in all); "
+                      f"RSS {rss:.0f} MB, peak {peak:.0f} MB")
             finally:
                 await gateway.stop()
 
@@ -415,7 +424,8 @@ async def thousand(kind: str, args: argparse.Namespace) -> None:
 
 def slack_replies(fake: Any, channel: str) -> int:
     """Finished bot replies in a channel (a native stream counts once it is stopped)."""
-    return sum(1 for m in fake.messages.get(channel, []) if m.get("user") == fake.bot_user_id and not m.get("streaming"))
+    mine = [m for m in fake.messages.get(channel, []) if m.get("user") == fake.bot_user_id]
+    return sum(1 for m in mine if not m.get("streaming"))
 
 
 async def slack(kind: str, args: argparse.Namespace) -> None:
@@ -425,7 +435,8 @@ async def slack(kind: str, args: argparse.Namespace) -> None:
           f"each waiting for its reply ({kind}) ==")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, FakeSlack() as fake, database_url(kind, directory) as db:
+        async with LLMProcess(CHUNK_CHARS, reply=REPLY) as llm, FakeSlack() as fake, \
+                database_url(kind, directory) as db:
             port = free_port()
             section = {"api_base_url": fake.base_url, "send_interval_s": 0}
             config = write_config(directory, db, llm.base_url, port, slack=section)
@@ -442,7 +453,8 @@ async def slack(kind: str, args: argparse.Namespace) -> None:
                     print(figures("slack DM reply", cpu, elapsed, latencies,
                                   f"   POST /slack/events p50 {statistics.median(post_times) * 1000:.1f} ms"))
                     accepted, took = await slack_intake(events, 1000)
-                print(f"events accepted at /slack/events: {accepted / took:.0f}/s (1,000 signed mentions, 20 in flight, "
+                print(f"events accepted at /slack/events: {accepted / took:.0f}/s "
+                      "(1,000 signed mentions, 20 in flight, "
                       f"while the gateway answers them)")
             finally:
                 await gateway.stop()
@@ -461,7 +473,7 @@ async def slack_conversations(events: Any, fake: Any, args: argparse.Namespace):
             reply = await events.event(events.dm(channel, "U1", f"what does load_config do ({n})"))
             assert reply.status == 200, reply.status
             post_times.append(time.perf_counter() - started)
-            await fake.wait_for(lambda: slack_replies(fake, channel) >= expected, args.timeout)
+            await fake.wait_for(lambda wanted=expected: slack_replies(fake, channel) >= wanted, args.timeout)
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -470,7 +482,8 @@ async def slack_conversations(events: Any, fake: Any, args: argparse.Namespace):
 
 
 async def slack_intake(events: Any, count: int) -> tuple[int, float]:
-    bodies = [json.dumps(events.envelope(events.mention("C0BENCH", "U1", f"<@UBOT> question {n}"))) for n in range(count)]
+    mentions = [events.mention("C0BENCH", "U1", f"<@UBOT> question {n}") for n in range(count)]
+    bodies = [json.dumps(events.envelope(mention)) for mention in mentions]
     accepted = 0
 
     async def poster() -> None:
@@ -503,7 +516,8 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--turns", type=int, default=1000, help="turns in flight in `thousand`")
     parser.add_argument("--cold-starts", type=int, default=4, help="extra restarts measured for the cold start")
-    parser.add_argument("--paced", action="store_true", help="Telegram pacing on in `steady` (default off: raw capacity)")
+    parser.add_argument("--paced", action="store_true",
+                        help="Telegram pacing on in `steady` (default off: raw capacity)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
     parser.add_argument("--profile", metavar="PREFIX", help="sample the gateway with py-spy during `steady` "
                         "(collapsed stacks to PREFIX-<case>.txt)")

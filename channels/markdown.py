@@ -10,7 +10,7 @@ and the layout of a table as aligned monospaced columns.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
@@ -100,7 +100,7 @@ def aligned_table(rows: list[list[str]]) -> list[str]:
     columns = max(len(row) for row in rows)
     rows = [row + [""] * (columns - len(row)) for row in rows]
     widths = [max(len(row[c]) for row in rows) for c in range(columns)]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * width for width in widths))
     return lines
 

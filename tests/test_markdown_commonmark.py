@@ -164,7 +164,8 @@ _FENCED = st.tuples(
     st.sampled_from(["```", "~~~", "````"]), st.sampled_from(["", "py", "sh extra"]),
     st.lists(st.sampled_from(["x = 1", "**not bold**", "`tick`", "", "  indented", "~~", "```"]), max_size=6),
     st.booleans(),
-).map(lambda t: "intro\n\n" + t[0] + t[1] + "\n" + "".join(line + "\n" for line in t[2]) + (t[0] + "\n\nend" if t[3] else ""))
+).map(lambda t: "intro\n\n" + t[0] + t[1] + "\n" + "".join(line + "\n" for line in t[2])
+       + (t[0] + "\n\nend" if t[3] else ""))
 
 
 @settings(max_examples=200, deadline=None)

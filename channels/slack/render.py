@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import re
 
-from channels.markdown import Node, aligned_table, blocks, code_text, list_numbers, parse, parse_inline, plain_inline, table_rows
+from channels.markdown import (
+    Node,
+    aligned_table,
+    blocks,
+    code_text,
+    list_numbers,
+    parse,
+    parse_inline,
+    plain_inline,
+    table_rows,
+)
 
 # Section text and chat.postMessage text are kept at 3,000 characters (Block Kit section
 # limit); Slack truncates message text only at 40,000, so this is the safe common bound.

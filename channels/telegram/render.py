@@ -16,7 +16,15 @@ from itertools import accumulate
 from typing import Literal
 
 from channels.markdown import (
-    Node, aligned_table, blocks, code_text, fence_language, list_numbers, parse, plain_inline, table_rows,
+    Node,
+    aligned_table,
+    blocks,
+    code_text,
+    fence_language,
+    list_numbers,
+    parse,
+    plain_inline,
+    table_rows,
 )
 
 EntityType = Literal[
@@ -42,7 +50,7 @@ class Rendered:
     text: str
     entities: tuple[Entity, ...] = ()
 
-    def __add__(self, other: "Rendered") -> "Rendered":
+    def __add__(self, other: Rendered) -> Rendered:
         shift = len(self.text)
         moved = tuple(replace(e, offset=e.offset + shift) for e in other.entities)
         return Rendered(self.text + other.text, self.entities + moved)
