@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from channels.slack_render import render_mrkdwn
+from channels.slack.render import render_mrkdwn
 from channels.telegram.render import render_markdown
 
 URL = "https://e.org/x"
