@@ -73,6 +73,8 @@ class LLMConfig(_Section):
     max_tokens: int | None = None
     temperature: float | None = None
     verbatim_tool_results: bool = False
+    vision: bool = False  # true: images go to the model as image_url parts
+    transcription_model: str = ""  # e.g. whisper-1: voice/audio -> POST {base_url}/audio/transcriptions
 
 
 class AgentConfig(_Section):
@@ -98,6 +100,18 @@ class ContextConfig(_Section):
     lod_step: int = 8
     max_tool_result_chars: int = 64_000
     max_folds_per_build: int = 4
+
+
+class AttachmentsConfig(_Section):
+    max_bytes: int = Field(20_000_000, ge=1)  # larger files are not downloaded; the model and the user are told
+    dir: str = "attachments"  # inside the workspace: <dir>/<session>/<name>
+    image_max_side: int = Field(1568, ge=64)  # images are downscaled to this longest side for the model
+    image_turns: int = Field(3, ge=1)  # image parts go with the last N user turns; older ones become their note
+    max_inline_chars: int = Field(20_000, ge=0)  # text documents and PDF text inline up to this
+    download_attempts: int = Field(4, ge=1)
+    download_backoff_s: float = Field(1.0, ge=0)  # doubled after each failed attempt
+    download_timeout_s: float = Field(60.0, gt=0)
+    album_wait_s: float = Field(1.0, ge=0)  # parts of a Telegram album arriving this close together are one message
 
 
 class TracesConfig(_Section):
@@ -169,6 +183,7 @@ def _strings(value: Any) -> Any:
 class TelegramConfig(_Section):
     token: str = ""
     api_base_url: str = "https://api.telegram.org/bot"
+    api_file_url: str = "https://api.telegram.org/file/bot"  # PTB's base_file_url convention
     mode: Literal["polling", "webhook"] = "polling"
     webhook_url: str = ""
     webhook_secret: str = ""
@@ -255,6 +270,7 @@ class Config(_Section):
     agent: AgentConfig = AgentConfig()
     context: ContextConfig = ContextConfig()
     traces: TracesConfig = TracesConfig()
+    attachments: AttachmentsConfig = AttachmentsConfig()
     inbox: InboxConfig = InboxConfig()
     approvals: ApprovalsConfig = ApprovalsConfig()
     questions: QuestionsConfig = QuestionsConfig()

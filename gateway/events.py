@@ -49,11 +49,20 @@ class Sender:
 
 @dataclass(frozen=True)
 class Attachment:
-    kind: str  # photo | document | audio | video | file
+    """A file sent with a message, as the platform describes it (nothing is downloaded yet).
+
+    The channel fetches its bytes with `fetch_file`; the core stores them and tells the model.
+    `mime` and `name` are what the sender claims: the core sniffs the content itself."""
+
+    kind: str  # photo | document | audio | voice | video | file
     file_id: str
     name: str = ""
     mime: str = ""
-    size: int = 0
+    size: int = 0  # 0 when the platform did not say
+    url: str = ""  # where the channel downloads it from, when the platform gives it up front
+    width: int = 0
+    height: int = 0
+    duration: int = 0  # seconds (audio, voice, video)
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class InboundMessage:
     received_at: datetime = field(default_factory=utcnow)
     attachments: tuple[Attachment, ...] = ()
     message_id: str = ""  # the platform id of this message (reply anchor, reactions)
+    group: str = ""  # an album: parts sharing a group id are taken as one message
     kind: Literal["message"] = "message"
 
 
@@ -119,6 +129,17 @@ class Submit(Protocol):
 
 
 @dataclass(frozen=True)
+class OutboundFile:
+    """A workspace file to send: `photo` shows inline (Telegram sendPhoto), `document` as a file."""
+
+    path: str  # absolute, already confined to the workspace
+    name: str
+    mime: str
+    kind: Literal["photo", "document"] = "document"
+    caption: str = ""
+
+
+@dataclass(frozen=True)
 class Outbound:
     """A reply to send. `text` is the model's Markdown; the channel renders it."""
 
@@ -127,6 +148,7 @@ class Outbound:
     key: str  # idempotency key, recorded by the outbox
     reply_to: str = ""  # platform message id the reply relates to (Slack reactions, Telegram reply)
     document: tuple[str, str] | None = None  # (file name, content) attached in full
+    file: OutboundFile | None = None  # a workspace file (send_file); `text` is then empty
 
 
 @dataclass(frozen=True)
@@ -166,6 +188,21 @@ class ChannelError(Exception):
         self.permanent = permanent
 
 
+class FileTooLarge(ChannelError):
+    """The platform will not hand this file over (or it is larger than we accept)."""
+
+    def __init__(self, message: str, *, size: int = 0):
+        super().__init__(message, permanent=True)
+        self.size = size
+
+
+class FetchFile(Protocol):
+    """What a channel offers to download an attachment: the bytes, or ChannelError
+    (FileTooLarge when it is over `max_bytes`; `permanent` when retrying cannot help)."""
+
+    async def __call__(self, attachment: Attachment, max_bytes: int) -> bytes: ...
+
+
 @runtime_checkable
 class ReplyStream(Protocol):
     """A reply being generated: shown progressively where the channel can.
@@ -190,7 +227,8 @@ class ReplyStream(Protocol):
 @runtime_checkable
 class Channel(Protocol):
     """A platform adapter. It may also have `show_tool_progress = True` to get a short
-    "🔧 tool args" line before each tool runs."""
+    "🔧 tool args" line before each tool runs, and `fetch_file` (a `FetchFile`) when its
+    messages can carry attachments."""
 
     name: str  # "telegram", "slack", "console"
 

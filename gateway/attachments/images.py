@@ -1,0 +1,82 @@
+"""Images for the model (the only module that imports Pillow): size, downscaling, data URLs,
+and the token cost by OpenAI's published rule for image inputs."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from gateway.attachments.sniff import IMAGE_MIMES_FOR_MODELS
+
+Image.MAX_IMAGE_PIXELS = 64_000_000  # a decompression bomb is refused, not decoded
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    width: int
+    height: int
+
+
+def image_info(data: bytes) -> ImageInfo | None:
+    """Dimensions, or None when Pillow cannot read it (corrupt, or not really an image)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+            return ImageInfo(*image.size)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def fitted(width: int, height: int, max_side: int) -> tuple[int, int]:
+    """The size after downscaling so the longest side is at most `max_side` (never upscaled)."""
+    longest = max(width, height, 1)
+    if longest <= max_side:
+        return width, height
+    scale = max_side / longest
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def data_url(path: Path, mime: str, max_side: int) -> str | None:
+    """`data:<mime>;base64,...` of the image downscaled to `max_side`, re-encoded when the
+    model would not accept its format; None when it cannot be read."""
+    try:
+        raw = path.read_bytes()
+        with Image.open(io.BytesIO(raw)) as image:
+            size = fitted(*image.size, max_side)
+            if size == image.size and mime in IMAGE_MIMES_FOR_MODELS:
+                encoded, out_mime = raw, mime
+            else:
+                encoded, out_mime = _reencode(image, size, mime)
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        return None
+    return f"data:{out_mime};base64,{base64.b64encode(encoded).decode('ascii')}"
+
+
+def _reencode(image: Image.Image, size: tuple[int, int], mime: str) -> tuple[bytes, str]:
+    image.seek(0)  # the first frame of an animation
+    frame = image.resize(size, Image.Resampling.LANCZOS) if size != image.size else image.copy()
+    out = io.BytesIO()
+    if mime == "image/jpeg" or (frame.mode in ("RGB", "L", "CMYK") and mime != "image/png"):
+        frame.convert("RGB").save(out, "JPEG", quality=85)
+        return out.getvalue(), "image/jpeg"
+    frame.save(out, "PNG", optimize=True)
+    return out.getvalue(), "image/png"
+
+
+def image_tokens(width: int, height: int) -> int:
+    """OpenAI's rule for a high-detail image: fit in 2048x2048, then shortest side 768, then
+    85 tokens plus 170 per 512-pixel tile. Other providers charge less or about the same, so
+    the context budget errs on the high side."""
+    if width <= 0 or height <= 0:
+        return 85 + 170 * 4
+    w, h = fitted(width, height, 2048)
+    shortest = min(w, h)
+    if shortest > 768:
+        scale = 768 / shortest
+        w, h = math.ceil(w * scale), math.ceil(h * scale)
+    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)

@@ -1,0 +1,246 @@
+"""Attachments of an inbox item: downloaded after the item is committed, before its turn.
+
+Each attachment is settled once (saved, too large, or failed after retries with backoff) and its
+`Outcome` is written onto the inbox item at once, so a restart resumes with the attachments that
+are left instead of losing or repeating any. The raw file is stored under the workspace before
+anything that can fail (reading an image, a PDF's text, a transcription) looks at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gateway.attachments.content import Kind, Outcome, image_record, model_text, user_notice
+from gateway.attachments.documents import pdf_text
+from gateway.attachments.images import image_info
+from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
+from gateway.config import AttachmentsConfig
+from gateway.events import Attachment, ChannelError, FetchFile, FileTooLarge, ThreadKey
+
+log = logging.getLogger(__name__)
+
+Transcribe = Callable[[bytes, str, str], Awaitable[str]]  # (audio, file name, mime) -> text
+SavePayload = Callable[[int, dict[str, Any]], Awaitable[None]]  # (inbox item id, payload)
+Notify = Callable[[ThreadKey, str, str, str], Awaitable[Any]]  # (thread, text, key, reply_to)
+TRANSCRIBE_ATTEMPTS = 2
+_LABELS = {"photo": "photo", "voice": "voice note", "audio": "audio file", "video": "video",
+           "video_note": "video note", "document": "document", "file": "file"}
+_UNSAFE = re.compile(r"[^\w.\- ()+,@=]+")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    payload: dict[str, Any]  # the item's payload with `content` (the model's text) and `images`
+    outcomes: list[Outcome]
+
+
+def attachment_of(data: dict[str, Any]) -> Attachment:
+    known = Attachment.__dataclass_fields__
+    return Attachment(**{k: v for k, v in data.items() if k in known})
+
+
+def has_unsettled(payload: dict[str, Any]) -> bool:
+    return any("outcome" not in a for a in payload.get("attachments") or ())
+
+
+class AttachmentPreparer:
+    def __init__(
+        self,
+        config: AttachmentsConfig,
+        workspace: Path,
+        fetchers: Mapping[str, FetchFile],
+        *,
+        save_payload: SavePayload,
+        notify: Notify,
+        transcribe: Transcribe | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ):
+        self.config = config
+        self.workspace = workspace
+        self.fetchers = fetchers
+        self.save_payload = save_payload
+        self.notify = notify
+        self.transcribe = transcribe
+        self.sleep = sleep
+        self._running: dict[int, asyncio.Task[Prepared]] = {}
+
+    async def prepare(self, item_id: int, payload: dict[str, Any], thread: ThreadKey, session_id: int) -> Prepared:
+        """Settle every attachment of the item (those settled before a restart are kept) and
+        compose the text the model reads. Concurrent calls for one item share the work."""
+        running = self._running.get(item_id)
+        if running is None:
+            running = asyncio.ensure_future(self._prepare(item_id, payload, thread, session_id))
+            self._running[item_id] = running
+            running.add_done_callback(lambda _t: self._running.pop(item_id, None))
+        return await asyncio.shield(running)
+
+    async def _prepare(self, item_id: int, payload: dict[str, Any], thread: ThreadKey, session_id: int) -> Prepared:
+        payload = {**payload, "attachments": [dict(a) for a in payload.get("attachments") or ()]}
+        outcomes: list[Outcome] = []
+        for index, entry in enumerate(payload["attachments"]):
+            if "outcome" not in entry:
+                entry["outcome"] = (await self._settle(item_id, payload, index, thread, session_id)).to_json()
+                await self.save_payload(item_id, payload)  # settled: a restart will not fetch it again
+            outcome = Outcome.from_json(entry["outcome"])
+            outcomes.append(outcome)
+            notice = user_notice(outcome, max_bytes=self.config.max_bytes)
+            if notice:
+                await self._tell(thread, notice, f"attachment:{item_id}:{index}", str(payload.get("message_id", "")))
+        payload["content"] = model_text(str(payload.get("text", "")), outcomes, max_bytes=self.config.max_bytes)
+        payload["images"] = [image_record(o) for o in outcomes if o.shown_as_image]
+        await self.save_payload(item_id, payload)
+        return Prepared(payload, outcomes)
+
+    async def _tell(self, thread: ThreadKey, text: str, key: str, reply_to: str) -> None:
+        try:
+            await self.notify(thread, text, key, reply_to)
+        except ChannelError as exc:  # the model is told anyway; the turn goes on
+            log.warning("%s: could not tell the user about an attachment: %s", thread, exc)
+
+    # ---- one attachment ------------------------------------------------------------------
+    async def _settle(self, item_id: int, payload: dict[str, Any], index: int, thread: ThreadKey, session_id: int) -> Outcome:
+        entry = payload["attachments"][index]
+        attachment = attachment_of(entry)
+        label = _LABELS.get(attachment.kind, "file")
+        base = Outcome("failed", "file", label, attachment.name, mime=attachment.mime, size=attachment.size,
+                       width=attachment.width, height=attachment.height, duration=attachment.duration)
+        if attachment.size > self.config.max_bytes:
+            return _with(base, status="too_large")
+        fetch = self.fetchers.get(thread.channel)
+        if fetch is None:
+            return _with(base, error=f"the {thread.channel} channel cannot download files")
+        data, failure = await self._download(fetch, attachment, item_id, payload, index)
+        if data is None:
+            return failure
+        path = await asyncio.to_thread(self._store_file, data, attachment, label, session_id, item_id, index)
+        saved = _with(base, status="saved", path=path.relative_to(self.workspace).as_posix(), size=len(data),
+                      attempts=int(entry.get("attempts", 0)) + 1)
+        return await self._read(saved, data, attachment)
+
+    async def _download(self, fetch: FetchFile, attachment: Attachment, item_id: int, payload: dict[str, Any], index: int) -> tuple[bytes | None, Outcome]:
+        entry = payload["attachments"][index]
+        label = _LABELS.get(attachment.kind, "file")
+        failed = Outcome("failed", "file", label, attachment.name, mime=attachment.mime, size=attachment.size)
+        error = ""
+        while int(entry.get("attempts", 0)) < self.config.download_attempts:
+            try:
+                async with asyncio.timeout(self.config.download_timeout_s):
+                    data = await fetch(attachment, self.config.max_bytes)
+            except FileTooLarge as exc:
+                return None, _with(failed, status="too_large", size=exc.size or attachment.size, attempts=int(entry.get("attempts", 0)) + 1)
+            except ChannelError as exc:
+                if exc.permanent:
+                    return None, _with(failed, error=str(exc), attempts=int(entry.get("attempts", 0)) + 1)
+                error = str(exc)
+            except (TimeoutError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else "the download timed out"
+            else:
+                if len(data) > self.config.max_bytes:
+                    return None, _with(failed, status="too_large", size=len(data))
+                return data, failed
+            entry["attempts"] = int(entry.get("attempts", 0)) + 1
+            entry["last_error"] = error
+            await self.save_payload(item_id, payload)  # a restart continues the count
+            if entry["attempts"] < self.config.download_attempts:
+                delay = self.config.download_backoff_s * 2 ** (entry["attempts"] - 1)
+                log.warning("download of %s failed (%s); retrying in %.1fs", attachment.name or attachment.file_id, error, delay)
+                await self.sleep(delay)
+        return None, _with(failed, error=error or "the download failed", attempts=int(entry.get("attempts", 0)))
+
+    def _store_file(self, data: bytes, attachment: Attachment, label: str, session_id: int, item_id: int, index: int) -> Path:
+        """<workspace>/<dir>/<session>/<name>; the same bytes again (a download repeated after a
+        restart) reuse the file, another file of the same name gets a suffix. Written to a
+        temporary name first, so a half-written file is never taken for a whole one."""
+        folder = self.workspace / self.config.dir / str(session_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = safe_name(attachment.name) or f"{label.replace(' ', '-')}-{item_id}-{index + 1}{extension_for(sniff(data))}"
+        stem, dot, suffix = name.rpartition(".") if "." in name[1:] else (name, "", "")
+        candidate, n = folder / name, 1
+        digest = hashlib.sha256(data).digest()
+        while candidate.exists():
+            if candidate.stat().st_size == len(data) and hashlib.sha256(candidate.read_bytes()).digest() == digest:
+                return candidate
+            n += 1
+            candidate = folder / f"{stem}-{n}{dot}{suffix}"
+        partial = candidate.with_name(candidate.name + ".part")
+        partial.write_bytes(data)
+        partial.replace(candidate)
+        return candidate
+
+    async def _read(self, saved: Outcome, data: bytes, attachment: Attachment) -> Outcome:
+        mime = sniff(data, attachment.name)
+        kind = _kind(mime, attachment)
+        if kind == "audio" and mime.startswith("video/"):
+            mime = "audio/" + mime.split("/", 1)[1]  # webm/mp4 containers sent as audio
+        saved = _with(saved, mime=mime, kind=kind)
+        if kind == "image":
+            info = await asyncio.to_thread(image_info, data)
+            if info is None:
+                return _with(saved, kind="file", note="it looked like an image but could not be read as one")
+            return _with(saved, width=info.width, height=info.height)
+        limit = self.config.max_inline_chars
+        if kind == "text":
+            text = decode_text(data)
+            return _with(saved, text=text[:limit], text_complete=len(text) <= limit)
+        if kind == "pdf":
+            found = await asyncio.to_thread(pdf_text, data, limit)
+            if found.error:
+                return _with(saved, pages=found.pages, note=found.error)
+            if not found.text:
+                return _with(saved, pages=found.pages, note="no text could be extracted (a scan?); open it with a tool")
+            return _with(saved, pages=found.pages, text=found.text, text_complete=found.complete)
+        if kind == "audio":
+            return await self._transcribed(saved, data)
+        return _with(saved, note="not shown inline; use a tool to open it")
+
+    async def _transcribed(self, saved: Outcome, data: bytes) -> Outcome:
+        if self.transcribe is None:
+            return _with(saved, note="not transcribed: no transcription model is configured")
+        error = ""
+        for attempt in range(TRANSCRIBE_ATTEMPTS):
+            try:
+                text = (await self.transcribe(data, Path(saved.path).name, saved.mime)).strip()
+            except Exception as exc:  # noqa: BLE001 - any failure becomes a note; the file is kept
+                error = str(exc) or type(exc).__name__
+                log.warning("transcription of %s failed: %s", saved.path, error)
+                if attempt + 1 < TRANSCRIBE_ATTEMPTS:
+                    await self.sleep(self.config.download_backoff_s)
+                continue
+            return _with(saved, text=text) if text else _with(saved, note="the transcription came back empty")
+        return _with(saved, note=f"the transcription failed ({error}); the audio is kept")
+
+
+def safe_name(name: str) -> str:
+    """A file name that stays inside its folder: no separators, no leading dots, not too long."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = _UNSAFE.sub("_", base).strip(" .")
+    if len(cleaned) > 120:
+        stem, dot, suffix = cleaned.rpartition(".")
+        cleaned = (stem[: 120 - len(suffix) - 1] + dot + suffix) if dot and len(suffix) <= 10 else cleaned[:120]
+    return cleaned
+
+
+def _kind(mime: str, attachment: Attachment) -> Kind:
+    claimed_audio = attachment.kind in ("voice", "audio") or attachment.mime.startswith("audio/")
+    if mime.startswith("image/"):
+        return "image"
+    if mime == "application/pdf":
+        return "pdf"
+    if is_text(mime):
+        return "text"
+    if mime.startswith("audio/") or (claimed_audio and mime in ("video/webm", "video/mp4")):
+        return "audio"
+    if mime.startswith("video/"):
+        return "video"
+    return "file"
+
+
+def _with(outcome: Outcome, **changes: Any) -> Outcome:
+    return replace(outcome, **changes)
