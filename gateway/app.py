@@ -14,6 +14,7 @@ from channels.headless import HeadlessChannel
 from gateway.agent.turn import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec
+from gateway.attachments import AttachmentPreparer
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
@@ -23,7 +24,8 @@ from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.outbox import ChatRateLimiter, Outbox
 from gateway.store import Store
-from gateway.tools import ToolRegistry, default_registry, matches_any
+from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
+from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
@@ -108,10 +110,24 @@ class Gateway:
             summarise=self._summarise,
             on_event=self._on_context_event,
             tool_lod={s.name: s.lod for s in self.registry.specs()},
+            attachments=config.attachments,
         )
         self.services = TurnServices(
-            self.store, config, self.llm, self.registry, self.policy, self.context, self.outbox, self.prompts,
-            tool_services={"store": self.store, "config": config},
+            self.store,
+            config,
+            self.llm,
+            self.registry,
+            self.policy,
+            self.context,
+            self.outbox,
+            self.prompts,
+            tool_services={
+                "store": self.store,
+                "config": config,
+                "outbox": self.outbox,
+                "file_target": self._file_target,
+            },
+            attachments=self._attachments(),
         )
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
         self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
@@ -151,6 +167,39 @@ class Gateway:
         return await self.outbox.send(item)
 
     # ---- lifecycle -----------------------------------------------------------------------
+    async def _file_target(self, ctx: ToolContext) -> ThreadKey | None:
+        """Files go to the chat of the session; a scheduled run's to its job's `deliver_to`."""
+        if ctx.interactive:
+            return ctx.thread
+        session = await self.store.sessions.get(ctx.session_id)
+        schedule = await self.store.schedules.get(session.schedule_id) if session and session.schedule_id else None
+        if schedule is None:
+            return None
+        try:
+            return parse_deliver_to(schedule.deliver_to)
+        except DefinitionError:
+            return None
+
+    def _attachments(self) -> AttachmentPreparer:
+        fetchers = {
+            name: fetch for name, channel in self.channels.items() if (fetch := getattr(channel, "fetch_file", None))
+        }
+
+        async def notify(thread: ThreadKey, text: str, key: str, reply_to: str) -> None:
+            await self.outbox.send_text(thread, text, key=key, reply_to=reply_to)
+
+        async def transcribe(audio: bytes, name: str, mime: str) -> str:
+            return await self.llm.transcribe(audio, name, mime)
+
+        return AttachmentPreparer(
+            self.config.attachments,
+            Path(self.config.agent.workspace).resolve(),
+            fetchers,
+            save_payload=self.store.inbox.set_payload,
+            notify=notify,
+            transcribe=transcribe if self.config.llm.transcription_model else None,
+        )
+
     async def start(self) -> None:
         await self.store.migrate(auto=self.config.database.auto_migrate)
         Path(self.config.agent.workspace).mkdir(parents=True, exist_ok=True)

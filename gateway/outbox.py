@@ -76,11 +76,13 @@ class Outbox:
             raise ChannelError(f"no channel {thread.channel!r} is enabled for {thread}", permanent=True) from None
 
     async def send(self, message: Outbound) -> Delivered:
-        payload = {
+        payload: dict[str, Any] = {
             "text": message.text,
             "reply_to": message.reply_to,
             "document": list(message.document) if message.document else None,
         }
+        if message.file is not None:
+            payload["file"] = asdict(message.file)
         return await self._deliver(message.key, message.thread, "message", payload, lambda ch: ch.send(message))
 
     async def send_text(self, thread: ThreadKey, text: str, *, key: str, reply_to: str = "") -> Delivered:
@@ -135,7 +137,7 @@ class Outbox:
                 if final:
                     log.error("delivery to %s failed: %s", thread, exc)
                     raise
-                wait = exc.retry_after if exc.retry_after is not None else min(2 ** attempt * 0.25, 5.0)
+                wait = exc.retry_after if exc.retry_after is not None else min(2**attempt * 0.25, 5.0)
                 if wait > self.max_retry_wait_s:
                     raise
                 self.limiter.hold(thread, wait)
@@ -234,4 +236,3 @@ class RecordedStream:
             except ChannelError:
                 pass
             self._stream = None
-

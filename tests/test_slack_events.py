@@ -206,22 +206,43 @@ async def test_thread_chatter_by_someone_not_allowed_is_refused_once() -> None:
         assert [m.text for m in h.submit.events] == ["start"]
 
 
-async def test_files_become_attachments_with_a_note() -> None:
+async def test_files_become_attachments_with_their_urls() -> None:
     async with channel_harness() as h:
         files = [
-            {"id": "F1", "name": "plot.png", "mimetype": "image/png", "size": 2048},
-            {"id": "F2", "name": "notes.txt", "mimetype": "text/plain", "size": 12},
+            {
+                "id": "F1",
+                "name": "plot.png",
+                "mimetype": "image/png",
+                "size": 2048,
+                "original_w": 640,
+                "original_h": 480,
+                "url_private": "https://files.slack.com/files-pri/T1-F1/plot.png",
+            },
+            {
+                "id": "F2",
+                "name": "notes.txt",
+                "mimetype": "text/plain",
+                "size": 12,
+                "url_private_download": "https://files.slack.com/files-pri/T1-F2/download/notes.txt",
+            },
+            {"id": "F3", "mode": "hosted", "file_access": "check_file_info"},  # still processing
+            {"id": "F4", "mode": "tombstone"},  # deleted
         ]
         event = h.events.message("D1", "U1", "have a look", channel_type="im", subtype="file_share", files=files)
         await h.events.event(event)
 
         [message] = h.submit.events
-        assert [(a.kind, a.file_id, a.name, a.mime, a.size) for a in message.attachments] == [
-            ("photo", "F1", "plot.png", "image/png", 2048),
-            ("file", "F2", "notes.txt", "text/plain", 12),
+        assert [(a.kind, a.file_id, a.name, a.mime, a.size, a.width, a.height) for a in message.attachments] == [
+            ("photo", "F1", "plot.png", "image/png", 2048, 640, 480),
+            ("document", "F2", "notes.txt", "text/plain", 12, 0, 0),
+            ("document", "F3", "", "", 0, 0, 0),
         ]
-        assert message.text.startswith("have a look\n")
-        assert "[attached photo: plot.png (image/png, 2,048 bytes)]" in message.text
+        assert [a.url for a in message.attachments] == [
+            "https://files.slack.com/files-pri/T1-F1/plot.png",
+            "https://files.slack.com/files-pri/T1-F2/download/notes.txt",
+            "",
+        ]
+        assert message.text == "have a look"  # the core says what the files are once it has them
 
 
 async def test_unknown_user_names_fall_back_to_the_id() -> None:
@@ -234,8 +255,14 @@ async def test_unknown_user_names_fall_back_to_the_id() -> None:
 async def test_block_action_becomes_a_button_press_in_the_prompt_thread() -> None:
     async with channel_harness() as h:
         root, prompt_ts = h.events.next_ts(), h.events.next_ts()
-        reply = await h.events.block_action(user="U1", channel="C1", message_ts=prompt_ts, thread_ts=root,
-                                            value="tok-approve", action_ts="1700000000.123456")
+        reply = await h.events.block_action(
+            user="U1",
+            channel="C1",
+            message_ts=prompt_ts,
+            thread_ts=root,
+            value="tok-approve",
+            action_ts="1700000000.123456",
+        )
         assert reply.status == 200
         [press] = h.submit.events
         assert isinstance(press, ButtonPress)
@@ -252,11 +279,16 @@ async def test_block_action_alert_is_shown_to_the_tapper_only() -> None:
     async with channel_harness() as h:
         h.submit.answers["tok-foreign"] = SubmitResult("x", answer="You can't decide this request.", alert=True)
         root = h.events.next_ts()
-        await h.events.block_action(user="U2", channel="C1", message_ts=h.events.next_ts(), thread_ts=root,
-                                    value="tok-foreign")
+        await h.events.block_action(
+            user="U2", channel="C1", message_ts=h.events.next_ts(), thread_ts=root, value="tok-foreign"
+        )
         [call] = await h.fake.wait_for_call("chat.postEphemeral")
-        assert call.params == {"channel": "C1", "user": "U2", "text": "You can't decide this request.",
-                               "thread_ts": root}
+        assert call.params == {
+            "channel": "C1",
+            "user": "U2",
+            "text": "You can't decide this request.",
+            "thread_ts": root,
+        }
 
 
 async def test_block_action_on_a_dm_prompt_and_forged_actions() -> None:
@@ -275,7 +307,8 @@ async def test_foreign_buttons_are_acknowledged_without_submit() -> None:
         payload["actions"][0]["value"] = ""
         from urllib.parse import urlencode
 
-        reply = await h.events.post(urlencode({"payload": json.dumps(payload)}),
-                                    content_type="application/x-www-form-urlencoded")
+        reply = await h.events.post(
+            urlencode({"payload": json.dumps(payload)}), content_type="application/x-www-form-urlencoded"
+        )
         assert reply.status == 200
         assert h.submit.calls == []

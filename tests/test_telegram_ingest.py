@@ -116,24 +116,75 @@ async def test_forum_topics_are_separate_threads(make, fake, core) -> None:
     fake.topic_message(-100, 12, "in topic twelve")
     fake.group_message(-100, "in general")
     threads = [e.thread for e in await ingest(channel, core, fake)]
-    assert threads == [ThreadKey("telegram", "-100", "11"), ThreadKey("telegram", "-100", "12"),
-                       ThreadKey("telegram", "-100", "")]
+    assert threads == [
+        ThreadKey("telegram", "-100", "11"),
+        ThreadKey("telegram", "-100", "12"),
+        ThreadKey("telegram", "-100", ""),
+    ]
 
 
-async def test_attachments_become_metadata_and_a_note(make, fake, core) -> None:
+async def test_attachments_become_metadata_with_the_caption_as_text(make, fake, core) -> None:
     channel = await make()
     fake.enqueue(fake.message_update(42, "look at this", user_id=42, photo=True))
-    fake.enqueue(fake.message_update(42, "", user_id=42, document={
-        "file_id": "doc-1", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}))
-    photo, document = await ingest(channel, core, fake)
-    assert photo.text == "look at this\n[photo attached]"
-    assert (photo.attachments[0].kind, photo.attachments[0].file_id, photo.attachments[0].size) == (
+    fake.enqueue(
+        fake.message_update(
+            42,
+            "",
+            user_id=42,
+            document={"file_id": "doc-1", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234},
+        )
+    )
+    voice = fake.files.voice(b"OggS-voice", duration=7)
+    fake.enqueue(fake.message_update(42, "", user_id=42, media={"voice": voice}))
+    fake.enqueue(
+        fake.message_update(
+            42,
+            "",
+            user_id=42,
+            media={
+                "sticker": {
+                    "file_id": "st",
+                    "file_unique_id": "st",
+                    "type": "regular",
+                    "width": 512,
+                    "height": 512,
+                    "is_animated": False,
+                    "is_video": False,
+                    "emoji": "👍",
+                }
+            },
+        )
+    )
+    photo, document, note, sticker = await ingest(channel, core, fake)
+    assert photo.text == "look at this"  # the core adds what the files are, once it has them
+    [largest] = photo.attachments
+    assert (largest.kind, largest.file_id, largest.size, largest.width, largest.height) == (
         "photo",
         "large",
         90_000,
+        900,
+        900,
     )
-    assert document.text == "[document attached: report.pdf]"
-    assert document.attachments[0].name == "report.pdf" and document.attachments[0].mime == "application/pdf"
+    assert document.text == "" and document.attachments[0].name == "report.pdf"
+    assert document.attachments[0].mime == "application/pdf"
+    assert [(a.kind, a.duration, a.mime) for a in note.attachments] == [("voice", 7, "audio/ogg")]
+    assert sticker.text == "👍" and sticker.attachments == ()
+
+
+async def test_album_parts_share_a_group(make, fake, core) -> None:
+    channel = await make()
+    for caption in ("two views", ""):
+        fake.enqueue(
+            fake.message_update(
+                42,
+                caption,
+                user_id=42,
+                media={"photo": fake.files.photo(b"\xff\xd8\xff-jpeg", 800, 600), "media_group_id": "album-1"},
+            )
+        )
+    first, second = await ingest(channel, core, fake)
+    assert first.group == second.group == "42:album-1"
+    assert first.event_id != second.event_id
 
 
 async def test_bots_and_edits_are_ignored_unless_edits_are_enabled(make, fake, core) -> None:
@@ -297,8 +348,9 @@ async def test_the_same_update_delivered_twice_keeps_its_event_id(webhook, fake,
 
 
 async def test_webhook_mode_refuses_to_start_without_a_secret(fake, core) -> None:
-    config = TelegramConfig(token=fake.token, api_base_url=fake.base_url, mode="webhook",
-                            webhook_url="https://gw.example/telegram/webhook")
+    config = TelegramConfig(
+        token=fake.token, api_base_url=fake.base_url, mode="webhook", webhook_url="https://gw.example/telegram/webhook"
+    )
     with pytest.raises(ChannelError, match="webhook_secret"):
         await TelegramChannel(config, core).start(core.submit)
     assert fake.calls_to("setWebhook") == []

@@ -135,18 +135,23 @@ def test_registry_lookup_globs_order_and_openai_shape():
     assert registry.get("shell") is not None and registry.get("nope") is None
     assert [s.name for s in registry.specs(["scratchpad_*", "clock"])] == ["clock", "scratchpad_set", "scratchpad_get"]
     tools = registry.openai_tools(["read_file"])
-    assert tools == [{"type": "function", "function": {
-        "name": "read_file",
-        "description": registry.get("read_file").description,
-        "parameters": registry.get("read_file").parameters,
-    }}]
+    assert tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": registry.get("read_file").description,
+                "parameters": registry.get("read_file").parameters,
+            },
+        }
+    ]
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("clock"))
 
 
 def test_default_registry_filters_by_agent_tools_globs():
     registry = default_registry(AgentConfig(tools=["clock", "*_file"]))
-    assert registry.names() == ["clock", "read_file", "write_file"]
+    assert registry.names() == ["clock", "read_file", "write_file", "send_file"]
 
 
 def test_builtins_declare_side_effects_classes_and_lod():

@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -25,7 +26,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.config import SlackConfig
-from gateway.events import Sender
+from gateway.events import ChannelError, FileTooLarge, Sender
 
 from .pacing import ChannelPacer
 from .stream import SlackCallError
@@ -35,12 +36,30 @@ log = logging.getLogger(__name__)
 K = TypeVar("K")
 V = TypeVar("V")
 
+DOWNLOAD_TIMEOUT_S = 120.0
 NAME_LOOKUP_TIMEOUT_S = 1.0  # users.info runs before the ack; never let it eat Slack's 3 s
 PERMANENT = frozenset(
-    {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed", "account_inactive",
-     "token_revoked", "no_permission", "missing_scope", "restricted_action", "msg_too_long", "invalid_blocks",
-     "no_text", "message_not_found", "cant_update_message", "user_not_found", "invalid_arguments",
-     "unknown_method", "not_allowed_token_type"}
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "no_permission",
+        "missing_scope",
+        "restricted_action",
+        "msg_too_long",
+        "invalid_blocks",
+        "no_text",
+        "message_not_found",
+        "cant_update_message",
+        "user_not_found",
+        "invalid_arguments",
+        "unknown_method",
+        "not_allowed_token_type",
+    }
 )
 
 
@@ -72,6 +91,13 @@ def signature_ok(secret: str, body: str, timestamp: str | None, signature: str |
         return SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature)
     except (TypeError, ValueError):
         return False
+
+
+def _header_seconds(headers: Any) -> float | None:
+    try:
+        return float(headers.get("Retry-After", ""))
+    except (TypeError, ValueError):
+        return None
 
 
 def _retry_after(error: SlackApiError) -> float | None:
@@ -110,6 +136,8 @@ class SlackWeb:
             ],
         )
         self.pacer = ChannelPacer(config.send_interval_s, clock=clock)
+        self._token = config.bot_token
+        self._api_host = (urlsplit(config.api_base_url).hostname or "").lower()
         self._session: aiohttp.ClientSession | None = None
         self._senders: Lru[str, Sender] = Lru()
 
@@ -140,6 +168,49 @@ class SlackWeb:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise SlackCallError(f"slack {method}: {type(exc).__name__}: {exc}") from exc
         return response.data if isinstance(response.data, dict) else {}
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        """A file's bytes from `url_private`, with the bot token. The token goes only to Slack
+        (or to the API host configured), never to a host a payload names."""
+        if not self._may_carry_token(url):
+            raise ChannelError(f"slack: not downloading {url!r}: not a Slack file URL", permanent=True)
+        await self.open()
+        session = self.client.session
+        if session is None:
+            raise ChannelError("slack: no HTTP session for the download")
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:
+            async with session.get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S)
+            ) as response:
+                if response.status == 429:
+                    raise ChannelError(
+                        "slack file download: rate limited", retry_after=_header_seconds(response.headers)
+                    )
+                if response.status >= 500:
+                    raise ChannelError(f"slack file download: HTTP {response.status}")
+                if response.status != 200:
+                    raise ChannelError(f"slack file download: HTTP {response.status}", permanent=True)
+                if response.content_type == "text/html":
+                    # Without a valid token (or the files:read scope) Slack answers with its login page.
+                    raise ChannelError(
+                        "slack answered the download with a sign-in page: the bot token needs files:read",
+                        permanent=True,
+                    )
+                if (response.content_length or 0) > max_bytes:
+                    raise FileTooLarge(
+                        f"slack: the file is {response.content_length} bytes", size=response.content_length or 0
+                    )
+                data = await response.content.read(max_bytes + 1)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ChannelError(f"slack file download: {type(exc).__name__}: {exc}") from exc
+        if len(data) > max_bytes:
+            raise FileTooLarge(f"slack: the file is over {max_bytes} bytes", size=len(data))
+        return data
+
+    def _may_carry_token(self, url: str) -> bool:
+        host = (urlsplit(url).hostname or "").lower()
+        return host == "slack.com" or host.endswith(".slack.com") or host == self._api_host
 
     async def sender(self, user: str, fallback: str = "") -> Sender:
         """The user with a display name (cached); the bare id when users.info cannot say."""

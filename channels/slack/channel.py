@@ -27,6 +27,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from gateway.config import SlackConfig
 from gateway.events import (
+    Attachment,
     ButtonPress,
     ChannelError,
     ChannelState,
@@ -140,8 +141,12 @@ class SlackChannel:
 
     def _signature_ok(self, body: str, request: web.Request) -> bool:
         headers = request.headers
-        return signature_ok(self._config.signing_secret, body, headers.get("X-Slack-Request-Timestamp"),
-                            headers.get("X-Slack-Signature"))
+        return signature_ok(
+            self._config.signing_secret,
+            body,
+            headers.get("X-Slack-Request-Timestamp"),
+            headers.get("X-Slack-Signature"),
+        )
 
     # ---- inbound ---------------------------------------------------------------------
 
@@ -226,12 +231,40 @@ class SlackChannel:
         task.add_done_callback(self._tasks.discard)
 
     async def _ephemeral(self, channel: str, user: str, text: str, thread_ts: str) -> None:
-        await self._web("chat_postEphemeral", pace=channel, channel=channel, user=user, text=escape(text),
-                        thread_ts=thread_ts or None)
+        await self._web(
+            "chat_postEphemeral",
+            pace=channel,
+            channel=channel,
+            user=user,
+            text=escape(text),
+            thread_ts=thread_ts or None,
+        )
 
     # ---- outbound --------------------------------------------------------------------
 
+    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> bytes:
+        url = attachment.url
+        if not url:  # still being processed when the message came: files.info has it now
+            info = (await self._web("files_info", file=attachment.file_id)).get("file") or {}
+            url = str(info.get("url_private_download") or info.get("url_private") or "")
+            if not url:
+                raise ChannelError(f"slack: file {attachment.file_id} has no download URL yet")
+        return await self._web.download(url, max_bytes)
+
     async def send(self, message: Outbound) -> Delivered:
+        if message.file is not None:
+            file = message.file
+            response = await self._web(
+                "files_upload_v2",
+                pace=message.thread.chat,
+                channel=message.thread.chat,
+                thread_ts=message.thread.thread or None,
+                file=file.path,
+                filename=file.name,
+                title=file.name,
+                initial_comment=escape(file.caption) if file.caption else None,
+            )
+            return Delivered(tuple(str(f.get("id", "")) for f in response.get("files") or ()))
         chunks = render_chunks(message.text)
         if not chunks and message.document is None:
             raise ChannelError("nothing to send: the message is empty", permanent=True)
@@ -243,8 +276,14 @@ class SlackChannel:
 
     async def _upload(self, thread: ThreadKey, name: str, content: str, snippet_type: str | None = None) -> str:
         response = await self._web(
-            "files_upload_v2", pace=thread.chat, channel=thread.chat, thread_ts=thread.thread or None,
-            filename=name, title=name, content=content, snippet_type=snippet_type,
+            "files_upload_v2",
+            pace=thread.chat,
+            channel=thread.chat,
+            thread_ts=thread.thread or None,
+            filename=name,
+            title=name,
+            content=content,
+            snippet_type=snippet_type,
         )
         files = response.get("files") or [{}]
         return str(files[0].get("id", ""))
@@ -252,8 +291,14 @@ class SlackChannel:
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         rendered = prompt_blocks(prompt)
         thread = prompt.thread
-        response = await self._web("chat_postMessage", pace=thread.chat, channel=thread.chat,
-                                   thread_ts=thread.thread or None, text=rendered.text, blocks=rendered.blocks)
+        response = await self._web(
+            "chat_postMessage",
+            pace=thread.chat,
+            channel=thread.chat,
+            thread_ts=thread.thread or None,
+            text=rendered.text,
+            blocks=rendered.blocks,
+        )
         if rendered.omitted:
             await self._upload_arguments(prompt)
         return Delivered((str(response["ts"]),))
@@ -268,14 +313,22 @@ class SlackChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         for ts in message_ids:
             blocks = closed_blocks(await self._message_blocks(thread, ts), outcome)
-            await self._web("chat_update", pace=thread.chat, channel=thread.chat, ts=ts, text=escape(outcome),
-                            blocks=blocks)
+            await self._web(
+                "chat_update", pace=thread.chat, channel=thread.chat, ts=ts, text=escape(outcome), blocks=blocks
+            )
 
     async def _message_blocks(self, thread: ThreadKey, ts: str) -> list[dict[str, Any]] | None:
         """The prompt's blocks as Slack holds them (works after a restart, unlike a cache)."""
         try:
-            response = await self._web("conversations_replies", channel=thread.chat, ts=thread.thread or ts,
-                                        oldest=ts, latest=ts, inclusive=True, limit=10)
+            response = await self._web(
+                "conversations_replies",
+                channel=thread.chat,
+                ts=thread.thread or ts,
+                oldest=ts,
+                latest=ts,
+                inclusive=True,
+                limit=10,
+            )
         except ChannelError as exc:
             log.warning("slack: could not read prompt %s to close it: %s", ts, exc)
             return None
@@ -300,8 +353,14 @@ class SlackChannel:
         refused_here = mode == "auto" and self._team() in self._no_native_stream
         if mode == "edit" or not thread.thread or refused_here:  # native streams live in threads
             return edit()
-        native = NativeStream(self._web, thread, self._recipients.get(thread), self._clock, interval,
-                              find_recipient=lambda: self._recipient_of(thread, reply_to))
+        native = NativeStream(
+            self._web,
+            thread,
+            self._recipients.get(thread),
+            self._clock,
+            interval,
+            find_recipient=lambda: self._recipient_of(thread, reply_to),
+        )
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
 
     async def _recipient_of(self, thread: ThreadKey, reply_to: str) -> tuple[str, str] | None:
@@ -312,8 +371,15 @@ class SlackChannel:
             return None  # a DM needs no recipient
         ts = reply_to or thread.thread
         try:
-            response = await self._web("conversations_replies", channel=thread.chat, ts=thread.thread, oldest=ts,
-                                        latest=ts, inclusive=True, limit=1)
+            response = await self._web(
+                "conversations_replies",
+                channel=thread.chat,
+                ts=thread.thread,
+                oldest=ts,
+                latest=ts,
+                inclusive=True,
+                limit=1,
+            )
         except ChannelError as exc:
             log.info("slack: cannot tell who %s is for: %s", thread, exc)
             return None
@@ -343,8 +409,12 @@ class SlackChannel:
 
     async def _set_status(self, thread: ThreadKey, busy: bool) -> bool:
         try:
-            await self._web("assistant_threads_setStatus", channel_id=thread.chat, thread_ts=thread.thread,
-                            status=STATUS_TEXT if busy else "")
+            await self._web(
+                "assistant_threads_setStatus",
+                channel_id=thread.chat,
+                thread_ts=thread.thread,
+                status=STATUS_TEXT if busy else "",
+            )
         except SlackCallError as exc:
             if exc.code in _TRANSIENT or exc.retry_after is not None:
                 raise

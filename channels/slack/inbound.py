@@ -82,13 +82,15 @@ def text_for_model(text: str, bot_user_id: str) -> str:
 
 def _attachment_kind(mime: str) -> str:
     major = mime.split("/", 1)[0]
-    return {"image": "photo", "audio": "audio", "video": "video"}.get(major, "file")
+    return {"image": "photo", "audio": "audio", "video": "video"}.get(major, "document")
 
 
 def attachments_of(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    """The files of a message. A file still being processed comes without its URLs
+    (`file_access: check_file_info`); the channel asks files.info for them at download time."""
     found = []
     for item in event.get("files") or []:
-        if not isinstance(item, dict) or not item.get("id"):
+        if not isinstance(item, dict) or not item.get("id") or item.get("mode") == "tombstone":
             continue
         mime = str(item.get("mimetype") or "")
         size = item.get("size")
@@ -99,18 +101,17 @@ def attachments_of(event: dict[str, Any]) -> tuple[Attachment, ...]:
                 name=str(item.get("name") or item.get("title") or ""),
                 mime=mime,
                 size=size if isinstance(size, int) else 0,
+                url=str(item.get("url_private_download") or item.get("url_private") or ""),
+                width=_int(item.get("original_w")),
+                height=_int(item.get("original_h")),
+                duration=_int(item.get("duration_ms")) // 1000,
             )
         )
     return tuple(found)
 
 
-def attachment_note(attachments: tuple[Attachment, ...]) -> str:
-    """A line per file so the model knows something was attached."""
-    lines = []
-    for item in attachments:
-        detail = ", ".join(part for part in (item.mime, f"{item.size:,} bytes" if item.size else "") if part)
-        lines.append(f"[attached {item.kind}: {item.name or item.file_id}" + (f" ({detail})" if detail else "") + "]")
-    return "\n".join(lines)
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _route(event: dict[str, Any], me: Identity) -> Route | None:
@@ -151,7 +152,6 @@ def candidate(event: Any, me: Identity) -> Candidate | None:
     channel = str(event["channel"])
     files = attachments_of(event)
     text = text_for_model(str(event.get("text") or ""), me.bot_user_id)
-    note = attachment_note(files)
     return Candidate(
         route=route,
         thread=_thread_of(route, channel, event),
@@ -159,7 +159,7 @@ def candidate(event: Any, me: Identity) -> Candidate | None:
         user=str(event["user"]),
         team=str(event.get("team") or me.team_id),
         ts=str(event["ts"]),
-        text="\n".join(part for part in (text, note) if part),
+        text=text,
         attachments=files,
     )
 

@@ -34,6 +34,7 @@ from telegram.error import (
 )
 from telegram.ext import ExtBot
 
+from channels.telegram import files
 from channels.telegram.api import BotCaller, Pacer, is_not_modified, retry_after_seconds
 from channels.telegram.inbound import (
     ALLOWED_UPDATES,
@@ -47,6 +48,7 @@ from channels.telegram.split import split_rendered
 from channels.telegram.streams import DraftStream, EditStream, FinalOnlyStream, Throttle
 from gateway.config import TelegramConfig
 from gateway.events import (
+    Attachment,
     Button,
     ChannelError,
     ChannelState,
@@ -116,7 +118,7 @@ class TelegramChannel:
         self._check_config()
         for name in _URL_LOGGERS:
             logging.getLogger(name).addFilter(self._redact)
-        bot = ExtBot(self.config.token, base_url=self.config.api_base_url)
+        bot = ExtBot(self.config.token, base_url=self.config.api_base_url, base_file_url=self.config.api_file_url)
         try:
             await bot.initialize()
         except InvalidToken:
@@ -129,8 +131,9 @@ class TelegramChannel:
         self._bot, self._outlet = bot, Outlet(bot, self._caller)
         self._reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""))
         if self.config.mode == "webhook":
-            await bot.set_webhook(self.config.webhook_url, secret_token=self.config.webhook_secret,
-                                  allowed_updates=ALLOWED_UPDATES)
+            await bot.set_webhook(
+                self.config.webhook_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
+            )
             log.info("telegram: @%s receives updates by webhook at %s", me.username, self.config.webhook_url)
         else:
             await bot.delete_webhook(drop_pending_updates=False)
@@ -212,8 +215,12 @@ class TelegramChannel:
     async def _wait_after_poll_failure(self, exc: Exception, failures: int) -> None:
         delay = min(self.poll_backoff_s * 2 ** (failures - 1), self.poll_backoff_max_s)
         if isinstance(exc, Conflict):
-            log.error("telegram: 409 Conflict: another process is polling this bot token or a webhook "
-                      "is set (%s); retrying in %.1fs", exc, delay)
+            log.error(
+                "telegram: 409 Conflict: another process is polling this bot token or a webhook "
+                "is set (%s); retrying in %.1fs",
+                exc,
+                delay,
+            )
         elif isinstance(exc, RetryAfter):
             delay = max(delay, retry_after_seconds(exc))
             log.warning("telegram: getUpdates flood limit; retrying in %.1fs", delay)
@@ -318,8 +325,16 @@ class TelegramChannel:
         """Replies quote the triggering message in groups only (in private chats it is noise)."""
         return int(reply_to) if reply_to.isdigit() and not target.is_private else None
 
+    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await files.fetch(self.bot, attachment, max_bytes)
+
     async def send(self, message: Outbound) -> Delivered:
         target = Target.of(message.thread)
+        if message.file is not None:
+            anchor = self._anchor(target, message.reply_to)
+            return Delivered(
+                tuple(str(i) for i in await files.send_file(self.bot, self._caller, target, message.file, anchor))
+            )
         chunks = chunks_of(message.text)
         ids = await self.outlet.send_chunks(target, chunks, reply_to=self._anchor(target, message.reply_to))
         if message.document:
@@ -330,9 +345,11 @@ class TelegramChannel:
 
     async def _send_document(self, target: Target, name: str, content: str) -> int:
         sent: Message = await self._caller.call(
-            "sendDocument", target.chat_id,
-            lambda: self.bot.send_document(target.chat_id, InputFile(content.encode(), filename=name),
-                                           message_thread_id=target.thread_id),
+            "sendDocument",
+            target.chat_id,
+            lambda: self.bot.send_document(
+                target.chat_id, InputFile(content.encode(), filename=name), message_thread_id=target.thread_id
+            ),
         )
         return sent.message_id
 
@@ -362,9 +379,11 @@ class TelegramChannel:
         while True:
             try:
                 await self._caller.call(
-                    "sendChatAction", target.chat_id,
-                    lambda: self.bot.send_chat_action(target.chat_id, ChatAction.TYPING,
-                                                      message_thread_id=target.thread_id),
+                    "sendChatAction",
+                    target.chat_id,
+                    lambda: self.bot.send_chat_action(
+                        target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
+                    ),
                     paced=False,
                 )
             except (ChannelError, BadRequest) as exc:
@@ -401,7 +420,8 @@ class TelegramChannel:
     async def _drop_keyboard(self, target: Target, message_id: int) -> Message | bool | None:
         try:
             return await self._caller.call(
-                "editMessageReplyMarkup", target.chat_id,
+                "editMessageReplyMarkup",
+                target.chat_id,
                 lambda: self.bot.edit_message_reply_markup(target.chat_id, message_id, reply_markup=None),
             )
         except BadRequest as exc:
@@ -413,14 +433,18 @@ class TelegramChannel:
         text = outcome_line(message.text or "", outcome)
         try:
             await self._caller.call(
-                "editMessageText", target.chat_id,
-                lambda: self.bot.edit_message_text(text, target.chat_id, message.message_id,
-                                                   entities=message.entities),
+                "editMessageText",
+                target.chat_id,
+                lambda: self.bot.edit_message_text(text, target.chat_id, message.message_id, entities=message.entities),
             )
         except BadRequest as exc:
             if not is_not_modified(exc):
-                log.warning("telegram chat %s: cannot show the outcome on %s: %s",
-                            target.chat_id, message.message_id, exc.message)
+                log.warning(
+                    "telegram chat %s: cannot show the outcome on %s: %s",
+                    target.chat_id,
+                    message.message_id,
+                    exc.message,
+                )
 
 
 def keyboard(rows: tuple[tuple[Button, ...], ...]) -> InlineKeyboardMarkup | None:
@@ -428,7 +452,8 @@ def keyboard(rows: tuple[tuple[Button, ...], ...]) -> InlineKeyboardMarkup | Non
         for button in row:
             size = len(button.token.encode())
             if not 1 <= size <= 64:
-                raise ChannelError(f"telegram: button token of {size} bytes ({button.label!r}); "
-                                   "Telegram accepts 1-64", permanent=True)
+                raise ChannelError(
+                    f"telegram: button token of {size} bytes ({button.label!r}); Telegram accepts 1-64", permanent=True
+                )
     shown = [[InlineKeyboardButton(b.label, callback_data=b.token) for b in row] for row in rows if row]
     return InlineKeyboardMarkup(shown) if shown else None

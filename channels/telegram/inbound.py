@@ -90,15 +90,16 @@ class UpdateReader:
         if not self._addressed(message):
             return Reading("ignore", update_id, text="not addressed to the bot")
         text, attachments = self._content(message)
-        if not text:
+        if not text and not attachments:
             return Reading("ignore", update_id, text="nothing to read")
         event = InboundMessage(
             thread=thread_of(message),
             sender=sender_of(user),
-            text=f"(edited) {text}" if edited else text,
+            text=f"(edited) {text}" if edited and text else text,
             event_id=self.event_id(update_id),
             attachments=attachments,
             message_id=str(message.message_id),
+            group=f"{message.chat.id}:{message.media_group_id}" if message.media_group_id else "",
         )
         return Reading("event", update_id, event=event)
 
@@ -139,9 +140,9 @@ class UpdateReader:
         text = message.text or message.caption or ""
         text = self._leading_mention.sub("", text, count=1)
         text = self._command_suffix.sub(r"\1", text, count=1).strip()
-        attachments = attachments_of(message)
-        notes = [note_for(a) for a in attachments]
-        return "\n".join(part for part in [text, *notes] if part), attachments
+        if message.sticker is not None:  # a sticker says what its emoji says
+            text = "\n".join(part for part in (text, message.sticker.emoji or "[a sticker]") if part)
+        return text, attachments_of(message)
 
     # --- callbacks ---------------------------------------------------------------
 
@@ -150,8 +151,9 @@ class UpdateReader:
         if message is None:
             return Reading("answer", update_id, callback_id=query.id, text="This button has expired.")
         if not self.allowed(query.from_user, message.chat):
-            return Reading("answer", update_id, callback_id=query.id, text=NOT_ALLOWED_ALERT,
-                           user_id=str(query.from_user.id))
+            return Reading(
+                "answer", update_id, callback_id=query.id, text=NOT_ALLOWED_ALERT, user_id=str(query.from_user.id)
+            )
         if not query.data:
             return Reading("answer", update_id, callback_id=query.id, text="")
         thread = thread_of(message) if isinstance(message, Message) else private_or_group(message.chat)
@@ -180,20 +182,46 @@ def sender_of(user: User) -> Sender:
     return Sender(id=str(user.id), name=user.full_name, username=user.username or "")
 
 
+# The cloud Bot API hands out files up to 20 MB (getFile); larger ones cannot be downloaded.
+BOT_API_DOWNLOAD_LIMIT = 20 * 1024 * 1024
+
+
 def attachments_of(message: Message) -> tuple[Attachment, ...]:
+    """The files of a message, as Telegram describes them (downloaded later, by the core)."""
     found: list[Attachment] = []
     if message.photo:
-        largest = message.photo[-1]
-        found.append(Attachment("photo", largest.file_id, mime="image/jpeg", size=largest.file_size or 0))
-    for kind, media in (("document", message.document), ("audio", message.audio),
-                        ("video", message.video), ("audio", message.voice)):
-        if media is not None:
-            name = getattr(media, "file_name", None) or ""
-            found.append(Attachment(kind, media.file_id, name=name, mime=media.mime_type or "",
-                                    size=media.file_size or 0))
+        fitting = [p for p in message.photo if (p.file_size or 0) <= BOT_API_DOWNLOAD_LIMIT]
+        best = max(fitting or message.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
+        found.append(
+            Attachment(
+                "photo", best.file_id, mime="image/jpeg", size=best.file_size or 0, width=best.width, height=best.height
+            )
+        )
+    media = (
+        ("document", message.document),
+        ("audio", message.audio),
+        ("voice", message.voice),
+        ("video", message.video),
+        ("video_note", message.video_note),
+    )
+    for kind, item in media:
+        if item is not None:
+            found.append(
+                Attachment(
+                    kind,
+                    item.file_id,
+                    name=getattr(item, "file_name", None) or "",
+                    mime=getattr(item, "mime_type", None) or "",
+                    size=item.file_size or 0,
+                    width=getattr(item, "width", 0) or getattr(item, "length", 0) or 0,
+                    height=getattr(item, "height", 0) or getattr(item, "length", 0) or 0,
+                    duration=_seconds(getattr(item, "duration", 0)),
+                )
+            )
     return tuple(found)
 
 
-def note_for(attachment: Attachment) -> str:
-    named = f": {attachment.name}" if attachment.name else ""
-    return f"[{attachment.kind} attached{named}]"
+def _seconds(value: object) -> int:
+    """PTB gives durations as int seconds or timedelta, depending on its settings."""
+    total = getattr(value, "total_seconds", None)
+    return int(total()) if callable(total) else int(value or 0)  # type: ignore[call-overload]

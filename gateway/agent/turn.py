@@ -96,6 +96,7 @@ class TurnServices:
     outbox: Outbox
     prompts: PromptService
     tool_services: dict[str, Any] = field(default_factory=dict)
+    attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
 
 
 class Turn(ToolCallSteps):
@@ -365,8 +366,15 @@ class Turn(ToolCallSteps):
         # A store write runs to completion even if this task is cancelled; waiting for it is bounded.
         async with asyncio.timeout(PERSIST_TIMEOUT_S):
             return await self.s.store.record_round(
-                self.session.id, round_.text, reasoning=round_.reasoning or None, usage=usage_json, run_id=self.run_id,
-                calls=calls, fence=self.req.fence, events=events, totals=totals,
+                self.session.id,
+                round_.text,
+                reasoning=round_.reasoning or None,
+                usage=usage_json,
+                run_id=self.run_id,
+                calls=calls,
+                fence=self.req.fence,
+                events=events,
+                totals=totals,
                 reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
             )
 
@@ -398,12 +406,16 @@ class Turn(ToolCallSteps):
             "round": self.rounds,
         }
         response = {
-            "finish_reason": round_.finish_reason, "text": round_.text, "reasoning_chars": len(round_.reasoning),
+            "finish_reason": round_.finish_reason,
+            "text": round_.text,
+            "reasoning_chars": len(round_.reasoning),
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
             "repetition": round_.repetition.where if round_.repetition else None,
         }
         return self.trace.llm_call(  # type: ignore[union-attr]
-            request=request, response=response, latency_ms=latency_ms,
+            request=request,
+            response=response,
+            latency_ms=latency_ms,
             usage=LLMCallUsage(model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens),
         )
 

@@ -87,7 +87,11 @@ def model_block(outcome: Outcome, *, max_bytes: int = 0) -> str:
     if outcome.status != "saved":
         return head
     if outcome.text:
-        cut = "" if outcome.text_complete else f"\n[cut at {len(outcome.text):,} characters: the whole file is {outcome.path}]"
+        cut = (
+            ""
+            if outcome.text_complete
+            else f"\n[cut at {len(outcome.text):,} characters: the whole file is {outcome.path}]"
+        )
         intro = {"audio": "Transcript", "video": "Transcript", "pdf": "Text of the PDF"}.get(outcome.kind, "Content")
         return f"{head}\n{intro}:\n<<<\n{outcome.text}\n>>>{cut}"
     if outcome.note:
@@ -106,7 +110,9 @@ def user_notice(outcome: Outcome, *, max_bytes: int) -> str | None:
     named = f" {outcome.name}" if outcome.name else ""
     if outcome.status == "too_large":
         size = f" ({human_size(outcome.size)})" if outcome.size else ""
-        return f"⚠️ Your {outcome.label}{named}{size} is over the {human_size(max_bytes)} limit, so I did not download it."
+        return (
+            f"⚠️ Your {outcome.label}{named}{size} is over the {human_size(max_bytes)} limit, so I did not download it."
+        )
     if outcome.status == "failed":
         return f"⚠️ I could not download your {outcome.label}{named}: {outcome.error}. I'll answer without it."
     return None

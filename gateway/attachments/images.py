@@ -80,3 +80,33 @@ def image_tokens(width: int, height: int) -> int:
         scale = 768 / shortest
         w, h = math.ceil(w * scale), math.ceil(h * scale)
     return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+class ImageParts:
+    """Stored image records -> `image_url` parts for the model, read from the workspace.
+
+    A part is rendered once per session cache (the context builder keeps rendered rows), and
+    the last few encodings are kept here too, so a rebuilt cache does not re-encode them."""
+
+    def __init__(self, workspace: Path, max_side: int, chars_per_token: int, keep: int = 16):
+        self.workspace = workspace.expanduser().resolve()
+        self.max_side = max_side
+        self.chars_per_token = chars_per_token
+        self.keep = keep
+        self._urls: dict[tuple[str, int], str] = {}
+
+    def __call__(self, record: dict) -> tuple[dict, int] | None:
+        path = (self.workspace / str(record.get("path", ""))).resolve()
+        if not path.is_relative_to(self.workspace) or not path.is_file():
+            return None  # deleted since, or not ours: the row's text still names it
+        key = (str(path), path.stat().st_mtime_ns)
+        url = self._urls.get(key)
+        if url is None:
+            url = data_url(path, str(record.get("mime", "")), self.max_side)
+            if url is None:
+                return None
+            if len(self._urls) >= self.keep:
+                self._urls.pop(next(iter(self._urls)))
+            self._urls[key] = url
+        width, height = fitted(int(record.get("width") or 0), int(record.get("height") or 0), self.max_side)
+        return {"type": "image_url", "image_url": {"url": url}}, image_tokens(width, height) * self.chars_per_token

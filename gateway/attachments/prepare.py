@@ -30,8 +30,15 @@ Transcribe = Callable[[bytes, str, str], Awaitable[str]]  # (audio, file name, m
 SavePayload = Callable[[int, dict[str, Any]], Awaitable[None]]  # (inbox item id, payload)
 Notify = Callable[[ThreadKey, str, str, str], Awaitable[Any]]  # (thread, text, key, reply_to)
 TRANSCRIBE_ATTEMPTS = 2
-_LABELS = {"photo": "photo", "voice": "voice note", "audio": "audio file", "video": "video",
-           "video_note": "video note", "document": "document", "file": "file"}
+_LABELS = {
+    "photo": "photo",
+    "voice": "voice note",
+    "audio": "audio file",
+    "video": "video",
+    "video_note": "video note",
+    "document": "document",
+    "file": "file",
+}
 _UNSAFE = re.compile(r"[^\w.\- ()+,@=]+")
 
 
@@ -105,12 +112,23 @@ class AttachmentPreparer:
             log.warning("%s: could not tell the user about an attachment: %s", thread, exc)
 
     # ---- one attachment ------------------------------------------------------------------
-    async def _settle(self, item_id: int, payload: dict[str, Any], index: int, thread: ThreadKey, session_id: int) -> Outcome:
+    async def _settle(
+        self, item_id: int, payload: dict[str, Any], index: int, thread: ThreadKey, session_id: int
+    ) -> Outcome:
         entry = payload["attachments"][index]
         attachment = attachment_of(entry)
         label = _LABELS.get(attachment.kind, "file")
-        base = Outcome("failed", "file", label, attachment.name, mime=attachment.mime, size=attachment.size,
-                       width=attachment.width, height=attachment.height, duration=attachment.duration)
+        base = Outcome(
+            "failed",
+            "file",
+            label,
+            attachment.name,
+            mime=attachment.mime,
+            size=attachment.size,
+            width=attachment.width,
+            height=attachment.height,
+            duration=attachment.duration,
+        )
         if attachment.size > self.config.max_bytes:
             return _with(base, status="too_large")
         fetch = self.fetchers.get(thread.channel)
@@ -120,11 +138,18 @@ class AttachmentPreparer:
         if data is None:
             return failure
         path = await asyncio.to_thread(self._store_file, data, attachment, label, session_id, item_id, index)
-        saved = _with(base, status="saved", path=path.relative_to(self.workspace).as_posix(), size=len(data),
-                      attempts=int(entry.get("attempts", 0)) + 1)
+        saved = _with(
+            base,
+            status="saved",
+            path=path.relative_to(self.workspace).as_posix(),
+            size=len(data),
+            attempts=int(entry.get("attempts", 0)) + 1,
+        )
         return await self._read(saved, data, attachment)
 
-    async def _download(self, fetch: FetchFile, attachment: Attachment, item_id: int, payload: dict[str, Any], index: int) -> tuple[bytes | None, Outcome]:
+    async def _download(
+        self, fetch: FetchFile, attachment: Attachment, item_id: int, payload: dict[str, Any], index: int
+    ) -> tuple[bytes | None, Outcome]:
         entry = payload["attachments"][index]
         label = _LABELS.get(attachment.kind, "file")
         failed = Outcome("failed", "file", label, attachment.name, mime=attachment.mime, size=attachment.size)
@@ -134,7 +159,12 @@ class AttachmentPreparer:
                 async with asyncio.timeout(self.config.download_timeout_s):
                     data = await fetch(attachment, self.config.max_bytes)
             except FileTooLarge as exc:
-                return None, _with(failed, status="too_large", size=exc.size or attachment.size, attempts=int(entry.get("attempts", 0)) + 1)
+                return None, _with(
+                    failed,
+                    status="too_large",
+                    size=exc.size or attachment.size,
+                    attempts=int(entry.get("attempts", 0)) + 1,
+                )
             except ChannelError as exc:
                 if exc.permanent:
                     return None, _with(failed, error=str(exc), attempts=int(entry.get("attempts", 0)) + 1)
@@ -150,17 +180,23 @@ class AttachmentPreparer:
             await self.save_payload(item_id, payload)  # a restart continues the count
             if entry["attempts"] < self.config.download_attempts:
                 delay = self.config.download_backoff_s * 2 ** (entry["attempts"] - 1)
-                log.warning("download of %s failed (%s); retrying in %.1fs", attachment.name or attachment.file_id, error, delay)
+                log.warning(
+                    "download of %s failed (%s); retrying in %.1fs", attachment.name or attachment.file_id, error, delay
+                )
                 await self.sleep(delay)
         return None, _with(failed, error=error or "the download failed", attempts=int(entry.get("attempts", 0)))
 
-    def _store_file(self, data: bytes, attachment: Attachment, label: str, session_id: int, item_id: int, index: int) -> Path:
+    def _store_file(
+        self, data: bytes, attachment: Attachment, label: str, session_id: int, item_id: int, index: int
+    ) -> Path:
         """<workspace>/<dir>/<session>/<name>; the same bytes again (a download repeated after a
         restart) reuse the file, another file of the same name gets a suffix. Written to a
         temporary name first, so a half-written file is never taken for a whole one."""
         folder = self.workspace / self.config.dir / str(session_id)
         folder.mkdir(parents=True, exist_ok=True)
-        name = safe_name(attachment.name) or f"{label.replace(' ', '-')}-{item_id}-{index + 1}{extension_for(sniff(data))}"
+        name = (
+            safe_name(attachment.name) or f"{label.replace(' ', '-')}-{item_id}-{index + 1}{extension_for(sniff(data))}"
+        )
         stem, dot, suffix = name.rpartition(".") if "." in name[1:] else (name, "", "")
         candidate, n = folder / name, 1
         digest = hashlib.sha256(data).digest()

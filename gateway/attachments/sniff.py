@@ -24,9 +24,16 @@ _MAGIC: tuple[tuple[int, bytes, str], ...] = (
 )
 TEXT_MIMES = ("application/json", "application/xml", "application/x-yaml", "application/javascript", "application/sql")
 _TEXT_EXTENSIONS = {
-    ".md": "text/markdown", ".markdown": "text/markdown", ".csv": "text/csv", ".tsv": "text/tab-separated-values",
-    ".json": "application/json", ".xml": "application/xml", ".yaml": "application/x-yaml", ".yml": "application/x-yaml",
-    ".html": "text/html", ".htm": "text/html",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".xml": "application/xml",
+    ".yaml": "application/x-yaml",
+    ".yml": "application/x-yaml",
+    ".html": "text/html",
+    ".htm": "text/html",
 }
 IMAGE_MIMES_FOR_MODELS = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
@@ -36,7 +43,7 @@ def sniff(data: bytes, name: str = "") -> str:
     The name only refines text (a CSV is text either way, but the model likes to know)."""
     head = data[:64]
     for offset, magic, mime in _MAGIC:
-        if head[offset:offset + len(magic)] == magic:
+        if head[offset : offset + len(magic)] == magic:
             return mime
     if head[:4] == b"RIFF" and head[8:12] in (b"WEBP", b"WAVE", b"AVI "):
         return {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/x-msvideo"}[head[8:12]]
@@ -50,7 +57,7 @@ def sniff(data: bytes, name: str = "") -> str:
     if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:
         return "audio/mpeg"  # an MPEG audio frame without an ID3 tag
     if looks_like_text(data):
-        suffix = name[name.rfind("."):].lower() if "." in name else ""
+        suffix = name[name.rfind(".") :].lower() if "." in name else ""
         return _TEXT_EXTENSIONS.get(suffix, "text/plain")
     return "application/octet-stream"
 
@@ -80,6 +87,13 @@ def is_text(mime: str) -> bool:
 
 
 def extension_for(mime: str) -> str:
-    special = {"image/jpeg": ".jpg", "audio/mpeg": ".mp3", "audio/ogg": ".ogg", "text/plain": ".txt",
-               "text/markdown": ".md", "application/octet-stream": ".bin", "audio/mp4": ".m4a"}
+    special = {
+        "image/jpeg": ".jpg",
+        "audio/mpeg": ".mp3",
+        "audio/ogg": ".ogg",
+        "text/plain": ".txt",
+        "text/markdown": ".md",
+        "application/octet-stream": ".bin",
+        "audio/mp4": ".m4a",
+    }
     return special.get(mime, "." + mime.rsplit("/", 1)[-1].removeprefix("x-"))

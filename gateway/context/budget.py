@@ -14,6 +14,7 @@ from typing import Any
 
 CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_CHARS = 12  # role, separators and template tokens around each message
+IMAGE_PART_CHARS = (85 + 170 * 6) * CHARS_PER_TOKEN  # a 2048x1536 image by OpenAI's rule, as chars
 REFUSAL_SHRINK = 1.2  # a refusal that gave no numbers still means "smaller next time"
 
 
@@ -23,13 +24,20 @@ def estimate_tokens(chars: int) -> int:
 
 def message_chars(message: dict[str, Any]) -> int:
     """Characters one chat message costs: content, tool-call ids, names and arguments."""
-    chars = MESSAGE_OVERHEAD_CHARS + len(message.get("content") or "")
+    content = message.get("content") or ""
+    chars = MESSAGE_OVERHEAD_CHARS + (len(content) if isinstance(content, str) else parts_chars(content))
     for call in message.get("tool_calls") or ():
         function = call["function"]
         chars += len(call["id"]) + len(function["name"]) + len(function["arguments"]) + MESSAGE_OVERHEAD_CHARS
     if "tool_call_id" in message:
         chars += len(message["tool_call_id"])
     return chars
+
+
+def parts_chars(parts: list[dict[str, Any]]) -> int:
+    """Content parts: their text, and `IMAGE_PART_CHARS` per image (the estimate of an image of
+    unknown size; the context builder counts the images it attaches by their pixel size)."""
+    return sum(len(p.get("text") or "") if p.get("type") == "text" else IMAGE_PART_CHARS for p in parts)
 
 
 def messages_chars(messages: list[dict[str, Any]]) -> int:

@@ -16,10 +16,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from gateway.config import AgentConfig, ContextConfig, LLMConfig
+from gateway.attachments.images import ImageParts
+from gateway.config import AgentConfig, AttachmentsConfig, ContextConfig, LLMConfig
 from gateway.context.budget import (
+    CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_CHARS,
     Budget,
     Corrections,
@@ -119,6 +122,7 @@ class ContextBuilder:
         summarise: Summarise | None = None,
         on_event: OnEvent | None = None,
         tool_lod: Mapping[str, Lod] | None = None,
+        attachments: AttachmentsConfig | None = None,
     ):
         self.store = store
         self.repo = store.history
@@ -128,11 +132,15 @@ class ContextBuilder:
         self.summarise = summarise
         self.on_event = on_event
         self.lods: dict[str, Lod] = dict(tool_lod or {})
+        attachments = attachments or AttachmentsConfig()
+        self.image_turns = attachments.image_turns
+        images = ImageParts(Path(agent.workspace), attachments.image_max_side, CHARS_PER_TOKEN) if llm.vision else None
         self.limits = Limits(
             agent.max_tool_result_chars,
             context.lod_above_chars,
             context.max_tool_result_chars,
             llm.verbatim_tool_results,
+            images,
         )
         self.corrections = Corrections()
         self.caches = Caches()
@@ -221,8 +229,15 @@ class ContextBuilder:
             return None
         first, last = results[0], results[-1]
         return CompactionResult(
-            session.id, "manual", first.first_seq, last.last_seq, sum(r.entries_folded for r in results),
-            first.tokens_before, last.tokens_after, sum(r.duration_ms for r in results), last.summary,
+            session.id,
+            "manual",
+            first.first_seq,
+            last.last_seq,
+            sum(r.entries_folded for r in results),
+            first.tokens_before,
+            last.tokens_after,
+            sum(r.duration_ms for r in results),
+            last.summary,
         )
 
     def forget(self, session_id: int) -> None:
@@ -265,12 +280,13 @@ class ContextBuilder:
         pinned = cache.pinned if self.context.pin_first_user else None
         if pinned is not None and pinned.seq <= cache.base_seq:
             entries = [Entry(pinned), *entries]
-        key = (cache.stamp, cache.base_seq, lod_seq, cap, pinned.seq if pinned else None)
+        image_seq = self._image_seq(entries)
+        key = (cache.stamp, cache.base_seq, lod_seq, cap, pinned.seq if pinned else None, image_seq)
         start = _Memo(key, turn_seq, 0, [], 0)
         if memo and cache.memo is not None:
             start = cache.memo.resume(key, turn_seq, len(entries)) or start
         history = list(start.history)
-        chars, before_turn = self._extend(history, start.chars, entries, start.done, turn_seq, lod_seq, cap)
+        chars, before_turn = self._extend(history, start.chars, entries, start.done, turn_seq, lod_seq, cap, image_seq)
         if memo:
             if before_turn is None and start.turn_seq == turn_seq:
                 before_turn = start.before_turn  # crossed in an earlier build of this turn
@@ -284,6 +300,21 @@ class ContextBuilder:
             chars += message_chars(frame.tail)
         return _View(messages, chars)
 
+    def _image_seq(self, entries: list[Entry]) -> int:
+        """Images go with the rows from the start of the last `attachments.image_turns` user
+        turns on; older ones are left to their note (the budget stays bounded). Without
+        vision, never."""
+        if self.limits.image_part is None:
+            return EVERY_ROW_IS_EARLIER
+        seen = 0
+        for entry in reversed(entries):
+            row = entry.row
+            if row.role == "user" and not row.synthetic:
+                seen += 1
+                if seen == self.image_turns:
+                    return row.seq
+        return 0
+
     def _extend(
         self,
         history: list[Message],
@@ -293,6 +324,7 @@ class ContextBuilder:
         turn_seq: int,
         lod_seq: int,
         cap: bool,
+        image_seq: int = EVERY_ROW_IS_EARLIER,
     ) -> tuple[int, _Memo | None]:
         """Append the rendered messages of entries[done:], merging consecutive user messages.
         Also returns the state just before the first row of the current turn (None when it is
@@ -304,7 +336,7 @@ class ContextBuilder:
             seq = entry.row.seq
             if seq >= turn_seq and before_turn is None and (index == 0 or entries[index - 1].row.seq < turn_seq):
                 before_turn = _Memo(None, turn_seq, index, list(history), chars)
-            key = (seq < turn_seq) * 4 + (seq < lod_seq) * 2 + cap_bit
+            key = (seq >= image_seq) * 8 + (seq < turn_seq) * 4 + (seq < lod_seq) * 2 + cap_bit
             rendered = entry.renders.get(key) or entry.render(key, limits, lods)
             chars += rendered.chars
             messages = rendered.messages
@@ -359,8 +391,16 @@ class ContextBuilder:
 
     # ---- folding ---------------------------------------------------------------------------
     async def _fold(
-        self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int,
-        reason: FoldReason, tokens_before: int, *, strict: bool = False,
+        self,
+        cache: SessionCache,
+        budget: Budget,
+        system_prompt: str,
+        notes: dict[str, str],
+        turn_seq: int,
+        reason: FoldReason,
+        tokens_before: int,
+        *,
+        strict: bool = False,
     ) -> CompactionResult | None:
         entries = cache.visible()
         edge = tail_start(entries, self.context.keep_messages, self.context.keep_tool_exchanges)
@@ -372,8 +412,13 @@ class ContextBuilder:
         events = "\n".join(text for _, text in span)
         folded_tokens = estimate_tokens(len(events))
         payload = {
-            "session_id": cache.session_id, "reason": reason, "tokens_before": tokens_before, "target": budget.target,
-            "entries": len(span), "first_seq": span[0][0].seq, "last_seq": span[-1][0].seq,
+            "session_id": cache.session_id,
+            "reason": reason,
+            "tokens_before": tokens_before,
+            "target": budget.target,
+            "entries": len(span),
+            "first_seq": span[0][0].seq,
+            "last_seq": span[-1][0].seq,
         }
         await self._emit("compaction_started", payload)
         started = time.monotonic()
@@ -410,9 +455,19 @@ class ContextBuilder:
         return summary
 
     async def _record_fold(  # noqa: PLR0913 - the fold's whole state, passed once
-        self, cache: SessionCache, budget: Budget, system_prompt: str, notes: dict[str, str], turn_seq: int,
-        reason: FoldReason, tokens_before: int, span: list[tuple[Entry, str]], events: str, summary: str,
-        started: float, payload: dict[str, Any],
+        self,
+        cache: SessionCache,
+        budget: Budget,
+        system_prompt: str,
+        notes: dict[str, str],
+        turn_seq: int,
+        reason: FoldReason,
+        tokens_before: int,
+        span: list[tuple[Entry, str]],
+        events: str,
+        summary: str,
+        started: float,
+        payload: dict[str, Any],
     ) -> CompactionResult | None:
         last_seq = span[-1][0].seq
         remaining = [e for e in cache.visible() if e.seq > last_seq]
@@ -420,8 +475,14 @@ class ContextBuilder:
         after_view = self._assemble(cache, remaining, frame, turn_seq, 0, not budget.unbudgeted, memo=False)
         tokens_after = budget.tokens(after_view.chars)
         marker = await self.repo.add_compaction(
-            cache.session_id, expected_last_seq=cache.base_seq, first_seq=span[0][0].seq, last_seq=last_seq,
-            summary=summary, folded_text=events, tokens_before=tokens_before, tokens_after=tokens_after,
+            cache.session_id,
+            expected_last_seq=cache.base_seq,
+            first_seq=span[0][0].seq,
+            last_seq=last_seq,
+            summary=summary,
+            folded_text=events,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
         )
         if marker is None:  # another builder folded first: start again from its marker
             cache.reset(None)

@@ -7,6 +7,7 @@ byte-identical from one round to the next.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -26,15 +27,18 @@ MIN_STUB_KEEP = 100
 
 @dataclass(frozen=True)
 class Mode:
-    """How a row is rendered: from a previous turn, level-of-detail stubbed, capped."""
+    """How a row is rendered: from a previous turn, level-of-detail stubbed, capped, and
+    whether its images go along (a recent turn, with `llm.vision`)."""
 
     previous_turn: bool
     lod: bool
     cap: bool
+    images: bool = False
 
 
-# Renders are cached by an int key: previous_turn * 4 + lod * 2 + cap.
-MODES = tuple(Mode(bool(k & 4), bool(k & 2), bool(k & 1)) for k in range(8))
+# Renders are cached by an int key: images * 8 + previous_turn * 4 + lod * 2 + cap.
+MODES = tuple(Mode(bool(k & 4), bool(k & 2), bool(k & 1), bool(k & 8)) for k in range(16))
+ImagePart = Callable[[dict[str, Any]], "tuple[Message, int] | None"]  # image record -> (part, chars)
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Limits:
     lod_above: int  # context.lod_above_chars
     cap: int  # context.max_tool_result_chars
     verbatim: bool  # llm.verbatim_tool_results
+    image_part: ImagePart | None = None  # None: images are never attached (no llm.vision)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ def render_row(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod]
     """One row -> its messages: user text, or assistant text with its calls and one result each."""
     if row.role != "assistant":
         # User rows, gateway notices (synthetic) and stored system notes all reach the model as user text.
+        if mode.images and row.images and limits.image_part is not None:
+            return _with_images(row, limits.image_part)
         messages: tuple[Message, ...] = ({"role": "user", "content": row.content},) if row.content else ()
     elif not row.calls:
         messages = ({"role": "assistant", "content": row.content},) if row.content else ()
@@ -127,8 +134,37 @@ def _exchange(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod])
     return (assistant, *results)
 
 
+def _with_images(row: HistoryRow, image_part: ImagePart) -> RenderedRow:
+    """The row's text (which names every file and where it is saved) and an image_url part per
+    image that can still be read; the estimate counts each image by its pixel size."""
+    parts: list[Message] = [{"type": "text", "text": row.content}]
+    chars = message_chars({"content": row.content})
+    for record in row.images:
+        made = image_part(record)
+        if made is not None:
+            parts.append(made[0])
+            chars += made[1]
+    if len(parts) == 1:
+        return RenderedRow(({"role": "user", "content": row.content},), chars)
+    return RenderedRow(({"role": "user", "content": parts},), chars)
+
+
+def _parts(content: str | list[Message]) -> list[Message]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
 def merge_user(first: Message, second: Message) -> Message:
-    return {"role": "user", "content": f"{first['content']}\n\n{second['content']}"}
+    """Consecutive user messages become one; with images, one list of parts (text parts joined)."""
+    a, b = first["content"], second["content"]
+    if isinstance(a, str) and isinstance(b, str):
+        return {"role": "user", "content": f"{a}\n\n{b}"}
+    merged = _parts(a)
+    for part in _parts(b):
+        if part.get("type") == "text" and merged and merged[-1].get("type") == "text":
+            merged[-1] = {"type": "text", "text": f"{merged[-1]['text']}\n\n{part['text']}"}
+        else:
+            merged.append(part)
+    return {"role": "user", "content": merged}
 
 
 # ---- the blocks around the history ----------------------------------------------------------

@@ -25,6 +25,7 @@ from gateway.events import (
     ThreadKey,
     TurnEnded,
 )
+from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
@@ -51,6 +52,7 @@ def event_item(event: InboundMessage) -> NewItem:
         "attachments": [a.__dict__ for a in event.attachments],
         "message_id": event.message_id,
         "received_at": event.received_at.isoformat(),
+        **({"group": event.group} if event.group else {}),
     }
     return NewItem(event.event_id, str(event.thread), "command" if command else "message", payload)
 
@@ -88,6 +90,7 @@ class Inbox(CommandSteps):
         self._dispatcher: asyncio.Task | None = None
         self._stopper = Stopper()
         self._others_waiting = False
+        self.readiness = MessageReadiness(store, self.config.attachments, services.attachments)
 
     # ---- intake --------------------------------------------------------------------------
     async def submit(
@@ -278,9 +281,8 @@ class Inbox(CommandSteps):
             )
             return
         session = await self._session(thread, started_by=sender.get("id", ""))
-        started = await self.store.start_turn(
-            session.id, thread_key, [(item.id, item.payload)], model=self.config.llm.model, fence=fence
-        )
+        ready = await self.readiness.ready(thread, [item], session.id)
+        started = await self.store.start_turn(session.id, thread_key, ready, model=self.config.llm.model, fence=fence)
         request = TurnRequest(
             session,
             thread,
@@ -327,8 +329,13 @@ class Inbox(CommandSteps):
         )
         await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
         request = TurnRequest(
-            session, thread, requested_by=session.started_by, fence=fence,
-            turn_started_seq=await self._turn_start(session.id, run.id), continuing=True, continued_run=run.id,
+            session,
+            thread,
+            requested_by=session.started_by,
+            fence=fence,
+            turn_started_seq=await self._turn_start(session.id, run.id),
+            continuing=True,
+            continued_run=run.id,
         )
         await self._run_turn(request)
 
@@ -403,9 +410,8 @@ class Inbox(CommandSteps):
             items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind == "message"]
             if not items:
                 return 0
-            await self.store.consume_messages(
-                request.session.id, [(i.id, i.payload) for i in items], fence=request.fence
-            )
+            ready = await self.readiness.ready(request.thread, items, request.session.id)
+            await self.store.consume_messages(request.session.id, ready, fence=request.fence)
             return len(items)
 
         return drain

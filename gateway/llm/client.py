@@ -124,6 +124,30 @@ class LLMClient:
     ) -> Completion:
         return await collect(self.stream(messages, tools, model=model, max_tokens=max_tokens, on_retry=on_retry))
 
+    async def transcribe(self, audio: bytes, filename: str, mime: str, *, model: str | None = None) -> str:
+        """Speech to text: POST {base_url}/audio/transcriptions (multipart, OpenAI's shape);
+        `LLMError` when the server refuses or cannot be reached."""
+        url = self.config.base_url.rstrip("/") + "/audio/transcriptions"
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        # Built outside the client: its default JSON content type must not replace the multipart one.
+        request = httpx.Request(
+            "POST",
+            url,
+            headers=headers,
+            data={"model": model or self.config.transcription_model, "response_format": "json"},
+            files={"file": (filename, audio, mime or "application/octet-stream")},
+        )
+        try:
+            response = await self._http.send(request)
+        except httpx.TransportError as exc:
+            raise _transport_error(exc, url) from exc
+        body = _json_or_text(response.content)
+        if response.status_code != 200:
+            raise classify_error(response.status_code, body, response.headers)
+        if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+            raise LLMError(f"the transcription answer has no text: {str(body)[:200]}", kind="server")
+        return body["text"]
+
     def _models(self, model: str | None) -> list[str]:
         primary = model or self.config.model
         return [primary] + [m for m in self.config.fallback_models if m != primary]
@@ -181,7 +205,8 @@ class LLMClient:
         tried = tuple(models[: position + 1])
         raise LLMUnavailable(
             f"LLM unavailable after {attempts} attempt(s) (models tried: {', '.join(tried)}): {last.message}",
-            tried=tried, last_error=last,
+            tried=tried,
+            last_error=last,
         ) from last
 
     async def _attempt(self, body: dict[str, Any], model: str, attempts: int) -> _Opened:
@@ -258,4 +283,3 @@ def _transport_error(exc: httpx.TransportError, url: str) -> LLMError:
         return LLMError(f"the LLM server at {url} timed out ({type(exc).__name__})", kind="timeout", retryable=True)
     detail = str(exc) or type(exc).__name__
     return LLMError(f"cannot reach the LLM server at {url}: {detail}", kind="connection", retryable=True)
-

@@ -51,13 +51,23 @@ def _consume_in(
     records = []
     for item_id, payload in items:
         sender = payload.get("sender") or {}
+        # `content` is the text with its attachments made readable (gateway/attachments).
         records.append(
             SessionRepo.append_in(
-                conn, session_id, "user", str(payload.get("text", "")), synthetic=sender.get("id") == "scheduler",
-                sender_id=sender.get("id"), sender_name=sender.get("name"), run_id=run_id, fence=fence,
+                conn,
+                session_id,
+                "user",
+                str(payload.get("content", payload.get("text", ""))),
+                synthetic=sender.get("id") == "scheduler",
+                sender_id=sender.get("id"),
+                sender_name=sender.get("name"),
+                run_id=run_id,
+                fence=fence,
+                images=payload.get("images") or (),
             )
         )
-        conn.execute(_MARK_DONE, {"item_id": item_id, "done_at": utcnow(), "session_id": session_id})
+        for done_id in (item_id, *payload.get("merged_items", ())):  # an album's other parts
+            conn.execute(_MARK_DONE, {"item_id": done_id, "done_at": utcnow(), "session_id": session_id})
     return records
 
 

@@ -51,6 +51,7 @@ class HistoryRow:
     synthetic: bool
     created_at: datetime
     calls: tuple[HistoryCall, ...] = ()
+    images: tuple[dict, ...] = ()  # user rows: {path, mime, width, height} per image sent
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,14 @@ def query_words(query: str) -> list[str]:
 def _rows_statement(which: ColumnElement[bool]) -> Select:
     return (
         select(
-            messages.c.id, messages.c.seq, messages.c.role, messages.c.content,
-            messages.c.status, messages.c.synthetic, messages.c.created_at,
+            messages.c.id,
+            messages.c.seq,
+            messages.c.role,
+            messages.c.content,
+            messages.c.status,
+            messages.c.synthetic,
+            messages.c.created_at,
+            messages.c.images,
         )
         .where(messages.c.session_id == bindparam("session_id"), which)
         .order_by(messages.c.seq)
@@ -135,8 +142,13 @@ def _calls_statement(which: ColumnElement[bool]) -> Select:
 
 _CALLS_OF_MESSAGES = (
     select(
-        tool_calls.c.message_id, tool_calls.c.call_id, tool_calls.c.name, tool_calls.c.arguments,
-        tool_calls.c.result, tool_calls.c.status, tool_calls.c.note,
+        tool_calls.c.message_id,
+        tool_calls.c.call_id,
+        tool_calls.c.name,
+        tool_calls.c.arguments,
+        tool_calls.c.result,
+        tool_calls.c.status,
+        tool_calls.c.note,
     )
     .where(tool_calls.c.message_id.in_(bindparam("message_ids", expanding=True)))
     .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
@@ -293,8 +305,14 @@ class HistoryRepo(Repo):
             if (current or 0) != expected_last_seq:
                 return None
             values: dict[str, Any] = dict(
-                session_id=session_id, first_seq=first_seq, last_seq=last_seq, summary=summary,
-                folded_text=folded_text, tokens_before=tokens_before, tokens_after=tokens_after, created_at=utcnow(),
+                session_id=session_id,
+                first_seq=first_seq,
+                last_seq=last_seq,
+                summary=summary,
+                folded_text=folded_text,
+                tokens_before=tokens_before,
+                tokens_after=tokens_after,
+                created_at=utcnow(),
             )
             new_id = conn.execute(insert(compactions).values(**values).returning(compactions.c.id)).scalar_one()
             return CompactionRecord(id=new_id, **values)
@@ -356,7 +374,17 @@ def _read_rows(conn: Connection, rows_statement: Select, calls_statement: Select
         # seen the newest rows yet: 100 ms a round at 3,000 rows.)
         calls = _calls(conn, _CALLS_OF_MESSAGES, {"message_ids": asking}) if asking else {}
     return [
-        HistoryRow(r.id, r.seq, r.role, r.content or "", r.status, bool(r.synthetic), r.created_at, calls.get(r.id, ()))
+        HistoryRow(
+            r.id,
+            r.seq,
+            r.role,
+            r.content or "",
+            r.status,
+            bool(r.synthetic),
+            r.created_at,
+            calls.get(r.id, ()),
+            tuple(r.images or ()),
+        )
         for r in rows
     ]
 

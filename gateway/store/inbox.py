@@ -79,6 +79,8 @@ _PENDING = (
 )
 _FINISH = update(inbox).where(inbox.c.id.in_(bindparam("item_ids", expanding=True)), inbox.c.status == "pending")
 
+_SET_PAYLOAD = update(inbox).where(inbox.c.id == bindparam("item_id"))
+
 _ADD_FREE_LEASE = InsertIgnoring(leases, ["name"])
 _EXTEND_OWN_LEASE = update(leases).where(
     leases.c.name == bindparam("lease_name"),
@@ -158,6 +160,10 @@ class InboxRepo(Repo):
                 update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending")
             )
         return reason
+
+    async def set_payload(self, item_id: int, payload: dict[str, Any]) -> None:
+        """Progress recorded on an item (its attachments' outcomes)."""
+        await self.db.write(lambda conn: conn.execute(_SET_PAYLOAD, {"item_id": item_id, "payload": payload}))
 
     async def hold(self, item_id: int) -> None:
         await self.db.write(

@@ -37,6 +37,7 @@ _OPEN_TOOL_CALLS = (
     .order_by(tool_calls.c.message_id, tool_calls.c.ordinal)
 )
 
+
 class SessionRepo(Repo):
     # ---- sessions -------------------------------------------------------------------------
     async def current(self, thread_key: str) -> SessionRecord | None:
@@ -161,6 +162,7 @@ class SessionRepo(Repo):
         usage: dict[str, Any] | None = None,
         calls: Sequence[NewToolCall] = (),
         fence: Fence | None = None,
+        images: Sequence[dict[str, Any]] = (),
     ) -> MessageRecord:
         """`append` inside the caller's transaction. The sequence number is allocated there
         too: the row lock on the session serialises concurrent appends."""
@@ -170,9 +172,19 @@ class SessionRepo(Repo):
         message_id = conn.execute(
             _INSERT_MESSAGE,
             {
-                "session_id": session_id, "seq": seq, "role": role, "content": content, "status": "ok",
-                "synthetic": synthetic, "reasoning": reasoning or None, "usage": usage, "sender_id": sender_id,
-                "sender_name": sender_name, "run_id": run_id, "created_at": now,
+                "session_id": session_id,
+                "seq": seq,
+                "role": role,
+                "content": content,
+                "status": "ok",
+                "synthetic": synthetic,
+                "reasoning": reasoning or None,
+                "usage": usage,
+                "sender_id": sender_id,
+                "sender_name": sender_name,
+                "run_id": run_id,
+                "created_at": now,
+                **({"images": list(images)} if images else {}),
             },
         ).scalar_one()
         records: list[ToolCallRecord] = []
@@ -180,9 +192,17 @@ class SessionRepo(Repo):
             call_row_id = conn.execute(
                 _INSERT_TOOL_CALL,
                 {
-                    "message_id": message_id, "session_id": session_id, "call_id": call.call_id, "ordinal": ordinal,
-                    "name": call.name, "arguments": call.arguments, "result": call.result, "status": call.status,
-                    "note": call.note, "run_id": run_id, "started_at": now,
+                    "message_id": message_id,
+                    "session_id": session_id,
+                    "call_id": call.call_id,
+                    "ordinal": ordinal,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "result": call.result,
+                    "status": call.status,
+                    "note": call.note,
+                    "run_id": run_id,
+                    "started_at": now,
                 },
             ).scalar_one()
             records.append(
@@ -201,8 +221,20 @@ class SessionRepo(Repo):
                 )
             )
         return MessageRecord(
-            message_id, session_id, seq, role, content, "ok", synthetic, reasoning or None, usage,
-            sender_id, sender_name, run_id, now, tuple(records),
+            message_id,
+            session_id,
+            seq,
+            role,
+            content,
+            "ok",
+            synthetic,
+            reasoning or None,
+            usage,
+            sender_id,
+            sender_name,
+            run_id,
+            now,
+            tuple(records),
         )
 
     async def mark_failed(self, message_ids: Iterable[int]) -> None:

@@ -108,6 +108,8 @@ messages = Table(
     Column("sender_name", String(255), nullable=True),
     Column("run_id", Id, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=_now),
+    # user rows: the images sent with them ({path, mime, width, height}), attached while recent
+    Column("images", JSON, nullable=True),
     UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
     Index("ix_messages_session_status_seq", "session_id", "status", "seq"),  # failed rows, each round
 )

@@ -6,6 +6,7 @@ from gateway.config import AgentConfig
 from gateway.tools.builtin_basic import basic_specs
 from gateway.tools.builtin_files import file_specs
 from gateway.tools.builtin_http import http_specs
+from gateway.tools.builtin_send import send_specs
 from gateway.tools.builtin_shell import shell_specs
 from gateway.tools.registry import (
     SOURCES,
@@ -39,7 +40,7 @@ __all__ = [
 
 
 def builtin_specs() -> list[ToolSpec]:
-    return [*basic_specs(), *file_specs(), *shell_specs(), *http_specs()]
+    return [*basic_specs(), *file_specs(), *shell_specs(), *http_specs(), *send_specs()]
 
 
 def default_registry(agent: AgentConfig) -> ToolRegistry:

@@ -16,6 +16,7 @@ Malformed conversations are rejected with 400 like strict providers (see `reques
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import time
@@ -96,8 +97,13 @@ def default_responder(request: dict[str, Any]) -> ScriptItem:
 
 class FakeLLM:
     def __init__(
-        self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
-        chunk_chars: int = 8, pings: bool = True,
+        self,
+        *,
+        responder: Responder = default_responder,
+        delay: float = 0.0,
+        api_key: str | None = None,
+        chunk_chars: int = 8,
+        pings: bool = True,
     ) -> None:
         self.responder = responder
         self.delay = delay  # seconds before each chunk; 0 for benchmarks
@@ -111,6 +117,9 @@ class FakeLLM:
         self.disconnected = asyncio.Event()
         self.stalled = asyncio.Event()  # a Stall item has sent its text and is waiting
         self._script: deque[ScriptItem] = deque()
+        self.transcripts: dict[bytes, str] = {}  # audio bytes -> the text /audio/transcriptions answers
+        self.transcriptions: list[dict[str, Any]] = []  # model, filename, content type, bytes of each request
+        self.transcription_failures = 0  # the next N transcription requests answer 500
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing = False
@@ -121,6 +130,7 @@ class FakeLLM:
     async def __aenter__(self) -> FakeLLM:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -161,8 +171,13 @@ class FakeLLM:
         self.push(Reply(text, tool_calls=specs, **options))
 
     def error(
-        self, status: int, *, message: str | None = None, retry_after: float | None = None,
-        retry_after_in: str = "header", code: str | int | None = None,
+        self,
+        status: int,
+        *,
+        message: str | None = None,
+        retry_after: float | None = None,
+        retry_after_in: str = "header",
+        code: str | int | None = None,
     ) -> None:
         """An HTTP error in OpenAI's shape. `retry_after_in`: header | body | error."""
         error: dict[str, Any] = {
@@ -182,7 +197,12 @@ class FakeLLM:
         self.push(HttpError(status, body, headers))
 
     def context_too_long(
-        self, dialect: str = "openai", *, prompt_tokens: int = 9000, n_ctx: int = 8192, mid_stream: bool = False,
+        self,
+        dialect: str = "openai",
+        *,
+        prompt_tokens: int = 9000,
+        n_ctx: int = 8192,
+        mid_stream: bool = False,
     ) -> None:
         """The context-overflow error of `dialect` (openai | llamacpp | vllm); `mid_stream`
         sends it as `data: {"error": ...}` after a 200, as llama.cpp can."""
@@ -225,9 +245,36 @@ class FakeLLM:
         item = self._script.popleft() if self._script else self.responder(body)
         return await self._play(request, body, item)
 
-    def _reject(self, problem: str) -> web.Response:
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        """OpenAI's /audio/transcriptions: multipart with `file` and `model`, answers {"text"}."""
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response(
+                {"error": {"message": "Incorrect API key provided.", "code": "invalid_api_key"}}, status=401
+            )
+        if not request.content_type.startswith("multipart/form-data"):
+            return self._reject("audio/transcriptions: the body must be multipart/form-data", param="file")
+        form = await request.post()
+        upload, model = form.get("file"), form.get("model")
+        if not isinstance(upload, web.FileField):
+            return self._reject("audio/transcriptions: file is required", param="file")
+        if not isinstance(model, str) or not model:
+            return self._reject("audio/transcriptions: model is required", param="model")
+        audio = upload.file.read()
+        self.transcriptions.append(
+            {"model": model, "filename": upload.filename, "content_type": upload.content_type, "bytes": len(audio)}
+        )
+        if self.transcription_failures > 0:
+            self.transcription_failures -= 1
+            return web.json_response(
+                {"error": {"message": "The server had an error", "type": "server_error"}}, status=500
+            )
+        if audio not in self.transcripts:
+            return self._reject("audio/transcriptions: the audio could not be decoded", param="file")
+        return web.json_response({"text": self.transcripts[audio]})
+
+    def _reject(self, problem: str, param: str = "messages") -> web.Response:
         self.rejections.append(problem)
-        error = {"message": problem, "type": "invalid_request_error", "param": "messages", "code": None}
+        error = {"message": problem, "type": "invalid_request_error", "param": param, "code": None}
         return web.json_response({"error": error}, status=400)
 
     async def _play(self, request: web.Request, body: dict[str, Any], item: ScriptItem) -> web.StreamResponse:
@@ -299,8 +346,11 @@ class _Stream:
 
     def _frame(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
         frame: dict[str, Any] = {
-            "id": self.id, "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": self.model, "choices": choices,
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": choices,
         }
         if self.with_usage:
             frame["usage"] = usage  # null on every chunk but the last, as OpenAI does
@@ -343,7 +393,9 @@ class _Stream:
         reasoning = len(reply.reasoning) // 4
         completion = (len(reply.text) + arguments) // 4 + reasoning + 1
         return {
-            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": reasoning},
         }
@@ -388,6 +440,8 @@ def conversation_problem(messages: list[Any]) -> str | None:
         role = message.get("role") if isinstance(message, dict) else None
         if role not in ROLES:
             return f"{where}: unknown role {role!r}"
+        if problem := content_problem(where, role, message.get("content")):
+            return problem
         if role == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in open_calls:
@@ -407,6 +461,43 @@ def conversation_problem(messages: list[Any]) -> str | None:
     if open_calls:
         return f"messages: assistant tool call(s) {', '.join(open_calls)} have no tool result"
     return None
+
+
+def content_problem(where: str, role: str, content: Any) -> str | None:
+    """Content is a string (null only beside tool calls); a user message may instead be a list
+    of parts in OpenAI's shape: {"type": "text", "text"} and {"type": "image_url", "image_url": {"url"}}
+    with a data: URL (base64) or http(s) URL."""
+    if content is None or isinstance(content, str):
+        return None
+    if role != "user" or not isinstance(content, list) or not content:
+        return f"{where}.content: must be a string" + (" or a non-empty list of parts" if role == "user" else "")
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
+                return f"{at}: a text part is {{type, text}} with a string text"
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if not isinstance(url, str) or set(part) != {"type", "image_url"}:
+                return f"{at}: an image part is {{type, image_url: {{url}}}}"
+            if not (url.startswith(("http://", "https://")) or _valid_data_url(url)):
+                return f"{at}: image_url.url must be http(s) or data:image/<type>;base64,<data>"
+        else:
+            return f"{at}: unknown content part type {kind!r}"
+    return None
+
+
+def _valid_data_url(url: str) -> bool:
+    head, _, data = url.partition(",")
+    if not (head.startswith("data:image/") and head.endswith(";base64") and data):
+        return False
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:
+        return False
+    return True
 
 
 def _assistant_problem(where: str, message: dict[str, Any]) -> str | None:
@@ -435,15 +526,27 @@ def context_error_body(dialect: str, prompt_tokens: int, n_ctx: int) -> dict[str
             f"This model's maximum context length is {n_ctx} tokens. However, your messages resulted in "
             f"{prompt_tokens} tokens. Please reduce the length of the messages."
         )
-        return {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
-                          "code": "context_length_exceeded"}}
+        return {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
     if dialect == "llamacpp":
         message = (
-            f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
-            "try increasing it"
+            f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
         )
-        return {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
-                          "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}
+        return {
+            "error": {
+                "code": 400,
+                "message": message,
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt_tokens,
+                "n_ctx": n_ctx,
+            }
+        }
     if dialect == "vllm":
         message = (
             f"This model's maximum context length is {n_ctx} tokens. However, you requested "

@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 from aiohttp import ClientSession, WSMsgType, web
 
 from fakes.channel import MemoryChannelState
+from fakes.slack_files import SharedFiles
 
 _JSON_FIELDS = ("blocks", "files", "metadata", "chunks", "attachments")
 
@@ -76,6 +77,7 @@ class FakeSlack:
         self._sockets: list[web.WebSocketResponse] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.shared = SharedFiles(self.token)
         self.add_user("U1", "ann", "Ann")
         self.add_user("U2", "bob", "Bob")
 
@@ -93,12 +95,14 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/socket", self._socket)
+        self.shared.routes(app)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
+        self.shared.url = self.url
 
     async def close(self) -> None:
         for ws in list(self._sockets):
@@ -113,11 +117,22 @@ class FakeSlack:
     # ---- test controls and views -----------------------------------------------------
 
     def add_user(self, user_id: str, name: str, display_name: str = "") -> None:
-        self.users[user_id] = {"id": user_id, "name": name, "real_name": display_name or name,
-                               "profile": {"display_name": display_name, "real_name": display_name or name}}
+        self.users[user_id] = {
+            "id": user_id,
+            "name": name,
+            "real_name": display_name or name,
+            "profile": {"display_name": display_name, "real_name": display_name or name},
+        }
 
-    def fail_next(self, method: str, *, status: int = 429, retry_after: float | None = 1, error: str = "ratelimited",
-                  times: int = 1) -> None:
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: float | None = 1,
+        error: str = "ratelimited",
+        times: int = 1,
+    ) -> None:
         """The next `times` calls of `method` fail (429 + Retry-After by default)."""
         self._faults.setdefault(method, []).append(_Fault(status, error, retry_after, times))
 
@@ -164,8 +179,14 @@ class FakeSlack:
     async def push_envelope(self, kind: str, payload: dict[str, Any], *, retry_attempt: int = 0) -> str:
         """Send an envelope (events_api, interactive) to the connected app; returns its id."""
         envelope_id = str(uuid.uuid4())
-        envelope = {"envelope_id": envelope_id, "type": kind, "payload": payload, "accepts_response_payload": False,
-                    "retry_attempt": retry_attempt, "retry_reason": "timeout" if retry_attempt else ""}
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": kind,
+            "payload": payload,
+            "accepts_response_payload": False,
+            "retry_attempt": retry_attempt,
+            "retry_reason": "timeout" if retry_attempt else "",
+        }
         await self._sockets[-1].send_str(json.dumps(envelope))
         return envelope_id
 
@@ -176,8 +197,7 @@ class FakeSlack:
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
-        await ws.send_str(json.dumps({"type": "hello", "num_connections": 1,
-                                      "connection_info": {"app_id": "A1"}}))
+        await ws.send_str(json.dumps({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}}))
         async with self._changed:
             self._sockets.append(ws)
             self._changed.notify_all()
@@ -274,16 +294,31 @@ class FakeSlack:
 
 # ---- Web API methods ---------------------------------------------------------------------
 
+
 def _auth_test(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
-    return {"url": "https://fake.slack.com/", "team": "Fake", "user": "gateway", "team_id": fake.team_id,
-            "user_id": fake.bot_user_id, "bot_id": fake.bot_id}
+    return {
+        "url": "https://fake.slack.com/",
+        "team": "Fake",
+        "user": "gateway",
+        "team_id": fake.team_id,
+        "user_id": fake.bot_user_id,
+        "bot_id": fake.bot_id,
+    }
 
 
 def _post_message(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     if not p.get("text") and not p.get("blocks"):
         raise SlackError("no_text")
-    message = fake._store(p["channel"], {"user": fake.bot_user_id, "bot_id": fake.bot_id, "text": p.get("text"),
-                                          "blocks": p.get("blocks"), "thread_ts": p.get("thread_ts")})
+    message = fake._store(
+        p["channel"],
+        {
+            "user": fake.bot_user_id,
+            "bot_id": fake.bot_id,
+            "text": p.get("text"),
+            "blocks": p.get("blocks"),
+            "thread_ts": p.get("thread_ts"),
+        },
+    )
     return {"channel": p["channel"], "ts": message["ts"], "message": message}
 
 
@@ -303,8 +338,15 @@ def _delete(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
 
 def _post_ephemeral(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     ts = fake._next_ts()
-    fake.ephemerals.append({"channel": p["channel"], "user": p["user"], "text": p.get("text", ""),
-                            "thread_ts": p.get("thread_ts"), "ts": ts})
+    fake.ephemerals.append(
+        {
+            "channel": p["channel"],
+            "user": p["user"],
+            "text": p.get("text", ""),
+            "thread_ts": p.get("thread_ts"),
+            "ts": ts,
+        }
+    )
     return {"message_ts": ts}
 
 
@@ -313,10 +355,17 @@ def _start_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
         raise SlackError("invalid_arguments")
     if not p["channel"].startswith("D") and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
         raise SlackError("invalid_arguments")  # recipients are required when streaming to channels
-    message = fake._store(p["channel"], {"user": fake.bot_user_id, "thread_ts": p["thread_ts"],
-                                          "text": p.get("markdown_text", ""), "streaming": True,
-                                          "recipient_user_id": p.get("recipient_user_id"),
-                                          "recipient_team_id": p.get("recipient_team_id")})
+    message = fake._store(
+        p["channel"],
+        {
+            "user": fake.bot_user_id,
+            "thread_ts": p["thread_ts"],
+            "text": p.get("markdown_text", ""),
+            "streaming": True,
+            "recipient_user_id": p.get("recipient_user_id"),
+            "recipient_team_id": p.get("recipient_team_id"),
+        },
+    )
     message.setdefault("text", "")
     return {"channel": p["channel"], "ts": message["ts"]}
 
@@ -377,8 +426,13 @@ def _replies(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
 
 def _upload_url(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     file_id = f"F{next(fake._counter):06d}"
-    fake.files[file_id] = {"id": file_id, "name": p["filename"], "length": int(p["length"]),
-                           "snippet_type": p.get("snippet_type"), "shared": False}
+    fake.files[file_id] = {
+        "id": file_id,
+        "name": p["filename"],
+        "length": int(p["length"]),
+        "snippet_type": p.get("snippet_type"),
+        "shared": False,
+    }
     return {"upload_url": f"{fake.url}/upload/{file_id}", "file_id": file_id}
 
 
@@ -389,8 +443,15 @@ def _complete_upload(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
         record.update(title=item.get("title"), channel=p.get("channel_id"), thread_ts=p.get("thread_ts"), shared=True)
         done.append({"id": record["id"], "name": record["name"], "title": record.get("title")})
     if p.get("channel_id"):
-        fake._store(p["channel_id"], {"user": fake.bot_user_id, "text": p.get("initial_comment"),
-                                       "thread_ts": p.get("thread_ts"), "files": done})
+        fake._store(
+            p["channel_id"],
+            {
+                "user": fake.bot_user_id,
+                "text": p.get("initial_comment"),
+                "thread_ts": p.get("thread_ts"),
+                "files": done,
+            },
+        )
     return {"files": done}
 
 
@@ -404,7 +465,12 @@ def _connections_open(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     return {"url": fake.url.replace("http://", "ws://") + f"/socket?ticket={uuid.uuid4()}"}
 
 
+def _files_info(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
+    return fake.shared.files_info(p)
+
+
 _HANDLERS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
+    "files.info": _files_info,
     "auth.test": _auth_test,
     "chat.postMessage": _post_message,
     "chat.update": _update,
@@ -480,40 +546,78 @@ class SlackEventSender:
             headers.update({"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_timeout"})
         return headers
 
-    async def post(self, body: str, *, forge: Forgery | None = None, retry_num: int | None = None,
-                   content_type: str = "application/json") -> Reply:
+    async def post(
+        self,
+        body: str,
+        *,
+        forge: Forgery | None = None,
+        retry_num: int | None = None,
+        content_type: str = "application/json",
+    ) -> Reply:
         assert self._session is not None, "use `async with SlackEventSender(...)`"
         headers = self._headers(body, forge, retry_num, content_type)
         async with self._session.post(self.url, data=body.encode(), headers=headers) as response:
             return Reply(response.status, await response.text())
 
     def envelope(self, event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
-        return {"token": "legacy", "team_id": self.team_id, "api_app_id": self.api_app_id, "event": event,
-                "type": "event_callback", "event_id": event_id or f"Ev{uuid.uuid4().hex[:10].upper()}",
-                "event_time": int(time.time()),
-                "authorizations": [{"team_id": self.team_id, "user_id": "UBOT", "is_bot": True}]}
+        return {
+            "token": "legacy",
+            "team_id": self.team_id,
+            "api_app_id": self.api_app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{uuid.uuid4().hex[:10].upper()}",
+            "event_time": int(time.time()),
+            "authorizations": [{"team_id": self.team_id, "user_id": "UBOT", "is_bot": True}],
+        }
 
-    async def event(self, event: dict[str, Any], *, event_id: str | None = None, forge: Forgery | None = None,
-                    retry_num: int | None = None) -> Reply:
+    async def event(
+        self,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        forge: Forgery | None = None,
+        retry_num: int | None = None,
+    ) -> Reply:
         return await self.post(json.dumps(self.envelope(event, event_id)), forge=forge, retry_num=retry_num)
 
     async def url_verification(self, challenge: str, *, forge: Forgery | None = None) -> Reply:
         body = {"token": "legacy", "challenge": challenge, "type": "url_verification"}
         return await self.post(json.dumps(body), forge=forge)
 
-    def block_actions(self, *, user: str, channel: str, message_ts: str, value: str, thread_ts: str | None = None,
-                      action_id: str = "gw:0:0", action_ts: str | None = None) -> dict[str, Any]:
+    def block_actions(
+        self,
+        *,
+        user: str,
+        channel: str,
+        message_ts: str,
+        value: str,
+        thread_ts: str | None = None,
+        action_id: str = "gw:0:0",
+        action_ts: str | None = None,
+    ) -> dict[str, Any]:
         message: dict[str, Any] = {"type": "message", "ts": message_ts, "user": "UBOT"}
         if thread_ts:
             message["thread_ts"] = thread_ts
         return {
-            "type": "block_actions", "team": {"id": self.team_id}, "api_app_id": self.api_app_id,
+            "type": "block_actions",
+            "team": {"id": self.team_id},
+            "api_app_id": self.api_app_id,
             "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team_id},
             "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False},
-            "channel": {"id": channel}, "message": message, "trigger_id": f"trig-{uuid.uuid4().hex[:8]}",
+            "channel": {"id": channel},
+            "message": message,
+            "trigger_id": f"trig-{uuid.uuid4().hex[:8]}",
             "response_url": "https://hooks.invalid/actions",
-            "actions": [{"type": "button", "action_id": action_id, "block_id": "gw_actions_0_0", "value": value,
-                         "action_ts": action_ts or f"{time.time():.6f}"}],
+            "actions": [
+                {
+                    "type": "button",
+                    "action_id": action_id,
+                    "block_id": "gw_actions_0_0",
+                    "value": value,
+                    "action_ts": action_ts or f"{time.time():.6f}",
+                }
+            ],
         }
 
     async def block_action(self, *, forge: Forgery | None = None, **fields: Any) -> Reply:
@@ -522,18 +626,42 @@ class SlackEventSender:
 
     # ---- event builders --------------------------------------------------------------
 
-    def mention(self, channel: str, user: str, text: str, *, ts: str | None = None,
-                thread_ts: str | None = None) -> dict[str, Any]:
-        event = {"type": "app_mention", "channel": channel, "user": user, "text": text, "ts": ts or self.next_ts(),
-                 "team": self.team_id, "event_ts": ts}
+    def mention(
+        self, channel: str, user: str, text: str, *, ts: str | None = None, thread_ts: str | None = None
+    ) -> dict[str, Any]:
+        event = {
+            "type": "app_mention",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts or self.next_ts(),
+            "team": self.team_id,
+            "event_ts": ts,
+        }
         if thread_ts:
             event["thread_ts"] = thread_ts
         return event
 
-    def message(self, channel: str, user: str | None, text: str, *, ts: str | None = None,
-                thread_ts: str | None = None, channel_type: str = "channel", **extra: Any) -> dict[str, Any]:
-        event = {"type": "message", "channel": channel, "text": text, "ts": ts or self.next_ts(),
-                 "channel_type": channel_type, "team": self.team_id, **extra}
+    def message(
+        self,
+        channel: str,
+        user: str | None,
+        text: str,
+        *,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        channel_type: str = "channel",
+        **extra: Any,
+    ) -> dict[str, Any]:
+        event = {
+            "type": "message",
+            "channel": channel,
+            "text": text,
+            "ts": ts or self.next_ts(),
+            "channel_type": channel_type,
+            "team": self.team_id,
+            **extra,
+        }
         if user is not None:
             event["user"] = user
         if thread_ts:
@@ -614,8 +742,13 @@ class Harness:
 def slack_config(fake: FakeSlack, **overrides: Any) -> Any:
     from gateway.config import SlackConfig
 
-    settings: dict[str, Any] = {"bot_token": fake.token, "signing_secret": SIGNING_SECRET,
-                                "api_base_url": fake.base_url, "send_interval_s": 0, **overrides}
+    settings: dict[str, Any] = {
+        "bot_token": fake.token,
+        "signing_secret": SIGNING_SECRET,
+        "api_base_url": fake.base_url,
+        "send_interval_s": 0,
+        **overrides,
+    }
     return SlackConfig(**settings)
 
 

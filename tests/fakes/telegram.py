@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from fakes.telegram_files import FakeFiles
+
 BOT_ID = 7000001
 BOT_USERNAME = "test_bot"
 NOT_MODIFIED = (
@@ -34,7 +36,11 @@ NOT_MODIFIED = (
 )
 Fault = Literal["429", "parse", "409", "500", "not_modified"]
 _OBJECT_FIELDS = {
-    "entities", "caption_entities", "reply_markup", "reply_parameters", "allowed_updates",
+    "entities",
+    "caption_entities",
+    "reply_markup",
+    "reply_parameters",
+    "allowed_updates",
     "link_preview_options",
 }
 
@@ -99,6 +105,7 @@ class FakeTelegram:
         self._polls_before_hold: int | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.files = FakeFiles(token)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -106,6 +113,7 @@ class FakeTelegram:
         app = web.Application(client_max_size=20 * 1024 * 1024)
         app.router.add_route("POST", "/bot{token}/{method}", self._handle)
         app.router.add_route("GET", "/bot{token}/{method}", self._handle)
+        self.files.routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -185,7 +193,10 @@ class FakeTelegram:
         document: dict[str, Any] | None = None,
         is_bot: bool = False,
         kind: str = "message",
+        media: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """`media`: fields of a message with files (e.g. {"photo": fake.files.photo(...)},
+        {"voice": ...}, {"media_group_id": "..."}); its text goes in the caption."""
         """An update as Telegram would deliver it (not queued: see `enqueue`)."""
         self.chat_types[chat_id] = chat_type
         message_id = self._next_message_id(chat_id)
@@ -195,7 +206,7 @@ class FakeTelegram:
             "chat": self._chat_json(chat_id),
             "from": {"id": user_id, "is_bot": is_bot, "first_name": first_name, "username": username},
         }
-        key, entity_key = ("caption", "caption_entities") if photo or document else ("text", "entities")
+        key, entity_key = ("caption", "caption_entities") if photo or document or media else ("text", "entities")
         if text:
             message[key] = text
             message[entity_key] = _auto_entities(text) if entities is None else entities
@@ -211,6 +222,7 @@ class FakeTelegram:
             ]
         if document:
             message["document"] = {"file_unique_id": "d", **document}
+        message.update(media or {})
         self.messages.setdefault(chat_id, {})[message_id] = StoredMessage(
             message_id, chat_id, text, thread_id=thread_id, from_bot=False
         )
@@ -223,12 +235,16 @@ class FakeTelegram:
         return self.enqueue(self.message_update(chat_id, text, chat_type="supergroup", **kw))
 
     def topic_message(self, chat_id: int, thread_id: int, text: str, **kw: Any) -> dict[str, Any]:
-        return self.enqueue(
-            self.message_update(chat_id, text, chat_type="supergroup", thread_id=thread_id, **kw)
-        )
+        return self.enqueue(self.message_update(chat_id, text, chat_type="supergroup", thread_id=thread_id, **kw))
 
     def callback_update(
-        self, chat_id: int, message_id: int, data: str, *, user_id: int = 42, first_name: str = "Ann",
+        self,
+        chat_id: int,
+        message_id: int,
+        data: str,
+        *,
+        user_id: int = 42,
+        first_name: str = "Ann",
         username: str = "ann",
     ) -> dict[str, Any]:
         stored = self.messages[chat_id][message_id]
@@ -365,8 +381,11 @@ class FakeTelegram:
         thread = params.get("message_thread_id")
         reply = (params.get("reply_parameters") or {}).get("message_id")
         stored = StoredMessage(
-            self._next_message_id(chat_id), chat_id,
-            thread_id=int(thread) if thread is not None else None, reply_to=reply, **fields,
+            self._next_message_id(chat_id),
+            chat_id,
+            thread_id=int(thread) if thread is not None else None,
+            reply_to=reply,
+            **fields,
         )
         self.messages.setdefault(chat_id, {})[stored.message_id] = stored
         return stored
@@ -374,9 +393,15 @@ class FakeTelegram:
     # --- methods -------------------------------------------------------------------
 
     async def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": BOT_USERNAME,
-                "can_join_groups": True, "can_read_all_group_messages": False,
-                "supports_inline_queries": False}
+        return {
+            "id": BOT_ID,
+            "is_bot": True,
+            "first_name": "Test Bot",
+            "username": BOT_USERNAME,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         self._count_poll()
@@ -414,8 +439,7 @@ class FakeTelegram:
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         text, entities = self._checked_text(params)
-        stored = self._new_message(params, text=text, entities=entities,
-                                   reply_markup=params.get("reply_markup"))
+        stored = self._new_message(params, text=text, entities=entities, reply_markup=params.get("reply_markup"))
         return self._message_json(stored)
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -462,16 +486,51 @@ class FakeTelegram:
         upload = params.get("document")
         if not isinstance(upload, dict):
             raise _ApiError(400, "Bad Request: there is no document in the request")
-        document = {"file_id": f"doc{len(self.calls)}", "file_unique_id": "u",
-                    "file_name": upload["filename"], "file_size": len(upload["content"]),
-                    "content": upload["content"]}
+        document = {
+            "file_id": f"doc{len(self.calls)}",
+            "file_unique_id": "u",
+            "file_name": upload["filename"],
+            "file_size": len(upload["content"]),
+            "content": upload["content"],
+        }
         stored = self._new_message(params, document=document, caption=params.get("caption") or "")
         shown = {k: v for k, v in document.items() if k != "content"}
         return {**self._message_json(stored), "document": shown}
 
+    async def _api_getFile(self, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.files.get_file(params)
+        except LookupError as exc:
+            raise _ApiError(400, str(exc)) from None
+
+    async def _api_sendPhoto(self, params: dict[str, Any]) -> dict[str, Any]:
+        upload = params.get("photo")
+        if not isinstance(upload, dict):
+            raise _ApiError(400, "Bad Request: there is no photo in the request")
+        if len(upload["content"]) > 10 * 1024 * 1024:
+            raise _ApiError(400, "Bad Request: PHOTO_SAVE_FILE_INVALID")
+        caption = str(params.get("caption") or "")
+        if len(caption) > 1024:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        photo = {
+            "file_id": f"photo{len(self.calls)}",
+            "file_unique_id": "p",
+            "file_name": upload["filename"],
+            "file_size": len(upload["content"]),
+            "content": upload["content"],
+        }
+        stored = self._new_message(params, document=photo, caption=caption)
+        shown = {k: v for k, v in photo.items() if k not in ("content", "file_name")}
+        message = self._message_json(stored)
+        message.pop("document", None)
+        return {**message, "photo": [{**shown, "width": 1, "height": 1}]}
+
     async def _api_setWebhook(self, params: dict[str, Any]) -> bool:
-        self.webhook = {"url": params.get("url", ""), "secret_token": params.get("secret_token", ""),
-                        "allowed_updates": params.get("allowed_updates")}
+        self.webhook = {
+            "url": params.get("url", ""),
+            "secret_token": params.get("secret_token", ""),
+            "allowed_updates": params.get("allowed_updates"),
+        }
         return True
 
     async def _api_deleteWebhook(self, params: dict[str, Any]) -> bool:
@@ -481,8 +540,11 @@ class FakeTelegram:
         return True
 
     async def _api_getWebhookInfo(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"url": self.webhook.get("url", ""), "has_custom_certificate": False,
-                "pending_update_count": len(self._updates)}
+        return {
+            "url": self.webhook.get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
 
     def _checked_text(self, params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         text = str(params.get("text") or "")
@@ -503,4 +565,3 @@ class _ApiError(Exception):
         super().__init__(description)
         self.status = status
         self.description = description
-

@@ -1,0 +1,95 @@
+"""Files in and out: getFile and the download from `api_file_url`, sendPhoto / sendDocument.
+
+Downloads are not retried here: the core retries them with backoff and records each attempt,
+so this module only says whether a failure is worth retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from telegram import InputFile, Message
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
+from telegram.ext import ExtBot
+
+from channels.telegram.api import BotCaller, retry_after_seconds
+from channels.telegram.inbound import BOT_API_DOWNLOAD_LIMIT
+from channels.telegram.outlet import Target
+from gateway.events import Attachment, ChannelError, FileTooLarge, OutboundFile
+
+log = logging.getLogger("channels.telegram")
+CAPTION_LIMIT = 1024  # characters of a photo or document caption
+
+
+async def fetch(bot: ExtBot, attachment: Attachment, max_bytes: int) -> bytes:
+    limit = min(max_bytes, BOT_API_DOWNLOAD_LIMIT)
+    try:
+        file = await bot.get_file(attachment.file_id)
+        if (file.file_size or 0) > limit:
+            raise FileTooLarge(f"telegram: the file is {file.file_size} bytes, over {limit}", size=file.file_size or 0)
+        data = bytes(await file.download_as_bytearray())
+    except RetryAfter as exc:
+        raise ChannelError(f"telegram getFile: {exc}", retry_after=retry_after_seconds(exc)) from exc
+    except BadRequest as exc:
+        if "too big" in exc.message.lower():
+            raise FileTooLarge(f"telegram: {exc.message}", size=attachment.size) from exc
+        raise ChannelError(f"telegram getFile: {exc.message}", permanent=True) from exc
+    except (Forbidden, InvalidToken) as exc:
+        raise ChannelError(f"telegram getFile: {exc}", permanent=True) from exc
+    except TelegramError as exc:  # network errors, 5xx: worth another attempt
+        raise ChannelError(f"telegram file download: {exc}") from exc
+    if len(data) > limit:
+        raise FileTooLarge(f"telegram: the file is {len(data)} bytes, over {limit}", size=len(data))
+    return data
+
+
+async def send_file(
+    bot: ExtBot, caller: BotCaller, target: Target, file: OutboundFile, reply_to: int | None
+) -> list[int]:
+    """The file (a photo inline, else a document) with its caption; a caption over Telegram's
+    limit is sent after it as text. A photo Telegram refuses as a photo goes as a document."""
+    caption, rest = file.caption[:CAPTION_LIMIT], file.caption[CAPTION_LIMIT:]
+    data = Path(file.path).read_bytes()
+    sent: Message | None = None
+    if file.kind == "photo":
+        try:
+            sent = await caller.call(
+                "sendPhoto",
+                target.chat_id,
+                lambda: bot.send_photo(
+                    target.chat_id,
+                    InputFile(data, filename=file.name),
+                    caption=caption or None,
+                    message_thread_id=target.thread_id,
+                    reply_to_message_id=reply_to,
+                ),
+            )
+        except BadRequest as exc:
+            log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.name, exc.message)
+    if sent is None:
+        try:
+            sent = await caller.call(
+                "sendDocument",
+                target.chat_id,
+                lambda: bot.send_document(
+                    target.chat_id,
+                    InputFile(data, filename=file.name),
+                    caption=caption or None,
+                    message_thread_id=target.thread_id,
+                    reply_to_message_id=reply_to,
+                ),
+            )
+        except BadRequest as exc:
+            raise ChannelError(
+                f"telegram sendDocument to chat {target.chat_id}: {exc.message}", permanent=True
+            ) from exc
+    ids = [sent.message_id]
+    if rest:
+        sent_rest = await caller.call(
+            "sendMessage",
+            target.chat_id,
+            lambda: bot.send_message(target.chat_id, rest, message_thread_id=target.thread_id),
+        )
+        ids.append(sent_rest.message_id)
+    return ids
