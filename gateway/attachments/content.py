@@ -46,10 +46,11 @@ class Outcome:
 
 
 def human_size(size: int) -> str:
-    if size < 1024:
+    """Decimal units, like the limits in the configuration (20000000 is "20.0 MB")."""
+    if size < 1000:
         return f"{size} B"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.0f} KB"
+    if size < 1_000_000:
+        return f"{size / 1000:.0f} KB"
     return f"{size / 1_000_000:.1f} MB"
 
 

@@ -10,6 +10,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from gateway.attachments.content import human_size
+from gateway.attachments.images import image_info
+from gateway.attachments.sniff import is_text, looks_like_text, sniff
 from gateway.tools.paths import SECRETS_DIR, confine, relative_display
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
@@ -18,6 +21,7 @@ MAX_READ_CHARS = 100_000
 MAX_WRITE_CHARS = 5_000_000
 MAX_ENTRIES = 500
 _SNIFF_BYTES = 8_192
+MAX_IMAGE_BYTES = 50_000_000  # images larger than this are described without their dimensions
 
 
 async def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 500) -> str:
@@ -43,8 +47,12 @@ async def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 5
 
 def _read_window(target: Path, shown: str, offset: int, limit: int) -> str:
     with target.open("rb") as handle:
-        if b"\0" in handle.read(_SNIFF_BYTES):
-            return f"{shown} is a binary file ({target.stat().st_size} bytes); not shown"
+        head = handle.read(_SNIFF_BYTES)
+    mime = sniff(head, target.name)
+    if mime.startswith("image/"):
+        return _image_text(target, shown, mime)
+    if b"\0" in head or not (is_text(mime) or looks_like_text(head)):
+        return f"{shown} is a binary file ({mime}, {target.stat().st_size} bytes); not shown"
     lines: list[str] = []
     chars = 0
     total = 0
@@ -59,6 +67,13 @@ def _read_window(target: Path, shown: str, offset: int, limit: int) -> str:
             lines.append(line)
             chars += len(line)
     return _window_text(shown, lines, offset, total)
+
+
+def _image_text(target: Path, shown: str, mime: str) -> str:
+    size = target.stat().st_size
+    info = image_info(target.read_bytes()) if size <= MAX_IMAGE_BYTES else None
+    dimensions = f"{info.width}x{info.height}, " if info else ""
+    return f"{shown} is an image ({mime}, {dimensions}{human_size(size)}); it cannot be shown as text"
 
 
 def _window_text(shown: str, lines: list[str], offset: int, total: int) -> str:

@@ -1,0 +1,285 @@
+"""Files people send on Telegram reach the model; files the agent sends reach the chat.
+
+End to end: FakeTelegram (getFile, file downloads, sendPhoto/sendDocument) <- real PTB <-
+TelegramChannel <- Gateway -> FakeLLM (chat completions and /audio/transcriptions), on SQLite
+and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM, FakeToolCall, Reply
+from fakes.telegram import BOT_ID, FakeTelegram
+from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message, voice_bytes
+from harness import make_config
+from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
+
+from gateway.config import Config
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+async def tg():
+    async with FakeTelegram() as server:
+        yield server
+
+
+def config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, *, llm_settings: dict[str, Any] | None = None,
+           attachments: dict[str, Any] | None = None, **sections: Any) -> Config:
+    base = tg_config(llm, tg, tmp_path, telegram={"api_file_url": f"{tg.url}/file/bot"})
+    return make_config(
+        llm.base_url, str(tmp_path / "ws"), telegram=base.telegram.model_dump(), http={"port": 0},
+        llm={"max_retries": 1, "retry_budget_s": 5, **(llm_settings or {})},
+        attachments={"download_backoff_s": 0.01, "album_wait_s": 0.3, "image_max_side": 512, **(attachments or {})},
+        approvals={"rules": [{"tool": "send_file", "action": "allow"}]},
+        **sections,
+    )
+
+
+def photo_update(tg: FakeTelegram, data: bytes, width: int, height: int, caption: str = "", **media: Any) -> dict[str, Any]:
+    """Queues a photo message; returns the update."""
+    photo = tg.files.photo(data, width, height)
+    return tg.enqueue(tg.message_update(PRIVATE, caption, user_id=PRIVATE, media={"photo": photo, **media}))
+
+
+def saved(tmp_path: Path, relative: str) -> Path:
+    return tmp_path / "ws" / relative
+
+
+# --- images ----------------------------------------------------------------------------------
+
+
+async def test_a_photo_with_caption_reaches_a_vision_model_as_an_image_part(store, llm, tg, tmp_path) -> None:
+    picture = image_bytes(2000, 1000)
+    llm.reply("A red picture with black stripes.")
+    async with running(store, config(llm, tg, tmp_path, llm_settings={"vision": True})) as gateway:
+        update = photo_update(tg, picture, 2000, 1000, caption="what is this?")
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    assert texts(tg, PRIVATE) == ["A red picture with black stripes."]
+    message = user_message(llm.requests[0])
+    text = text_of(message)
+    assert text.startswith("what is this?")
+    assert "[photo saved at attachments/1/photo-1-1.jpg (image/jpeg, 2000x1000," in text
+    [url] = image_parts(message)
+    assert url.startswith("data:image/jpeg;base64,")
+    assert decoded_image(url).size == (512, 256)  # downscaled to attachments.image_max_side
+    assert saved(tmp_path, "attachments/1/photo-1-1.jpg").read_bytes() == picture  # the original is kept
+    largest = update["message"]["photo"][-1]["file_id"]  # the full size, not the thumbnail
+    assert [c.params["file_id"] for c in tg.calls_to("getFile")] == [largest]
+
+
+async def test_without_vision_a_photo_is_a_note_that_a_tool_then_reads(store, llm, tg, tmp_path) -> None:
+    picture = image_bytes(640, 480, fmt="PNG")
+    llm.tool_call("read_file", {"path": "attachments/1/photo-1-1.png"}, id="call_1")
+    llm.reply("It is a 640x480 PNG.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        photo_update(tg, picture, 640, 480)
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    first = user_message(llm.requests[0])
+    assert isinstance(first["content"], str)  # no image part without llm.vision
+    assert "[photo saved at attachments/1/photo-1-1.png (image/png, 640x480," in first["content"]
+    [tool] = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert "attachments/1/photo-1-1.png is an image (image/png, 640x480" in tool
+    assert texts(tg, PRIVATE) == ["It is a 640x480 PNG."]
+
+
+async def test_old_image_parts_become_their_note(store, llm, tg, tmp_path) -> None:
+    settings = config(llm, tg, tmp_path, llm_settings={"vision": True}, attachments={"image_turns": 2})
+    async with running(store, settings) as gateway:
+        photo_update(tg, image_bytes(300, 200), 300, 200, caption="first")
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 1)
+        for n, word in enumerate(("second", "third"), start=2):
+            tg.private_message(PRIVATE, word)
+            await settle(gateway, lambda n=n: len(texts(tg, PRIVATE)) == n)
+    with_images = [len([u for m in r["messages"] if m["role"] == "user" for u in image_parts(m)]) for r in llm.requests]
+    assert with_images == [1, 1, 0]  # the photo's turn and the next one; then only its note
+    oldest = [m for m in llm.requests[2]["messages"] if m["role"] == "user"][0]
+    assert "[photo saved at attachments/1/" in text_of(oldest)
+
+
+# --- documents and voice ---------------------------------------------------------------------
+
+
+async def test_a_pdf_and_a_text_file_are_read_inline(store, llm, tg, tmp_path) -> None:
+    llm.reply("Read both.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        pdf = tg.files.document(pdf_bytes("Quarterly revenue grew", "Costs fell"), "report.pdf", "application/pdf")
+        tg.enqueue(tg.message_update(PRIVATE, "summarise", user_id=PRIVATE, media={"document": pdf}))
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 1)
+        llm.reply("Noted.")
+        # The name and the claimed type say CSV; the content is what counts.
+        csv = tg.files.document(b"name,qty\napples,3\npears,5\n", "stock.csv", "application/octet-stream")
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"document": csv}))
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+    pdf_text = text_of(user_message(llm.requests[0]))
+    assert "[document \"report.pdf\" saved at attachments/1/report.pdf (application/pdf, 2 pages," in pdf_text
+    assert "Text of the PDF:\n<<<\nQuarterly revenue grew\n\nCosts fell\n>>>" in pdf_text
+    csv_text = text_of(user_message(llm.requests[1]))
+    assert "saved at attachments/1/stock.csv (text/csv," in csv_text
+    assert "Content:\n<<<\nname,qty\napples,3\npears,5\n\n>>>" in csv_text
+
+
+async def test_a_long_text_file_is_cut_and_says_where_the_rest_is(store, llm, tg, tmp_path) -> None:
+    body = "".join(f"line {n}\n" for n in range(2000))
+    async with running(store, config(llm, tg, tmp_path, attachments={"max_inline_chars": 100})) as gateway:
+        doc = tg.files.document(body.encode(), "log.txt", "text/plain")
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"document": doc}))
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    text = text_of(user_message(llm.requests[0]))
+    assert f"<<<\n{body[:100]}\n>>>\n[cut at 100 characters: the whole file is attachments/1/log.txt]" in text
+    assert saved(tmp_path, "attachments/1/log.txt").read_text() == body
+
+
+async def test_a_voice_note_is_transcribed_and_its_audio_kept(store, llm, tg, tmp_path) -> None:
+    audio = voice_bytes()
+    llm.transcripts[audio] = "remind me to buy milk"
+    llm.transcription_failures = 1  # one server error: tried again
+    llm.reply("I'll remind you.")
+    settings = config(llm, tg, tmp_path, llm_settings={"transcription_model": "whisper-1"})
+    async with running(store, settings) as gateway:
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"voice": tg.files.voice(audio, duration=7)}))
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    text = text_of(user_message(llm.requests[0]))
+    assert "[voice note saved at attachments/1/voice-note-1-1.ogg (audio/ogg, 0:07," in text
+    assert "Transcript:\n<<<\nremind me to buy milk\n>>>" in text
+    assert [t["model"] for t in llm.transcriptions] == ["whisper-1", "whisper-1"]
+    assert llm.transcriptions[-1]["content_type"] == "audio/ogg"
+    assert saved(tmp_path, "attachments/1/voice-note-1-1.ogg").read_bytes() == audio
+
+
+async def test_without_a_transcription_model_a_voice_note_is_a_note_with_its_path(store, llm, tg, tmp_path) -> None:
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"voice": tg.files.voice(voice_bytes(), duration=65)}))
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    text = text_of(user_message(llm.requests[0]))
+    assert "voice note saved at attachments/1/voice-note-1-1.ogg (audio/ogg, 1:05," in text
+    assert "[not transcribed: no transcription model is configured]" in text
+    assert llm.transcriptions == []
+
+
+# --- albums, limits, failures ----------------------------------------------------------------
+
+
+async def test_an_album_is_one_message(store, llm, tg, tmp_path) -> None:
+    llm.reply("Two photos.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        photo_update(tg, image_bytes(100, 80), 100, 80, caption="our garden", media_group_id="g1")
+        photo_update(tg, image_bytes(120, 90, fmt="PNG"), 120, 90, media_group_id="g1")
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    assert len(llm.requests) == 1 and texts(tg, PRIVATE) == ["Two photos."]
+    text = text_of(user_message(llm.requests[0]))
+    assert text.startswith("our garden")
+    assert "attachments/1/photo-1-1.jpg (image/jpeg, 100x80" in text
+    assert "(image/png, 120x90" in text
+    assert await store.inbox.count_pending() == 0
+
+
+async def test_an_oversize_file_is_not_downloaded_and_both_sides_are_told(store, llm, tg, tmp_path) -> None:
+    llm.reply("Here is my answer to the text.")
+    async with running(store, config(llm, tg, tmp_path, attachments={"max_bytes": 1000})) as gateway:
+        big = tg.files.document(b"x" * 50, "video.mov", "video/quicktime", size=5_000_000)
+        tg.enqueue(tg.message_update(PRIVATE, "and a question", user_id=PRIVATE, media={"document": big}))
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+    assert tg.calls_to("getFile") == [] and tg.files.download_attempts == []
+    notice, answer = texts(tg, PRIVATE)
+    assert notice == "⚠️ Your document video.mov (5.0 MB) is over the 1 KB limit, so I did not download it."
+    assert answer == "Here is my answer to the text."
+    text = text_of(user_message(llm.requests[0]))
+    assert text.startswith("and a question")
+    assert '[document "video.mov" (5.0 MB) was not downloaded: too large, over the 1 KB limit]' in text
+
+
+async def test_a_file_the_bot_api_will_not_hand_over_is_too_large(store, llm, tg, tmp_path) -> None:
+    async with running(store, config(llm, tg, tmp_path, attachments={"max_bytes": 100_000_000})) as gateway:
+        big = tg.files.document(b"x" * 10, "dump.bin", "application/octet-stream", size=30_000_000)
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"document": big}))
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+    assert tg.files.download_attempts == []  # getFile said "file is too big"
+    assert "was not downloaded: too large" in text_of(user_message(llm.requests[0]))
+
+
+async def test_a_download_that_fails_twice_then_succeeds(store, llm, tg, tmp_path) -> None:
+    tg.files.fail_downloads(2)
+    llm.reply("Got it.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        doc = tg.files.document(b"hello file\n", "hello.txt", "text/plain")
+        update = tg.enqueue(tg.message_update(PRIVATE, "read this", user_id=PRIVATE, media={"document": doc}))
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    assert tg.files.download_attempts == [doc["file_id"]] * 3
+    assert texts(tg, PRIVATE) == ["Got it."] and len(llm.requests) == 1
+    assert "Content:\n<<<\nhello file\n\n>>>" in text_of(user_message(llm.requests[0]))
+    item = await store.inbox.get_by_event(f"tg:{BOT_ID}:{update['update_id']}")
+    [entry] = item.payload["attachments"]  # what the download did is recorded on the inbox item
+    assert entry["attempts"] == 2 and entry["outcome"]["status"] == "saved" and entry["outcome"]["attempts"] == 3
+
+
+async def test_a_download_that_keeps_failing_is_explained_and_the_text_still_answered(store, llm, tg, tmp_path) -> None:
+    tg.files.fail_downloads(10)
+    llm.reply("Answering the words.")
+    async with running(store, config(llm, tg, tmp_path, attachments={"download_attempts": 3})) as gateway:
+        doc = tg.files.document(b"data", "notes.txt", "text/plain")
+        tg.enqueue(tg.message_update(PRIVATE, "see attached", user_id=PRIVATE, media={"document": doc}))
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+    assert len(tg.files.download_attempts) == 3
+    notice, answer = texts(tg, PRIVATE)
+    assert notice.startswith("⚠️ I could not download your document notes.txt:") and answer == "Answering the words."
+    text = text_of(user_message(llm.requests[0]))
+    assert text.startswith("see attached") and '[document "notes.txt" could not be downloaded:' in text
+
+
+# --- files out -------------------------------------------------------------------------------
+
+
+async def test_send_file_sends_a_photo_and_a_document_once(store, llm, tg, tmp_path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "chart.png").write_bytes(image_bytes(300, 200, fmt="PNG"))
+    (workspace / "report.txt").write_text("all good\n")
+    llm.tool_calls(FakeToolCall("send_file", {"path": "chart.png", "caption": "the chart"}, id="c1"),
+                   FakeToolCall("send_file", {"path": "report.txt"}, id="c2"))
+    llm.reply("Sent both.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "send me the chart and the report")
+        await settle(gateway, lambda: "Sent both." in texts(tg, PRIVATE))
+        [photo] = tg.calls_to("sendPhoto")
+        [document] = tg.calls_to("sendDocument")
+        assert photo.params["photo"]["content"] == (workspace / "chart.png").read_bytes()
+        assert photo.params["caption"] == "the chart"
+        assert document.params["document"]["filename"] == "report.txt"
+        results = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+        assert results[0].startswith("Sent chart.png (image/png,") and results[0].endswith("as a photo.")
+        assert results[1].startswith("Sent report.txt (text/plain,") and results[1].endswith("as a document.")
+        # Run again (as after a restart), the same call finds its send recorded: nothing is sent twice.
+        session = (await store.sessions.list())[0]
+        records = [await store.outbox.get(f"file:{session.id}:{call}") for call in ("c1", "c2")]
+        assert [(r.kind, r.status) for r in records] == [("message", "sent"), ("message", "sent")]
+        ctx = _tool_context(gateway, session.id, "c2")
+        await gateway.registry.get("send_file").func(ctx, {"path": "report.txt"})
+        assert len(tg.calls_to("sendDocument")) == 1
+
+
+async def test_send_file_refuses_paths_outside_the_workspace(store, llm, tg, tmp_path) -> None:
+    (tmp_path / "secret.txt").write_text("no")
+    llm.tool_call("send_file", {"path": "../secret.txt"}, id="c1")
+    llm.reply("Could not.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "send ../secret.txt")
+        await settle(gateway, lambda: "Could not." in texts(tg, PRIVATE))
+    assert tg.calls_to("sendDocument") == [] and tg.calls_to("sendPhoto") == []
+    [result] = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert "outside the workspace" in result
+
+
+def _tool_context(gateway, session_id: int, call_id: str):
+    from gateway.events import ThreadKey
+    from gateway.tools import ToolContext
+
+    return ToolContext(
+        session_id=session_id, thread=ThreadKey("telegram", str(PRIVATE)), source="telegram", interactive=True,
+        workspace=Path(gateway.config.agent.workspace).resolve(), agent=gateway.config.agent, notes=gateway.store.sessions,
+        services=gateway.services.tool_services, call_id=call_id,
+    )
