@@ -26,8 +26,10 @@ def pdf_bytes(*pages: str) -> bytes:
     for text in pages:
         stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
         content_id = len(objects) + 2
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content_id} 0 R "
-                       f"/Resources << /Font << /F1 {len(pages) * 2 + 3} 0 R >> >> >>".encode())
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content_id} 0 R "
+            f"/Resources << /Font << /F1 {len(pages) * 2 + 3} 0 R >> >> >>".encode()
+        )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
         kids.append(f"{len(objects) - 1} 0 R")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(pages)} >>".encode()

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.llm import FakeLLM, FakeToolCall, Reply
+from fakes.llm import FakeLLM, FakeToolCall
 from fakes.telegram import BOT_ID, FakeTelegram
-from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message, voice_bytes
 from harness import make_config
+from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message, voice_bytes
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
 from gateway.config import Config
@@ -28,11 +28,21 @@ async def tg():
         yield server
 
 
-def config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, *, llm_settings: dict[str, Any] | None = None,
-           attachments: dict[str, Any] | None = None, **sections: Any) -> Config:
+def config(
+    llm: FakeLLM,
+    tg: FakeTelegram,
+    tmp_path: Path,
+    *,
+    llm_settings: dict[str, Any] | None = None,
+    attachments: dict[str, Any] | None = None,
+    **sections: Any,
+) -> Config:
     base = tg_config(llm, tg, tmp_path, telegram={"api_file_url": f"{tg.url}/file/bot"})
     return make_config(
-        llm.base_url, str(tmp_path / "ws"), telegram=base.telegram.model_dump(), http={"port": 0},
+        llm.base_url,
+        str(tmp_path / "ws"),
+        telegram=base.telegram.model_dump(),
+        http={"port": 0},
         llm={"max_retries": 1, "retry_budget_s": 5, **(llm_settings or {})},
         attachments={"download_backoff_s": 0.01, "album_wait_s": 0.3, "image_max_side": 512, **(attachments or {})},
         approvals={"rules": [{"tool": "send_file", "action": "allow"}]},
@@ -40,7 +50,9 @@ def config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, *, llm_settings: dict
     )
 
 
-def photo_update(tg: FakeTelegram, data: bytes, width: int, height: int, caption: str = "", **media: Any) -> dict[str, Any]:
+def photo_update(
+    tg: FakeTelegram, data: bytes, width: int, height: int, caption: str = "", **media: Any
+) -> dict[str, Any]:
     """Queues a photo message; returns the update."""
     photo = tg.files.photo(data, width, height)
     return tg.enqueue(tg.message_update(PRIVATE, caption, user_id=PRIVATE, media={"photo": photo, **media}))
@@ -153,7 +165,9 @@ async def test_a_voice_note_is_transcribed_and_its_audio_kept(store, llm, tg, tm
 
 async def test_without_a_transcription_model_a_voice_note_is_a_note_with_its_path(store, llm, tg, tmp_path) -> None:
     async with running(store, config(llm, tg, tmp_path)) as gateway:
-        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"voice": tg.files.voice(voice_bytes(), duration=65)}))
+        tg.enqueue(
+            tg.message_update(PRIVATE, "", user_id=PRIVATE, media={"voice": tg.files.voice(voice_bytes(), duration=65)})
+        )
         await settle(gateway, lambda: texts(tg, PRIVATE))
     text = text_of(user_message(llm.requests[0]))
     assert "voice note saved at attachments/1/voice-note-1-1.ogg (audio/ogg, 1:05," in text
@@ -239,8 +253,10 @@ async def test_send_file_sends_a_photo_and_a_document_once(store, llm, tg, tmp_p
     workspace.mkdir()
     (workspace / "chart.png").write_bytes(image_bytes(300, 200, fmt="PNG"))
     (workspace / "report.txt").write_text("all good\n")
-    llm.tool_calls(FakeToolCall("send_file", {"path": "chart.png", "caption": "the chart"}, id="c1"),
-                   FakeToolCall("send_file", {"path": "report.txt"}, id="c2"))
+    llm.tool_calls(
+        FakeToolCall("send_file", {"path": "chart.png", "caption": "the chart"}, id="c1"),
+        FakeToolCall("send_file", {"path": "report.txt"}, id="c2"),
+    )
     llm.reply("Sent both.")
     async with running(store, config(llm, tg, tmp_path)) as gateway:
         tg.private_message(PRIVATE, "send me the chart and the report")
@@ -279,7 +295,13 @@ def _tool_context(gateway, session_id: int, call_id: str):
     from gateway.tools import ToolContext
 
     return ToolContext(
-        session_id=session_id, thread=ThreadKey("telegram", str(PRIVATE)), source="telegram", interactive=True,
-        workspace=Path(gateway.config.agent.workspace).resolve(), agent=gateway.config.agent, notes=gateway.store.sessions,
-        services=gateway.services.tool_services, call_id=call_id,
+        session_id=session_id,
+        thread=ThreadKey("telegram", str(PRIVATE)),
+        source="telegram",
+        interactive=True,
+        workspace=Path(gateway.config.agent.workspace).resolve(),
+        agent=gateway.config.agent,
+        notes=gateway.store.sessions,
+        services=gateway.services.tool_services,
+        call_id=call_id,
     )
