@@ -75,6 +75,9 @@ class LLMConfig(_Section):
     verbatim_tool_results: bool = False
     vision: bool = False  # true: images go to the model as image_url parts
     transcription_model: str = ""  # e.g. whisper-1: voice/audio -> POST {base_url}/audio/transcriptions
+    # What an assistant message with tool calls and no text sends as `content`: "empty" ("",
+    # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
+    tool_call_content: Literal["empty", "null"] = "empty"
 
 
 class AgentConfig(_Section):

@@ -86,7 +86,7 @@ async def test_every_tool_status_gets_a_result_in_declared_order(store):
         "e_pending",
         "f_running",
     ]
-    assert assistant["content"] is None
+    assert assistant["content"] == ""  # not null: several servers refuse null beside tool_calls
     assert [r["content"] for r in results] == [
         "R1", "Error: disk full", "Denied by @ann: not now", "Cancelled by /stop", INTERRUPTED, INTERRUPTED,
     ]

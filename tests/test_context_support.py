@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from fakes.llm import without_context
+
 from gateway.config import AgentConfig, ContextConfig, LLMConfig
 from gateway.context import ContextBuilder
 from gateway.store import NewToolCall
@@ -15,11 +17,15 @@ MODEL = "test-model"
 
 
 def configs(
-    window: int = 0, *, reserve_pct: float = 0.0, verbatim: bool = False, hide_above: int = 16_000, **context: Any
+    window: int = 0, *, reserve_pct: float = 0.0, verbatim: bool = False, hide_above: int = 16_000,
+    tool_call_content: str = "empty", **context: Any,
 ):
     return (
         ContextConfig(**{"headroom_tokens": 0, **context}),
-        LLMConfig(model=MODEL, context_window=window, reserve_pct=reserve_pct, verbatim_tool_results=verbatim),
+        LLMConfig(
+            model=MODEL, context_window=window, reserve_pct=reserve_pct, verbatim_tool_results=verbatim,
+            tool_call_content=tool_call_content,
+        ),
         AgentConfig(max_tool_result_chars=hide_above),
     )
 
@@ -96,8 +102,15 @@ async def turn(store, session, n: int, result_chars: int = 300, name: str = "rea
 
 
 def history_of(messages: list[dict]) -> list[dict]:
-    """The messages between the system block and the dynamic tail."""
-    return messages[1:-1]
+    """The messages after the system block, without the dynamic tail (its own message after
+    tool results, else joined to the last user message)."""
+    history = list(messages[1:])
+    text = without_context(history[-1]["content"]) if history and history[-1]["role"] == "user" else None
+    if text == "":
+        history.pop()
+    elif text is not None:
+        history[-1] = {**history[-1], "content": text}
+    return history
 
 
 def check_well_formed(messages: list[dict]) -> None:

@@ -10,7 +10,7 @@ from fakes.llm import FakeLLM, Reply, context_error_body
 
 USER = {"role": "user", "content": "hi"}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
-ASSISTANT_CALL = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+ASSISTANT_CALL = {"role": "assistant", "content": "", "tool_calls": [CALL]}
 RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}
 TOOL = {"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}}
 

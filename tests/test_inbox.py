@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, Reply, user_texts
 from harness import ALICE, make_config, running_gateway
 
 from gateway.events import InboundMessage, ThreadKey
@@ -15,9 +15,7 @@ T2 = ThreadKey("fake", "chat2", "")
 
 
 def echo_last_user(request: dict) -> Reply:
-    users = [
-        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
-    ]
+    users = user_texts(request)
     return Reply(f"echo: {users[-1].splitlines()[-1] if users else ''}")
 
 
@@ -86,10 +84,8 @@ async def test_steer_appends_messages_at_the_next_round_boundary(store, tmp_path
         async with running_gateway(store, _slow_tool_config(llm, tmp_path, "steer")) as h:
             await _busy_turn(h, llm, "also this")
             assert len(await store.runs.list()) == 1
-            second_round = [
-                m for m in llm.requests[1]["messages"] if not (m.get("content") or "").startswith("[context]")
-            ]
-            assert second_round[-1]["role"] == "user" and "also this" in second_round[-1]["content"]
+            second_round = llm.requests[1]["messages"]
+            assert second_round[-1]["role"] == "user" and user_texts(llm.requests[1])[-1] == "also this"
             assert h.channel.messages() == ["echo: also this"]
 
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from fakes.channel import FakeChannel
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, Reply, user_texts
 from harness import ALICE, make_config, running_gateway
 
 from gateway.events import ButtonPress, InboundMessage, ThreadKey
@@ -15,9 +15,7 @@ from gateway.store import Store
 
 
 def echo(request: dict) -> Reply:
-    users = [
-        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
-    ]
+    users = user_texts(request)
     return Reply(f"echo: {users[-1]}")
 
 

@@ -18,7 +18,7 @@ from datetime import UTC
 from typing import Any
 
 import pytest
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.slack import Reply as HttpReply
 from harness import make_config
@@ -168,11 +168,6 @@ def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) ->
         (c.method, c.params.get("thread_ts")) for c in posted
     ]
     assert [m for m in slack.top_level(channel) if m.get("user") == slack.bot_user_id] == []
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    said = [m["content"] for m in request["messages"] if m["role"] == "user"]
-    return [text for text in said if not text.startswith("[context]")]
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram, StoredMessage, utf16_len
 from harness import make_config
 
@@ -111,12 +111,6 @@ def answers(tg: FakeTelegram) -> list[tuple[str, bool]]:
         (c.params.get("text", ""), str(c.params.get("show_alert", "")).lower() == "true")
         for c in tg.calls_to("answerCallbackQuery")
     ]
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    """What people said in a request to the model (not the gateway's own context notes)."""
-    said = [m["content"] for m in request["messages"] if m["role"] == "user"]
-    return [text for text in said if not text.startswith("[context]")]
 
 
 def last_user_text(request: dict[str, Any]) -> str:

@@ -41,7 +41,17 @@ from gateway.context.compaction import (
     summary_request,
     summary_tokens,
 )
-from gateway.context.render import Limits, Lod, Message, merge_user, system_block, tail_block
+from gateway.context.render import (
+    OPENING,
+    Limits,
+    Lod,
+    Message,
+    merge_user,
+    mergeable,
+    merged,
+    system_block,
+    tail_block,
+)
 from gateway.store.records import SessionRecord
 
 log = logging.getLogger(__name__)
@@ -141,6 +151,7 @@ class ContextBuilder:
             context.max_tool_result_chars,
             llm.verbatim_tool_results,
             images,
+            llm.tool_call_content == "null",
         )
         self.corrections = Corrections()
         self.caches = Caches()
@@ -293,12 +304,7 @@ class ContextBuilder:
             if before_turn is None:  # no row of this turn yet: a later turn starts from the end
                 before_turn = _Memo(key, turn_seq, len(entries), list(history), chars)
             cache.memo = _Memo(key, turn_seq, len(entries), history, chars, before_turn)
-        messages = [frame.system, *history]
-        chars += message_chars(frame.system)
-        if frame.tail is not None:
-            messages.append(frame.tail)
-            chars += message_chars(frame.tail)
-        return _View(messages, chars)
+        return _View(*_framed(frame, history, chars))
 
     def _image_seq(self, entries: list[Entry]) -> int:
         """Images go with the rows from the start of the last `attachments.image_turns` user
@@ -340,8 +346,8 @@ class ContextBuilder:
             rendered = entry.renders.get(key) or entry.render(key, limits, lods)
             chars += rendered.chars
             messages = rendered.messages
-            if messages and history and messages[0]["role"] == "user" and history[-1]["role"] == "user":
-                history[-1] = merge_user(history[-1], messages[0])
+            if messages and history and mergeable(history[-1], messages[0]):
+                history[-1] = merged(history[-1], messages[0])
                 chars += 2 - MESSAGE_OVERHEAD_CHARS
                 messages = messages[1:]
             history.extend(messages)
@@ -512,6 +518,26 @@ class ContextBuilder:
             await self.on_event(kind, payload)
         except Exception:  # noqa: BLE001 - reporting must not break the build
             log.exception("context event handler failed for %s", kind)
+
+
+def _framed(frame: _Frame, history: list[Message], chars: int) -> tuple[list[Message], int]:
+    """System first, the history, then the tail, in an order every strict template accepts:
+    a user message first, and the tail (what changes every round) at the very end, joined to
+    the last user message when the history ends with one."""
+    messages = [frame.system]
+    chars += message_chars(frame.system)
+    if history and history[0]["role"] != "user":
+        messages.append(OPENING)
+        chars += message_chars(OPENING)
+    messages.extend(history)
+    if frame.tail is not None:
+        if messages[-1]["role"] == "user":
+            messages[-1] = merge_user(messages[-1], frame.tail)
+            chars += message_chars(frame.tail) + 2 - MESSAGE_OVERHEAD_CHARS
+        else:
+            messages.append(frame.tail)
+            chars += message_chars(frame.tail)
+    return messages, chars
 
 
 def _ms(started: float) -> int:

@@ -48,6 +48,7 @@ class Limits:
     cap: int  # context.max_tool_result_chars
     verbatim: bool  # llm.verbatim_tool_results
     image_part: ImagePart | None = None  # None: images are never attached (no llm.vision)
+    null_call_content: bool = False  # llm.tool_call_content == "null": `content: null` beside tool_calls
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,10 @@ def _exchange(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod])
         {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
         for c in row.calls
     ]
-    assistant: Message = {"role": "assistant", "content": row.content or None, "tool_calls": calls}
+    # Several servers refuse `content: null` here (a 500 and a validation dump); "" is accepted
+    # everywhere we know of, and `llm.tool_call_content: null` restores null for the others.
+    content = row.content or (None if limits.null_call_content else "")
+    assistant: Message = {"role": "assistant", "content": content, "tool_calls": calls}
     results = [
         {"role": "tool", "tool_call_id": c.call_id, "content": shown_result(c, mode, limits, lods.get(c.name, "head"))}
         for c in row.calls
@@ -165,6 +169,32 @@ def merge_user(first: Message, second: Message) -> Message:
         else:
             merged.append(part)
     return {"role": "user", "content": merged}
+
+
+def merge_assistant(first: Message, second: Message) -> Message:
+    """A plain assistant message and the next assistant message (strict templates refuse two in
+    a row) read as one: the texts joined, the second's tool calls kept."""
+    text = "\n\n".join(part for part in (first["content"], second.get("content")) if part)
+    return {**second, "content": text}
+
+
+def mergeable(previous: Message, message: Message) -> bool:
+    """Strict chat templates make user and assistant alternate, a tool exchange standing on the
+    assistant's side: consecutive user messages, and an assistant message after a plain one,
+    are merged into one."""
+    role = message["role"]
+    if role != previous["role"]:
+        return False
+    return role == "user" or (role == "assistant" and not previous.get("tool_calls"))
+
+
+def merged(previous: Message, message: Message) -> Message:
+    return merge_user(previous, message) if message["role"] == "user" else merge_assistant(previous, message)
+
+
+# What stands first when the history starts with the assistant (its start was folded into the
+# summary): strict templates want a user message right after the system message.
+OPENING: Message = {"role": "user", "content": "(The earlier conversation is summarised above.)"}
 
 
 # ---- the blocks around the history ----------------------------------------------------------

@@ -10,25 +10,27 @@ Each POST to `/v1/chat/completions` plays the next scripted item; with an empty 
 forever. Streams look like real servers: a `: ping` comment, content in small pieces, tool-call
 deltas split across chunks (id and name first, then argument fragments), a finish chunk, a usage
 chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
-Malformed conversations are rejected with 400 like strict providers (see `request_problem`).
+Malformed requests are rejected with 400 like strict providers, and so are the role orders a
+strict chat template raises on (see `fakes/llm_rules.py`); `template_errors="empty_stream"`
+answers those the way llama.cpp does: a 200 with no chunk, then a closed connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
-REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
-ROLES = ("system", "developer", "user", "assistant", "tool")
+from fakes.llm_rules import NullContent, null_content_problem, request_problem, template_problem
+
+TemplateErrors = Literal["400", "empty_stream"]
 
 
 @dataclass(frozen=True)
@@ -97,22 +99,21 @@ def default_responder(request: dict[str, Any]) -> ScriptItem:
 
 class FakeLLM:
     def __init__(
-        self,
-        *,
-        responder: Responder = default_responder,
-        delay: float = 0.0,
-        api_key: str | None = None,
-        chunk_chars: int = 8,
-        pings: bool = True,
+        self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
+        chunk_chars: int = 8, pings: bool = True, template_errors: TemplateErrors = "400",
+        null_content: NullContent = "reject", usage_chunks: bool = True,
     ) -> None:
         self.responder = responder
         self.delay = delay  # seconds before each chunk; 0 for benchmarks
         self.api_key = api_key  # when set, requests need `Authorization: Bearer <api_key>`
         self.chunk_chars = chunk_chars
         self.pings = pings
+        self.template_errors = template_errors  # how a template refusal is answered
+        self.null_content = null_content  # "reject": content null beside tool_calls is a 500
+        self.usage_chunks = usage_chunks  # False: ignore stream_options.include_usage
         self.requests: list[dict[str, Any]] = []  # parsed JSON bodies, in arrival order
         self.headers: list[dict[str, str]] = []  # request headers, in arrival order
-        self.rejections: list[str] = []  # messages of the 400s sent for malformed requests
+        self.rejections: list[str] = []  # why malformed requests were refused, in order
         self.disconnects = 0  # stalled streams the client walked away from
         self.disconnected = asyncio.Event()
         self.stalled = asyncio.Event()  # a Stall item has sent its text and is waiting
@@ -242,6 +243,15 @@ class FakeLLM:
             return web.json_response({"error": error}, status=401)
         if problem := request_problem(body):
             return self._reject(problem)
+        if self.null_content == "reject" and (dump := null_content_problem(body["messages"])):
+            self.rejections.append(dump)
+            return web.Response(status=500, text=dump, content_type="text/plain")
+        if problem := template_problem(body):
+            if self.template_errors == "empty_stream":
+                self.rejections.append(problem)
+                response = await self._open(request)
+                return response
+            return self._reject(problem)
         item = self._script.popleft() if self._script else self.responder(body)
         return await self._play(request, body, item)
 
@@ -330,7 +340,7 @@ class _Stream:
         self.body = body
         self.model = model or str(body.get("model", ""))
         self.id = f"chatcmpl-fake-{fake.next_id()}"
-        self.with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.with_usage = fake.usage_chunks and bool((body.get("stream_options") or {}).get("include_usage"))
 
     async def write_line(self, line: str) -> None:
         await self.response.write(line.encode() + b"\n")
@@ -401,122 +411,6 @@ class _Stream:
         }
 
 
-# --- request validation: what strict providers answer with 400 ---
-
-
-def request_problem(body: Any) -> str | None:
-    if not isinstance(body, dict):
-        return "the request body must be a JSON object"
-    if not body.get("model"):
-        return "model: required"
-    if body.get("stream") is not True:
-        return "stream: this server only streams; set stream: true"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages: must be a non-empty array"
-    return tools_problem(body.get("tools")) or conversation_problem(messages)
-
-
-def tools_problem(tools: Any) -> str | None:
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        return "tools: must be an array"
-    names = [(t.get("function") or {}).get("name") if isinstance(t, dict) else None for t in tools]
-    if None in names:
-        return "tools: every tool needs function.name"
-    duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
-    if duplicates:
-        return f"tools: duplicate function name(s): {', '.join(duplicates)}"
-    return None
-
-
-def conversation_problem(messages: list[Any]) -> str | None:
-    """Every assistant tool call answered by exactly one tool message before the next
-    user/assistant/system message; no tool message without its call; no reasoning sent back."""
-    open_calls: list[str] = []
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        role = message.get("role") if isinstance(message, dict) else None
-        if role not in ROLES:
-            return f"{where}: unknown role {role!r}"
-        if problem := content_problem(where, role, message.get("content")):
-            return problem
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id not in open_calls:
-                return f"{where}: tool message with tool_call_id {call_id!r} has no preceding assistant tool call"
-            open_calls.remove(call_id)
-            continue
-        if open_calls:
-            return (
-                f"{where}: assistant tool call(s) {', '.join(open_calls)}"
-                f" have no tool result before this {role} message"
-            )
-        if role == "assistant":
-            problem = _assistant_problem(where, message)
-            if problem:
-                return problem
-            open_calls = [call["id"] for call in message.get("tool_calls") or []]
-    if open_calls:
-        return f"messages: assistant tool call(s) {', '.join(open_calls)} have no tool result"
-    return None
-
-
-def content_problem(where: str, role: str, content: Any) -> str | None:
-    """Content is a string (null only beside tool calls); a user message may instead be a list
-    of parts in OpenAI's shape: {"type": "text", "text"} and {"type": "image_url", "image_url": {"url"}}
-    with a data: URL (base64) or http(s) URL."""
-    if content is None or isinstance(content, str):
-        return None
-    if role != "user" or not isinstance(content, list) or not content:
-        return f"{where}.content: must be a string" + (" or a non-empty list of parts" if role == "user" else "")
-    for j, part in enumerate(content):
-        at = f"{where}.content[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text":
-            if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
-                return f"{at}: a text part is {{type, text}} with a string text"
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else None
-            if not isinstance(url, str) or set(part) != {"type", "image_url"}:
-                return f"{at}: an image part is {{type, image_url: {{url}}}}"
-            if not (url.startswith(("http://", "https://")) or _valid_data_url(url)):
-                return f"{at}: image_url.url must be http(s) or data:image/<type>;base64,<data>"
-        else:
-            return f"{at}: unknown content part type {kind!r}"
-    return None
-
-
-def _valid_data_url(url: str) -> bool:
-    head, _, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64") and data):
-        return False
-    try:
-        base64.b64decode(data, validate=True)
-    except ValueError:
-        return False
-    return True
-
-
-def _assistant_problem(where: str, message: dict[str, Any]) -> str | None:
-    for key in REASONING_FIELDS:
-        if key in message:
-            return f"{where}: assistant field {key!r} must not be sent back"
-    for j, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not call.get("id") or not function.get("name"):
-            return f"{where}.tool_calls[{j}]: id and function.name are required"
-        if not isinstance(arguments := function.get("arguments"), str):
-            return f"{where}.tool_calls[{j}]: function.arguments must be a JSON string"
-        try:
-            json.loads(arguments)
-        except ValueError:
-            return f"{where}.tool_calls[{j}]: function.arguments is not valid JSON"
-    return None
-
-
 # --- error bodies ---
 
 
@@ -567,3 +461,30 @@ def _error_type(status: int) -> str:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+# --- reading requests ---
+
+CONTEXT_TAIL = "[context] "  # how the gateway's per-round context note starts
+
+
+def without_context(text: str) -> str:
+    """A user message without the gateway's context note, which is joined to the last user
+    message after a blank line (or stands alone after tool results)."""
+    if text.startswith(CONTEXT_TAIL):
+        return ""
+    head, _, _ = text.partition("\n\n" + CONTEXT_TAIL)
+    return head
+
+
+def _text(content: str | list[dict[str, Any]]) -> str:
+    """A message's text: a list of parts (images beside text) reads as its text parts joined."""
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(part["text"] for part in content if part.get("type") == "text")
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    """What people said in a request to the model (not the gateway's own context notes)."""
+    said = (without_context(_text(m["content"])) for m in request["messages"] if m["role"] == "user")
+    return [text for text in said if text]
