@@ -111,6 +111,7 @@ class Gateway:
             on_event=self._on_context_event,
             tool_lod={s.name: s.lod for s in self.registry.specs()},
             attachments=config.attachments,
+            windows=self.llm.window_tokens,
         )
         self.services = TurnServices(
             self.store,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 DEFAULT_CONFIG_PATH = "config.yml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -63,7 +63,9 @@ class LLMConfig(_Section):
     api_key: str = ""
     model: str = "qwen2.5:7b-instruct"
     fallback_models: list[str] = []
-    context_window: int = 0  # 0 = unbudgeted: never truncate, never compact
+    # "auto": asked of the server once (llama.cpp /props, vLLM /v1/models, Ollama /api/show, LM Studio
+    # /api/v0/models), else 8192 with a log line; 0 = unbudgeted: never truncate, never compact.
+    context_window: int | Literal["auto"] = "auto"
     reserve_pct: float = 12.0
     prices: dict[str, ModelPrice] = {}
     request_timeout_s: float = 120.0
@@ -78,6 +80,19 @@ class LLMConfig(_Section):
     # What an assistant message with tool calls and no text sends as `content`: "empty" ("",
     # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
     tool_call_content: Literal["empty", "null"] = "empty"
+
+
+    @field_validator("context_window", mode="before")
+    @classmethod
+    def _window(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if not isinstance(value, bool):
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                pass
+        raise PydanticCustomError("context_window", 'expected an integer or "auto"')
 
 
 class AgentConfig(_Section):

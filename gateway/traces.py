@@ -54,6 +54,7 @@ class LLMCallUsage:
     cached_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    estimated: bool = False  # the server sent no usage: counted or estimated by the gateway
 
 
 class RunTrace:
@@ -99,6 +100,7 @@ class RunTrace:
             model=usage.model,
             cost_nano_usd=cost,
             unpriced=cost is None,
+            usage_estimated=usage.estimated,
             input_tokens=usage.input_tokens,
             cached_tokens=usage.cached_tokens,
             output_tokens=usage.output_tokens,

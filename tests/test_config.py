@@ -26,7 +26,7 @@ def test_wrong_type_names_the_file_and_key_path(tmp_path):
     path = write(tmp_path, "llm:\n  context_window: big\n")
     with pytest.raises(ConfigError) as error:
         load_config(path, env={})
-    assert str(error.value) == f'{path}: llm.context_window: expected an integer, got "big"'
+    assert str(error.value) == f'{path}: llm.context_window: expected an integer or "auto", got "big"'
 
 
 def test_unknown_keys_are_rejected_with_their_path(tmp_path):

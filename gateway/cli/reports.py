@@ -17,13 +17,20 @@ def _duration(run: RunRecord) -> str:
 
 
 def _cost(run: RunRecord) -> str:
-    return format_nano_usd(run.cost_nano_usd, run.unpriced and run.cost_nano_usd is not None)
+    cost = format_nano_usd(run.cost_nano_usd, run.unpriced and run.cost_nano_usd is not None)
+    return f"~{cost}" if run.usage_estimated and run.cost_nano_usd is not None else cost
+
+
+def _tokens(run: RunRecord) -> str:
+    """In/out tokens; `~` marks counts the gateway estimated (the server sent no usage)."""
+    mark = "~" if run.usage_estimated else ""
+    return f"{mark}{run.input_tokens}/{mark}{run.output_tokens}"
 
 
 def print_runs(runs: Sequence[RunRecord]) -> None:
     print(f"{'id':>6}  {'stage':<15}{'end':<15}{'rounds':>6}{'tokens in/out':>16}  {'cost':<12}{'took':>8}  thread")
     for run in runs:
-        tokens = f"{run.input_tokens}/{run.output_tokens}"
+        tokens = _tokens(run)
         print(
             f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{run.rounds:>6}{tokens:>16}  "
             f"{_cost(run):<12}{_duration(run):>8}  {run.thread_key}"
@@ -38,6 +45,7 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
     print(
         f"tokens: {run.input_tokens} in ({run.cached_tokens} cached), {run.output_tokens} out, "
         f"{run.reasoning_tokens} reasoning; {run.llm_calls} LLM calls, {run.tool_calls} tool calls; cost {_cost(run)}"
+        + (" (estimated: the server sent no usage)" if run.usage_estimated else "")
     )
     print("timeline:")
     for event in events:

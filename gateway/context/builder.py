@@ -52,6 +52,7 @@ from gateway.context.render import (
     system_block,
     tail_block,
 )
+from gateway.llm.discovery import FALLBACK_WINDOW
 from gateway.store.records import SessionRecord
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class ContextBuilder:
         on_event: OnEvent | None = None,
         tool_lod: Mapping[str, Lod] | None = None,
         attachments: AttachmentsConfig | None = None,
+        windows: Callable[[str], Awaitable[int]] | None = None,
     ):
         self.store = store
         self.repo = store.history
@@ -154,11 +156,27 @@ class ContextBuilder:
             llm.tool_call_content == "null",
         )
         self.corrections = Corrections()
+        self.windows = windows  # asks the server a model's window (`llm.context_window: auto`)
+        self._discovered: dict[str, int] = {}
         self.caches = Caches()
 
     # ---- budget ----------------------------------------------------------------------------
+    def window_of(self, model: str) -> int:
+        """The window shaping aims at: configured or discovered, or smaller once a refusal taught it."""
+        configured = self.llm.context_window
+        window = self._discovered.get(model, FALLBACK_WINDOW) if configured == "auto" else configured
+        return self.corrections.window_for(model, window)
+
+    async def _discover(self, model: str) -> None:
+        if self.llm.context_window == "auto" and model not in self._discovered and self.windows is not None:
+            self._discovered[model] = await self.windows(model)
+
+    def estimate(self, model: str, chars: int) -> int:
+        """Tokens of `chars` characters of text, as this model's corrected estimate counts them."""
+        return self.budget(model).tokens(chars)
+
     def budget(self, model: str) -> Budget:
-        window = self.corrections.window_for(model, self.llm.context_window)
+        window = self.window_of(model)
         factor = self.corrections.get(model).factor
         return make_budget(window, self.llm.reserve_pct, self.context.headroom_tokens, factor)
 
@@ -196,6 +214,7 @@ class ContextBuilder:
         cache = self.caches.get(session.id)
         await refresh(cache, self.repo, turn_started_seq)
         await self._drop_orphans(cache, turn_started_seq)
+        await self._discover(model)
         budget = self.budget(model)
         tail = tail_block(now, timezone, workspace, reminder)
         folds: list[CompactionResult] = []
@@ -228,6 +247,7 @@ class ContextBuilder:
         cache = self.caches.get(session.id)
         turn_seq = EVERY_ROW_IS_EARLIER
         await refresh(cache, self.repo, turn_seq)
+        await self._discover(self.llm.model)
         budget = self.budget(self.llm.model)
         results: list[CompactionResult] = []
         for _ in range(max(1, self.context.max_folds_per_build)):

@@ -11,10 +11,12 @@ from gateway.llm.client import LLMClient, RetryHook, RetryNotice
 from gateway.llm.errors import (
     AuthError,
     ContextTooLong,
+    EmptyAnswer,
     ErrorKind,
     LLMError,
     LLMUnavailable,
     RateLimited,
+    Refused,
     StreamInterrupted,
     classify_error,
     parse_retry_after,
@@ -33,8 +35,8 @@ from gateway.llm.events import (
 from gateway.llm.stream import collect
 
 __all__ = [
-    "AuthError", "Completion", "ContextTooLong", "ErrorKind", "Finish", "LLMClient", "LLMError",
-    "LLMUnavailable", "ModelInfo", "RateLimited", "ReasoningDelta", "RetryHook", "RetryNotice",
+    "AuthError", "Completion", "ContextTooLong", "EmptyAnswer", "ErrorKind", "Finish", "LLMClient", "LLMError",
+    "LLMUnavailable", "ModelInfo", "RateLimited", "ReasoningDelta", "Refused", "RetryHook", "RetryNotice",
     "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
     "classify_error", "collect", "parse_retry_after",
 ]

@@ -16,9 +16,26 @@ import httpx
 import orjson
 
 from gateway.config import LLMConfig
-from gateway.llm.errors import ErrorKind, LLMError, LLMUnavailable, RateLimited, StreamInterrupted, classify_error
+from gateway.llm.discovery import ServerInfo, Tokenizer, Window
+from gateway.llm.errors import (
+    EmptyAnswer,
+    ErrorKind,
+    LLMError,
+    LLMUnavailable,
+    RateLimited,
+    Refused,
+    StreamInterrupted,
+    classify_error,
+)
 from gateway.llm.events import Completion, ModelInfo, StreamEvent
 from gateway.llm.stream import ChunkParser, SSEDecoder, collect
+
+EMPTY_ANSWERS_MEAN_REFUSED = 2  # the same body answered by an empty stream this often will be again
+REFUSED_EMPTY = (
+    "the LLM server answered twice with an empty stream for {model} and gave no reason; llama.cpp does "
+    "this when the model's chat template refuses the conversation or the prompt is over its context "
+    "(its log says which)"
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,35 @@ class LLMClient:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
+        self.server = ServerInfo(self._http, config.base_url)
+        self._windows: dict[str, Window] = {}
+        self._tokenizer: Tokenizer | None = None
+        self._tokenizer_known = False
+        self._discovery = asyncio.Lock()  # one probe per model, however many turns ask at once
+
+    async def context_window(self, model: str | None = None) -> Window:
+        """The model's context window as the server says it (asked once, then cached)."""
+        model = model or self.config.model
+        async with self._discovery:
+            if model not in self._windows:
+                self._windows[model] = await self.server.window(model)
+            return self._windows[model]
+
+    async def window_tokens(self, model: str) -> int:
+        return (await self.context_window(model)).tokens
+
+    async def count_tokens(self, text: str, model: str | None = None) -> int | None:
+        """Tokens of `text` by the server's own tokenizer; None when it has none."""
+        async with self._discovery:
+            if not self._tokenizer_known:
+                self._tokenizer = await self.server.tokenizer()
+                self._tokenizer_known = True
+        if self._tokenizer is None:
+            return None
+        try:
+            return await self.server.count(self._tokenizer, text, model or self.config.model)
+        except (httpx.HTTPError, ValueError):
+            return None
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -183,6 +229,7 @@ class LLMClient:
         attempts = 0
         last: LLMError | None = None
         for position, model in enumerate(models):
+            empty = 0
             for retry in range(self.config.max_retries + 1):
                 attempts += 1
                 try:
@@ -191,6 +238,9 @@ class LLMClient:
                     if not exc.retryable:
                         raise
                     last = exc
+                    empty += isinstance(exc, EmptyAnswer)
+                    if empty >= EMPTY_ANSWERS_MEAN_REFUSED:
+                        raise Refused(REFUSED_EMPTY.format(model=model)) from exc
                 delay = self._delay(last, retry)
                 if retry >= self.config.max_retries or self._spent(started) + delay > self.config.retry_budget_s:
                     break
@@ -235,7 +285,7 @@ class LLMClient:
         while (payload := await sse.next()) is not None:
             if events := parser.feed(payload):
                 return str(payload.get("model") or ""), events
-        raise StreamInterrupted("the LLM server ended the stream without an answer")
+        raise EmptyAnswer("the LLM server ended the stream without an answer")
 
     async def _next_payload(self, sse: SSEDecoder) -> dict[str, Any] | None:
         try:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 ErrorKind = Literal[
     "auth", "rate_limited", "server", "connection", "timeout", "context_too_long",
-    "bad_request", "stream", "unavailable",
+    "bad_request", "stream", "unavailable", "empty_answer",
 ]
 
 
@@ -55,6 +55,22 @@ class StreamInterrupted(LLMError):
         super().__init__(message, kind=kind, retryable=True)
 
 
+class EmptyAnswer(StreamInterrupted):
+    """A 200 whose stream ended without a chunk. llama.cpp answers so when its chat template
+    raises or the prompt is over its context: retried once, then `Refused`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="empty_answer")
+
+
+class Refused(LLMError):
+    """The server will refuse this request again (an empty answer to the same body twice):
+    not retried. The turn tries a smaller context once when the request was near the window."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="empty_answer", status=200, retryable=False)
+
+
 class LLMUnavailable(LLMError):
     """Retryable failures on every model until retries or the retry budget ran out."""
 
@@ -82,6 +98,7 @@ _PROMPT_NUMBERS = (
 )
 
 _MAX_MESSAGE = 500
+_VALIDATION_DUMP = re.compile(r"\bvalidation errors?\b", re.I)
 
 
 def error_object(body: Any) -> dict[str, Any]:
@@ -174,6 +191,12 @@ def classify_error(status: int | None, body: Any, headers: Mapping[str, str] | N
         return RateLimited(f"rate limited by the LLM server ({where}: {message})", retry_after=seconds)
     if _is_context_error(err, message):
         return _context_error(status, err, message)
+    if status is not None and status >= 500 and _VALIDATION_DUMP.search(message):
+        # A pydantic dump: the server's request model refused the body, and will again.
+        hint = "; try llm.tool_call_content" if "content" in message else ""
+        return LLMError(
+            f"the LLM server refused the request as invalid ({where}: {message}){hint}", status=status
+        )
     if status is None or status >= 500 or status == 408:
         return LLMError(f"LLM server error ({where}: {message})", kind="server", status=status, retryable=True)
     hint = "; check llm.model and llm.base_url" if status == 404 else ""

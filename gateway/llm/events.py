@@ -42,6 +42,7 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    estimated: bool = False  # counted by the gateway: the server sent no usage
     kind: Literal["usage"] = "usage"
 
 

@@ -92,6 +92,7 @@ class RunRecord:
     rounds: int
     started_at: datetime
     finished_at: datetime | None
+    usage_estimated: bool = False  # some token counts (and so the cost) were estimated locally
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ _ADD_TOTALS = (
             (_cost.is_(None), runs.c.cost_nano_usd), else_=func.coalesce(runs.c.cost_nano_usd, 0) + _cost
         ),
         unpriced=runs.c.unpriced | bindparam("unpriced", type_=Boolean),
+        usage_estimated=runs.c.usage_estimated | bindparam("usage_estimated", type_=Boolean),
         model=func.coalesce(bindparam("model", type_=String), runs.c.model),
         **{name: _add_to(name) for name in _TOTALS},
     )
@@ -157,7 +158,7 @@ class RunRepo(Repo):
 
 
 def _totals_params(run_id: int, events: int, totals: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(totals) - set(_TOTALS) - {"cost_nano_usd", "unpriced", "model"}
+    unknown = set(totals) - set(_TOTALS) - {"cost_nano_usd", "unpriced", "usage_estimated", "model"}
     if unknown:
         raise ValueError(f"unknown run totals: {', '.join(sorted(unknown))}")
     params = {**_NO_TOTALS, **{name: totals[name] for name in _TOTALS if totals.get(name)}}
@@ -166,6 +167,7 @@ def _totals_params(run_id: int, events: int, totals: dict[str, Any]) -> dict[str
         events=events,
         cost=totals.get("cost_nano_usd"),
         unpriced=bool(totals.get("unpriced")),
+        usage_estimated=bool(totals.get("usage_estimated")),
         model=totals.get("model") or None,
     )
     return params

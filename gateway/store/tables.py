@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData(
@@ -157,6 +158,8 @@ runs = Table(
     Column("tool_calls", Integer, nullable=False, default=0),
     Column("cost_nano_usd", BigInteger, nullable=True),  # NULL while nothing is priced
     Column("unpriced", Boolean, nullable=False, default=False),
+    # Some token counts were estimated locally (the server sent no usage), and so is the cost.
+    Column("usage_estimated", Boolean, nullable=False, default=False, server_default=false()),
     Column("rounds", Integer, nullable=False, default=0),
     Column("started_at", UTCDateTime, nullable=False, default=_now),
     Column("finished_at", UTCDateTime, nullable=True),

@@ -31,6 +31,7 @@ from aiohttp import web
 from fakes.llm_rules import NullContent, null_content_problem, request_problem, template_problem
 
 TemplateErrors = Literal["400", "empty_stream"]
+ServerKind = Literal["vllm", "llamacpp", "ollama", "lmstudio", "openai"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class FakeLLM:
         self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
         chunk_chars: int = 8, pings: bool = True, template_errors: TemplateErrors = "400",
         null_content: NullContent = "reject", usage_chunks: bool = True,
+        server_kind: ServerKind = "vllm", context_window: int = 131_072, ollama_num_ctx: int | None = None,
     ) -> None:
         self.responder = responder
         self.delay = delay  # seconds before each chunk; 0 for benchmarks
@@ -111,6 +113,10 @@ class FakeLLM:
         self.template_errors = template_errors  # how a template refusal is answered
         self.null_content = null_content  # "reject": content null beside tool_calls is a 500
         self.usage_chunks = usage_chunks  # False: ignore stream_options.include_usage
+        self.server_kind = server_kind  # which server's discovery endpoints answer (see `_discovery`)
+        self.context_window = context_window
+        self.ollama_num_ctx = ollama_num_ctx
+        self.probes: list[str] = []  # paths of the discovery requests, in arrival order
         self.requests: list[dict[str, Any]] = []  # parsed JSON bodies, in arrival order
         self.headers: list[dict[str, str]] = []  # request headers, in arrival order
         self.rejections: list[str] = []  # why malformed requests were refused, in order
@@ -132,6 +138,10 @@ class FakeLLM:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/api/show", self._ollama_show)
+        app.router.add_get("/api/v0/models/{model:.+}", self._lmstudio_model)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -225,6 +235,38 @@ class FakeLLM:
     async def wait_disconnect(self, timeout: float = 5.0) -> None:
         await asyncio.wait_for(self.disconnected.wait(), timeout)
 
+    # --- discovery: each server kind answers only its own endpoint, as the real ones do ---
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        entry: dict[str, Any] = {"id": "m", "object": "model", "owned_by": self.server_kind}
+        if self.server_kind == "vllm":
+            entry["max_model_len"] = self.context_window
+        return web.json_response({"object": "list", "data": [entry]})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "llamacpp":
+            return web.json_response({"error": "not found"}, status=404)
+        settings = {"n_ctx": self.context_window, "temperature": 0.8}
+        return web.json_response({"default_generation_settings": settings, "total_slots": 1})
+
+    async def _ollama_show(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "ollama":
+            return web.json_response({"error": "not found"}, status=404)
+        parameters = f"num_ctx {self.ollama_num_ctx}\nstop <eos>" if self.ollama_num_ctx else "stop <eos>"
+        info = {"llama.context_length": self.context_window}
+        return web.json_response({"parameters": parameters, "model_info": info})
+
+    async def _lmstudio_model(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "lmstudio":
+            return web.json_response({"error": "not found"}, status=404)
+        model = request.match_info["model"]
+        entry = {"id": model, "max_context_length": 32_768, "loaded_context_length": self.context_window}
+        return web.json_response(entry)
+
     # --- serving ---
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -244,13 +286,12 @@ class FakeLLM:
         if problem := request_problem(body):
             return self._reject(problem)
         if self.null_content == "reject" and (dump := null_content_problem(body["messages"])):
-            self.rejections.append(dump)
-            return web.Response(status=500, text=dump, content_type="text/plain")
+            self.rejections.append(dump)  # llama-cpp-python's shape: a 500 carrying pydantic's dump
+            error = {"message": dump, "type": "internal_server_error", "param": None, "code": None}
+            return web.json_response({"error": error}, status=500)
         if problem := template_problem(body):
             if self.template_errors == "empty_stream":
-                self.rejections.append(problem)
-                response = await self._open(request)
-                return response
+                return await self._empty_stream(request, problem)
             return self._reject(problem)
         item = self._script.popleft() if self._script else self.responder(body)
         return await self._play(request, body, item)
@@ -308,6 +349,17 @@ class FakeLLM:
         elif isinstance(item, Truncate):
             await stream.text(item.text)
         return stream.response
+
+    async def _empty_stream(self, request: web.Request, problem: str) -> web.StreamResponse:
+        """llama.cpp's answer to a template error or an over-long prompt: 200, then nothing."""
+        self.rejections.append(problem)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        return response
+
+    def empty_stream(self) -> None:
+        """Answer the next request with llama.cpp's empty stream (a 200, then the end)."""
+        self.push(Raw(()))
 
     async def _open(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -67,11 +67,8 @@ def conversation_problem(messages: list[Any]) -> str | None:
         if problem := content_problem(where, role, message.get("content")):
             return problem
         if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id not in open_calls:
-                return f"{where}: tool message with tool_call_id {call_id!r} has no preceding assistant tool call"
-            if call_id != open_calls[0]:
-                return f"{where}: tool result {call_id!r} is out of order: the result of {open_calls[0]!r} comes first"
+            if problem := _tool_problem(where, message.get("tool_call_id"), open_calls):
+                return problem
             open_calls.pop(0)
             continue
         if open_calls:
@@ -84,6 +81,14 @@ def conversation_problem(messages: list[Any]) -> str | None:
             open_calls = [call["id"] for call in message.get("tool_calls") or []]
     if open_calls:
         return f"messages: assistant tool call(s) {', '.join(open_calls)} have no tool result"
+    return None
+
+
+def _tool_problem(where: str, call_id: Any, open_calls: list[str]) -> str | None:
+    if call_id not in open_calls:
+        return f"{where}: tool message with tool_call_id {call_id!r} has no preceding assistant tool call"
+    if call_id != open_calls[0]:
+        return f"{where}: tool result {call_id!r} is out of order: the result of {open_calls[0]!r} comes first"
     return None
 
 

@@ -1,0 +1,54 @@
+"""`llm.context_window: auto`: each server kind's own answer, the fallback, and the cache."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fakes.llm import FakeLLM
+
+from gateway.config import LLMConfig
+from gateway.llm import LLMClient
+from gateway.llm.discovery import FALLBACK_WINDOW, OLLAMA_DEFAULT_CTX
+
+
+async def window_of(fake: FakeLLM) -> tuple[int, str]:
+    async with LLMClient(LLMConfig(base_url=fake.base_url, model="m")) as client:
+        found = await client.context_window()
+        return found.tokens, found.source
+
+
+@pytest.mark.parametrize(
+    ("kind", "window", "source"),
+    [
+        ("vllm", 32_000, "vLLM /v1/models max_model_len"),
+        ("llamacpp", 4_096, "llama.cpp /props n_ctx"),
+        ("lmstudio", 16_384, "LM Studio loaded_context_length"),
+    ],
+)
+async def test_each_server_kind_says_its_window_its_own_way(kind, window, source):
+    async with FakeLLM(server_kind=kind, context_window=window) as fake:
+        assert await window_of(fake) == (window, source)
+
+
+async def test_ollama_uses_num_ctx_and_otherwise_its_default_not_the_models_length():
+    async with FakeLLM(server_kind="ollama", context_window=131_072, ollama_num_ctx=12_000) as fake:
+        assert await window_of(fake) == (12_000, "Ollama num_ctx")
+    async with FakeLLM(server_kind="ollama", context_window=131_072) as fake:
+        tokens, source = await window_of(fake)
+    assert tokens == OLLAMA_DEFAULT_CTX and "131072" in source
+
+
+async def test_a_server_that_says_nothing_gets_the_stated_fallback_and_a_log_line(caplog):
+    caplog.set_level(logging.WARNING, "gateway.llm.discovery")
+    async with FakeLLM(server_kind="openai") as fake:
+        assert await window_of(fake) == (FALLBACK_WINDOW, "fallback")
+    assert f"assuming {FALLBACK_WINDOW} tokens" in caplog.text and "llm.context_window" in caplog.text
+
+
+async def test_the_window_is_asked_once_per_model():
+    async with FakeLLM(server_kind="llamacpp", context_window=2_048) as fake:
+        async with LLMClient(LLMConfig(base_url=fake.base_url, model="m")) as client:
+            first = await client.context_window()
+            asked = len(fake.probes)
+            assert await client.context_window() == first and len(fake.probes) == asked == 1
