@@ -1,4 +1,4 @@
-"""Command line: `gateway serve | chat | migrate | jobs | runs | sessions | approvals`."""
+"""Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("chat", parents=[common], help="talk to the agent in this terminal").set_defaults(handler=cmd_chat)
     sub.add_parser("migrate", parents=[common], help="apply database migrations").set_defaults(handler=cmd_migrate)
+    sub.add_parser(
+        "doctor", parents=[common], help="check the model server: reachable, auth, model, window, streaming, tools"
+    ).set_defaults(handler=cmd_doctor)
 
     runs = sub.add_parser("runs", parents=[common], help="run records (one per turn)")
     runs_sub = runs.add_subparsers(dest="action", required=True)
@@ -104,6 +107,16 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
         await store.close()
     print(f"database at {config.database.url} is up to date")
     return 0
+
+
+async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.doctor import diagnose, print_check
+
+    print(f"model server {config.llm.base_url}, model {config.llm.model}", flush=True)
+    report = await diagnose(config.llm, on_check=print_check)
+    print("nothing to change" if not report.failed and all(c.status == "ok" for c in report.checks) else
+          ("fix the failures above before connecting a chat" if report.failed else "works; see the warnings above"))
+    return 1 if report.failed else 0
 
 
 async def cmd_serve(args: argparse.Namespace, config: Config) -> int:

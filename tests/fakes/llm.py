@@ -239,6 +239,8 @@ class FakeLLM:
 
     async def _models(self, request: web.Request) -> web.Response:
         self.probes.append(request.path)
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "Incorrect API key provided."}}, status=401)
         entry: dict[str, Any] = {"id": "m", "object": "model", "owned_by": self.server_kind}
         if self.server_kind == "vllm":
             entry["max_model_len"] = self.context_window
