@@ -23,8 +23,9 @@ chat: $(STAMP)
 migrate: $(STAMP)
 	$(BIN)/gateway migrate
 
+# -rs: every skipped tier says why (no PostgreSQL URL, no llama.cpp server environment).
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -rs
 
 # ruff (pyflakes, isort, bugbear, pyupgrade, complexity, lines <= 120) and mypy; CI runs it.
 lint: $(STAMP)
