@@ -6,6 +6,7 @@ from fakes.llm import FakeLLM, user_texts
 from harness import make_config, running_gateway
 
 from gateway.agent.refusals import CUT_OFF
+from gateway.inbox.commands import cost_text
 
 
 async def test_an_empty_answer_twice_far_from_the_window_ends_the_turn_saying_so(store, llm, tmp_path):
@@ -62,6 +63,7 @@ async def test_runs_without_usage_chunks_are_marked_estimated(store, tmp_path):
             await h.idle()
     run = (await store.runs.list())[0]
     assert run.stage == "SUCCESS" and run.usage_estimated
+    assert "partly estimated" in cost_text(await store.runs.session_totals(run.session_id))
     assert run.input_tokens > 0 and run.output_tokens >= len("a reply of some length") // 3
     assert run.cost_nano_usd and run.cost_nano_usd > 0
 

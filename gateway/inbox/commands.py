@@ -65,9 +65,11 @@ def status_text(*, running: bool, queued: int, prompts: int, totals: dict) -> st
 
 
 def cost_text(totals: dict) -> str:
+    estimated = " (partly estimated: the model server sent no token counts)" if totals.get("estimated_runs") else ""
     return (
         f"Session: {totals.get('input_tokens', 0):,} input tokens ({totals.get('cached_tokens', 0):,} cached), "
         f"{totals.get('output_tokens', 0):,} output tokens, cost {format_nano_usd(totals.get('cost_nano_usd'))}"
+        f"{estimated}"
     )
 
 

@@ -150,6 +150,7 @@ class RunRepo(Repo):
                     func.coalesce(func.sum(runs.c.output_tokens), 0).label("output_tokens"),
                     func.sum(runs.c.cost_nano_usd).label("cost_nano_usd"),
                     func.count().label("runs"),
+                    func.count().filter(runs.c.usage_estimated).label("estimated_runs"),
                 ).where(runs.c.session_id == session_id)
             ).one()
             return dict(row._mapping)
