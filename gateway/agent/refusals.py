@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
-from gateway.llm import LLMError
+from typing import Any
+
+from gateway.agent.tool_calls import END_MESSAGES, TurnEnd
+from gateway.llm import ContextTooLong, LLMError, Refused
 
 NEAR_WINDOW = 0.5  # estimates err by this much: a refused request this near the target may be too long
 TOO_LONG = (
@@ -46,3 +49,60 @@ def cut_off_text(shown: str, error: LLMError) -> str:
 
 def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RefusalSteps:
+    """A turn's answers to refusals and broken streams; a mixin of `Turn`, which provides the
+    services, the request, the trace and `overflow_retries`."""
+
+    s: Any
+    cfg: Any
+    req: Any
+    session: Any
+    trace: Any
+    rounds: int
+    run_id: int
+    overflow_retries: int
+
+    async def _after_llm_error(self, error: LLMError, built: Any, builder: Any, stream: Any) -> None:
+        """Returns when the request should be sent again (smaller); raises to end the turn."""
+        if isinstance(error, ContextTooLong):
+            return await self._context_refused(built, error, error.prompt_tokens, error.context_window)
+        if isinstance(error, Refused):
+            if not near_window(built.estimated_tokens, built.target):
+                raise TurnEnd("FAILED", "refused", message=refused_message(error), error=str(error)) from error
+            return await self._context_refused(built, error, None, None)
+        if shown := builder.draft().text.strip():
+            # Shown text is finished honestly, never retried into a second copy.
+            await stream.finish(f"cut:{self.run_id}:{self.rounds + 1}", cut_off_text(shown, error))
+            raise TurnEnd("FAILED", "cut_off", error=str(error)) from error
+        raise error
+
+    async def _context_refused(
+        self, built: Any, error: LLMError, prompt_tokens: int | None, window: int | None
+    ) -> None:
+        """Shrink once; a second refusal ends the turn, setting aside the turn's own message when
+        it is what does not fit (so the next message works)."""
+        await self.trace.error("llm", f"context too long: {error}")
+        if self.overflow_retries >= 1 or self.s.context is None:
+            window = window or (self.s.context.window_of(self.cfg.llm.model) if self.s.context is not None else 0)
+            message = END_MESSAGES["overflow"]
+            if self.s.context is not None and await self._set_aside_request(window):
+                message = too_long_message(window)
+            raise TurnEnd("FAILED", "overflow", message=message, error=str(error)) from error
+        self.overflow_retries += 1
+        self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, prompt_tokens, window)
+
+    async def _set_aside_request(self, window: int) -> bool:
+        """When the turn has nothing but its new user rows and they alone are near the window,
+        mark them failed: kept in the database, left out of every later context."""
+        history = await self.s.store.sessions.history(self.session.id, after_seq=self.req.turn_started_seq - 1)
+        if not history or any(row.role != "user" for row in history):
+            return False
+        tokens = self.s.context.estimate(self.cfg.llm.model, sum(len(row.content) for row in history))
+        if not near_window(tokens, window):
+            return False
+        await self.s.store.sessions.mark_failed([row.id for row in history])
+        if self.s.context is not None:
+            self.s.context.forget(self.session.id)
+        return True

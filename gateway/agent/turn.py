@@ -25,7 +25,7 @@ from gateway.agent.guards import (
     RepetitionStreak,
     ToolLoopGuard,
 )
-from gateway.agent.refusals import cut_off_text, near_window, refused_message, too_long_message
+from gateway.agent.refusals import RefusalSteps
 from gateway.agent.rounds import (
     DeclaredCall,
     Round,
@@ -38,7 +38,7 @@ from gateway.approvals.prompts import PromptService
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import ContextTooLong, LLMClient, LLMError, ModelInfo, Refused, TextDelta, Usage
+from gateway.llm import LLMClient, LLMError, ModelInfo, TextDelta, Usage
 from gateway.outbox import Outbox, RecordedStream
 from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tools import ToolRegistry
@@ -103,7 +103,7 @@ class TurnServices:
     attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
 
 
-class Turn(ToolCallSteps):
+class Turn(ToolCallSteps, RefusalSteps):
     def __init__(
         self,
         services: TurnServices,
@@ -311,48 +311,10 @@ class Turn(ToolCallSteps):
             tools = self._offered_tools()
             try:
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
-            except ContextTooLong as exc:
-                await self._context_refused(built, exc, exc.prompt_tokens, exc.context_window)
-                continue
-            except Refused as exc:
-                if not near_window(built.estimated_tokens, built.target):
-                    raise TurnEnd("FAILED", "refused", message=refused_message(exc), error=str(exc)) from exc
-                await self._context_refused(built, exc, None, None)
-                continue
             except LLMError as exc:
-                if shown := builder.draft().text.strip():
-                    # Shown text is finished honestly, never retried into a second copy.
-                    await stream.finish(f"cut:{self.run_id}:{self.rounds + 1}", cut_off_text(shown, exc))
-                    raise TurnEnd("FAILED", "cut_off", error=str(exc)) from exc
-                raise
+                await self._after_llm_error(exc, built, builder, stream)  # returns only to send again
+                continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
-
-    async def _context_refused(self, built, error: LLMError, prompt_tokens: int | None, window: int | None) -> None:  # noqa: ANN001
-        """Shrink once; a second refusal ends the turn, setting aside the turn's own message when
-        it is what does not fit (so the next message works)."""
-        await self.trace.error("llm", f"context too long: {error}")  # type: ignore[union-attr]
-        if self.overflow_retries >= 1 or self.s.context is None:
-            window = window or (self.s.context.window_of(self.cfg.llm.model) if self.s.context is not None else 0)
-            message = END_MESSAGES["overflow"]
-            if self.s.context is not None and await self._set_aside_request(window):
-                message = too_long_message(window)
-            raise TurnEnd("FAILED", "overflow", message=message, error=str(error)) from error
-        self.overflow_retries += 1
-        self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, prompt_tokens, window)
-
-    async def _set_aside_request(self, window: int) -> bool:
-        """When the turn has nothing but its new user rows and they alone are near the window,
-        mark them failed: kept in the database, left out of every later context."""
-        history = await self.s.store.sessions.history(self.session.id, after_seq=self.req.turn_started_seq - 1)
-        if not history or any(row.role != "user" for row in history):
-            return False
-        tokens = self.s.context.estimate(self.cfg.llm.model, sum(len(row.content) for row in history))
-        if not near_window(tokens, window):
-            return False
-        await self.s.store.sessions.mark_failed([row.id for row in history])
-        if self.s.context is not None:
-            self.s.context.forget(self.session.id)
-        return True
 
     async def _consume(self, messages, tools, builder: RoundBuilder, stream: RecordedStream):  # noqa: ANN001, ANN202
         """Read one LLM stream into the builder, showing text as it grows. No database work

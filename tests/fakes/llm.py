@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from fakes.llm_discovery import DiscoveryEndpoints, ServerKind
 from fakes.llm_rules import NullContent, null_content_problem, request_problem, template_problem
 
 TemplateErrors = Literal["400", "empty_stream"]
-ServerKind = Literal["vllm", "llamacpp", "ollama", "lmstudio", "openai"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def default_responder(request: dict[str, Any]) -> ScriptItem:
     return Reply("ok")
 
 
-class FakeLLM:
+class FakeLLM(DiscoveryEndpoints):
     def __init__(
         self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
         chunk_chars: int = 8, pings: bool = True, template_errors: TemplateErrors = "400",
@@ -234,40 +234,6 @@ class FakeLLM:
 
     async def wait_disconnect(self, timeout: float = 5.0) -> None:
         await asyncio.wait_for(self.disconnected.wait(), timeout)
-
-    # --- discovery: each server kind answers only its own endpoint, as the real ones do ---
-
-    async def _models(self, request: web.Request) -> web.Response:
-        self.probes.append(request.path)
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return web.json_response({"error": {"message": "Incorrect API key provided."}}, status=401)
-        entry: dict[str, Any] = {"id": "m", "object": "model", "owned_by": self.server_kind}
-        if self.server_kind == "vllm":
-            entry["max_model_len"] = self.context_window
-        return web.json_response({"object": "list", "data": [entry]})
-
-    async def _props(self, request: web.Request) -> web.Response:
-        self.probes.append(request.path)
-        if self.server_kind != "llamacpp":
-            return web.json_response({"error": "not found"}, status=404)
-        settings = {"n_ctx": self.context_window, "temperature": 0.8}
-        return web.json_response({"default_generation_settings": settings, "total_slots": 1})
-
-    async def _ollama_show(self, request: web.Request) -> web.Response:
-        self.probes.append(request.path)
-        if self.server_kind != "ollama":
-            return web.json_response({"error": "not found"}, status=404)
-        parameters = f"num_ctx {self.ollama_num_ctx}\nstop <eos>" if self.ollama_num_ctx else "stop <eos>"
-        info = {"llama.context_length": self.context_window}
-        return web.json_response({"parameters": parameters, "model_info": info})
-
-    async def _lmstudio_model(self, request: web.Request) -> web.Response:
-        self.probes.append(request.path)
-        if self.server_kind != "lmstudio":
-            return web.json_response({"error": "not found"}, status=404)
-        model = request.match_info["model"]
-        entry = {"id": model, "max_context_length": 32_768, "loaded_context_length": self.context_window}
-        return web.json_response(entry)
 
     # --- serving ---
 

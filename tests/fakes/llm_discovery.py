@@ -1,0 +1,55 @@
+"""What the fake LLM says about itself, the way each kind of real server says it (see
+gateway/llm/discovery.py): vLLM `max_model_len` in /v1/models, llama.cpp `/props`, Ollama
+`/api/show`, LM Studio `/api/v0/models/<model>`; "openai" says nothing. Each kind answers only
+its own endpoint; the others are 404 as on the real servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from aiohttp import web
+
+ServerKind = Literal["vllm", "llamacpp", "ollama", "lmstudio", "openai"]
+
+
+class DiscoveryEndpoints:
+    """A mixin of FakeLLM, which sets these attributes."""
+
+    server_kind: ServerKind
+    context_window: int
+    ollama_num_ctx: int | None
+    api_key: str | None
+    probes: list[str]
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "Incorrect API key provided."}}, status=401)
+        entry: dict[str, Any] = {"id": "m", "object": "model", "owned_by": self.server_kind}
+        if self.server_kind == "vllm":
+            entry["max_model_len"] = self.context_window
+        return web.json_response({"object": "list", "data": [entry]})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "llamacpp":
+            return web.json_response({"error": "not found"}, status=404)
+        settings = {"n_ctx": self.context_window, "temperature": 0.8}
+        return web.json_response({"default_generation_settings": settings, "total_slots": 1})
+
+    async def _ollama_show(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "ollama":
+            return web.json_response({"error": "not found"}, status=404)
+        parameters = f"num_ctx {self.ollama_num_ctx}\nstop <eos>" if self.ollama_num_ctx else "stop <eos>"
+        info = {"llama.context_length": self.context_window}
+        return web.json_response({"parameters": parameters, "model_info": info})
+
+    async def _lmstudio_model(self, request: web.Request) -> web.Response:
+        self.probes.append(request.path)
+        if self.server_kind != "lmstudio":
+            return web.json_response({"error": "not found"}, status=404)
+        model = request.match_info["model"]
+        entry = {"id": model, "max_context_length": 32_768, "loaded_context_length": self.context_window}
+        return web.json_response(entry)
