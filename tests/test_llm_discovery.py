@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
 from fakes.llm import FakeLLM
 
 from gateway.config import LLMConfig
 from gateway.llm import LLMClient
-from gateway.llm.discovery import FALLBACK_WINDOW, OLLAMA_DEFAULT_CTX
+from gateway.llm.discovery import FALLBACK_WINDOW, OLLAMA_DEFAULT_CTX, ServerInfo
 
 
 async def window_of(fake: FakeLLM) -> tuple[int, str]:
@@ -52,3 +53,25 @@ async def test_the_window_is_asked_once_per_model():
             first = await client.context_window()
             asked = len(fake.probes)
             assert await client.context_window() == first and len(fake.probes) == asked == 1
+
+
+async def test_a_fallback_is_asked_again_later_in_case_the_server_was_down():
+    now = [0.0]
+    async with FakeLLM(server_kind="openai") as fake:
+        async with LLMClient(LLMConfig(base_url=fake.base_url, model="m"), clock=lambda: now[0]) as client:
+            assert not (await client.context_window()).discovered
+            asked = len(fake.probes)
+            await client.context_window()
+            assert len(fake.probes) == asked
+            now[0] += 301
+            fake.server_kind = "llamacpp"
+            assert (await client.context_window()).source == "llama.cpp /props n_ctx"
+
+
+async def test_openai_models_get_their_documented_windows_without_a_request():
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"no request expected, got {request.url}")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
+        found = await ServerInfo(http, "https://api.openai.com/v1").window("gpt-4o-mini")
+    assert (found.tokens, found.discovered) == (128_000, True)

@@ -30,6 +30,7 @@ from gateway.llm.errors import (
 from gateway.llm.events import Completion, ModelInfo, StreamEvent
 from gateway.llm.stream import ChunkParser, SSEDecoder, collect
 
+FALLBACK_RETRY_S = 300.0  # a window the server did not say is asked again after this
 EMPTY_ANSWERS_MEAN_REFUSED = 2  # the same body answered by an empty stream this often will be again
 REFUSED_EMPTY = (
     "the LLM server answered twice with an empty stream for {model} and gave no reason; llama.cpp does "
@@ -96,17 +97,21 @@ class LLMClient:
         self._rng = rng or random.Random()
         self.server = ServerInfo(self._http, config.base_url)
         self._windows: dict[str, Window] = {}
+        self._ask_again: dict[str, float] = {}  # when to ask again after a fallback
         self._tokenizer: Tokenizer | None = None
         self._tokenizer_known = False
         self._discovery = asyncio.Lock()  # one probe per model, however many turns ask at once
 
     async def context_window(self, model: str | None = None) -> Window:
-        """The model's context window as the server says it (asked once, then cached)."""
+        """The model's context window as the server says it: asked once and cached; the fallback
+        only for a while, in case the server was down when asked."""
         model = model or self.config.model
         async with self._discovery:
-            if model not in self._windows:
-                self._windows[model] = await self.server.window(model)
-            return self._windows[model]
+            cached = self._windows.get(model)
+            if cached is None or (not cached.discovered and self._clock() >= self._ask_again.get(model, 0.0)):
+                cached = self._windows[model] = await self.server.window(model)
+                self._ask_again[model] = self._clock() + FALLBACK_RETRY_S
+            return cached
 
     async def window_tokens(self, model: str) -> int:
         return (await self.context_window(model)).tokens

@@ -10,6 +10,7 @@
   is at most that even when the model's `<arch>.context_length` is larger;
 - llama-cpp-python (it has none of these): one prompt longer than any window, sent without
   streaming, which it refuses before evaluating with "maximum context length is N tokens".
+- OpenAI (api.openai.com says nothing): the documented windows of its model families.
 When nothing answers, the window is `FALLBACK_WINDOW`, and a log line says so.
 
 Token counts without usage chunks use the server's own tokenizer where it has one
@@ -35,6 +36,17 @@ OLLAMA_DEFAULT_CTX = 4_096
 PROBE_TOKENS = 1 << 18  # more than any llama-cpp-python window in use; refused before evaluation
 PROBE_TIMEOUT_S = 30.0
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.M)
+# OpenAI's documented context windows by model family (longest prefix first wins).
+OPENAI_WINDOWS = (
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("o4-mini", 200_000),
+    ("o3", 200_000),
+    ("o1", 200_000),
+    ("gpt-3.5-turbo", 16_385),
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,12 @@ class ServerInfo:
 
     async def window(self, model: str) -> Window:
         probes: list[Callable[[str], Awaitable[Window | None]]] = [
-            self._llamacpp_props, self._models_list, self._lmstudio, self._ollama, self._llama_cpp_python,
+            self._openai,
+            self._llamacpp_props,
+            self._models_list,
+            self._lmstudio,
+            self._ollama,
+            self._llama_cpp_python,
         ]
         for probe in probes:
             try:
@@ -78,7 +95,10 @@ class ServerInfo:
                 return found
         log.warning(
             "the server at %s did not say the context window of %s: assuming %s tokens "
-            "(set llm.context_window to the real value)", self.base, model, FALLBACK_WINDOW,
+            "(set llm.context_window to the real value)",
+            self.base,
+            model,
+            FALLBACK_WINDOW,
         )
         return Window(FALLBACK_WINDOW, "fallback")
 
@@ -106,6 +126,14 @@ class ServerInfo:
     async def _get(self, url: str) -> Any:
         response = await self.http.get(url)
         return response.json() if response.status_code == 200 else None
+
+    async def _openai(self, model: str) -> Window | None:
+        if httpx.URL(self.base).host != "api.openai.com":
+            return None
+        for prefix, tokens in OPENAI_WINDOWS:
+            if model.startswith(prefix):
+                return Window(tokens, f"OpenAI's documented window for {prefix}")
+        return None
 
     async def _llamacpp_props(self, model: str) -> Window | None:
         props = await self._get(f"{self.root}/props")
