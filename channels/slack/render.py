@@ -140,6 +140,9 @@ def _block(node: Node, depth: int) -> str:
     return _neutralise_fences(escape(node.content.rstrip("\n")))
 
 
+_QUOTE_MARKERS = re.compile(r"(?m)^(?:> )+")
+
+
 def _list(node: Node, depth: int) -> str:
     numbers = list_numbers(node) if node.type == "ordered_list" else None
     indent = "    " * depth
@@ -152,6 +155,8 @@ def _list(node: Node, depth: int) -> str:
                 out.append(inner_gap + _list(child, depth + 1))
                 continue
             text = _block(child, depth + 1)
+            if child.type == "blockquote":  # a quote marker counts only at a line start, never in a list
+                text = _QUOTE_MARKERS.sub(lambda m: "&gt; " * (len(m.group(0)) // 2), text)
             if inner_gap:  # a later block of the item, under its first line
                 out.append(inner_gap + "    " * (depth + 1) + text)
                 continue
