@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 DEFAULT_CONFIG_PATH = "config.yml"
@@ -192,6 +192,54 @@ class ServeConfig(_Section):
     _duration = field_validator("shutdown_grace", mode="before")(lambda cls, v: parse_duration(v))
 
 
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
+
+
+class McpServerConfig(_Section):
+    """One MCP server: `command` (stdio, a subprocess) or `url` (Streamable HTTP, or SSE)."""
+
+    command: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str = ""
+    url: str = ""
+    transport: Literal["streamable_http", "sse"] = "streamable_http"  # for `url`
+    headers: dict[str, str] = {}
+    tools: list[str] = ["*"]  # globs of the server's own tool names to offer
+    trusted: bool = False  # believe the server's readOnlyHint annotations
+    timeout_s: float = Field(60.0, gt=0)  # per call
+    connect_timeout_s: float = Field(30.0, gt=0)  # start + handshake + first tool list
+    sampling: bool = False  # answer the server's sampling requests with our model (counts against the run)
+    description_chars: int = Field(300, ge=0)  # tool descriptions are cut to this, so the prompt stays small
+    enabled: bool = True
+
+    _duration = field_validator("timeout_s", "connect_timeout_s", mode="before")(lambda cls, v: parse_duration(v))
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> "McpServerConfig":
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give either command (a stdio server) or url (an HTTP server), not both or neither")
+        return self
+
+
+class McpConfig(_Section):
+    servers: dict[str, McpServerConfig] = {}
+    restart_initial_s: float = Field(1.0, gt=0)  # first wait before restarting a failed server; doubles
+    restart_max_s: float = Field(60.0, gt=0)
+    health_interval_s: float = Field(15.0, gt=0)  # a running server's tools are listed again this often
+
+    _duration = field_validator("restart_initial_s", "restart_max_s", "health_interval_s", mode="before")(
+        lambda cls, v: parse_duration(v)
+    )
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _SERVER_NAME.match(name):
+                raise ValueError(f"server name {name!r}: use 1-24 letters, digits or - (tools are named mcp__<server>__<tool>)")
+        return value
+
+
 def _strings(value: Any) -> Any:
     if isinstance(value, list):
         return [str(x) for x in value]
@@ -297,6 +345,7 @@ class Config(_Section):
     telegram: TelegramConfig = TelegramConfig()
     slack: SlackConfig = SlackConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    mcp: McpConfig = McpConfig()
 
     source: str = Field("<defaults>", exclude=True)
 

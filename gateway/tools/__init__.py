@@ -11,6 +11,7 @@ from gateway.tools.builtin_shell import shell_specs
 from gateway.tools.registry import (
     SOURCES,
     InMemoryNotes,
+    NeedsAnswer,
     Notes,
     ToolContext,
     ToolError,
@@ -25,6 +26,7 @@ from gateway.tools.registry import (
 __all__ = [
     "SOURCES",
     "InMemoryNotes",
+    "NeedsAnswer",
     "Notes",
     "ToolContext",
     "ToolError",

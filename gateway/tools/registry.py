@@ -33,6 +33,18 @@ class ToolError(Exception):
     """A tool's clear, expected failure; its message is the result the model sees."""
 
 
+class NeedsAnswer(Exception):
+    """A tool that cannot finish without asking the user (an MCP server's elicitation).
+
+    The turn parks on a question prompt; when it is answered (or expires) the tool is called
+    again with `ToolContext.resume` = {"state": state, "status": prompt status, "answer": text}.
+    """
+
+    def __init__(self, question: str, *, choices: list[str], allow_free_text: bool, state: dict[str, Any]):
+        super().__init__(question)
+        self.question, self.choices, self.allow_free_text, self.state = question, choices, allow_free_text, state
+
+
 class Notes(Protocol):
     """Per-session notes (the scratchpad); the store implements it."""
 
@@ -72,6 +84,8 @@ class ToolContext:
     notes: Notes
     services: dict[str, Any] = field(default_factory=dict)
     call_id: str = ""  # the model's tool call id, for tools that park on it (ask_user)
+    run_id: int = 0  # the run the call belongs to, for tools that add to its trace (MCP)
+    resume: dict[str, Any] | None = None  # the answer a parked call continues with (see NeedsAnswer)
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,9 @@ class ToolSpec:
     `func(ctx, args)` runs it; `side_effects` says whether it changes anything outside the
     session (approvals require a human for those by default, and a restart does not re-run
     them); `classes` feed approval rules (`@fs_write`, `@exec`, `@network`); `lod` says which
-    end of a long result matters when the context is shortened.
+    end of a long result matters when the context is shortened. `grant` is what a human's
+    standing approval is keyed on (the name, unless the tool can change under the same name:
+    MCP tools add a hash of their server and schema).
     """
 
     name: str
@@ -91,6 +107,11 @@ class ToolSpec:
     side_effects: bool = False
     classes: frozenset[str] = frozenset()
     lod: Lod = "head"
+    grant: str = ""
+
+    @property
+    def grant_key(self) -> str:
+        return self.grant or self.name
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -111,6 +132,7 @@ class ToolSpec:
 class ToolOutcome:
     text: str
     failed: bool = False
+    ask: NeedsAnswer | None = None  # the call waits for the user's answer
 
 
 def build_spec(
@@ -163,6 +185,9 @@ class ToolRegistry:
 
         return decorate
 
+    def unregister(self, name: str) -> None:
+        self._specs.pop(name, None)
+
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
 
@@ -197,6 +222,8 @@ async def run_tool(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> To
         result = await spec.func(ctx, args)
     except ToolError as exc:
         return ToolOutcome(str(exc) or f"{spec.name} failed", failed=True)
+    except NeedsAnswer as ask:
+        return ToolOutcome("", ask=ask)
     except ArgumentError as exc:
         return ToolOutcome(f"Invalid arguments for {spec.name}: {exc}. Fix the arguments and call again.", True)
     except Exception as exc:  # a bug in a tool must not end the turn

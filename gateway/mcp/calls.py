@@ -1,0 +1,190 @@
+"""One call of an MCP tool: the round trips with the server, the questions it asks (parked as
+chat questions, declined in headless sessions), its sampling requests (refused unless the
+server is allowed to sample, then answered by our model and counted in the run), and the
+MCP_CALL trace event of each round trip (server, tool, duration, result size).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.config import McpServerConfig
+from gateway.mcp import elicitation
+from gateway.mcp.results import render
+from gateway.mcp.sdk import (
+    Answer, CallFailed, CallResult, ElicitAnswer, Elicitation, InputNeeded, InputRequest, OtherRequest, SamplingAnswer,
+    SamplingRequest, ServerGone,
+)
+from gateway.tools.registry import NeedsAnswer, ToolContext, ToolError
+
+if TYPE_CHECKING:
+    from gateway.mcp.manager import McpManager
+
+log = logging.getLogger(__name__)
+MAX_ROUNDS = 8  # input rounds of one call, so a server that keeps asking cannot loop forever
+
+
+async def call(manager: "McpManager", server: str, config: McpServerConfig, tool: str, args: dict[str, Any], ctx: ToolContext) -> str:
+    connection = manager.connections.get(server)
+    if connection is None or connection.closed.is_set():
+        state = manager.states[server]
+        raise ToolError(
+            f"The MCP server {server!r} is not running ({state.error or state.status}); its tools are unavailable "
+            "until it has been restarted. Try again later or do without it."
+        )
+    answers: dict[str, Answer] = {}
+    token: str | None = None
+    if ctx.resume is not None:
+        answers, token, pending = _resumed(ctx.resume)
+        answers = await _answer(server, config, pending, answers, token, ctx)
+    for _ in range(MAX_ROUNDS):
+        started = time.monotonic()
+        try:
+            result = await connection.call(tool, args, answers=answers or None, state=token)
+        except ServerGone as exc:
+            await _trace(ctx, server, tool, started, "server_gone", 0)
+            raise ToolError(
+                f"The MCP server {server!r} stopped during the call ({exc}); it is being restarted. "
+                "The call may or may not have taken effect."
+            ) from None
+        except CallFailed as exc:
+            await _trace(ctx, server, tool, started, "protocol_error", 0)
+            raise ToolError(f"The MCP server {server!r} rejected the call: {exc}") from None
+        except TimeoutError:
+            await _trace(ctx, server, tool, started, "timeout", 0)
+            raise ToolError(f"The MCP server {server!r} did not answer within {config.timeout_s:g}s; the call was abandoned.") from None
+        if isinstance(result, CallResult):
+            text = render(result, server=server, workspace=ctx.workspace)
+            await _trace(ctx, server, tool, started, "error" if result.is_error else "ok", len(text))
+            if result.is_error:
+                raise ToolError(f"The MCP tool {tool} of {server!r} returned an error: {text}")
+            return text
+        await _trace(ctx, server, tool, started, "input_required", 0)
+        token = result.state
+        answers = await _answer(server, config, result.requests, {}, token, ctx)
+    raise ToolError(f"The MCP server {server!r} kept asking for input ({MAX_ROUNDS} rounds); the call was abandoned.")
+
+
+async def _answer(
+    server: str, config: McpServerConfig, requests: dict[str, InputRequest], answers: dict[str, Answer], token: str | None, ctx: ToolContext,
+) -> dict[str, Answer]:
+    """Answers for every request; parks the turn (NeedsAnswer) on the first unanswered question."""
+    answers = dict(answers)
+    for key, request in requests.items():
+        if key in answers:
+            continue
+        if isinstance(request, Elicitation):
+            if not ctx.interactive:
+                answers[key] = ElicitAnswer("decline")  # headless: nobody can answer
+                continue
+            asked = elicitation.question(server, request)
+            state = {"token": token, "requests": _dump_requests(requests), "answers": _dump_answers(answers), "asking": key}
+            raise NeedsAnswer(asked.text, choices=asked.choices, allow_free_text=asked.allow_free_text, state=state)
+        if isinstance(request, SamplingRequest):
+            answers[key] = await _sample(server, config, request, ctx)
+            continue
+        assert isinstance(request, OtherRequest)
+        raise ToolError(f"The MCP server {server!r} asked for {request.method!r}, which this gateway does not provide.")
+    return answers
+
+
+async def _sample(server: str, config: McpServerConfig, request: SamplingRequest, ctx: ToolContext) -> Answer:
+    llm = ctx.services.get("llm")
+    if not config.sampling or llm is None:
+        raise ToolError(
+            f"The MCP server {server!r} asked to use the model (sampling), which is not enabled for it "
+            f"(mcp.servers.{server}.sampling); the call was not finished."
+        )
+    messages = ([{"role": "system", "content": request.system_prompt}] if request.system_prompt else []) + [
+        {"role": "assistant" if role == "assistant" else "user", "content": text} for role, text in request.messages
+    ]
+    started = time.monotonic()
+    completion = await llm.complete(messages, max_tokens=request.max_tokens or None)
+    usage = completion.usage
+    totals = {"llm_calls": 1}
+    if usage is not None:
+        totals |= {"input_tokens": usage.prompt_tokens, "cached_tokens": usage.cached_tokens, "output_tokens": usage.completion_tokens}
+    await _record(ctx, "MCP_SAMPLING", {
+        "server": server, "model": completion.model, "duration_ms": round((time.monotonic() - started) * 1000, 2),
+        "output_chars": len(completion.text),
+    }, **totals)
+    return SamplingAnswer(completion.text, completion.model)
+
+
+def _resumed(resume: dict[str, Any]) -> tuple[dict[str, Answer], str | None, dict[str, InputRequest]]:
+    """The state a parked call was saved with, plus the user's answer to the question it asked."""
+    state = resume["state"]
+    requests = _load_requests(state["requests"])
+    answers = _load_answers(state["answers"])
+    asking = state["asking"]
+    request = requests[asking]
+    assert isinstance(request, Elicitation)
+    answers[asking] = elicitation.answer(request, resume.get("status", ""), resume.get("answer"))
+    return answers, state.get("token"), requests
+
+
+def _dump_requests(requests: dict[str, InputRequest]) -> dict[str, Any]:
+    dumped: dict[str, Any] = {}
+    for key, request in requests.items():
+        if isinstance(request, Elicitation):
+            dumped[key] = {"kind": "elicit", "message": request.message, "schema": request.schema}
+        elif isinstance(request, SamplingRequest):
+            dumped[key] = {"kind": "sample", "messages": [list(m) for m in request.messages], "system": request.system_prompt, "max_tokens": request.max_tokens}
+        else:
+            dumped[key] = {"kind": "other", "method": request.method}
+    return dumped
+
+
+def _load_requests(dumped: dict[str, Any]) -> dict[str, InputRequest]:
+    loaded: dict[str, InputRequest] = {}
+    for key, item in dumped.items():
+        if item["kind"] == "elicit":
+            loaded[key] = Elicitation(item["message"], item["schema"])
+        elif item["kind"] == "sample":
+            loaded[key] = SamplingRequest(tuple((r, t) for r, t in item["messages"]), item["system"], item["max_tokens"])
+        else:
+            loaded[key] = OtherRequest(item["method"])
+    return loaded
+
+
+def _dump_answers(answers: dict[str, Answer]) -> dict[str, Any]:
+    dumped: dict[str, Any] = {}
+    for key, answer in answers.items():
+        if isinstance(answer, ElicitAnswer):
+            dumped[key] = {"kind": "elicit", "action": answer.action, "content": answer.content}
+        elif isinstance(answer, SamplingAnswer):
+            dumped[key] = {"kind": "sample", "text": answer.text, "model": answer.model}
+    return dumped
+
+
+def _load_answers(dumped: dict[str, Any]) -> dict[str, Answer]:
+    loaded: dict[str, Answer] = {}
+    for key, item in dumped.items():
+        if item["kind"] == "elicit":
+            loaded[key] = ElicitAnswer(item["action"], item["content"])
+        else:
+            loaded[key] = SamplingAnswer(item["text"], item["model"])
+    return loaded
+
+
+async def _trace(ctx: ToolContext, server: str, tool: str, started: float, status: str, result_chars: int) -> None:
+    await _record(ctx, "MCP_CALL", {
+        "server": server, "tool": tool, "call_id": ctx.call_id, "status": status,
+        "duration_ms": round((time.monotonic() - started) * 1000, 2), "result_chars": result_chars,
+    })
+
+
+async def _record(ctx: ToolContext, kind: str, payload: dict[str, Any], **totals: Any) -> None:
+    store = ctx.services.get("store")
+    if store is None or not ctx.run_id:
+        return
+    try:
+        await store.runs.add_events(ctx.run_id, [(kind, payload, None)], **totals)
+    except Exception:  # noqa: BLE001 - a trace write never fails the call
+        log.exception("run %s: could not record %s", ctx.run_id, kind)
+
+
+

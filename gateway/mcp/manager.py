@@ -1,0 +1,222 @@
+"""MCP servers: one supervisor task per configured server keeps a session open, offers the
+server's tools in the registry, and restarts the server with backoff when it fails to start,
+crashes or stops answering. A server that is down is not an error of the gateway: its tools
+are simply absent, and a call caught by a crash gets a clear tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config import McpConfig, McpServerConfig
+from gateway.mcp import calls
+from gateway.mcp.naming import grant_key, schema_hash, tool_name
+from gateway.mcp.sdk import Connection, InputRequest, RemoteTool, connect
+from gateway.mcp.sdk import Answer, ElicitAnswer, Elicitation, Refusal
+from gateway.tools.registry import ToolContext, ToolRegistry, ToolSpec, matches_any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerState:
+    """What /readyz, /status and `gateway doctor` show for one server."""
+
+    name: str
+    target: str  # the command or the url
+    status: str = "starting"  # starting | running | failed | disabled
+    tools: int = 0
+    error: str = ""
+    restarts: int = 0
+    retry_in_s: float = 0.0
+    protocol: str = ""
+    server: str = ""  # the server's own name and version
+    since: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "tools": self.tools, "error": self.error, "restarts": self.restarts,
+            "retry_in_s": self.retry_in_s, "protocol": self.protocol, "server": self.server, "target": self.target,
+        }
+
+
+class McpManager:
+    def __init__(self, config: McpConfig, registry: ToolRegistry):
+        self.config = config
+        self.registry = registry
+        self.states: dict[str, ServerState] = {}
+        self.connections: dict[str, Connection] = {}
+        self._offered: dict[str, list[str]] = {}  # server -> names in the registry
+        self._tasks: list[asyncio.Task] = []
+        self.changed = asyncio.Condition()  # notified whenever a server's state or tools change
+        for name, server in config.servers.items():
+            target = " ".join(server.command) if server.command else server.url
+            self.states[name] = ServerState(name, target, status="starting" if server.enabled else "disabled")
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        for name, server in self.config.servers.items():
+            if server.enabled:
+                self._tasks.append(asyncio.create_task(self._supervise(name, server), name=f"mcp-{name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return {name: state.as_dict() for name, state in self.states.items()}
+
+    async def wait_for(self, predicate: Any, timeout: float) -> None:
+        """Until `predicate(self)` holds (for tests and `gateway doctor`)."""
+        async with asyncio.timeout(timeout):
+            async with self.changed:
+                await self.changed.wait_for(lambda: predicate(self))
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    # ---- supervision ---------------------------------------------------------------------
+    async def _supervise(self, name: str, server: McpServerConfig) -> None:
+        state = self.states[name]
+        delay = self.config.restart_initial_s
+        while True:
+            state.status, state.retry_in_s = "starting", 0.0
+            await self._notify()
+            error = "the connection closed"
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    async with asyncio.timeout(server.connect_timeout_s):
+                        connection = await stack.enter_async_context(connect(server, on_legacy_request=self._legacy_request))
+                        await self._load(name, server, connection)
+                    self.connections[name] = connection
+                    state.status, state.error, state.protocol = "running", "", connection.protocol_version
+                    state.server, state.since = connection.server_version, time.time()
+                    delay = self.config.restart_initial_s
+                    await self._notify()
+                    await self._serve(name, server, connection)
+            except asyncio.CancelledError:
+                self._unload(name)
+                raise
+            except TimeoutError:
+                error = f"no answer within {server.connect_timeout_s:g}s"
+            except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
+                error = describe(exc)
+            self.connections.pop(name, None)
+            self._unload(name)
+            state.status, state.error, state.restarts, state.retry_in_s = "failed", error, state.restarts + 1, delay
+            log.warning("MCP server %s is down (%s); restarting in %.1fs", name, error, delay)
+            await self._notify()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.config.restart_max_s)
+
+    async def _serve(self, name: str, server: McpServerConfig, connection: Connection) -> None:
+        """Until the connection is gone: reload the tools when the server says they changed,
+        and list them again every `health_interval_s` (which also finds a silent death)."""
+        watcher = asyncio.create_task(connection.watch(), name=f"mcp-{name}-watch")
+        try:
+            while not connection.closed.is_set():
+                closed = asyncio.ensure_future(connection.closed.wait())
+                changed = asyncio.ensure_future(connection.tools_changed.wait())
+                try:
+                    await asyncio.wait({closed, changed}, timeout=self.config.health_interval_s, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    closed.cancel()
+                    changed.cancel()
+                if connection.closed.is_set():
+                    return
+                connection.tools_changed.clear()
+                async with asyncio.timeout(server.timeout_s):
+                    await self._load(name, server, connection)
+                await self._notify()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _load(self, name: str, server: McpServerConfig, connection: Connection) -> None:
+        tools = await connection.list_tools()
+        identity = f"{name}|{self.states[name].target}|{connection.server_version}"
+        specs = [self._spec(name, server, identity, tool) for tool in tools if matches_any(tool.name, server.tools)]
+        self._unload(name)
+        offered = []
+        for spec in specs:
+            if spec.name in self.registry:
+                log.warning("MCP server %s: tool %s clashes with a tool already offered; skipped", name, spec.name)
+                continue
+            self.registry.register(spec)
+            offered.append(spec.name)
+        self._offered[name] = offered
+        self.states[name].tools = len(offered)
+
+    def _unload(self, name: str) -> None:
+        for tool in self._offered.pop(name, []):
+            self.registry.unregister(tool)
+        self.states[name].tools = 0
+
+    def _spec(self, name: str, server: McpServerConfig, identity: str, tool: RemoteTool) -> ToolSpec:
+        offered = tool_name(name, tool.name)
+        remote = tool.name
+
+        async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
+            return await calls.call(self, name, server, remote, args, ctx)
+
+        return ToolSpec(
+            name=offered,
+            description=short_description(tool.description, server.description_chars, name),
+            parameters=clean_schema(tool.input_schema),
+            func=run,
+            side_effects=not (server.trusted and tool.read_only_hint is True),
+            classes=frozenset({"mcp"}),
+            grant=grant_key(offered, schema_hash(identity, tool.name, tool.description, tool.input_schema, tool.annotations)),
+        )
+
+    async def _legacy_request(self, request: InputRequest) -> Answer:
+        """Requests sent in the middle of a call by servers on older protocol versions: the
+        turn cannot park inside the call, so elicitation is declined and sampling refused."""
+        if isinstance(request, Elicitation):
+            log.info("MCP elicitation declined: the server sent it mid-call (an older protocol version)")
+            return ElicitAnswer("decline")
+        return Refusal("this client answers sampling requests only on the 2026-07-28 protocol")
+
+
+def short_description(text: str, limit: int, server: str) -> str:
+    text = " ".join((text or "").split())
+    if limit and len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return f"[{server}] {text}" if text else f"A tool of the {server} MCP server."
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The server's JSON Schema without its titles (they cost prompt and say nothing)."""
+    cleaned = _strip_titles(schema)
+    if not isinstance(cleaned, dict) or cleaned.get("type") != "object":
+        return {"type": "object", "properties": {}}
+    cleaned.setdefault("properties", {})
+    return cleaned
+
+
+def _strip_titles(node: Any, in_properties: bool = False) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: _strip_titles(value, key in ("properties", "$defs", "definitions"))
+            for key, value in node.items()
+            if in_properties or key != "title"
+        }
+    if isinstance(node, list):
+        return [_strip_titles(item) for item in node]
+    return node
+
+
+def describe(exc: BaseException) -> str:
+    """The first real error inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"

@@ -1,0 +1,284 @@
+"""The one module that imports the `mcp` SDK: a connection to one MCP server, in our own
+vocabulary (plain dataclasses), so the rest of the gateway never sees an SDK type.
+
+A connection is opened by `connect()` (an async context manager that must be entered and
+left in one task: the SDK runs the transport in anyio task groups), lists tools, calls them,
+and reports when the server says its tools changed or the connection is gone. Elicitation
+and sampling requests arrive inside the call's result (`InputNeeded`, the 2026-07-28
+protocol) so the turn can park on them and answer later; on older protocol versions, where
+they arrive as requests in the middle of a call, the callbacks given to `connect()` answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from gateway.config import McpServerConfig
+
+log = logging.getLogger(__name__)
+
+
+class ServerGone(Exception):
+    """The connection to the server closed (the process exited, the HTTP session ended)."""
+
+
+class CallFailed(Exception):
+    """The server answered the call with a protocol error (not an `isError` result)."""
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only_hint: bool | None
+    annotations: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Content:
+    kind: Literal["text", "image", "audio", "blob", "link"]
+    text: str = ""  # text, or the link's uri
+    data: bytes = b""
+    mime: str = ""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    content: tuple[Content, ...]
+    is_error: bool
+    structured: Any = None
+
+
+@dataclass(frozen=True)
+class Elicitation:
+    message: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    messages: tuple[tuple[str, str], ...]  # (role, text)
+    system_prompt: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class OtherRequest:
+    method: str
+
+
+InputRequest = Elicitation | SamplingRequest | OtherRequest
+
+
+@dataclass(frozen=True)
+class InputNeeded:
+    """The server needs answers before it can finish the call; call again with them."""
+
+    requests: dict[str, InputRequest]
+    state: str | None
+
+
+@dataclass(frozen=True)
+class ElicitAnswer:
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SamplingAnswer:
+    text: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    message: str
+
+
+Answer = ElicitAnswer | SamplingAnswer | Refusal
+OnLegacyRequest = Callable[[InputRequest], Awaitable[Answer]]
+
+
+@dataclass
+class Connection:
+    """An open session with one server."""
+
+    client: Client
+    timeout_s: float
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    tools_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def server_version(self) -> str:
+        info = self.client.server_info
+        return f"{info.name} {info.version}".strip() if info is not None else ""
+
+    @property
+    def protocol_version(self) -> str:
+        return self.client.protocol_version
+
+    async def list_tools(self) -> list[RemoteTool]:
+        tools: list[RemoteTool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a paginator that never ends cannot hang the listing
+            page = await self._guard(self.client.list_tools(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            tools += [_remote_tool(tool) for tool in page.tools]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], *, answers: dict[str, Answer] | None = None, state: str | None = None
+    ) -> CallResult | InputNeeded:
+        responses = {key: _response(answer) for key, answer in (answers or {}).items()} or None
+        result = await self._guard(
+            self.client.session.call_tool(
+                name, arguments, read_timeout_seconds=self.timeout_s, input_responses=responses,  # type: ignore[arg-type]
+                request_state=state, allow_input_required=True,
+            ),
+            self.timeout_s,
+        )
+        if isinstance(result, types.InputRequiredResult):
+            requests = {key: _input_request(request) for key, request in (result.input_requests or {}).items()}
+            return InputNeeded(requests, result.request_state)
+        return CallResult(tuple(_content(block) for block in result.content), bool(result.is_error), result.structured_content)
+
+    async def _guard(self, work: Awaitable[Any], timeout: float) -> Any:
+        try:
+            async with asyncio.timeout(timeout):
+                return await work
+        except MCPError as exc:
+            if "closed" in str(exc).lower():
+                self.closed.set()
+                raise ServerGone(str(exc)) from exc
+            raise CallFailed(str(exc)) from exc
+        except (OSError, EOFError) as exc:
+            self.closed.set()
+            raise ServerGone(str(exc) or type(exc).__name__) from exc
+
+    async def watch(self) -> None:
+        """Until the connection ends: set `tools_changed` when the server announces a change.
+        Returns when the server closes the change stream (the connection is gone)."""
+        try:
+            async with self.client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self.tools_changed.set()
+        except ListenNotSupportedError:
+            await self.closed.wait()  # older servers announce changes through the message handler
+            return
+        except Exception as exc:  # noqa: BLE001 - any end of the stream means the server is gone
+            log.info("MCP change stream ended: %s", exc)
+        self.closed.set()
+
+
+@contextlib.asynccontextmanager
+async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest) -> AsyncIterator[Connection]:
+    """Open a session with the configured server (a subprocess for `command`, HTTP for `url`)."""
+    holder: dict[str, Connection] = {}
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            holder["connection"].tools_changed.set()
+        elif isinstance(message, Exception):
+            log.info("MCP transport error: %s", message)
+
+    async def on_elicit(_context: Any, params: Any) -> Any:
+        request = Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
+        return _response(await on_legacy_request(request))
+
+    async def on_sample(_context: Any, params: Any) -> Any:
+        return _response(await on_legacy_request(_sampling_request(params)))
+
+    client = Client(
+        _transport(config),
+        cache=None,
+        read_timeout_seconds=config.timeout_s,
+        message_handler=on_message,
+        elicitation_callback=on_elicit,
+        sampling_callback=on_sample,
+        client_info=types.Implementation(name="chat-gateway", version="0.1"),
+    )
+    async with client:
+        connection = Connection(client, config.timeout_s)
+        holder["connection"] = connection
+        yield connection
+
+
+def _transport(config: McpServerConfig) -> Any:
+    if config.command:
+        params = StdioServerParameters(
+            command=config.command[0], args=list(config.command[1:]), env=dict(config.env) or None, cwd=config.cwd or None
+        )
+        return params
+    if config.transport == "sse":
+        return sse_client(config.url, headers=dict(config.headers) or None, timeout=config.connect_timeout_s)
+    http = create_mcp_http_client(headers=dict(config.headers) or None)
+    return streamable_http_client(config.url, http_client=http)
+
+
+def _remote_tool(tool: Any) -> RemoteTool:
+    annotations = tool.annotations.model_dump(exclude_none=True, by_alias=True) if tool.annotations else {}
+    hint = tool.annotations.read_only_hint if tool.annotations else None
+    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+    return RemoteTool(tool.name, tool.description or tool.title or "", dict(schema), hint, annotations)
+
+
+def _content(block: Any) -> Content:
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return Content("text", block.text)
+    if kind in ("image", "audio"):
+        return Content(kind, data=base64.b64decode(block.data), mime=block.mime_type or "")
+    if kind == "resource_link":
+        return Content("link", text=str(block.uri), mime=block.mime_type or "")
+    if kind == "resource":
+        resource = block.resource
+        if getattr(resource, "text", None) is not None:
+            return Content("text", resource.text, mime=resource.mime_type or "")
+        return Content("blob", data=base64.b64decode(resource.blob), mime=resource.mime_type or "", text=str(resource.uri))
+    return Content("text", f"[unsupported content {kind!r}]")
+
+
+def _input_request(request: Any) -> InputRequest:
+    if isinstance(request, types.ElicitRequest):
+        params = request.params
+        return Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
+    if isinstance(request, types.CreateMessageRequest):
+        return _sampling_request(request.params)
+    return OtherRequest(getattr(request, "method", type(request).__name__))
+
+
+def _sampling_request(params: Any) -> SamplingRequest:
+    messages = []
+    for message in params.messages:
+        blocks = message.content if isinstance(message.content, list) else [message.content]
+        text = "\n".join(getattr(block, "text", "") for block in blocks if getattr(block, "type", "") == "text")
+        messages.append((str(message.role), text))
+    return SamplingRequest(tuple(messages), params.system_prompt or "", int(params.max_tokens))
+
+
+def _response(answer: Answer) -> Any:
+    if isinstance(answer, ElicitAnswer):
+        return types.ElicitResult(action=answer.action, content=answer.content)
+    if isinstance(answer, SamplingAnswer):
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=answer.text), model=answer.model, stop_reason="endTurn"
+        )
+    return types.ErrorData(code=types.INVALID_REQUEST, message=answer.message)
+

@@ -1,0 +1,130 @@
+"""A small MCP server for the tests, written with the SDK's server API (`MCPServer`, the SDK's
+FastMCP). Run as `python -m tests.mcp_server.server [--http PORT] [--state DIR]`: stdio by
+default, Streamable HTTP on 127.0.0.1 with `--http`.
+
+Tools: `lookup` (read-only), `write_note` (side-effecting: appends to notes.txt in the state
+directory, so a test can see whether it ran), `fail` (an `isError` result), `chart` (an image),
+`grow` (changes its own schema: adds a parameter and tells the client the list changed),
+`confirm` (asks the user through elicitation), `crash` (the process exits mid-call) and
+`slow` (sleeps, for timeouts).
+"""
+
+
+import argparse
+import asyncio
+import base64
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel
+
+from mcp.server.elicitation import ElicitationResult
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.types import ToolAnnotations
+
+# A 1x1 PNG.
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+class Colour(BaseModel):
+    colour: Literal["red", "green", "blue"]
+
+
+def build(state: Path) -> MCPServer:
+    server = MCPServer("test-tools", version="1.0", log_level="CRITICAL")
+    schema_file = state / "grown"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def lookup(key: str) -> str:
+        """Look a key up (read-only)."""
+        return f"value of {key}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    def write_note(text: str) -> str:
+        """Append a note to the server's notes file."""
+        with open(state / "notes.txt", "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+        return f"noted: {text}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def fail(reason: str) -> str:
+        """Always fails."""
+        raise ToolError(f"failed on purpose: {reason}")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def chart() -> list:
+        """Draw a chart (an image)."""
+        from mcp.server.mcpserver.utilities.types import Image
+
+        return ["here is the chart", Image(data=PIXEL, format="png")]
+
+    def add_grow(extra: bool) -> None:
+        if extra:
+
+            async def grow(size: int, unit: str, ctx: Context) -> str:
+                """Grow something (schema version 2)."""
+                return f"grew {size}{unit}"
+        else:
+
+            async def grow(size: int, ctx: Context) -> str:  # type: ignore[misc]
+                """Grow something."""
+                if not schema_file.exists():
+                    schema_file.write_text("2")
+                    server.remove_tool("grow")
+                    add_grow(True)
+                    await ctx.notify_tools_changed()
+                return f"grew {size}"
+
+        server.add_tool(grow, annotations=ToolAnnotations(read_only_hint=False))
+
+    add_grow(schema_file.exists())
+
+    def ask_colour() -> Elicit[Colour]:
+        return Elicit("Which colour?", Colour)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def confirm(
+        item: str, choice: Annotated[ElicitationResult[Colour], Resolve(ask_colour)]
+    ) -> str:
+        """Paint an item; asks the user for the colour."""
+        if choice.action == "accept":
+            return f"painted {item} {choice.data.colour}"
+        return f"not painted ({choice.action})"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def crash() -> str:
+        """The server process dies in the middle of this call."""
+        (state / "crashed").write_text("1")
+        os._exit(3)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--state", default=os.environ.get("MCP_TEST_STATE", "."))
+    args = parser.parse_args()
+    state = Path(args.state)
+    state.mkdir(parents=True, exist_ok=True)
+    server = build(state)
+    if args.http is not None:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
