@@ -20,6 +20,7 @@ from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
 from gateway.http import HttpServer
 from gateway.inbox.inbox import Inbox
+from gateway.mcp import McpManager
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.outbox import ChatRateLimiter, Outbox
@@ -127,9 +128,13 @@ class Gateway:
                 "config": config,
                 "outbox": self.outbox,
                 "file_target": self._file_target,
+                "llm": self.llm,
             },
             attachments=self._attachments(),
         )
+        # MCP servers add their tools to the registry while they run (and remove them when down).
+        self.mcp = McpManager(config.mcp, self.registry)
+        self.services.tool_services["mcp"] = self.mcp
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
         self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
         self.services.tool_services["scheduler"] = self.scheduler
@@ -218,6 +223,7 @@ class Gateway:
                 "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP events) "
                 "to enable Slack; `gateway chat` talks to the agent in this terminal"
             )
+        await self.mcp.start()
         await self.inbox.start()
         if self.http is not None:
             await self.http.start()
@@ -230,6 +236,7 @@ class Gateway:
         if self.http is not None:
             await self.http.stop_intake()
         await self.inbox.stop()
+        await self.mcp.stop()
         for channel in self.channels.values():
             try:
                 await channel.stop()

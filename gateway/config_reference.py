@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.config import ENV_OVERRIDES, SECRETS, Config
+from gateway.config import ENV_OVERRIDES, SECRETS, Config, McpServerConfig
 
 INTRO = """# Configuration reference
 
@@ -57,6 +57,10 @@ def render() -> str:
                 f" {_default(sub.default)} | {f'`{variable}`' if variable else ''} |"
             )
         lines.append("")
+    lines += ["### `mcp.servers.<name>`", "", "| key | type | default |", "|---|---|---|"]
+    for name, sub in McpServerConfig.model_fields.items():
+        lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
+    lines += ["", "See [mcp.md](mcp.md) for connecting servers and how approvals apply to their tools.", ""]
     lines += [
         "Approval rules (`approvals.rules`) are mappings: `tool` (a name, a glob, or a class such as",
         "`@side_effects`, `@fs_write`, `@exec`, `@network`), `action` (`allow` | `deny` | `require`), optional",

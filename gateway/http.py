@@ -66,7 +66,11 @@ class HttpServer:
         current = reachable and await migrations_current(db)
         channels = {name: name in self.gateway.started_channels for name in self.gateway.channels}
         ready = reachable and current and all(channels.values()) and self.accepting
-        body = {"database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting}
+        # MCP servers are shown, not required: a server that is down only takes its tools away.
+        body = {
+            "database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting,
+            "mcp": self.gateway.mcp.summary(),
+        }
         return web.json_response({"ready": ready, **body}, status=200 if ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -77,6 +77,9 @@ SDK_HOMES = {
     "markdown_it": ("channels/markdown.py",),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
+    "mcp": ("gateway/mcp/sdk.py",),
+    "mcp_types": ("gateway/mcp/sdk.py",),
+    "httpx2": ("gateway/mcp/sdk.py",),
 }
 
 

@@ -17,7 +17,7 @@ from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_tex
 from gateway.events import ThreadKey
 from gateway.lifecycle import interruptible
 from gateway.store import PromptRecord, ToolCallRecord
-from gateway.tools import ToolContext, run_tool
+from gateway.tools import NeedsAnswer, ToolContext, run_tool
 
 log = logging.getLogger("gateway.agent.turn")
 
@@ -83,6 +83,9 @@ class ToolCallSteps:
         if prompt.status == "pending":
             await self._park(prompt)
         await self.s.prompts.close(prompt)
+        if prompt.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
+            resume = {"state": prompt.payload["resume"], "status": prompt.status, "answer": prompt.answer}
+            return await self._execute(call, resume=resume)
         if prompt.kind == "question":
             if prompt.status == "answered":
                 return await self._settle(call, "done", f"The user answered: {prompt.answer}")
@@ -138,6 +141,7 @@ class ToolCallSteps:
             run_id=self.run_id,
             requested_by=self.req.requested_by,
             reason=decision.reason,
+            grant=spec.grant_key,
         )
         await self._park(prompt)
         raise AssertionError("unreachable")
@@ -157,9 +161,10 @@ class ToolCallSteps:
         await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
         raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
 
-    async def _execute(self, call: ToolCallRecord, args: dict[str, Any] | None = None) -> tuple[str, str]:
+    async def _execute(self, call: ToolCallRecord, args: dict[str, Any] | None = None, *, resume: dict[str, Any] | None = None) -> tuple[str, str]:
         spec = self.s.registry.get(call.name)
-        assert spec is not None
+        if spec is None:  # an MCP server went away between the gate and the run
+            return await self._settle(call, "failed", f"The tool {call.name!r} is no longer available (its server is down).")
         args = args if args is not None else json.loads(call.arguments or "{}")
         await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
         await self._show_progress(call)
@@ -173,16 +178,30 @@ class ToolCallSteps:
             notes=self.s.store.sessions,
             services=self.s.tool_services,
             call_id=call.call_id,
+            run_id=self.run_id,
+            resume=resume,
         )
         started = time.monotonic()
         self._notes = None
         outcome = await interruptible(run_tool(spec, args, ctx), self.stopper)
+        if outcome.ask is not None:
+            await self._park_on_tool_question(call, outcome.ask)
         status = "failed" if outcome.failed else "done"
         await self.trace.tool_call(  # type: ignore[union-attr]
             name=call.name, call_id=call.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
             parent_seq=self.last_response_seq, detail={"arguments": call.arguments, "result": outcome.text},
         )
         return await self._settle(call, status, outcome.text)
+
+    async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> None:
+        """The tool asked the user (an MCP elicitation): the call waits, pending, on a question
+        prompt like ask_user's, and runs again with the answer."""
+        await self.s.store.sessions.set_tool_call(call.id, status="pending", fence=self.req.fence)
+        prompt = await self.s.prompts.ask(
+            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
+            question=ask.question, choices=ask.choices, allow_free_text=ask.allow_free_text, resume=ask.state,
+        )
+        await self._park(prompt)
 
     async def _show_progress(self, call: ToolCallRecord) -> None:
         """A "🔧 tool args" line, for channels that ask for it (the console; Telegram's

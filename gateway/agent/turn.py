@@ -8,6 +8,7 @@ continuing after a crash and running a fresh turn are the same code.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -124,6 +125,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.rounds = 0
         self.max_rounds = self.session.max_rounds or self.cfg.agent.max_rounds
         self.auto_denied: list[str] = []
+        self.mcp_schema_chars = 0
         self.last_response_seq: int | None = None
         self.reply = ""
         self.repetition = RepetitionStreak()
@@ -355,7 +357,12 @@ class Turn(ToolCallSteps, RefusalSteps):
             for s in specs
             if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)
         ]
-        return [s.openai() for s in offered]
+        tools = [s.openai() for s in offered]
+        # MCP schemas come from servers we do not control: their prompt cost is traced on its own.
+        self.mcp_schema_chars = sum(
+            len(json.dumps(t, ensure_ascii=False)) for s, t in zip(offered, tools, strict=True) if "mcp" in s.classes
+        )
+        return tools
 
     async def _persist_round(
         self, round_: Round, usage: Usage | None, trace: tuple[list, dict], shown: RecordedStream | None
@@ -407,6 +414,7 @@ class Turn(ToolCallSteps, RefusalSteps):
             "messages": len(built.messages),
             "estimated_tokens": built.estimated_tokens,
             "round": self.rounds,
+            "mcp_schema_chars": self.mcp_schema_chars,
         }
         response = {
             "finish_reason": round_.finish_reason,

@@ -47,7 +47,7 @@ Action = Literal["allow", "deny", "require"]
 Outcome = Literal["allow", "deny", "require", "auto_deny"]
 
 KNOWN_CLASSES: frozenset[str] = frozenset(
-    {"all", "side_effects", "fs_read", "fs_write", "exec", "network", "memory"}
+    {"all", "side_effects", "fs_read", "fs_write", "exec", "network", "memory", "mcp"}
 )
 BYPASS_MINUTES = 15
 
@@ -276,7 +276,8 @@ class ApprovalPolicy:
             return decision
         moment = now or _utcnow()
         for bypass in bypasses:
-            if bypass.covers(spec.name, thread, moment):
+            # keyed on `grant_key`: an MCP tool whose server or schema changed is asked about again
+            if bypass.covers(spec.grant_key, thread, moment):
                 return Decision("allow", _bypass_reason(bypass), decision.rule_index, bypassed=True)
         if not interactive:
             return Decision("auto_deny", AUTO_DENIED, decision.rule_index)

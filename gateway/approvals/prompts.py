@@ -88,12 +88,13 @@ class PromptService:
         run_id: int,
         requested_by: str,
         reason: str,
+        grant: str = "",
     ) -> PromptRecord:
         try:
             arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
         except ValueError:
             arguments = call.arguments
-        payload = {"tool": call.name, "arguments": arguments, "reason": reason}
+        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name}
         prompt, _ = await self.store.prompts.create(
             kind="approval",
             session_id=session.id,
@@ -125,8 +126,11 @@ class PromptService:
         question: str,
         choices: list[str],
         allow_free_text: bool,
+        resume: dict[str, Any] | None = None,
     ) -> PromptRecord:
-        payload = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
+        payload: dict[str, Any] = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
+        if resume is not None:
+            payload["resume"] = resume  # a tool asked (MCP elicitation): it continues with the answer
         prompt, superseded = await self.store.prompts.create(
             kind="question", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
             expires_at=utcnow() + timedelta(seconds=self.config.questions.timeout), run_id=run_id, tool_call_id=call.id,
@@ -215,7 +219,7 @@ class PromptService:
         if outcome != "decided" or prompt is None:
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
         if prompt.decision in (ALLOW_15M, ALLOW_THREAD):
-            tool = prompt.payload.get("tool", "")
+            tool = prompt.payload.get("grant") or prompt.payload.get("tool", "")
             expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == ALLOW_15M else None
             await self.store.prompts.add_bypass(
                 thread_key=prompt.thread_key,

@@ -52,16 +52,21 @@ def help_text(unknown: str = "") -> str:
     return "\n".join(lines)
 
 
-def status_text(*, running: bool, queued: int, prompts: int, totals: dict) -> str:
+def status_text(*, running: bool, queued: int, prompts: int, totals: dict, mcp: dict[str, dict] | None = None) -> str:
     state = "🟢 working on a turn" if running else "⚪ idle"
-    return "\n".join(
-        [
-            f"Status: {state}",
-            f"Queued messages: {queued}",
-            f"Pending requests: {prompts}",
-            cost_text(totals),
-        ]
-    )
+    lines = [f"Status: {state}", f"Queued messages: {queued}", f"Pending requests: {prompts}", cost_text(totals)]
+    for name, server in (mcp or {}).items():
+        lines.append(mcp_server_line(name, server))
+    return "\n".join(lines)
+
+
+def mcp_server_line(name: str, server: dict) -> str:
+    """One MCP server's state, as /status and `gateway doctor` show it."""
+    if server["status"] == "running":
+        return f"MCP {name}: 🟢 running, {server['tools']} tools"
+    if server["status"] == "failed":
+        return f"MCP {name}: 🔴 down ({server['error']}), restart {server['restarts']} in {server['retry_in_s']:g}s"
+    return f"MCP {name}: {server['status']}"
 
 
 def cost_text(totals: dict) -> str:
@@ -105,7 +110,8 @@ class CommandSteps:
         if name == "status":
             queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
-            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals)
+            mcp = self.s.tool_services.get("mcp")
+            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=mcp.summary() if mcp else None)
         elif name == "cost":
             text = cost_text(totals)
         else:
