@@ -220,7 +220,7 @@ async def test_errors_images_and_bad_arguments(store, llm, tg, tmp_path) -> None
         assert "INVALID arguments for mcp__t__lookup" in bad and '"key" must be string' in bad
         calls = await store.sessions.open_tool_calls((await store.sessions.current(f"telegram:{PRIVATE}:")).id)
         assert calls == []
-        assert json.loads(json.dumps(gateway.mcp.summary()))["t"]["tools"] == 8
+        assert json.loads(json.dumps(gateway.mcp.summary()))["t"]["tools"] == 9
 
 
 async def test_status_shows_each_server(store, llm, tg, tmp_path) -> None:
@@ -232,5 +232,5 @@ async def test_status_shows_each_server(store, llm, tg, tmp_path) -> None:
         tg.private_message(PRIVATE, "/status")
         await settle(gateway, lambda: any("MCP" in t for t in texts(tg, PRIVATE)))
         status = texts(tg, PRIVATE)[-1]
-        assert "MCP t: 🟢 running, 8 tools" in status
+        assert "MCP t: 🟢 running, 9 tools" in status
         assert "MCP broken: 🔴 down" in status

@@ -5,7 +5,8 @@ default, Streamable HTTP on 127.0.0.1 with `--http`.
 Tools: `lookup` (read-only), `write_note` (side-effecting: appends to notes.txt in the state
 directory, so a test can see whether it ran), `fail` (an `isError` result), `chart` (an image),
 `grow` (changes its own schema: adds a parameter and tells the client the list changed),
-`confirm` (asks the user through elicitation), `crash` (the process exits mid-call) and
+`confirm` (asks the user to pick a colour through elicitation), `rename` (asks for a typed
+name), `crash` (the process exits mid-call) and
 `slow` (sleeps, for timeouts).
 """
 
@@ -34,6 +35,10 @@ PIXEL = base64.b64decode(
 
 class Colour(BaseModel):
     colour: Literal["red", "green", "blue"]
+
+
+class NewName(BaseModel):
+    name: str
 
 
 def build(state: Path) -> MCPServer:
@@ -96,6 +101,14 @@ def build(state: Path) -> MCPServer:
         if choice.action == "accept":
             return f"painted {item} {choice.data.colour}"
         return f"not painted ({choice.action})"
+
+    def ask_name() -> Elicit[NewName]:
+        return Elicit("What should it be called?", NewName)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def rename(item: str, new: Annotated[NewName, Resolve(ask_name)]) -> str:
+        """Rename an item; asks the user for the new name."""
+        return f"renamed {item} to {new.name}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def crash() -> str:
