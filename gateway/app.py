@@ -20,9 +20,9 @@ from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
 from gateway.http import HttpServer
 from gateway.inbox.inbox import Inbox
-from gateway.mcp import McpManager
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
+from gateway.mcp import McpManager
 from gateway.outbox import ChatRateLimiter, Outbox
 from gateway.store import Store
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any

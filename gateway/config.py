@@ -215,7 +215,7 @@ class McpServerConfig(_Section):
     _duration = field_validator("timeout_s", "connect_timeout_s", mode="before")(lambda cls, v: parse_duration(v))
 
     @model_validator(mode="after")
-    def _one_transport(self) -> "McpServerConfig":
+    def _one_transport(self) -> McpServerConfig:
         if bool(self.command) == bool(self.url):
             raise ValueError("give either command (a stdio server) or url (an HTTP server), not both or neither")
         return self
@@ -236,7 +236,9 @@ class McpConfig(_Section):
     def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         for name in value:
             if not _SERVER_NAME.match(name):
-                raise ValueError(f"server name {name!r}: use 1-24 letters, digits or - (tools are named mcp__<server>__<tool>)")
+                raise ValueError(
+                    f"server name {name!r}: use 1-24 letters, digits or - (tools are named mcp__<server>__<tool>)"
+                )
         return value
 
 

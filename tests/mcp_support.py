@@ -9,8 +9,9 @@ import contextlib
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 SERVER = Path(__file__).parent / "mcp_server" / "server.py"
 FAST = {"restart_initial_s": 0.1, "restart_max_s": 0.5, "health_interval_s": 0.3}
@@ -34,8 +35,11 @@ def free_port() -> int:
 async def http_server(state: Path) -> AsyncIterator[str]:
     """The server on Streamable HTTP at 127.0.0.1; yields its /mcp url."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port), "--state", str(state)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "--http", str(port), "--state", str(state)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(200):
             with contextlib.suppress(OSError):

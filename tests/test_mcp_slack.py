@@ -4,13 +4,24 @@ FakeSlack through the real bolt app and slack_sdk, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from fakes.llm import Reply
 from fakes.slack import FakeSlack
 from mcp_support import http_server, mcp_section, notes, offered, stdio_server, until_running
-from test_slack_e2e import CHANNEL, bot_messages, buttons, has_prompt, outcome, prompt_message, running, slack_config, texts, tool_results
+from test_slack_e2e import (
+    CHANNEL,
+    bot_messages,
+    buttons,
+    has_prompt,
+    outcome,
+    prompt_message,
+    running,
+    slack_config,
+    texts,
+    tool_results,
+)
 
 from gateway.approvals.policy import AUTO_DENIED, rejection_text
 
@@ -28,11 +39,15 @@ async def http_url(tmp_path):
 
 
 def over_http(llm, slack, tmp_path, url, **sections):
-    return slack_config(llm, slack, tmp_path, mcp=mcp_section(t={"url": url, "trusted": True, "timeout_s": 20}), **sections)
+    return slack_config(
+        llm, slack, tmp_path, mcp=mcp_section(t={"url": url, "trusted": True, "timeout_s": 20}), **sections
+    )
 
 
 def over_stdio(llm, slack, tmp_path, **sections):
-    return slack_config(llm, slack, tmp_path, mcp=mcp_section(t=stdio_server(tmp_path / "state", trusted=True)), **sections)
+    return slack_config(
+        llm, slack, tmp_path, mcp=mcp_section(t=stdio_server(tmp_path / "state", trusted=True)), **sections
+    )
 
 
 async def ask_for_note(s, llm) -> dict:
@@ -79,7 +94,12 @@ async def test_over_http_an_elicitation_is_answered_by_a_click(store, llm, slack
         await s.mention("paint the door")
         await s.settle(lambda: has_prompt(slack))
         prompt = prompt_message(slack)
-        assert "Which colour?" in prompt["text"] and [b["text"]["text"] for b in buttons(prompt)] == ["red", "green", "blue", "Decline"]
+        assert "Which colour?" in prompt["text"] and [b["text"]["text"] for b in buttons(prompt)] == [
+            "red",
+            "green",
+            "blue",
+            "Decline",
+        ]
         await s.click(prompt, "blue")
         await s.settle(lambda: any(t.startswith("result:") for t in texts(slack)))
         assert [t for t in texts(slack) if t.startswith("result:")] == ["result: painted door blue"]
@@ -94,21 +114,32 @@ async def test_an_elicitation_answered_by_typing_in_the_thread(store, llm, slack
         mention = await s.mention("rename the door")
         await s.settle(lambda: has_prompt(slack))
         prompt = prompt_message(slack)
-        assert "What should it be called?" in prompt["text"] and [b["text"]["text"] for b in buttons(prompt)] == ["Decline"]
+        assert "What should it be called?" in prompt["text"] and [b["text"]["text"] for b in buttons(prompt)] == [
+            "Decline"
+        ]
         await s.say_in_thread(mention["ts"], "Front door")
         await s.settle(lambda: any(t.startswith("result:") for t in texts(slack)))
         assert [t for t in texts(slack) if t.startswith("result:")] == ["result: renamed door to Front door"]
         assert len(llm.requests) == 2  # the typed answer continued the parked call; no new turn
 
 
-async def test_a_scheduled_run_auto_denies_the_call_and_delivers_to_slack(store, llm, slack, tmp_path, http_url) -> None:
-    job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Note the night.", "deliver_to": f"slack:{CHANNEL}:1700000000.000100"}
+async def test_a_scheduled_run_auto_denies_the_call_and_delivers_to_slack(
+    store, llm, slack, tmp_path, http_url
+) -> None:
+    job = {
+        "name": "nightly",
+        "cron": "0 3 * * *",
+        "prompt": "Note the night.",
+        "deliver_to": f"slack:{CHANNEL}:1700000000.000100",
+    }
     llm.tool_call("mcp__t__write_note", {"text": "night"}, id="w1")
     llm.reply("Could not note the night.")
-    async with running(store, over_http(llm, slack, tmp_path, http_url, scheduler={"enabled": True, "jobs": [job]}), slack) as s:
+    async with running(
+        store, over_http(llm, slack, tmp_path, http_url, scheduler={"enabled": True, "jobs": [job]}), slack
+    ) as s:
         await until_running(s.gateway)
         schedule = await store.schedules.by_name("nightly")
-        await s.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await s.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await s.settle(lambda: any("Could not note" in m.get("text", "") for m in bot_messages(slack)))
         delivered = next(m for m in bot_messages(slack) if "Could not note" in m.get("text", ""))
         assert delivered.get("thread_ts") == "1700000000.000100" and "Run again" in str(delivered["blocks"])
@@ -127,11 +158,17 @@ async def test_over_http_a_schema_change_asks_again_after_a_grant(store, llm, sl
         old = s.gateway.registry.get("mcp__t__grow").grant_key
         await s.click(first, "Allow 15 min")
         await s.settle(lambda: "grew once" in texts(slack))
-        await s.gateway.mcp.wait_for(lambda m: (spec := m.registry.get("mcp__t__grow")) is not None and spec.grant_key != old, 10)
+        await s.gateway.mcp.wait_for(
+            lambda m: (spec := m.registry.get("mcp__t__grow")) is not None and spec.grant_key != old, 10
+        )
         llm.tool_call("mcp__t__grow", {"size": 2, "unit": "m"}, id="g2")
         llm.reply("grew twice")
         await s.say_in_thread(mention["ts"], "grow again")
-        await s.settle(lambda: len(llm.requests) == 3 and any(buttons(m) for m in slack.messages[CHANNEL] if m["ts"] != first["ts"]))
+        await s.settle(
+            lambda: (
+                len(llm.requests) == 3 and any(buttons(m) for m in slack.messages[CHANNEL] if m["ts"] != first["ts"])
+            )
+        )
         second = next(m for m in slack.messages[CHANNEL] if buttons(m))
         assert second["ts"] != first["ts"]
         await s.click(second, "Approve")

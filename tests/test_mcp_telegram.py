@@ -5,12 +5,23 @@ shown through real PTB to FakeTelegram, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 from fakes.llm import Reply
 from fakes.telegram import FakeTelegram
 from mcp_support import mcp_section, notes, offered, stdio_server, until_running
-from test_telegram_e2e import PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config, tool_results
+from test_telegram_e2e import (
+    PRIVATE,
+    button,
+    has_prompt,
+    prompt_message,
+    running,
+    settle,
+    texts,
+    tg_config,
+    tool_results,
+)
 
 from gateway.approvals.policy import AUTO_DENIED, rejection_text
 
@@ -35,13 +46,22 @@ async def test_tools_are_offered_and_a_trusted_read_only_tool_runs_without_askin
         names = offered(llm.requests[0])
         assert {"mcp__t__lookup", "mcp__t__write_note", "mcp__t__confirm"} <= set(names)
         lookup = next(t for t in llm.requests[0]["tools"] if t["function"]["name"] == "mcp__t__lookup")
-        assert lookup["function"]["parameters"] == {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+        assert lookup["function"]["parameters"] == {
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+        }
         assert tool_results(llm.requests[1]) == ["value of colour"]
         assert not any(m.buttons for m in tg.bot_messages(PRIVATE))
         run = (await store.runs.list())[0]
         events = await store.runs.events(run.id)
         (mcp_call,) = [e.payload for e in events if e.kind == "MCP_CALL"]
-        assert (mcp_call["server"], mcp_call["tool"], mcp_call["status"], mcp_call["result_chars"]) == ("t", "lookup", "ok", len("value of colour"))
+        assert (mcp_call["server"], mcp_call["tool"], mcp_call["status"], mcp_call["result_chars"]) == (
+            "t",
+            "lookup",
+            "ok",
+            len("value of colour"),
+        )
         assert mcp_call["duration_ms"] > 0
         request = next(e.payload for e in events if e.kind == "LLM_REQUEST")
         assert request["mcp_schema_chars"] > 0
@@ -105,18 +125,24 @@ async def test_a_rule_allows_an_mcp_tool_by_glob_and_argument(store, llm, tg, tm
 
 
 async def test_a_scheduled_run_auto_denies_the_call(store, llm, tg, tmp_path) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     state = tmp_path / "state"
     job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the note.", "deliver_to": f"telegram:{PRIVATE}"}
-    cfg = tg_config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]}, mcp=mcp_section(t=stdio_server(state, trusted=True)))
+    cfg = tg_config(
+        llm,
+        tg,
+        tmp_path,
+        scheduler={"enabled": True, "jobs": [job]},
+        mcp=mcp_section(t=stdio_server(state, trusted=True)),
+    )
     llm.tool_call("mcp__t__write_note", {"text": "night"}, id="w1")
     llm.tool_call("mcp__t__confirm", {"item": "fence"}, id="c1")
     llm.reply("Could not write the note.")
     async with running(store, cfg) as gateway:
         await until_running(gateway)
         schedule = await store.schedules.by_name("nightly")
-        await gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await settle(gateway, lambda: any("Could not write" in t for t in texts(tg, PRIVATE)))
         assert notes(state) == []
         assert tool_results(llm.requests[1])[0] == AUTO_DENIED
@@ -138,14 +164,20 @@ async def test_a_grant_no_longer_applies_once_the_server_changes_the_tool(store,
         (bypass,) = await store.prompts.active_bypasses(f"telegram:{PRIVATE}:")
         assert bypass.tool == old_grant
         # the call changed the tool's schema and the server announced it: the gateway relists
-        await gateway.mcp.wait_for(lambda m: m.registry.get("mcp__t__grow") is not None
-                                   and m.registry.get("mcp__t__grow").grant_key != old_grant, 10)
+        await gateway.mcp.wait_for(
+            lambda m: (
+                m.registry.get("mcp__t__grow") is not None and m.registry.get("mcp__t__grow").grant_key != old_grant
+            ),
+            10,
+        )
         assert "unit" in gateway.registry.get("mcp__t__grow").parameters["properties"]
 
         llm.tool_call("mcp__t__grow", {"size": 2, "unit": "cm"}, id="g2")
         llm.reply("grew twice")
         tg.private_message(PRIVATE, "grow again")
-        await settle(gateway, lambda: sum(1 for m in tg.bot_messages(PRIVATE) if m.buttons) == 1 and len(llm.requests) == 3)
+        await settle(
+            gateway, lambda: sum(1 for m in tg.bot_messages(PRIVATE) if m.buttons) == 1 and len(llm.requests) == 3
+        )
         second = next(m for m in tg.bot_messages(PRIVATE) if m.buttons)
         assert second.message_id != first.message_id and "mcp__t__grow" in second.text  # asked again
         tg.press(PRIVATE, second.message_id, button(second, "Approve"), user_id=PRIVATE)
@@ -201,12 +233,19 @@ async def test_a_server_crash_mid_call_is_a_tool_error_and_the_server_comes_back
         await settle(gateway, lambda: "Back." in texts(tg, PRIVATE))
         assert tool_results(llm.requests[3])[-1] == "value of again"
         run = (await store.runs.list())[-1]
-        statuses = [e.payload["status"] for r in await store.runs.list() for e in await store.runs.events(r.id) if e.kind == "MCP_CALL"]
+        statuses = [
+            e.payload["status"]
+            for r in await store.runs.list()
+            for e in await store.runs.events(r.id)
+            if e.kind == "MCP_CALL"
+        ]
         assert sorted(statuses) == ["ok", "server_gone"] and run.stage == "SUCCESS"
 
 
 async def test_errors_images_and_bad_arguments(store, llm, tg, tmp_path) -> None:
-    llm.tool_calls(("mcp__t__fail", {"reason": "testing"}, "f1"), ("mcp__t__chart", {}, "c1"), ("mcp__t__lookup", {"key": 3}, "l1"))
+    llm.tool_calls(
+        ("mcp__t__fail", {"reason": "testing"}, "f1"), ("mcp__t__chart", {}, "c1"), ("mcp__t__lookup", {"key": 3}, "l1")
+    )
     llm.reply("done")
     async with running(store, config(llm, tg, tmp_path, trusted=True)) as gateway:
         await until_running(gateway)
@@ -224,8 +263,12 @@ async def test_errors_images_and_bad_arguments(store, llm, tg, tmp_path) -> None
 
 
 async def test_status_shows_each_server(store, llm, tg, tmp_path) -> None:
-    cfg = tg_config(llm, tg, tmp_path, mcp=mcp_section(
-        t=stdio_server(tmp_path / "state"), broken={"command": ["/nonexistent/mcp-server"]}))
+    cfg = tg_config(
+        llm,
+        tg,
+        tmp_path,
+        mcp=mcp_section(t=stdio_server(tmp_path / "state"), broken={"command": ["/nonexistent/mcp-server"]}),
+    )
     async with running(store, cfg) as gateway:
         await until_running(gateway)
         await gateway.mcp.wait_for(lambda m: m.states["broken"].status == "failed", 20)

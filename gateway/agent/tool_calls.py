@@ -161,10 +161,13 @@ class ToolCallSteps:
         await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
         raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
 
-    async def _execute(self, call: ToolCallRecord, args: dict[str, Any] | None = None, *, resume: dict[str, Any] | None = None) -> tuple[str, str]:
+    async def _execute(
+        self, call: ToolCallRecord, args: dict[str, Any] | None = None, *, resume: dict[str, Any] | None = None
+    ) -> tuple[str, str]:
         spec = self.s.registry.get(call.name)
         if spec is None:  # an MCP server went away between the gate and the run
-            return await self._settle(call, "failed", f"The tool {call.name!r} is no longer available (its server is down).")
+            unavailable = f"The tool {call.name!r} is no longer available (its server is down)."
+            return await self._settle(call, "failed", unavailable)
         args = args if args is not None else json.loads(call.arguments or "{}")
         await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
         await self._show_progress(call)

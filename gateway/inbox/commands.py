@@ -111,7 +111,8 @@ class CommandSteps:
             queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
             mcp = self.s.tool_services.get("mcp")
-            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=mcp.summary() if mcp else None)
+            servers = mcp.summary() if mcp else None
+            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers)
         elif name == "cost":
             text = cost_text(totals)
         else:

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import logging
 import time
-
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
 from gateway.mcp.results import render
 from gateway.mcp.sdk import (
-    Answer, CallFailed, CallResult, ElicitAnswer, Elicitation, InputNeeded, InputRequest, OtherRequest, SamplingAnswer,
-    SamplingRequest, ServerGone,
+    Answer,
+    CallFailed,
+    CallResult,
+    ElicitAnswer,
+    Elicitation,
+    InputRequest,
+    OtherRequest,
+    SamplingAnswer,
+    SamplingRequest,
+    ServerGone,
 )
 from gateway.tools.registry import NeedsAnswer, ToolContext, ToolError
 
@@ -27,7 +34,9 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8  # input rounds of one call, so a server that keeps asking cannot loop forever
 
 
-async def call(manager: "McpManager", server: str, config: McpServerConfig, tool: str, args: dict[str, Any], ctx: ToolContext) -> str:
+async def call(
+    manager: McpManager, server: str, config: McpServerConfig, tool: str, args: dict[str, Any], ctx: ToolContext
+) -> str:
     connection = manager.connections.get(server)
     if connection is None or connection.closed.is_set():
         state = manager.states[server]
@@ -55,7 +64,9 @@ async def call(manager: "McpManager", server: str, config: McpServerConfig, tool
             raise ToolError(f"The MCP server {server!r} rejected the call: {exc}") from None
         except TimeoutError:
             await _trace(ctx, server, tool, started, "timeout", 0)
-            raise ToolError(f"The MCP server {server!r} did not answer within {config.timeout_s:g}s; the call was abandoned.") from None
+            raise ToolError(
+                f"The MCP server {server!r} did not answer within {config.timeout_s:g}s; the call was abandoned."
+            ) from None
         if isinstance(result, CallResult):
             text = render(result, server=server, workspace=ctx.workspace)
             await _trace(ctx, server, tool, started, "error" if result.is_error else "ok", len(text))
@@ -69,7 +80,12 @@ async def call(manager: "McpManager", server: str, config: McpServerConfig, tool
 
 
 async def _answer(
-    server: str, config: McpServerConfig, requests: dict[str, InputRequest], answers: dict[str, Answer], token: str | None, ctx: ToolContext,
+    server: str,
+    config: McpServerConfig,
+    requests: dict[str, InputRequest],
+    answers: dict[str, Answer],
+    token: str | None,
+    ctx: ToolContext,
 ) -> dict[str, Answer]:
     """Answers for every request; parks the turn (NeedsAnswer) on the first unanswered question."""
     answers = dict(answers)
@@ -81,7 +97,12 @@ async def _answer(
                 answers[key] = ElicitAnswer("decline")  # headless: nobody can answer
                 continue
             asked = elicitation.question(server, request)
-            state = {"token": token, "requests": _dump_requests(requests), "answers": _dump_answers(answers), "asking": key}
+            state = {
+                "token": token,
+                "requests": _dump_requests(requests),
+                "answers": _dump_answers(answers),
+                "asking": key,
+            }
             raise NeedsAnswer(asked.text, choices=asked.choices, allow_free_text=asked.allow_free_text, state=state)
         if isinstance(request, SamplingRequest):
             answers[key] = await _sample(server, config, request, ctx)
@@ -106,11 +127,22 @@ async def _sample(server: str, config: McpServerConfig, request: SamplingRequest
     usage = completion.usage
     totals = {"llm_calls": 1}
     if usage is not None:
-        totals |= {"input_tokens": usage.prompt_tokens, "cached_tokens": usage.cached_tokens, "output_tokens": usage.completion_tokens}
-    await _record(ctx, "MCP_SAMPLING", {
-        "server": server, "model": completion.model, "duration_ms": round((time.monotonic() - started) * 1000, 2),
-        "output_chars": len(completion.text),
-    }, **totals)
+        totals |= {
+            "input_tokens": usage.prompt_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "output_tokens": usage.completion_tokens,
+        }
+    await _record(
+        ctx,
+        "MCP_SAMPLING",
+        {
+            "server": server,
+            "model": completion.model,
+            "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            "output_chars": len(completion.text),
+        },
+        **totals,
+    )
     return SamplingAnswer(completion.text, completion.model)
 
 
@@ -132,7 +164,12 @@ def _dump_requests(requests: dict[str, InputRequest]) -> dict[str, Any]:
         if isinstance(request, Elicitation):
             dumped[key] = {"kind": "elicit", "message": request.message, "schema": request.schema}
         elif isinstance(request, SamplingRequest):
-            dumped[key] = {"kind": "sample", "messages": [list(m) for m in request.messages], "system": request.system_prompt, "max_tokens": request.max_tokens}
+            dumped[key] = {
+                "kind": "sample",
+                "messages": [list(m) for m in request.messages],
+                "system": request.system_prompt,
+                "max_tokens": request.max_tokens,
+            }
         else:
             dumped[key] = {"kind": "other", "method": request.method}
     return dumped
@@ -144,7 +181,9 @@ def _load_requests(dumped: dict[str, Any]) -> dict[str, InputRequest]:
         if item["kind"] == "elicit":
             loaded[key] = Elicitation(item["message"], item["schema"])
         elif item["kind"] == "sample":
-            loaded[key] = SamplingRequest(tuple((r, t) for r, t in item["messages"]), item["system"], item["max_tokens"])
+            loaded[key] = SamplingRequest(
+                tuple((r, t) for r, t in item["messages"]), item["system"], item["max_tokens"]
+            )
         else:
             loaded[key] = OtherRequest(item["method"])
     return loaded
@@ -171,10 +210,18 @@ def _load_answers(dumped: dict[str, Any]) -> dict[str, Answer]:
 
 
 async def _trace(ctx: ToolContext, server: str, tool: str, started: float, status: str, result_chars: int) -> None:
-    await _record(ctx, "MCP_CALL", {
-        "server": server, "tool": tool, "call_id": ctx.call_id, "status": status,
-        "duration_ms": round((time.monotonic() - started) * 1000, 2), "result_chars": result_chars,
-    })
+    await _record(
+        ctx,
+        "MCP_CALL",
+        {
+            "server": server,
+            "tool": tool,
+            "call_id": ctx.call_id,
+            "status": status,
+            "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            "result_chars": result_chars,
+        },
+    )
 
 
 async def _record(ctx: ToolContext, kind: str, payload: dict[str, Any], **totals: Any) -> None:
@@ -185,6 +232,3 @@ async def _record(ctx: ToolContext, kind: str, payload: dict[str, Any], **totals
         await store.runs.add_events(ctx.run_id, [(kind, payload, None)], **totals)
     except Exception:  # noqa: BLE001 - a trace write never fails the call
         log.exception("run %s: could not record %s", ctx.run_id, kind)
-
-
-

@@ -36,7 +36,10 @@ def question(server: str, request: Elicitation) -> Question:
         return Question(text, [DECLINE], allow_free_text=True)
     if not fields:
         return Question(text, ["OK", DECLINE], allow_free_text=False)
-    hint = "\n".join(f"• {name}: {spec.get('description') or spec.get('title') or spec.get('type', 'value')}" for name, spec in fields)
+    hint = "\n".join(
+        f"• {name}: {spec.get('description') or spec.get('title') or spec.get('type', 'value')}"
+        for name, spec in fields
+    )
     return Question(f"{text}\nReply with one line per field, `name: value`:\n{hint}", [DECLINE], allow_free_text=True)
 
 

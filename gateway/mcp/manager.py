@@ -16,8 +16,7 @@ from typing import Any
 from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls
 from gateway.mcp.naming import grant_key, schema_hash, tool_name
-from gateway.mcp.sdk import Connection, InputRequest, RemoteTool, connect
-from gateway.mcp.sdk import Answer, ElicitAnswer, Elicitation, Refusal
+from gateway.mcp.sdk import Answer, Connection, ElicitAnswer, Elicitation, InputRequest, Refusal, RemoteTool, connect
 from gateway.tools.registry import ToolContext, ToolRegistry, ToolSpec, matches_any
 
 log = logging.getLogger(__name__)
@@ -40,8 +39,14 @@ class ServerState:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status, "tools": self.tools, "error": self.error, "restarts": self.restarts,
-            "retry_in_s": self.retry_in_s, "protocol": self.protocol, "server": self.server, "target": self.target,
+            "status": self.status,
+            "tools": self.tools,
+            "error": self.error,
+            "restarts": self.restarts,
+            "retry_in_s": self.retry_in_s,
+            "protocol": self.protocol,
+            "server": self.server,
+            "target": self.target,
         }
 
 
@@ -94,7 +99,9 @@ class McpManager:
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     async with asyncio.timeout(server.connect_timeout_s):
-                        connection = await stack.enter_async_context(connect(server, on_legacy_request=self._legacy_request))
+                        connection = await stack.enter_async_context(
+                            connect(server, on_legacy_request=self._legacy_request)
+                        )
                         await self._load(name, server, connection)
                     self.connections[name] = connection
                     state.status, state.error, state.protocol = "running", "", connection.protocol_version
@@ -126,7 +133,9 @@ class McpManager:
                 closed = asyncio.ensure_future(connection.closed.wait())
                 changed = asyncio.ensure_future(connection.tools_changed.wait())
                 try:
-                    await asyncio.wait({closed, changed}, timeout=self.config.health_interval_s, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        {closed, changed}, timeout=self.config.health_interval_s, return_when=asyncio.FIRST_COMPLETED
+                    )
                 finally:
                     closed.cancel()
                     changed.cancel()
@@ -174,7 +183,9 @@ class McpManager:
             func=run,
             side_effects=not (server.trusted and tool.read_only_hint is True),
             classes=frozenset({"mcp"}),
-            grant=grant_key(offered, schema_hash(identity, tool.name, tool.description, tool.input_schema, tool.annotations)),
+            grant=grant_key(
+                offered, schema_hash(identity, tool.name, tool.description, tool.input_schema, tool.annotations)
+            ),
         )
 
     async def _legacy_request(self, request: InputRequest) -> Answer:

@@ -34,7 +34,8 @@ def tool_name(server: str, tool: str) -> str:
 def schema_hash(identity: str, tool: str, description: str, schema: dict[str, Any], annotations: dict[str, Any]) -> str:
     material = json.dumps(
         {"server": identity, "tool": tool, "description": description, "schema": schema, "annotations": annotations},
-        sort_keys=True, ensure_ascii=False,
+        sort_keys=True,
+        ensure_ascii=False,
     )
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
@@ -47,5 +48,5 @@ def server_of(name: str) -> str | None:
     """The server part of an offered name (None for other tools and shortened names' tails)."""
     if not name.startswith(PREFIX):
         return None
-    server, sep, _ = name[len(PREFIX):].partition("__")
+    server, sep, _ = name[len(PREFIX) :].partition("__")
     return server if sep else None

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from gateway.mcp.sdk import CallResult, Content
 
-EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp", "audio/wav": ".wav", "audio/mpeg": ".mp3"}
+EXTENSIONS = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "audio/wav": ".wav",
+    "audio/mpeg": ".mp3",
+}
 
 
 def render(result: CallResult, *, server: str, workspace: Path) -> str:

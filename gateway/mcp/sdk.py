@@ -144,20 +144,31 @@ class Connection:
         return tools
 
     async def call(
-        self, name: str, arguments: dict[str, Any], *, answers: dict[str, Answer] | None = None, state: str | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        answers: dict[str, Answer] | None = None,
+        state: str | None = None,
     ) -> CallResult | InputNeeded:
         responses = {key: _response(answer) for key, answer in (answers or {}).items()} or None
         result = await self._guard(
             self.client.session.call_tool(
-                name, arguments, read_timeout_seconds=self.timeout_s, input_responses=responses,  # type: ignore[arg-type]
-                request_state=state, allow_input_required=True,
+                name,
+                arguments,
+                read_timeout_seconds=self.timeout_s,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
             ),
             self.timeout_s,
         )
         if isinstance(result, types.InputRequiredResult):
             requests = {key: _input_request(request) for key, request in (result.input_requests or {}).items()}
             return InputNeeded(requests, result.request_state)
-        return CallResult(tuple(_content(block) for block in result.content), bool(result.is_error), result.structured_content)
+        return CallResult(
+            tuple(_content(block) for block in result.content), bool(result.is_error), result.structured_content
+        )
 
     async def _guard(self, work: Awaitable[Any], timeout: float) -> Any:
         try:
@@ -198,11 +209,11 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
         elif isinstance(message, Exception):
             log.info("MCP transport error: %s", message)
 
-    async def on_elicit(_context: Any, params: Any) -> Any:
+    async def on_elicit(context: Any, params: Any) -> Any:
         request = Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
         return _response(await on_legacy_request(request))
 
-    async def on_sample(_context: Any, params: Any) -> Any:
+    async def on_sample(context: Any, params: Any) -> Any:
         return _response(await on_legacy_request(_sampling_request(params)))
 
     client = Client(
@@ -223,7 +234,10 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
 def _transport(config: McpServerConfig) -> Any:
     if config.command:
         params = StdioServerParameters(
-            command=config.command[0], args=list(config.command[1:]), env=dict(config.env) or None, cwd=config.cwd or None
+            command=config.command[0],
+            args=list(config.command[1:]),
+            env=dict(config.env) or None,
+            cwd=config.cwd or None,
         )
         return params
     if config.transport == "sse":
@@ -243,15 +257,19 @@ def _content(block: Any) -> Content:
     kind = getattr(block, "type", "")
     if kind == "text":
         return Content("text", block.text)
-    if kind in ("image", "audio"):
-        return Content(kind, data=base64.b64decode(block.data), mime=block.mime_type or "")
+    if kind == "image":
+        return Content("image", data=base64.b64decode(block.data), mime=block.mime_type or "")
+    if kind == "audio":
+        return Content("audio", data=base64.b64decode(block.data), mime=block.mime_type or "")
     if kind == "resource_link":
         return Content("link", text=str(block.uri), mime=block.mime_type or "")
     if kind == "resource":
         resource = block.resource
         if getattr(resource, "text", None) is not None:
             return Content("text", resource.text, mime=resource.mime_type or "")
-        return Content("blob", data=base64.b64decode(resource.blob), mime=resource.mime_type or "", text=str(resource.uri))
+        return Content(
+            "blob", data=base64.b64decode(resource.blob), mime=resource.mime_type or "", text=str(resource.uri)
+        )
     return Content("text", f"[unsupported content {kind!r}]")
 
 
@@ -278,7 +296,9 @@ def _response(answer: Answer) -> Any:
         return types.ElicitResult(action=answer.action, content=answer.content)
     if isinstance(answer, SamplingAnswer):
         return types.CreateMessageResult(
-            role="assistant", content=types.TextContent(type="text", text=answer.text), model=answer.model, stop_reason="endTurn"
+            role="assistant",
+            content=types.TextContent(type="text", text=answer.text),
+            model=answer.model,
+            stop_reason="endTurn",
         )
     return types.ErrorData(code=types.INVALID_REQUEST, message=answer.message)
-

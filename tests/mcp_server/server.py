@@ -10,7 +10,6 @@ name), `crash` (the process exits mid-call) and
 `slow` (sleeps, for timeouts).
 """
 
-
 import argparse
 import asyncio
 import base64
@@ -19,13 +18,12 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel
-
 from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 # A 1x1 PNG.
 PIXEL = base64.b64decode(
@@ -43,8 +41,14 @@ class NewName(BaseModel):
 
 def build(state: Path) -> MCPServer:
     server = MCPServer("test-tools", version="1.0", log_level="CRITICAL")
-    schema_file = state / "grown"
+    add_plain_tools(server, state)
+    add_changing_tool(server, state)
+    add_asking_tools(server)
+    add_failing_tools(server, state)
+    return server
 
+
+def add_plain_tools(server: MCPServer, state: Path) -> None:
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def lookup(key: str) -> str:
         """Look a key up (read-only)."""
@@ -69,6 +73,10 @@ def build(state: Path) -> MCPServer:
 
         return ["here is the chart", Image(data=PIXEL, format="png")]
 
+
+def add_changing_tool(server: MCPServer, state: Path) -> None:
+    schema_file = state / "grown"
+
     def add_grow(extra: bool) -> None:
         if extra:
 
@@ -90,13 +98,13 @@ def build(state: Path) -> MCPServer:
 
     add_grow(schema_file.exists())
 
+
+def add_asking_tools(server: MCPServer) -> None:
     def ask_colour() -> Elicit[Colour]:
         return Elicit("Which colour?", Colour)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
-    async def confirm(
-        item: str, choice: Annotated[ElicitationResult[Colour], Resolve(ask_colour)]
-    ) -> str:
+    async def confirm(item: str, choice: Annotated[ElicitationResult[Colour], Resolve(ask_colour)]) -> str:
         """Paint an item; asks the user for the colour."""
         if choice.action == "accept":
             return f"painted {item} {choice.data.colour}"
@@ -110,6 +118,8 @@ def build(state: Path) -> MCPServer:
         """Rename an item; asks the user for the new name."""
         return f"renamed {item} to {new.name}"
 
+
+def add_failing_tools(server: MCPServer, state: Path) -> None:
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def crash() -> str:
         """The server process dies in the middle of this call."""
@@ -121,8 +131,6 @@ def build(state: Path) -> MCPServer:
         """Sleep, then answer."""
         await asyncio.sleep(seconds)
         return "slept"
-
-    return server
 
 
 def main() -> None:
