@@ -8,6 +8,7 @@ from gateway.agent.rounds import placeholder_text
 from gateway.agent.turn import TurnRequest, TurnResult
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
+from gateway.mcp.manager import state_line
 from gateway.store import Fence, InboxItem
 from gateway.traces import format_nano_usd
 
@@ -55,18 +56,8 @@ def help_text(unknown: str = "") -> str:
 def status_text(*, running: bool, queued: int, prompts: int, totals: dict, mcp: dict[str, dict] | None = None) -> str:
     state = "🟢 working on a turn" if running else "⚪ idle"
     lines = [f"Status: {state}", f"Queued messages: {queued}", f"Pending requests: {prompts}", cost_text(totals)]
-    for name, server in (mcp or {}).items():
-        lines.append(mcp_server_line(name, server))
+    lines += [state_line(name, server) for name, server in (mcp or {}).items()]
     return "\n".join(lines)
-
-
-def mcp_server_line(name: str, server: dict) -> str:
-    """One MCP server's state, as /status and `gateway doctor` show it."""
-    if server["status"] == "running":
-        return f"MCP {name}: 🟢 running, {server['tools']} tools"
-    if server["status"] == "failed":
-        return f"MCP {name}: 🔴 down ({server['error']}), restart {server['restarts']} in {server['retry_in_s']:g}s"
-    return f"MCP {name}: {server['status']}"
 
 
 def cost_text(totals: dict) -> str:

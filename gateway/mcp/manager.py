@@ -197,6 +197,29 @@ class McpManager:
         return Refusal("this client answers sampling requests only on the 2026-07-28 protocol")
 
 
+def state_line(name: str, server: dict[str, Any]) -> str:
+    """One server's state in a line, as /status and `gateway doctor` show it."""
+    if server["status"] == "running":
+        return f"MCP {name}: 🟢 running, {server['tools']} tools"
+    if server["status"] == "failed":
+        return f"MCP {name}: 🔴 down ({server['error']}), restart {server['restarts']} in {server['retry_in_s']:g}s"
+    return f"MCP {name}: {server['status']}"
+
+
+async def check_servers(config: McpConfig, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Start every enabled server once and report how each came up (running with its tool
+    count, or failed with the error): what `gateway doctor` shows, without a running gateway."""
+    manager = McpManager(config.model_copy(update={"restart_initial_s": 3600.0}), ToolRegistry())
+    await manager.start()
+    try:
+        settled = lambda m: all(s.status != "starting" for s in m.states.values())  # noqa: E731
+        with contextlib.suppress(TimeoutError):
+            await manager.wait_for(settled, timeout)
+        return manager.summary()  # before stopping, which takes the tools away
+    finally:
+        await manager.stop()
+
+
 def short_description(text: str, limit: int, server: str) -> str:
     text = " ".join((text or "").split())
     if limit and len(text) > limit:
