@@ -136,3 +136,24 @@ async def test_the_doctor_check_reports_each_server(tmp_path) -> None:
     )
     assert report["gone"]["status"] == "failed" and report["gone"]["error"]
     assert report["off"]["status"] == "disabled"
+
+
+async def test_a_call_past_its_timeout_is_abandoned_and_the_server_keeps_serving(tmp_path) -> None:
+    from gateway.config import AgentConfig
+    from gateway.mcp import McpManager
+    from gateway.tools import InMemoryNotes, ToolContext, ToolRegistry, run_tool
+
+    server = {"command": [sys.executable, str(SERVER), "--state", str(tmp_path)], "trusted": True, "timeout_s": 1}
+    registry = ToolRegistry()
+    manager = McpManager(McpConfig.model_validate({"servers": {"t": server}, **FAST}), registry)
+    await manager.start()
+    try:
+        await manager.wait_for(lambda m: m.states["t"].status == "running", 30)
+        ctx = ToolContext(1, ThreadKey("console", "1", ""), "console", True, tmp_path, AgentConfig(), InMemoryNotes())
+        slow = await run_tool(registry.get("mcp__t__slow"), {"seconds": 5}, ctx)
+        assert slow.failed and slow.text == "The MCP server 't' did not answer within 1s; the call was abandoned."
+        after = await run_tool(registry.get("mcp__t__lookup"), {"key": "k"}, ctx)
+        assert after.text == "value of k" and manager.states["t"].restarts == 0
+    finally:
+        await manager.stop()
+    assert len(registry) == 0  # a stopped server's tools are gone

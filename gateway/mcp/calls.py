@@ -40,8 +40,9 @@ async def call(
     connection = manager.connections.get(server)
     if connection is None or connection.closed.is_set():
         state = manager.states[server]
+        why = state.error if state.status != "running" else "its connection just closed"
         raise ToolError(
-            f"The MCP server {server!r} is not running ({state.error or state.status}); its tools are unavailable "
+            f"The MCP server {server!r} is not running ({why}); its tools are unavailable "
             "until it has been restarted. Try again later or do without it."
         )
     answers: dict[str, Answer] = {}

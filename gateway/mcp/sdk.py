@@ -156,7 +156,6 @@ class Connection:
             self.client.session.call_tool(
                 name,
                 arguments,
-                read_timeout_seconds=self.timeout_s,
                 input_responses=responses,
                 request_state=state,
                 allow_input_required=True,
@@ -174,6 +173,8 @@ class Connection:
         try:
             async with asyncio.timeout(timeout):
                 return await work
+        except TimeoutError:
+            raise  # the call took too long; the connection itself is still good (TimeoutError is an OSError)
         except MCPError as exc:
             if "closed" in str(exc).lower():
                 self.closed.set()
@@ -218,8 +219,7 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
 
     client = Client(
         _transport(config),
-        cache=None,
-        read_timeout_seconds=config.timeout_s,
+        cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
         message_handler=on_message,
         elicitation_callback=on_elicit,
         sampling_callback=on_sample,
