@@ -61,7 +61,7 @@ async def ask_for_note(s, llm) -> dict:
 async def test_over_http_tools_are_offered_and_a_click_approves_the_call(store, llm, slack, tmp_path, http_url) -> None:
     async with running(store, over_http(llm, slack, tmp_path, http_url), slack) as s:
         await until_running(s.gateway)
-        assert s.gateway.mcp.summary()["t"]["protocol"] and s.gateway.mcp.summary()["t"]["tools"] == 9
+        assert s.gateway.mcp.summary()["t"]["protocol"] and s.gateway.mcp.summary()["t"]["tools"] == 10
         prompt = await ask_for_note(s, llm)
         assert "mcp__t__write_note" in str(prompt["blocks"])
         assert "mcp__t__write_note" in offered(llm.requests[0])
@@ -185,4 +185,4 @@ async def test_a_crash_mid_call_is_a_clear_tool_error(store, llm, slack, tmp_pat
         await s.settle(lambda: "It crashed." in texts(slack))
         assert "stopped during the call" in tool_results(llm.requests[1])[0]
         await s.gateway.mcp.wait_for(lambda m: m.states["t"].restarts >= 1 and m.states["t"].status == "running", 20)
-        assert s.gateway.mcp.summary()["t"]["tools"] == 9
+        assert s.gateway.mcp.summary()["t"]["tools"] == 10

@@ -259,7 +259,7 @@ async def test_errors_images_and_bad_arguments(store, llm, tg, tmp_path) -> None
         assert "INVALID arguments for mcp__t__lookup" in bad and '"key" must be string' in bad
         calls = await store.sessions.open_tool_calls((await store.sessions.current(f"telegram:{PRIVATE}:")).id)
         assert calls == []
-        assert json.loads(json.dumps(gateway.mcp.summary()))["t"]["tools"] == 9
+        assert json.loads(json.dumps(gateway.mcp.summary()))["t"]["tools"] == 10
 
 
 async def test_status_shows_each_server(store, llm, tg, tmp_path) -> None:
@@ -275,5 +275,38 @@ async def test_status_shows_each_server(store, llm, tg, tmp_path) -> None:
         tg.private_message(PRIVATE, "/status")
         await settle(gateway, lambda: any("MCP" in t for t in texts(tg, PRIVATE)))
         status = texts(tg, PRIVATE)[-1]
-        assert "MCP t: 🟢 running, 9 tools" in status
+        assert "MCP t: 🟢 running, 10 tools" in status
         assert "MCP broken: 🔴 down" in status
+
+
+async def test_sampling_is_refused_unless_the_server_may_sample(store, llm, tg, tmp_path) -> None:
+    llm.tool_call("mcp__t__haiku", {"topic": "autumn"}, id="h1")
+    llm.reply("No poem.")
+    async with running(store, config(llm, tg, tmp_path, trusted=True)) as gateway:
+        await until_running(gateway)
+        tg.private_message(PRIVATE, "a haiku please")
+        await settle(gateway, lambda: "No poem." in texts(tg, PRIVATE))
+        (result,) = tool_results(llm.requests[1])
+        assert "asked to use the model (sampling), which is not enabled" in result
+        assert len(llm.requests) == 2  # the model was not asked on the server's behalf
+
+
+async def test_allowed_sampling_is_answered_by_the_model_and_counted_in_the_run(store, llm, tg, tmp_path) -> None:
+    llm.tool_call("mcp__t__haiku", {"topic": "autumn"}, id="h1")
+    llm.reply("leaves fall slowly", usage={"prompt_tokens": 30, "completion_tokens": 7})
+    llm.reply("Here is your poem.")
+    async with running(store, config(llm, tg, tmp_path, trusted=True, sampling=True)) as gateway:
+        await until_running(gateway)
+        tg.private_message(PRIVATE, "a haiku please")
+        await settle(gateway, lambda: "Here is your poem." in texts(tg, PRIVATE))
+        sampling_request = llm.requests[1]
+        assert sampling_request["messages"] == [
+            {"role": "system", "content": "You are a poet."},
+            {"role": "user", "content": "Write a haiku about autumn."},
+        ]
+        assert tool_results(llm.requests[2]) == ["haiku: leaves fall slowly"]
+        run = (await store.runs.list())[0]
+        events = await store.runs.events(run.id)
+        (sampled,) = [e.payload for e in events if e.kind == "MCP_SAMPLING"]
+        assert sampled["server"] == "t" and sampled["output_chars"] == len("leaves fall slowly")
+        assert run.llm_calls == 3 and run.output_tokens >= 7  # two turn rounds and the server's call

@@ -132,7 +132,7 @@ async def test_the_doctor_check_reports_each_server(tmp_path) -> None:
     )
     report = await check_servers(config, timeout=30)
     assert (
-        report["t"]["status"] == "running" and report["t"]["tools"] == 9 and report["t"]["server"] == "test-tools 1.0"
+        report["t"]["status"] == "running" and report["t"]["tools"] == 10 and report["t"]["server"] == "test-tools 1.0"
     )
     assert report["gone"]["status"] == "failed" and report["gone"]["error"]
     assert report["off"]["status"] == "disabled"

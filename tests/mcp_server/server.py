@@ -6,7 +6,7 @@ Tools: `lookup` (read-only), `write_note` (side-effecting: appends to notes.txt 
 directory, so a test can see whether it ran), `fail` (an `isError` result), `chart` (an image),
 `grow` (changes its own schema: adds a parameter and tells the client the list changed),
 `confirm` (asks the user to pick a colour through elicitation), `rename` (asks for a typed
-name), `crash` (the process exits mid-call) and
+name), `haiku` (asks the client's model: sampling), `crash` (the process exits mid-call) and
 `slow` (sleeps, for timeouts).
 """
 
@@ -21,8 +21,8 @@ from typing import Annotated, Literal
 from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp.types import CreateMessageResult, SamplingMessage, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 # A 1x1 PNG.
@@ -117,6 +117,16 @@ def add_asking_tools(server: MCPServer) -> None:
     async def rename(item: str, new: Annotated[NewName, Resolve(ask_name)]) -> str:
         """Rename an item; asks the user for the new name."""
         return f"renamed {item} to {new.name}"
+
+    def write_haiku(topic: str) -> Sample:
+        ask = SamplingMessage(role="user", content=TextContent(type="text", text=f"Write a haiku about {topic}."))
+        return Sample([ask], max_tokens=60, system_prompt="You are a poet.")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def haiku(topic: str, poem: Annotated[CreateMessageResult, Resolve(write_haiku)]) -> str:
+        """A haiku about a topic, written by the client's model (sampling)."""
+        text = poem.content.text if isinstance(poem.content, TextContent) else "?"
+        return f"haiku: {text}"
 
 
 def add_failing_tools(server: MCPServer, state: Path) -> None:
