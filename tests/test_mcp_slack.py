@@ -186,3 +186,19 @@ async def test_a_crash_mid_call_is_a_clear_tool_error(store, llm, slack, tmp_pat
         assert "stopped during the call" in tool_results(llm.requests[1])[0]
         await s.gateway.mcp.wait_for(lambda m: m.states["t"].restarts >= 1 and m.states["t"].status == "running", 20)
         assert s.gateway.mcp.summary()["t"]["tools"] == 10
+
+
+async def test_readyz_shows_each_server_without_depending_on_it(store, llm, slack, tmp_path) -> None:
+    import aiohttp
+
+    servers = mcp_section(t=stdio_server(tmp_path / "state"), broken={"url": "http://127.0.0.1:9/mcp"})
+    async with running(store, slack_config(llm, slack, tmp_path, mcp=servers), slack) as s:
+        await until_running(s.gateway)
+        await s.gateway.mcp.wait_for(lambda m: m.states["broken"].status == "failed", 20)
+        assert s.gateway.http is not None
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{s.gateway.http.port}/readyz") as response:
+                body = await response.json()
+                assert response.status == 200 and body["ready"] is True
+        assert body["mcp"]["t"]["status"] == "running" and body["mcp"]["t"]["tools"] == 10
+        assert body["mcp"]["broken"]["status"] == "failed" and body["mcp"]["broken"]["error"]

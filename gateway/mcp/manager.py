@@ -93,7 +93,9 @@ class McpManager:
         state = self.states[name]
         delay = self.config.restart_initial_s
         while True:
-            state.status, state.retry_in_s = "starting", 0.0
+            if state.status != "failed":  # a failed server stays shown as failed while it is retried
+                state.status = "starting"
+            state.retry_in_s = 0.0
             await self._notify()
             error = "the connection closed"
             try:
