@@ -32,11 +32,11 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def http_server(state: Path) -> AsyncIterator[str]:
-    """The server on Streamable HTTP at 127.0.0.1; yields its /mcp url."""
+async def http_server(state: Path, transport: str = "http") -> AsyncIterator[str]:
+    """The server on Streamable HTTP (or SSE) at 127.0.0.1; yields its /mcp (or /sse) url."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(SERVER), "--http", str(port), "--state", str(state)],
+        [sys.executable, str(SERVER), f"--{transport}", str(port), "--state", str(state)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -47,7 +47,7 @@ async def http_server(state: Path) -> AsyncIterator[str]:
                 writer.close()
                 break
             await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
     finally:
         process.kill()
         process.wait()

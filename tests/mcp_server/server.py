@@ -1,6 +1,6 @@
 """A small MCP server for the tests, written with the SDK's server API (`MCPServer`, the SDK's
-FastMCP). Run as `python -m tests.mcp_server.server [--http PORT] [--state DIR]`: stdio by
-default, Streamable HTTP on 127.0.0.1 with `--http`.
+FastMCP). Run as `python tests/mcp_server/server.py [--http PORT | --sse PORT] [--state DIR]`: stdio
+by default, Streamable HTTP (or the older SSE transport) on 127.0.0.1 otherwise.
 
 Tools: `lookup` (read-only), `write_note` (side-effecting: appends to notes.txt in the state
 directory, so a test can see whether it ran), `fail` (an `isError` result), `chart` (an image),
@@ -146,6 +146,7 @@ def add_failing_tools(server: MCPServer, state: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--sse", type=int, default=None, help="serve the older SSE transport on this port")
     parser.add_argument("--state", default=os.environ.get("MCP_TEST_STATE", "."))
     args = parser.parse_args()
     state = Path(args.state)
@@ -153,6 +154,8 @@ def main() -> None:
     server = build(state)
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server.run("sse", host="127.0.0.1", port=args.sse)
     else:
         server.run()
 
