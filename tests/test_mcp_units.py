@@ -157,3 +157,20 @@ async def test_a_call_past_its_timeout_is_abandoned_and_the_server_keeps_serving
     finally:
         await manager.stop()
     assert len(registry) == 0  # a stopped server's tools are gone
+
+
+async def test_the_doctor_section_says_what_to_change(tmp_path) -> None:
+    from gateway.mcp.manager import doctor_checks
+
+    config = McpConfig.model_validate(
+        {
+            "servers": {
+                "t": {"command": [sys.executable, str(SERVER), "--state", str(tmp_path)], "tools": ["nothing*"]},
+                "gone": {"url": "http://127.0.0.1:9/mcp"},
+            },
+            **FAST,
+        }
+    )
+    checks = {name: (status, found, fix) for name, status, found, fix in await doctor_checks(config, timeout=30)}
+    assert checks["MCP t"][0] == "warn" and "no tool matches mcp.servers.t.tools" in checks["MCP t"][2]
+    assert checks["MCP gone"][0] == "fail" and checks["MCP gone"][2] == "check mcp.servers.gone.url"

@@ -222,6 +222,26 @@ async def check_servers(config: McpConfig, timeout: float = 30.0) -> dict[str, d
         await manager.stop()
 
 
+async def doctor_checks(config: McpConfig, timeout: float = 30.0) -> list[tuple[str, str, str, str]]:
+    """`gateway doctor`'s MCP section: (name, ok | warn | fail, what was found, what to change)
+    for each configured server, after starting it once."""
+    report = await check_servers(config, timeout)
+    checks = []
+    for name, settings in config.servers.items():
+        state, where = report[name], f"mcp.servers.{name}"
+        if state["status"] == "disabled":
+            checks.append((f"MCP {name}", "warn", "disabled", f"set {where}.enabled: true to use it"))
+        elif state["status"] != "running":
+            fix = f"check {where}.{'command' if settings.command else 'url'}"
+            checks.append((f"MCP {name}", "fail", f"{state['status']}: {state['error'] or 'no answer'}", fix))
+        elif not state["tools"]:
+            checks.append((f"MCP {name}", "warn", "running, but no tool is offered", f"no tool matches {where}.tools"))
+        else:
+            found = f"running, {state['tools']} tools ({state['server'] or 'unnamed'}, protocol {state['protocol']})"
+            checks.append((f"MCP {name}", "ok", found, ""))
+    return checks
+
+
 def short_description(text: str, limit: int, server: str) -> str:
     text = " ".join((text or "").split())
     if limit and len(text) > limit:
