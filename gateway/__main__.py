@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("chat", parents=[common], help="talk to the agent in this terminal").set_defaults(handler=cmd_chat)
     sub.add_parser("migrate", parents=[common], help="apply database migrations").set_defaults(handler=cmd_migrate)
     sub.add_parser(
-        "doctor", parents=[common], help="check the model server: reachable, auth, model, window, streaming, tools"
+        "doctor",
+        parents=[common],
+        help="check the model server (reachable, auth, model, window, streaming, tools) and the MCP servers",
     ).set_defaults(handler=cmd_doctor)
 
     runs = sub.add_parser("runs", parents=[common], help="run records (one per turn)")
@@ -110,10 +112,13 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
-    from gateway.cli.doctor import diagnose, print_check
+    from gateway.cli.doctor import diagnose, diagnose_mcp, print_check
 
     print(f"model server {config.llm.base_url}, model {config.llm.model}", flush=True)
     report = await diagnose(config.llm, on_check=print_check)
+    if config.mcp.servers:
+        print(f"MCP servers: {', '.join(config.mcp.servers)}", flush=True)
+        report.checks += (await diagnose_mcp(config.mcp, on_check=print_check)).checks
     print("nothing to change" if not report.failed and all(c.status == "ok" for c in report.checks) else
           ("fix the failures above before connecting a chat" if report.failed else "works; see the warnings above"))
     return 1 if report.failed else 0

@@ -174,3 +174,30 @@ async def test_the_doctor_section_says_what_to_change(tmp_path) -> None:
     checks = {name: (status, found, fix) for name, status, found, fix in await doctor_checks(config, timeout=30)}
     assert checks["MCP t"][0] == "warn" and "no tool matches mcp.servers.t.tools" in checks["MCP t"][2]
     assert checks["MCP gone"][0] == "fail" and checks["MCP gone"][2] == "check mcp.servers.gone.url"
+
+
+def test_gateway_doctor_prints_a_line_per_mcp_server(tmp_path) -> None:
+    import subprocess
+
+    from mcp_support import free_port
+    from test_chat_cli import child_env
+
+    config = tmp_path / "config.yml"
+    config.write_text(
+        f"llm:\n  base_url: http://127.0.0.1:{free_port()}/v1\n  model: m\n"
+        "mcp:\n  servers:\n"
+        f"    t:\n      command: [{sys.executable}, {SERVER}, --state, {tmp_path / 'state'}]\n"
+        "    gone:\n      command: [/nonexistent/server]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "doctor", "--config", str(config), "--log-level", "error"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "MCP servers: t, gone" in done.stdout
+    assert "✓ MCP t: running, 10 tools (test-tools 1.0" in done.stdout
+    assert "✗ MCP gone: failed:" in done.stdout and "-> check mcp.servers.gone.command" in done.stdout

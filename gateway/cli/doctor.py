@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 import httpx
 
-from gateway.config import LLMConfig
+from gateway.config import LLMConfig, McpConfig
 from gateway.llm import AuthError, LLMClient, LLMError, Refused
+from gateway.mcp.manager import doctor_checks
 
 Status = Literal["ok", "warn", "fail"]
 MARKS = {"ok": "✓", "warn": "!", "fail": "✗"}
@@ -181,6 +182,16 @@ def _model_ids(response: httpx.Response) -> list[str] | None:
     if not isinstance(data, list):
         return None
     return [str(entry.get("id")) for entry in data if isinstance(entry, dict) and entry.get("id")]
+
+
+async def diagnose_mcp(config: McpConfig, *, on_check: Callable[[Check], None] | None = None) -> Report:
+    """One check per configured MCP server, after starting each once (gateway/mcp)."""
+    report = Report()
+    for name, status, found, fix in await doctor_checks(config):
+        check = report.add(name, status, found, fix)  # type: ignore[arg-type]  # ok | warn | fail
+        if on_check is not None:
+            on_check(check)
+    return report
 
 
 def print_check(check: Check) -> None:
