@@ -203,6 +203,8 @@ class McpServerConfig(_Section):
     cwd: str = ""
     url: str = ""
     transport: Literal["streamable_http", "sse"] = "streamable_http"  # for `url`
+    # auto: the 2026-07-28 protocol where the server has it, else the initialize handshake; legacy: always the handshake
+    protocol: Literal["auto", "legacy"] = "auto"
     headers: dict[str, str] = {}
     tools: list[str] = ["*"]  # globs of the server's own tool names to offer
     trusted: bool = False  # believe the server's readOnlyHint annotations

@@ -201,3 +201,28 @@ def test_gateway_doctor_prints_a_line_per_mcp_server(tmp_path) -> None:
     assert "MCP servers: t, gone" in done.stdout
     assert "✓ MCP t: running, 10 tools (test-tools 1.0" in done.stdout
     assert "✗ MCP gone: failed:" in done.stdout and "-> check mcp.servers.gone.command" in done.stdout
+
+
+async def test_on_the_older_protocol_questions_mid_call_are_declined_and_changes_still_arrive(tmp_path) -> None:
+    from gateway.config import AgentConfig
+    from gateway.mcp import McpManager
+    from gateway.tools import InMemoryNotes, ToolContext, ToolRegistry, run_tool
+
+    server = {"command": [sys.executable, str(SERVER), "--state", str(tmp_path)], "trusted": True, "protocol": "legacy"}
+    registry = ToolRegistry()
+    manager = McpManager(McpConfig.model_validate({"servers": {"t": server}, **FAST}), registry)
+    await manager.start()
+    try:
+        await manager.wait_for(lambda m: m.states["t"].status == "running", 30)
+        assert manager.summary()["t"]["protocol"] < "2026"  # a handshake-era version
+        ctx = ToolContext(1, ThreadKey("console", "1", ""), "console", True, tmp_path, AgentConfig(), InMemoryNotes())
+        # the question arrives in the middle of the call, where the turn cannot park: declined
+        painted = await run_tool(registry.get("mcp__t__confirm"), {"item": "gate"}, ctx)
+        assert painted.text == "not painted (decline)"
+        old = registry.get("mcp__t__grow").grant_key
+        assert (await run_tool(registry.get("mcp__t__grow"), {"size": 1}, ctx)).text == "grew 1"
+        await manager.wait_for(
+            lambda m: (spec := m.registry.get("mcp__t__grow")) is not None and spec.grant_key != old, 10
+        )
+    finally:
+        await manager.stop()

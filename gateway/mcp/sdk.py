@@ -220,6 +220,7 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
     client = Client(
         _transport(config),
         cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
+        mode=config.protocol,
         message_handler=on_message,
         elicitation_callback=on_elicit,
         sampling_callback=on_sample,
