@@ -6,6 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from gateway.store import migrations_current
+from gateway.store.db import SCHEMA_REVISION, current_revision, head_revision
 from gateway.store.tables import include_object, metadata
 
 
@@ -17,3 +18,19 @@ async def test_migrated_schema_matches_the_tables(store):
     differences = await store.db.read(diff)
     assert differences == []
     assert await migrations_current(store.db)
+
+
+def test_the_schema_revision_constant_is_the_newest_migration():
+    # A start checks the schema against this constant in one query; a new migration bumps it.
+    assert SCHEMA_REVISION == head_revision()
+
+
+async def test_an_empty_database_has_no_revision(tmp_path):
+    from gateway.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        assert await current_revision(store.db) is None
+        assert not await migrations_current(store.db)
+    finally:
+        await store.close()

@@ -1,4 +1,4 @@
-"""The Telegram channel (python-telegram-bot's bare ExtBot)."""
+"""The Telegram channel (python-telegram-bot's bare Bot)."""
 
 from channels.telegram.channel import TelegramChannel
 

@@ -1,6 +1,6 @@
 """The Telegram channel: ingest (long polling or webhook), replies, prompts, presence.
 
-Built on python-telegram-bot's bare `ExtBot` (not `Application`/`Updater`, which confirm
+Built on python-telegram-bot's bare `Bot` (not `Application`/`Updater`, which confirm
 updates before they are processed). An update is confirmed to Telegram only after
 `submit` has stored it: by the next getUpdates offset, or by the webhook's 200.
 """
@@ -15,8 +15,10 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import httpx
 from aiohttp import web
 from telegram import (
+    Bot,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     InputFile,
@@ -32,7 +34,7 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import ExtBot
+from telegram.request import HTTPXRequest
 
 from channels.telegram import files
 from channels.telegram.api import BotCaller, Pacer, is_not_modified, retry_after_seconds
@@ -74,7 +76,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Loggers whose records can carry the bot token: httpx logs request URLs and PTB logs its
 # base URL at DEBUG, and Bot API URLs contain the token.
-_URL_LOGGERS = ("httpx", "telegram.Bot", "telegram.ext.ExtBot")
+_URL_LOGGERS = ("httpx", "telegram.Bot")
 
 
 class _RedactToken(logging.Filter):
@@ -104,7 +106,7 @@ class TelegramChannel:
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
         self._caller = BotCaller(self._pacer, max_retries=config.max_retries)
         self._throttle = Throttle(config.edit_interval_s)
-        self._bot: ExtBot | None = None
+        self._bot: Bot | None = None
         self._outlet: Outlet | None = None
         self._reader: UpdateReader | None = None
         self._submit: Submit | None = None
@@ -113,12 +115,22 @@ class TelegramChannel:
 
     # --- lifecycle ---------------------------------------------------------------
 
+    def _make_bot(self) -> Bot:
+        """PTB's Bot with its two connections (updates, everything else) sharing one TLS
+        context: loading the trust store costs tens of milliseconds a client."""
+        tls = httpx.create_ssl_context()
+        return Bot(
+            self.config.token, base_url=self.config.api_base_url, base_file_url=self.config.api_file_url,
+            request=HTTPXRequest(httpx_kwargs={"verify": tls}),
+            get_updates_request=HTTPXRequest(connection_pool_size=1, httpx_kwargs={"verify": tls}),
+        )
+
     async def start(self, submit: Submit) -> None:
         """Connect (getMe), then set or delete the webhook by mode. Polling is `poll_forever`."""
         self._check_config()
         for name in _URL_LOGGERS:
             logging.getLogger(name).addFilter(self._redact)
-        bot = ExtBot(self.config.token, base_url=self.config.api_base_url, base_file_url=self.config.api_file_url)
+        bot = self._make_bot()
         try:
             await bot.initialize()
         except InvalidToken:
@@ -169,7 +181,7 @@ class TelegramChannel:
             await self._bot.shutdown()
 
     @property
-    def bot(self) -> ExtBot:
+    def bot(self) -> Bot:
         if self._bot is None:
             raise RuntimeError("TelegramChannel.start() has not run")
         return self._bot
@@ -363,7 +375,7 @@ class TelegramChannel:
             return FinalOnlyStream(self.outlet, target, anchor)
         if mode == "edit" or not target.is_private:
             return EditStream(self.outlet, target, anchor, self._throttle, self._pacer)
-        return DraftStream(self.outlet, target, anchor, self._throttle)
+        return DraftStream(self.outlet, target, anchor, self._throttle, self._pacer)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         if not busy:
@@ -377,6 +389,9 @@ class TelegramChannel:
 
     async def _keep_typing(self, target: Target) -> None:
         while True:
+            if not self._pacer.spare():  # optional: skipped when the bot's budget is taken
+                await asyncio.sleep(self.typing_interval_s / 4)
+                continue
             try:
                 await self._caller.call(
                     "sendChatAction",

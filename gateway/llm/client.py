@@ -88,7 +88,14 @@ class LLMClient:
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._endpoint = httpx.URL(self.url)  # parsed once, not on every request
         timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s)
-        self._http = httpx.AsyncClient(transport=transport, timeout=timeout, headers=self._headers())
+        # No cap on connections: the inbox bounds how many turns (so streams) run at once, and a
+        # pool smaller than that would make turns wait for a connection, then time out.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        headers = self._headers()
+        self._new_client: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
+            transport=transport, timeout=timeout, headers=headers, limits=limits
+        )
+        self._client: httpx.AsyncClient | None = None
         self._on_retry = on_retry
         self._backoff_base = backoff_base_s
         self._backoff_max = backoff_max_s
@@ -129,8 +136,17 @@ class LLMClient:
         except (httpx.HTTPError, ValueError):
             return None
 
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        """Made on the first request: a client loads the TLS trust store (tens of ms), which a
+        start need not wait for."""
+        if self._client is None:
+            self._client = self._new_client()
+        return self._client
+
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     async def __aenter__(self) -> LLMClient:
         return self

@@ -29,8 +29,7 @@ from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
@@ -38,6 +37,9 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 CHECKPOINT_EVERY_WRITES = 200  # a passive WAL checkpoint on the writer thread after this many
 READER_THREADS = 4
+# The revision of the newest migration in gateway/migrations/versions (a test keeps the two equal).
+SCHEMA_REVISION = "0004"
+_VERSION_QUERY = text("SELECT version_num FROM alembic_version")
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ class Database:
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
         else:
+            from sqlalchemy.ext.asyncio import create_async_engine  # (and the ORM it loads) PostgreSQL only
+
             # pg_schema isolates test databases (and lets several gateways share one server).
             connect_args = {"server_settings": {"search_path": pg_schema}} if pg_schema else {}
             self.engine = create_async_engine(
@@ -248,23 +252,28 @@ def _alembic_config(url: str):
     return cfg
 
 
-def _head_revision(url: str) -> str | None:
+def head_revision() -> str | None:
+    """The newest migration, as alembic finds it in gateway/migrations (loads every script)."""
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory.from_config(_alembic_config(url)).get_current_head()
+    return ScriptDirectory.from_config(_alembic_config("sqlite://")).get_current_head()
 
 
 async def current_revision(db: Database) -> str | None:
-    def read(conn: Connection) -> str | None:
-        from alembic.runtime.migration import MigrationContext
+    """The schema's revision, read from alembic's own table in one query (None before the
+    first migration): a start on a current schema loads none of alembic's machinery."""
 
-        return MigrationContext.configure(conn).get_current_revision()
+    def read(conn: Connection) -> str | None:
+        try:
+            return conn.execute(_VERSION_QUERY).scalar()
+        except (OperationalError, ProgrammingError):  # no alembic_version table yet
+            return None
 
     return await db.read(read)
 
 
 async def migrations_current(db: Database) -> bool:
-    return await current_revision(db) == _head_revision(db.url)
+    return await current_revision(db) == SCHEMA_REVISION
 
 
 async def upgrade(db: Database) -> None:

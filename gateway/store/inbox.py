@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,7 +21,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
@@ -38,7 +38,9 @@ class NewItem:
 
 
 def _dialect_module(conn: Connection) -> ModuleType:
-    return postgresql if conn.dialect.name == "postgresql" else sqlite
+    # Imported when first used: a gateway on SQLite never loads the PostgreSQL dialect.
+    name = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+    return importlib.import_module(f"sqlalchemy.dialects.{name}")
 
 
 def insert_ignoring(conn: Connection, table: Table, keys: list[str]) -> Insert:
@@ -51,13 +53,17 @@ class InsertIgnoring:
     come with each execute."""
 
     def __init__(self, table: Table, keys: list[str], *, returning: tuple = ()):
-        self._by_dialect = {}
-        for dialect in (postgresql, sqlite):
-            statement = dialect.insert(table).on_conflict_do_nothing(index_elements=keys)
-            self._by_dialect[dialect] = statement.returning(*returning) if returning else statement
+        self._table, self._keys, self._returning = table, keys, returning
+        self._by_dialect: dict[str, Insert] = {}
 
     def for_conn(self, conn: Connection) -> Insert:
-        return self._by_dialect[_dialect_module(conn)]
+        statement = self._by_dialect.get(conn.dialect.name)
+        if statement is None:
+            statement = insert_ignoring(conn, self._table, self._keys)
+            if self._returning:
+                statement = statement.returning(*self._returning)
+            self._by_dialect[conn.dialect.name] = statement
+        return statement
 
 
 # Statements of intake, the dispatcher's poll and the workers' leases, built once (building
