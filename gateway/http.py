@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.config import HttpConfig
+from gateway.loop_lag import LoopLag
 from gateway.store import migrations_current
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class HttpServer:
                 self._webhook_paths.add(path)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.loop_lag = LoopLag()
 
     @web.middleware
     async def _intake_guard(self, request: web.Request, handler):  # noqa: ANN001, ANN201
@@ -41,6 +43,7 @@ class HttpServer:
         return await handler(request)
 
     async def start(self) -> None:
+        self.loop_lag.start()
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -54,6 +57,7 @@ class HttpServer:
         self.accepting = False
 
     async def stop(self) -> None:
+        await self.loop_lag.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -86,4 +90,11 @@ class HttpServer:
         for run in await store.runs.list(limit=1000):
             stages[run.stage] = stages.get(run.stage, 0) + 1
         lines += [f'gateway_runs{{stage="{stage}"}} {count}' for stage, count in sorted(stages.items())]
+        lag = self.loop_lag
+        lines += [
+            "# HELP gateway_event_loop_lag_seconds How late the event loop ran a timer (last 30 s).",
+            "# TYPE gateway_event_loop_lag_seconds summary",
+            *(f'gateway_event_loop_lag_seconds{{quantile="{q}"}} {lag.quantile(q):.6f}' for q in (0.5, 0.99)),
+            f"gateway_event_loop_lag_seconds_max {lag.worst():.6f}",
+        ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

@@ -46,6 +46,10 @@ async def test_serve_reports_health_and_exits_cleanly_on_sigterm(tmp_path):
             async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
                 body = await ready.json()
         assert ready.status == 200 and body["database"] and body["migrations_current"]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as metrics:
+                text = await metrics.text()
+        assert metrics.status == 200 and 'gateway_event_loop_lag_seconds{quantile="0.99"}' in text
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 30)
         output = (await process.stdout.read()).decode()

@@ -69,14 +69,21 @@ class TokenBucket:
         self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
 
-    def try_take(self) -> bool:
-        """Take a token only if one is there now (for optional calls like stream edits)."""
+    def ready(self) -> bool:
+        """A token is there now and no send is waiting for one (sends go before optional calls)."""
         if self.rate <= 0:
             return True
-        self._refill()
-        if self._tokens < 1:
+        if self._lock.locked():
             return False
-        self._tokens -= 1
+        self._refill()
+        return self._tokens >= 1
+
+    def try_take(self) -> bool:
+        """Take a token only if one is there now (for optional calls like stream edits)."""
+        if not self.ready():
+            return False
+        if self.rate > 0:
+            self._tokens -= 1
         return True
 
     async def take(self) -> None:
@@ -113,8 +120,19 @@ class Pacer:
         await self._overall.take()
 
     def try_take(self, chat_id: int) -> bool:
-        """A token from the chat's bucket if one is free now; never waits."""
-        return self._bucket(chat_id).try_take()
+        """A token from the chat's bucket and from the bot's overall one if both are free now;
+        never waits (progress edits)."""
+        chat = self._bucket(chat_id)
+        return chat.ready() and self._overall.ready() and chat.try_take() and self._overall.try_take()
+
+    def spare(self) -> bool:
+        """A token of the bot's overall budget if one is free now; never waits. Drafts take
+        these: a thousand chats streaming at once stay within the bot's limit, and a draft
+        never delays a message (it is skipped; a later one shows the newer text)."""
+        return self._overall.try_take()
+
+    def has_spare(self) -> bool:
+        return self._overall.ready()
 
 
 class BotCaller:

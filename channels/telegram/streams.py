@@ -66,17 +66,17 @@ class FinalOnlyStream:
 class DraftStream(FinalOnlyStream):
     """Private chats: drafts while generating, real messages at the end."""
 
-    def __init__(self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle) -> None:
+    def __init__(self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer) -> None:
         super().__init__(outlet, target, reply_to)
-        self._throttle = throttle
+        self._throttle, self._pacer = throttle, pacer
         self._draft_id = random.randint(1, 2**31 - 1)
         self._enabled = True
 
     def wants_update(self) -> bool:
-        return self._enabled and self._throttle.due(self._target.chat_id)
+        return self._enabled and self._throttle.due(self._target.chat_id) and self._pacer.has_spare()
 
     async def update(self, text: str) -> None:
-        if not self.wants_update():
+        if not self.wants_update() or not self._pacer.spare():
             return  # rendered only when a draft is due
         chunks = chunks_of(text)
         if not chunks:
