@@ -393,6 +393,7 @@ async def thousand(kind: str, args: argparse.Namespace) -> None:
             gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
             await gateway.start()
             try:
+                profiler = await start_profiler(gateway, args.profile, "thousand") if args.profile else None
                 cpu = gateway.cpu_seconds()
                 started = time.perf_counter()
                 waits = []
@@ -408,10 +409,14 @@ async def thousand(kind: str, args: argparse.Namespace) -> None:
                         lags.append(await gateway.metrics())
 
                 sampler = asyncio.create_task(sample_lag())
-                times = await asyncio.wait_for(asyncio.gather(*waits), args.timeout + 60)
+                try:
+                    times = await asyncio.wait_for(asyncio.gather(*waits), args.timeout + 60)
+                finally:
+                    sampler.cancel()
                 elapsed = time.perf_counter() - started
-                sampler.cancel()
                 lags.append(await gateway.metrics())
+                if profiler is not None:
+                    await stop_profiler(profiler)
                 await asyncio.sleep(1.0)  # anything sent twice would arrive now
                 cpu = gateway.cpu_seconds() - cpu
                 rss, peak = gateway.memory_mb()
@@ -533,7 +538,8 @@ if __name__ == "__main__":
     parser.add_argument("--paced", action="store_true",
                         help="Telegram pacing on in `steady` (default off: raw capacity)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
-    parser.add_argument("--profile", metavar="PREFIX", help="sample the gateway with py-spy during `steady` "
+    parser.add_argument("--profile", metavar="PREFIX",
+                        help="sample the gateway with py-spy during `steady` and `thousand` "
                         "(collapsed stacks to PREFIX-<case>.txt)")
     parser.add_argument("--quick", action="store_true", help="60 messages, 100 turns in flight")
     parsed = parser.parse_args()
