@@ -13,7 +13,9 @@ Slack Web API run in this one.
   then `--messages` messages over `--chats` private chats, each chat sending its next message
   when the reply is shown; once plain, once with one tool call (`clock`) per message.
   Figures: gateway CPU ms per message, messages/s, p50/p95 latency (update queued -> final
-  sendMessage received), peak RSS, and (PostgreSQL) statements sent to the server per message.
+  sendMessage received), peak RSS, and the statements and transactions sent to the database per
+  message (the gateway's /metrics counters; on PostgreSQL each statement is a round trip, and
+  each transaction adds its BEGIN and COMMIT).
 - `thousand`: 1,000 private chats at once, each turn streaming a chunk every 50 ms for 10 s.
   Every reply must arrive exactly once; sends are checked against Telegram's limits (30/s
   overall, 1/s per chat with bursts of 3); event-loop lag p50/p99 is read from the gateway's
@@ -195,23 +197,6 @@ async def database_url(kind: str, directory: Path) -> AsyncIterator[str]:
         await conn.close()
 
 
-async def postgres_statements(url: str) -> int:
-    """Statements executed so far in that database (pg_stat_database's transactions would
-    miss autocommitted reads; pg_stat_statements is not installed): sum of xact counters."""
-    import asyncpg
-
-    dsn = url.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
-    try:
-        await conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = await conn.fetchrow(
-            "SELECT xact_commit + xact_rollback AS xacts FROM pg_stat_database WHERE datname = $1",
-            dsn.rsplit("/", 1)[1])
-        return int(row["xacts"]) if row else 0
-    finally:
-        await conn.close()
-
-
 # ---- Telegram -----------------------------------------------------------------------------------
 
 
@@ -307,23 +292,25 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
                       f"(min {min(cold) * 1000:.0f}, max {max(cold) * 1000:.0f}; the first start, creating the schema: "
                       f"{first * 1000:.0f} ms); CPU until ready p50 {statistics.median(cold_cpu) * 1000:.0f} ms; "
                       f"first reply after ready: {first_reply * 1000:.0f} ms")
-                print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8}")
+                print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+                      f"{'stmts/msg':>10} {'txns/msg':>8}")
                 base = 100
                 cases = (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me"))
                 for case, text in cases:
                     chats = list(range(base, base + args.chats))
                     base += 1000
-                    statements = await postgres_statements(db) if kind == "postgres" else 0
+                    before = await gateway.metrics()
                     profiler = await start_profiler(gateway, args.profile, case) if args.profile else None
                     cpu = gateway.cpu_seconds()
                     elapsed, latencies = await conversations(fake, chats, args.messages, text, args.timeout)
                     cpu = gateway.cpu_seconds() - cpu
                     if profiler is not None:
                         await stop_profiler(profiler)
-                    extra = ""
-                    if kind == "postgres":
-                        statements = await postgres_statements(db) - statements
-                        extra = f"   {statements / len(latencies):5.1f} transactions/msg"
+                    after = await gateway.metrics()
+                    per_message = {name: (after[name] - before[name]) / len(latencies)
+                                   for name in ("gateway_db_statements_total", "gateway_db_transactions_total")}
+                    extra = (f" {per_message['gateway_db_statements_total']:10.1f} "
+                             f"{per_message['gateway_db_transactions_total']:8.1f}")
                     print(figures(case, cpu, elapsed, latencies, extra))
                     missing = [c for c in chats if fake.sent[c] != args.messages // args.chats]
                     if missing:

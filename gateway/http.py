@@ -90,6 +90,15 @@ class HttpServer:
         for run in await store.runs.list(limit=1000):
             stages[run.stage] = stages.get(run.stage, 0) + 1
         lines += [f'gateway_runs{{stage="{stage}"}} {count}' for stage, count in sorted(stages.items())]
+        count = store.db.count
+        lines += [
+            "# HELP gateway_db_statements_total Statements sent to the database.",
+            "# TYPE gateway_db_statements_total counter",
+            f"gateway_db_statements_total {count.statements}",
+            "# HELP gateway_db_transactions_total Transactions committed.",
+            "# TYPE gateway_db_transactions_total counter",
+            f"gateway_db_transactions_total {count.transactions}",
+        ]
         lag = self.loop_lag
         lines += [
             "# HELP gateway_event_loop_lag_seconds How late the event loop ran a timer (last 30 s).",

@@ -48,10 +48,30 @@ class StoreError(Exception):
     """A database problem worded for the operator."""
 
 
+class StatementCount:
+    """Statements and transactions sent to the database (on PostgreSQL each statement is a
+    round trip, and a transaction adds its BEGIN and COMMIT): reported by /metrics."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.transactions = 0
+
+    def watch(self, engine: Engine) -> None:
+        event.listen(engine, "after_cursor_execute", self._statement)
+        event.listen(engine, "commit", self._transaction)
+
+    def _statement(self, *_: object) -> None:
+        self.statements += 1
+
+    def _transaction(self, *_: object) -> None:
+        self.transactions += 1
+
+
 class Database:
     def __init__(self, url: str, *, echo: bool = False, pg_schema: str | None = None):
         self.url = url
         self.pg_schema = pg_schema
+        self.count = StatementCount()
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
@@ -59,6 +79,8 @@ class Database:
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
+            self.count.watch(self._sqlite.writer_engine)
+            self.count.watch(self._sqlite.reader_engine)
         else:
             from sqlalchemy.ext.asyncio import create_async_engine  # (and the ORM it loads) PostgreSQL only
 
@@ -67,6 +89,7 @@ class Database:
             self.engine = create_async_engine(
                 url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True, connect_args=connect_args
             )
+            self.count.watch(self.engine.sync_engine)
 
     async def write(self, work: Work[T]) -> T:
         """Run `work(conn)` in one write transaction, committed when it returns (rolled back
