@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from telegram import InputFile, Message
+from telegram import Bot, InputFile, Message
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
-from telegram.ext import ExtBot
 
 from channels.telegram.api import BotCaller, retry_after_seconds
 from channels.telegram.inbound import BOT_API_DOWNLOAD_LIMIT
@@ -22,7 +21,7 @@ log = logging.getLogger("channels.telegram")
 CAPTION_LIMIT = 1024  # characters of a photo or document caption
 
 
-async def fetch(bot: ExtBot, attachment: Attachment, max_bytes: int) -> bytes:
+async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> bytes:
     limit = min(max_bytes, BOT_API_DOWNLOAD_LIMIT)
     try:
         file = await bot.get_file(attachment.file_id)
@@ -45,7 +44,7 @@ async def fetch(bot: ExtBot, attachment: Attachment, max_bytes: int) -> bytes:
 
 
 async def send_file(
-    bot: ExtBot, caller: BotCaller, target: Target, file: OutboundFile, reply_to: int | None
+    bot: Bot, caller: BotCaller, target: Target, file: OutboundFile, reply_to: int | None
 ) -> list[int]:
     """The file (a photo inline, else a document) with its caption; a caption over Telegram's
     limit is sent after it as text. A photo Telegram refuses as a photo goes as a document."""
