@@ -22,7 +22,7 @@ async def test_migrated_schema_matches_the_tables(store):
 
 def test_the_schema_revision_constant_is_the_newest_migration():
     # A start checks the schema against this constant in one query; a new migration bumps it.
-    assert SCHEMA_REVISION == head_revision()
+    assert SCHEMA_REVISION == head_revision(), "a new migration: set SCHEMA_REVISION in gateway/store/db.py to it"
 
 
 async def test_an_empty_database_has_no_revision(tmp_path):
