@@ -6,9 +6,6 @@ import io
 import logging
 from dataclasses import dataclass
 
-from pypdf import PdfReader
-from pypdf.errors import PdfReadError
-
 logging.getLogger("pypdf").setLevel(logging.ERROR)  # malformed-but-readable files warn loudly
 
 
@@ -22,6 +19,10 @@ class PdfText:
 
 
 def pdf_text(data: bytes, limit: int) -> PdfText:
+    # Imported on the first PDF: a start does not wait for pypdf.
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
