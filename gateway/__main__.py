@@ -163,7 +163,7 @@ async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
-    from gateway.cli.reports import print_run, print_runs
+    from gateway.cli.reports import print_children, print_run, print_runs
 
     store = await _store(config)
     try:
@@ -175,6 +175,7 @@ async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
                 print(f"no run {args.id}", file=sys.stderr)
                 return 1
             print_run(run, await store.runs.events(run.id))
+            print_children([(level, task, await store.runs.get(task.child_run_id) if task.child_run_id else None) for level, task in await store.delegations.tree(run.id)])
     finally:
         await store.close()
     return 0

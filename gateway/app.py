@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
+from gateway.agent.delegation import DELEGATE, Delegation, delegate_spec
 from gateway.agent.turn import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec
@@ -70,7 +71,8 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
 def build_registry(config: Config, store: Store) -> ToolRegistry:
     """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
     registry = default_registry(config.agent)
-    for spec in (ask_user_spec(), history_search_spec(store)):
+    extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
+    for spec in extra:
         if matches_any(spec.name, config.agent.tools):
             registry.register(spec)
     return registry
@@ -136,6 +138,8 @@ class Gateway:
         self.mcp = McpManager(config.mcp, self.registry)
         self.services.tool_services["mcp"] = self.mcp
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
+        if DELEGATE in self.registry:
+            self.services.delegation = Delegation(self.services, wake=self.inbox.poke)
         self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
         self.services.tool_services["scheduler"] = self.scheduler
         if matches_any("schedule", config.agent.tools):

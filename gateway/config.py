@@ -107,6 +107,9 @@ class AgentConfig(_Section):
     http_fetch_max_bytes: int = 1_000_000
     http_fetch_timeout_s: float = 20.0
     http_fetch_allow_private: bool = False
+    max_parallel_children: int = Field(4, ge=1)  # sub-agents of one batch running at once
+    max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
+    show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
 
 
 class ContextConfig(_Section):

@@ -20,6 +20,7 @@ from gateway.store import PromptRecord, ToolCallRecord
 from gateway.tools import NeedsAnswer, ToolContext, run_tool
 
 log = logging.getLogger("gateway.agent.turn")
+DELEGATE = "delegate"
 
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."
@@ -58,8 +59,9 @@ class ToolCallSteps:
 
     async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
         results: list[ToolResult] = []
-        for call in calls:
-            status, text = await self._process_call(call)
+        delegated = await self.s.delegation.run_calls(self, calls) if self.s.delegation and self.s.delegation.is_batch(calls) else None
+        for i, call in enumerate(calls):
+            status, text = delegated[i] if delegated is not None else await self._process_call(call)
             results.append(ToolResult(call.call_id, call.name, text, "failed" if status == "failed" else "ok"))
         declared = [DeclaredCall(c.call_id, c.name, c.arguments) for c in calls]
         verdict = self.loop_guard.record(declared, results)
@@ -69,6 +71,8 @@ class ToolCallSteps:
             await self._notice(TOOL_LOOP_NOTICE)
 
     async def _process_call(self, call: ToolCallRecord) -> tuple[str, str]:
+        if call.name == DELEGATE and self.s.delegation is not None:  # sub-agents: gateway/agent/delegation.py
+            return (await self.s.delegation.run_calls(self, [call]))[0]
         spec = self.s.registry.get(call.name)
         if call.status == "running":  # a restart interrupted it mid-run
             if spec is not None and not spec.side_effects:
@@ -142,6 +146,7 @@ class ToolCallSteps:
             requested_by=self.req.requested_by,
             reason=decision.reason,
             grant=spec.grant_key,
+            agent=self.child.name if self.child is not None else "",
         )
         await self._park(prompt)
         raise AssertionError("unreachable")
@@ -152,7 +157,7 @@ class ToolCallSteps:
         prompt = await self.s.prompts.ask(
             self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
             question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
-            allow_free_text=bool(args.get("allow_free_text", True)),
+            allow_free_text=bool(args.get("allow_free_text", True)), agent=self.child.name if self.child is not None else "",
         )
         await self._park(prompt)
         raise AssertionError("unreachable")

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway.agent.child import ChildContext
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.estimates import estimated_usage
 from gateway.agent.guards import (
@@ -88,6 +89,7 @@ class TurnRequest:
     turn_started_seq: int = 1
     continuing: bool = False  # a dead worker's turn, continued from the database
     continued_run: int | None = None  # the run it continues (its partial reply is adopted)
+    child: ChildContext | None = None  # a sub-agent's turn (see delegation.py): shows nothing but its prompts
 
 
 @dataclass
@@ -102,6 +104,7 @@ class TurnServices:
     prompts: PromptService
     tool_services: dict[str, Any] = field(default_factory=dict)
     attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
+    delegation: Any = None  # gateway.agent.delegation.Delegation: runs `delegate` calls
 
 
 class Turn(ToolCallSteps, RefusalSteps):
@@ -116,7 +119,9 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.s = services
         self.req = request
         self.session = request.session
-        self.thread = request.thread
+        self.child = request.child
+        # A background child's worker holds its own thread; it is shown in its parent's chat.
+        self.thread = request.child.chat if request.child is not None else request.thread
         self.drain = drain
         self.stopping = stopping
         self.cfg = services.config
@@ -223,7 +228,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         last = history[-1] if history else None
         if last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
             return
-        if last.content.strip():
+        if last.content.strip() and self.child is None:
             await self._stream().finish(f"{REPLY_KEY_PREFIX}{last.id}", last.content)  # a no-op when it was sent
         self.reply = last.content
         raise TurnEnd("SUCCESS", "reply")
@@ -266,7 +271,7 @@ class Turn(ToolCallSteps, RefusalSteps):
             usage = await estimated_usage(
                 self.s.llm, self.s.context, model, built.messages, built.estimated_tokens, round_
             )
-        shows_text = round_.repetition is None and bool(round_.text.strip())
+        shows_text = round_.repetition is None and bool(round_.text.strip()) and self.child is None
         recorded = await self._persist_round(
             round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None
         )
@@ -330,7 +335,7 @@ class Turn(ToolCallSteps, RefusalSteps):
                 usage = event
             if builder.feed(event) is not None:
                 break  # repetition: stop reading (closing the stream cancels generation)
-            if isinstance(event, TextDelta) and self.session.interactive:
+            if isinstance(event, TextDelta) and self.session.interactive and self.child is None:
                 await stream.show(builder.text_so_far)
         return model, usage
 
@@ -351,6 +356,11 @@ class Turn(ToolCallSteps, RefusalSteps):
 
     def _offered_tools(self) -> list[dict[str, Any]]:
         specs = self.s.registry.specs(self.cfg.agent.tools)
+        if self.child is not None:
+            specs = [s for s in specs if self.child.may_use(s.name)]
+        if self.s.delegation is not None:
+            names = set(self.s.delegation.offered(self, [s.name for s in specs]))
+            specs = [s for s in specs if s.name in names]
         hidden = self.s.policy.hidden_tools(specs, self.session.source)
         offered = [
             s
@@ -389,9 +399,9 @@ class Turn(ToolCallSteps, RefusalSteps):
             )
 
     def _checked_call(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
-        spec = self.s.registry.get(call.name)
+        spec = self.s.registry.get(call.name) if self._may_call(call.name) else None
         if spec is None:
-            available = ", ".join(self.s.registry.names()) or "none"
+            available = ", ".join(t["function"]["name"] for t in self._offered_tools()) or "none"
             args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
             return NewToolCall(
                 call.id,
@@ -406,6 +416,9 @@ class Turn(ToolCallSteps, RefusalSteps):
                 call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model
             )
         return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
+
+    def _may_call(self, name: str) -> bool:
+        return self.child is None or self.child.may_use(name)
 
     def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> tuple[list, dict]:  # noqa: ANN001
         u = usage or Usage()
@@ -465,11 +478,11 @@ class Turn(ToolCallSteps, RefusalSteps):
             stage = "RUNNING"  # continued by the next instance
         if not end.recorded:
             await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
-        if end.message:
+        if end.message and self.child is None:  # a child's end is its parent's tool result
             await self.s.outbox.send_text(
                 self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to
             )
-        if apology is not None and self.session.interactive:
+        if apology is not None and self.session.interactive and self.child is None:
             text = f"Sorry, I couldn't finish that: {shorten(apology, 200)}. Please try again."
             await self.s.outbox.send_text(self.thread, text, key=f"apology:{self.run_id}", reply_to=self.req.reply_to)
 

@@ -89,12 +89,14 @@ class PromptService:
         requested_by: str,
         reason: str,
         grant: str = "",
+        agent: str = "",
     ) -> PromptRecord:
+        """`agent`: the sub-agent asking, named in the prompt (its parent's chat shows it)."""
         try:
             arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
         except ValueError:
             arguments = call.arguments
-        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name}
+        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name, "agent": agent}
         prompt, _ = await self.store.prompts.create(
             kind="approval",
             session_id=session.id,
@@ -109,10 +111,8 @@ class PromptService:
             tuple(Button(label, button_token(prompt.token, action)) for action, label in row)
             for row in APPROVAL_BUTTONS
         )
-        await self._send(
-            prompt,
-            Prompt("approval", thread, f"prompt:{prompt.id}", f"Approve `{call.name}`?", buttons, call.name, arguments),
-        )
+        summary = f"🤖 {agent} → wants to run `{call.name}`: {_one_line(call.arguments)}" if agent else f"Approve `{call.name}`?"
+        await self._send(prompt, Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments))
         return prompt
 
     async def ask(
@@ -127,6 +127,7 @@ class PromptService:
         choices: list[str],
         allow_free_text: bool,
         resume: dict[str, Any] | None = None,
+        agent: str = "",
     ) -> PromptRecord:
         payload: dict[str, Any] = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
         if resume is not None:
@@ -140,7 +141,8 @@ class PromptService:
             await self.close(old)
         buttons = tuple((Button(choice[:60], button_token(prompt.token, f"q{i}")),) for i, choice in enumerate(choices))
         hint = FREE_TEXT_HINT if allow_free_text or not choices else ""
-        await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", question, buttons, hint=hint))
+        text = f"🤖 {agent} asks: {question}" if agent else question
+        await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", text, buttons, hint=hint))
         return prompt
 
     async def _send(self, record: PromptRecord, prompt: Prompt) -> None:
@@ -293,6 +295,11 @@ class PromptService:
         for prompt in due:
             await self.expire(prompt)
         return len(due)
+
+
+def _one_line(arguments: str, limit: int = 120) -> str:
+    text = " ".join(arguments.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def prompt_summary(payload: dict[str, Any]) -> str:

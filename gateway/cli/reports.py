@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.store import MessageRecord, RunEventRecord, RunRecord, SessionRecord
+from gateway.store import MessageRecord, RunEventRecord, RunRecord, SessionRecord, TaskRecord
 from gateway.traces import format_nano_usd
 
 
@@ -52,6 +52,18 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
         offset = (event.at - run.started_at).total_seconds()
         link = f" <- #{event.parent_seq}" if event.parent_seq else ""
         print(f"  #{event.seq:<4} +{offset:8.3f}s  {event.kind:<14}{link}  {_summary(event.kind, event.payload)}")
+
+
+def print_children(tree: Sequence[tuple[int, TaskRecord, RunRecord | None]]) -> None:
+    """The sub-agents under a run (delegate calls), indented by depth."""
+    if not tree:
+        return
+    print("sub-agents:")
+    for level, task, run in tree:
+        kind = "background" if task.background else "sync"
+        used = f"run {run.id} {run.stage} {run.input_tokens}/{run.output_tokens} tokens" if run else "not started"
+        preview = " ".join((task.result or "").split())[:60]
+        print(f"  {'  ' * (level - 1)}└ #{task.id} {task.name} ({kind}, {task.status})  {used}" + (f"  → {preview}" if preview else ""))
 
 
 def _summary(kind: str, payload: dict[str, Any]) -> str:

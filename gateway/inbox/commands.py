@@ -78,6 +78,9 @@ class CommandSteps:
         name = command.name if command else ""
         if name == "stop":
             await self._stop_thread(thread)
+            session = await self.store.sessions.current(str(thread))
+            if session is not None and self.s.delegation is not None:
+                await self.s.delegation.stop_background(session.id, item.id)
             await self._reply(thread, item, "Stopped.")
         elif name == "new":
             await self._stop_thread(thread, drop_queued=False)
@@ -104,6 +107,8 @@ class CommandSteps:
             mcp = self.s.tool_services.get("mcp")
             servers = mcp.summary() if mcp else None
             text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers)
+            if session is not None and self.s.delegation is not None:
+                text = "\n".join([text, *await self.s.delegation.status_lines(session.id)])
         elif name == "cost":
             text = cost_text(totals)
         else:
@@ -125,6 +130,12 @@ class CommandSteps:
             await self.store.inbox.drop_pending(str(thread))
 
     async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
+        """A parked run is canceled, with the parents waiting on it when it is a sub-agent's."""
+        chain = await self.s.delegation.chain(run_id) if self.s.delegation is not None else [run_id]
+        for i, parked in enumerate(chain):
+            await self._cancel_one_parked_run(thread, parked, report=i == len(chain) - 1)
+
+    async def _cancel_one_parked_run(self, thread: ThreadKey, run_id: int, *, report: bool) -> None:
         run = await self.store.runs.get(run_id)
         if run is None or run.stage != "AWAITING_INPUT":
             return
@@ -133,7 +144,7 @@ class CommandSteps:
             note = placeholder_text("canceled")
             await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note)
         await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
-        if session is not None:
+        if session is not None and report:
             await self._after_turn(TurnRequest(session, thread), TurnResult(run_id, "CANCELED", "canceled"))
 
     async def _compact(self, thread: ThreadKey) -> str:

@@ -116,6 +116,10 @@ class Inbox(CommandSteps):
             self._poke(str(event.thread))
         return [results[e.event_id] for e in events]
 
+    def poke(self, thread_key: str) -> None:
+        """Something was queued for this thread: look at once (not at the next poll)."""
+        self._poke(thread_key)
+
     def _poke(self, thread_key: str) -> None:
         self._state(thread_key).wake.set()
         self._wake.set()
@@ -160,7 +164,11 @@ class Inbox(CommandSteps):
         """Runs left RUNNING by a dead worker are continued: a continue item per run whose
         thread lease is free (a live instance's runs are left alone)."""
         count = 0
-        for run in await self.store.runs.list(stage="RUNNING", limit=1000):
+        running = await self.store.runs.list(stage="RUNNING", limit=1000)
+        inline = await self.store.delegations.sync_child_sessions([r.session_id for r in running])
+        for run in running:
+            if run.session_id in inline:
+                continue  # a child inside its parent's turn: continued by the parent's turn
             if await self.store.inbox.lease_holder(f"thread:{run.thread_key}") is not None:
                 continue
             item = NewItem(f"continue:{run.id}", run.thread_key, "resume", {"continue_run": run.id})
@@ -258,6 +266,8 @@ class Inbox(CommandSteps):
             await self._command(thread, item, fence)
         elif item.kind == "resume":
             await self._resume(thread, item, fence)
+        elif item.kind == "task":
+            await self._task(thread, item, fence)
         else:
             await self._message(thread, item, fence)
 
@@ -267,7 +277,7 @@ class Inbox(CommandSteps):
         pending = await self.store.prompts.pending(thread_key=thread_key)
         questions = [p for p in pending if p.kind == "question"]
         text = str(item.payload.get("text", ""))
-        typed_answers = questions and questions[-1].payload.get("allow_free_text", True)
+        typed_answers = questions and questions[-1].payload.get("allow_free_text", True) and item.kind == "message"
         if typed_answers and await self.s.prompts.answer_with_text(
             questions[-1], text, sender_id=sender.get("id", ""), sender_name=sender.get("name", "")
         ):
@@ -304,7 +314,13 @@ class Inbox(CommandSteps):
         if prompt is None or session is None or prompt.run_id is None:
             return
         await self.s.prompts.close(prompt)
-        run = await self.store.runs.get(prompt.run_id)
+        run_id, child = prompt.run_id, None
+        if session.kind == "child" and self.s.delegation is not None:  # the turn running it continues
+            routed = await self.s.delegation.route(session, run_id, thread, prompt.id)
+            if routed is None:
+                return  # handed over to its background task's thread
+            session, run_id, child = routed
+        run = await self.store.runs.get(run_id)
         if run is None or run.stage != "AWAITING_INPUT":
             return  # the turn was stopped or already resumed
         request = TurnRequest(
@@ -314,8 +330,17 @@ class Inbox(CommandSteps):
             run_id=run.id,
             fence=fence,
             turn_started_seq=await self._turn_start(session.id, run.id),
+            child=child,
         )
         await self._run_turn(request)
+
+    async def _task(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        """A background child's first turn, on its own thread (see gateway/agent/delegation.py)."""
+        await self.store.inbox.finish([item.id], fence=fence)
+        request = await self.s.delegation.start_background(int(item.payload["task_id"]), thread) if self.s.delegation else None
+        if request is not None:
+            request.fence = fence
+            await self._run_turn(request)
 
     async def _continue(self, thread: ThreadKey, run_id: int, fence: Fence) -> None:
         run = await self.store.runs.get(run_id)
@@ -328,6 +353,7 @@ class Inbox(CommandSteps):
             {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"},
         )
         await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
+        child = await self.s.delegation.context_of(session) if self.s.delegation is not None else None
         request = TurnRequest(
             session,
             thread,
@@ -336,6 +362,7 @@ class Inbox(CommandSteps):
             turn_started_seq=await self._turn_start(session.id, run.id),
             continuing=True,
             continued_run=run.id,
+            child=child,
         )
         await self._run_turn(request)
 
@@ -382,6 +409,9 @@ class Inbox(CommandSteps):
             return
         if result.stage == "LOST":
             return
+        if request.child is not None:  # a background child: its result goes back to its parent
+            await self.s.delegation.background_ended(request, result)
+            return
         run = await self.store.runs.get(result.run_id)
         event = TurnEnded(
             request.thread,
@@ -402,12 +432,12 @@ class Inbox(CommandSteps):
                 log.exception("turn listener failed for %s", request.thread)
 
     def _drainer(self, request: TurnRequest) -> Callable[[], Awaitable[int]] | None:
-        if self.config.inbox.busy_mode_for(request.thread.channel) != "steer":
+        if self.config.inbox.busy_mode_for(request.thread.channel) != "steer" or request.child is not None:
             return None
 
         async def drain() -> int:
             """Steer: messages that arrived during the turn join it at the round boundary."""
-            items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind == "message"]
+            items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind in ("message", "report")]
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)

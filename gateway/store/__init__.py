@@ -17,6 +17,7 @@ from gateway.store.db import (
     migrations_current,
     upgrade,
 )
+from gateway.store.delegations import ChildSession, DelegationRepo, NewTask, TaskRecord
 from gateway.store.history import HistoryRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
@@ -85,6 +86,7 @@ class Store:
         self.outbox = OutboxRepo(self.db)
         self.schedules = ScheduleRepo(self.db)
         self.history = HistoryRepo(self.db)
+        self.delegations = DelegationRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -187,6 +189,9 @@ __all__ = [
     "LeaseLost",
     "NewItem",
     "Decision",
+    "ChildSession",
+    "NewTask",
+    "TaskRecord",
     "upgrade",
     "migrations_current",
 ]

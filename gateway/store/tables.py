@@ -339,6 +339,35 @@ job_runs = Table(
 )
 
 
+# A child agent started by the `delegate` tool: one row per task, linked to the parent's run and
+# tool call. Sync children run inside the parent's turn; background ones as their own inbox item
+# on the thread `task:<id>`. Recovery reads these rows (see gateway/agent/delegation.py).
+delegations = Table(
+    "delegations",
+    metadata,
+    _pk(),
+    Column("parent_session_id", Id, nullable=False, index=True),
+    Column("parent_run_id", Id, nullable=True, index=True),
+    Column("parent_tool_call_id", Id, nullable=False),  # tool_calls.id of the delegate call
+    Column("ordinal", Integer, nullable=False),  # the task's place in the call
+    Column("thread_key", String(255), nullable=False, index=True),  # where it is shown (the parent's chat)
+    Column("child_session_id", Id, nullable=True, unique=True),
+    Column("child_run_id", Id, nullable=True),
+    Column("name", String(64), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("tools", JSON, nullable=False, default=list),  # the tools the child may use
+    Column("depth", Integer, nullable=False),  # 1 for a child of a root session
+    Column("background", Boolean, nullable=False, default=False),
+    # pending | running | done | failed | canceled
+    Column("status", String(16), nullable=False, default="pending"),
+    Column("result", Text, nullable=True),
+    Column("reported", Boolean, nullable=False, default=False),  # the parent has the result
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("finished_at", UTCDateTime, nullable=True),
+    UniqueConstraint("parent_tool_call_id", "ordinal", name="uq_delegations_call_ordinal"),
+)
+
+
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""

@@ -1,0 +1,218 @@
+"""Sub-agents end to end, through the Telegram and the Slack fakes, on SQLite and PostgreSQL:
+`delegate` runs children as sessions of their own, synchronously (alone or as a parallel
+batch) or in the background, with their approvals in the parent's chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+import pytest
+from fakes.llm import FakeToolCall, Reply
+from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names, tool_results, user_texts
+
+from gateway.approvals.policy import AUTO_DENIED
+from gateway.store.tables import delegations, prompts
+
+SHELL_ALLOWED = {"rules": [{"tool": "shell", "action": "allow"}]}
+
+
+@pytest.fixture(params=["telegram", "slack"])
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+async def fake(kind):
+    async with platform(kind) as server:
+        yield server
+
+
+async def tasks_in_order(store) -> list:  # noqa: ANN001
+    rows = await store.db.read(lambda conn: conn.execute(delegations.select().order_by(delegations.c.id)).all())
+    return [await store.delegations.get(r.id) for r in rows]
+
+
+# --- synchronous -------------------------------------------------------------------------
+
+
+async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script("what is the capital", Reply(tool_calls=(delegate({"prompt": "Find the capital of France.", "name": "research"}),)),
+                  Reply("The capital is Paris."))
+    agents.script("Find the capital", Reply("Paris, since 508."))
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("what is the capital of France?")
+        await chat.settle(lambda: "The capital is Paris." in chat.texts())
+        start, done, reply = chat.texts()
+        assert start.startswith("🤖 agent → research\n") and "Find the capital of France." in start  # the prompt, quoted
+        assert (done, reply) == ("✅ research finished → agent: Paris, since 508.", "The capital is Paris.")
+    parent_first, child, parent_second = llm.requests
+    assert "delegate" in tool_names(parent_first)
+    assert user_texts(child) == ["Find the capital of France."]  # its own history: the task alone
+    assert "delegate" not in tool_names(child) and "shell" in tool_names(child)  # the parent's tools minus delegate
+    assert tool_results(parent_second) == ["Paris, since 508."]
+    (task,) = await tasks_in_order(store)
+    assert (task.name, task.status, task.depth, task.background, task.result) == ("research", "done", 1, False, "Paris, since 508.")
+    child_session = await store.sessions.get(task.child_session_id)
+    assert child_session.kind == "child" and [m.content for m in await store.sessions.history(child_session.id)] == [
+        "Find the capital of France.", "Paris, since 508."]
+    parent_run = await store.runs.get(task.parent_run_id)
+    child_run = await store.runs.get(task.child_run_id)
+    assert (parent_run.stage, child_run.stage) == ("SUCCESS", "SUCCESS")
+    # The child's use counts towards the parent's run (and so its session).
+    assert child_run.input_tokens > 0 and parent_run.llm_calls == 3
+    assert any(e.kind == "CHILD_RUN" for e in await store.runs.events(parent_run.id))
+    assert (await store.delegations.tree(parent_run.id))[0][1].id == task.id
+
+
+async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    batch = (
+        delegate({"prompt": "Task A: count slowly.", "name": "a"}, id="da"),
+        delegate({"prompt": "Task B: count.", "name": "b"}, id="db"),
+        delegate({"prompt": "Task C: answer at once.", "name": "c"}, id="dc"),
+    )
+    agents.script("run three", Reply(tool_calls=batch), Reply("All three are back."))
+    for key, sleep in (("Task A", 1.2), ("Task B", 0.6), ("Task C", 0)):
+        agents.script(key, Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep {sleep}; echo {key} done"}, "s"),)),
+                      Reply(f"{key} answer"))
+    config = chat_config(kind, llm, fake, tmp_path, approvals=SHELL_ALLOWED)
+    async with open_chat(kind, store, config, fake) as chat:
+        await chat.say("run three tasks")
+        await chat.settle(lambda: "All three are back." in chat.texts(), timeout=30)
+        finished = [t for t in chat.texts() if "finished" in t]
+        assert [t.split()[1] for t in finished] == ["c", "b", "a"]  # shown as they finish
+    tasks = await tasks_in_order(store)
+    assert [t.name for t in tasks] == ["a", "b", "c"]  # rows allocated in call order
+    assert tasks[2].finished_at < tasks[1].finished_at < tasks[0].finished_at  # finished out of order
+    assert all(t.status == "done" for t in tasks)
+    # ...recorded in call order: the tool rows settled a, b, c and the model reads them so.
+    assert tool_results(llm.requests[-1]) == ["Task A answer", "Task B answer", "Task C answer"]
+    history = await store.sessions.history(tasks[0].parent_session_id)
+    calls = [c for m in history for c in m.tool_calls]
+    assert [c.call_id for c in calls] == ["da", "db", "dc"]
+    settled = await store.db.read(lambda conn: conn.exec_driver_sql(
+        "SELECT call_id FROM tool_calls WHERE name = 'delegate' ORDER BY finished_at, id").scalars().all())
+    assert settled == ["da", "db", "dc"]
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+
+async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script("clean up", Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
+                  Reply("The janitor is done."))
+    agents.script("Remove the temp", Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
+                  child_answer := Reply("Removed them."))
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("clean up please")
+        await chat.settle(lambda: bool(chat.prompts()))
+        (prompt,) = chat.prompts()
+        assert "🤖 janitor → wants to run shell" in chat.prompt_text(prompt).replace("`", "")
+        assert not (tmp_path / "ws" / "gone.txt").exists()
+        task = (await tasks_in_order(store))[0]
+        assert (await store.runs.get(task.child_run_id)).stage == "AWAITING_INPUT"
+        assert (await store.runs.get(task.parent_run_id)).stage == "AWAITING_INPUT"  # the parent waits, parked too
+        await chat.press(prompt, "Approve")
+        await chat.settle(lambda: "The janitor is done." in chat.texts())
+    assert (tmp_path / "ws" / "gone.txt").read_text().strip() == "removed"
+    assert child_answer.text in tool_results(llm.requests[-1])[0]
+    task = (await tasks_in_order(store))[0]
+    assert task.status == "done"
+    assert ((await store.runs.get(task.child_run_id)).stage, (await store.runs.get(task.parent_run_id)).stage) == ("SUCCESS", "SUCCESS")
+    decided = await store.db.read(lambda conn: conn.execute(prompts.select()).all())
+    assert [(p.session_id, p.run_id, p.status, p.decided_by) for p in decided] == [
+        (task.child_session_id, task.child_run_id, "approved", "42" if kind == "telegram" else "U1")]
+
+
+async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    target = "telegram:42" if kind == "telegram" else "slack:D1"
+    job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Nightly: clean up.", "deliver_to": target}
+    agents.script("Nightly", Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
+                  Reply("Nightly report: the janitor could not run shell."))
+    agents.script("Remove the temp", Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
+                  Reply("I was not allowed to run shell."))
+    config = chat_config(kind, llm, fake, tmp_path, scheduler={"enabled": True, "jobs": [job]})
+    async with open_chat(kind, store, config, fake) as chat:
+        schedule = await store.schedules.by_name("nightly")
+        await chat.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await chat.settle(lambda: any("Nightly report" in t for t in chat.texts()) or bool(chat.prompts()))
+        assert not (tmp_path / "ws" / "gone.txt").exists()
+        assert not any("wants to run" in chat.prompt_text(p) for p in chat.prompts())  # nobody was asked
+        assert not any(t.startswith("🤖") for t in chat.texts())  # nobody watches a scheduled run's children
+    child_second = next(r for r in llm.requests if user_texts(r)[0].startswith("Remove") and tool_results(r))
+    assert tool_results(child_second) == [AUTO_DENIED]
+    (task,) = await tasks_in_order(store)
+    assert task.status == "done" and (await store.sessions.get(task.child_session_id)).interactive is False
+
+
+# --- background ----------------------------------------------------------------------------
+
+
+async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script("look into", Reply(tool_calls=(delegate({"prompt": "Survey the logs.", "name": "survey"}, background=True),)),
+                  Reply("I started a survey; I will tell you."), Reply("Survey result: 3 errors."))
+    agents.script("Survey the logs", Reply("The logs show 3 errors."))
+
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("look into the logs")
+        await chat.settle(lambda: "Survey result: 3 errors." in chat.texts())
+        assert "I started a survey; I will tell you." in chat.texts()
+    (task,) = await tasks_in_order(store)
+    assert task.background and task.status == "done" and task.reported
+    started = next(r for r in llm.requests if tool_results(r))
+    assert "task #" in tool_results(started)[0] and "background" in tool_results(started)[0]
+    report_turn = llm.requests[-1]
+    assert user_texts(report_turn)[-1] == f"[Background task #{task.id} (survey) finished]\nThe logs show 3 errors."
+    assert user_texts(report_turn)[0] == "look into the logs"  # the parent's own conversation, continued
+    child_run = await store.runs.get(task.child_run_id)
+    assert child_run.stage == "SUCCESS" and child_run.thread_key == f"task:{task.id}"
+
+
+# --- stopping ------------------------------------------------------------------------------
+
+
+async def test_stop_during_a_parallel_batch_stops_the_parent_and_every_child(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    batch = tuple(delegate({"prompt": f"Job {n}: wait.", "name": f"job{n}"}, id=f"d{n}") for n in (1, 2, 3))
+    agents.script("start the jobs", Reply(tool_calls=batch), Reply("never said"))
+    for n in (1, 2, 3):
+        agents.script(f"Job {n}", Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep 30; echo {n} > job{n}.txt"}, "s"),)),
+                      Reply("never said either"))
+    config = chat_config(kind, llm, fake, tmp_path, approvals=SHELL_ALLOWED)
+    async with open_chat(kind, store, config, fake) as chat:
+        await chat.say("start the jobs")
+
+        async def running_shells() -> int:
+            rows = await store.db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM tool_calls WHERE name = 'shell' AND status = 'running'").scalar())
+            return int(rows)
+
+        for _ in range(500):
+            if await running_shells() == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert await running_shells() == 3
+        started = asyncio.get_running_loop().time()
+        await chat.say("/stop")
+        await chat.settle(lambda: "Stopped." in chat.texts())
+        assert asyncio.get_running_loop().time() - started < 10  # the shells were killed, not waited for
+        requests = len(llm.requests)
+    assert requests == 4  # the parent's first call and each child's: nobody called the model again
+    tasks = await tasks_in_order(store)
+    assert [t.status for t in tasks] == ["canceled"] * 3
+    for task in tasks:
+        assert (await store.runs.get(task.child_run_id)).stage == "CANCELED"
+    assert (await store.runs.get(tasks[0].parent_run_id)).stage == "CANCELED"
+    assert not any((tmp_path / "ws" / f"job{n}.txt").exists() for n in (1, 2, 3))
+    assert "never said" not in " ".join(chat.texts())
