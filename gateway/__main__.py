@@ -175,7 +175,8 @@ async def cmd_runs(args: argparse.Namespace, config: Config) -> int:
                 print(f"no run {args.id}", file=sys.stderr)
                 return 1
             print_run(run, await store.runs.events(run.id))
-            print_children([(level, task, await store.runs.get(task.child_run_id) if task.child_run_id else None) for level, task in await store.delegations.tree(run.id)])
+            tree = await store.delegations.tree(run.id)
+            print_children([(level, task, await store.runs.get(task.child_run_id or 0)) for level, task in tree])
     finally:
         await store.close()
     return 0

@@ -18,10 +18,9 @@ from typing import Any
 from fakes.llm import FakeLLM, FakeToolCall, Reply
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.telegram import FakeTelegram
-from test_slack_e2e import DM
+from test_slack_e2e import DM, slack_config
 from test_slack_e2e import bot_messages as slack_bot_messages
 from test_slack_e2e import buttons as slack_buttons
-from test_slack_e2e import slack_config
 from test_telegram_e2e import PRIVATE, button, tg_config, until
 
 from gateway.app import Gateway
@@ -32,7 +31,9 @@ ANN_SLACK = "U1"
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")]
+    return [
+        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
+    ]
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
@@ -108,7 +109,9 @@ class Chat:
     def prompt_text(self, prompt: Any) -> str:
         if self.tg is not None:
             return prompt.text
-        return " ".join(b.get("text", {}).get("text", "") for b in prompt.get("blocks") or [] if b.get("type") == "section")
+        return " ".join(
+            b.get("text", {}).get("text", "") for b in prompt.get("blocks") or [] if b.get("type") == "section"
+        )
 
     async def press(self, prompt: Any, label: str) -> None:
         if self.tg is not None:
@@ -116,7 +119,9 @@ class Chat:
             return
         assert self.sender is not None
         target = next(b for b in slack_buttons(prompt) if label in b["text"]["text"])
-        reply = await self.sender.block_action(user=ANN_SLACK, channel=DM, message_ts=prompt["ts"], value=target["value"], action_id=target["action_id"])
+        reply = await self.sender.block_action(
+            user=ANN_SLACK, channel=DM, message_ts=prompt["ts"], value=target["value"], action_id=target["action_id"]
+        )
         assert reply.status == 200, reply.text
 
     async def settle(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:

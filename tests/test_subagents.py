@@ -6,7 +6,7 @@ batch) or in the background, with their approvals in the parent's chat.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from fakes.llm import FakeToolCall, Reply
@@ -40,14 +40,19 @@ async def tasks_in_order(store) -> list:  # noqa: ANN001
 async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fake, tmp_path) -> None:
     agents = Agents()
     llm.responder = agents
-    agents.script("what is the capital", Reply(tool_calls=(delegate({"prompt": "Find the capital of France.", "name": "research"}),)),
-                  Reply("The capital is Paris."))
+    agents.script(
+        "what is the capital",
+        Reply(tool_calls=(delegate({"prompt": "Find the capital of France.", "name": "research"}),)),
+        Reply("The capital is Paris."),
+    )
     agents.script("Find the capital", Reply("Paris, since 508."))
     async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
         await chat.say("what is the capital of France?")
         await chat.settle(lambda: "The capital is Paris." in chat.texts())
         start, done, reply = chat.texts()
-        assert start.startswith("🤖 agent → research\n") and "Find the capital of France." in start  # the prompt, quoted
+        assert (
+            start.startswith("🤖 agent → research\n") and "Find the capital of France." in start
+        )  # the prompt, quoted
         assert (done, reply) == ("✅ research finished → agent: Paris, since 508.", "The capital is Paris.")
     parent_first, child, parent_second = llm.requests
     assert "delegate" in tool_names(parent_first)
@@ -55,10 +60,18 @@ async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fa
     assert "delegate" not in tool_names(child) and "shell" in tool_names(child)  # the parent's tools minus delegate
     assert tool_results(parent_second) == ["Paris, since 508."]
     (task,) = await tasks_in_order(store)
-    assert (task.name, task.status, task.depth, task.background, task.result) == ("research", "done", 1, False, "Paris, since 508.")
+    assert (task.name, task.status, task.depth, task.background, task.result) == (
+        "research",
+        "done",
+        1,
+        False,
+        "Paris, since 508.",
+    )
     child_session = await store.sessions.get(task.child_session_id)
     assert child_session.kind == "child" and [m.content for m in await store.sessions.history(child_session.id)] == [
-        "Find the capital of France.", "Paris, since 508."]
+        "Find the capital of France.",
+        "Paris, since 508.",
+    ]
     parent_run = await store.runs.get(task.parent_run_id)
     child_run = await store.runs.get(task.child_run_id)
     assert (parent_run.stage, child_run.stage) == ("SUCCESS", "SUCCESS")
@@ -68,7 +81,9 @@ async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fa
     assert (await store.delegations.tree(parent_run.id))[0][1].id == task.id
 
 
-async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order(store, llm, kind, fake, tmp_path) -> None:
+async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order(
+    store, llm, kind, fake, tmp_path
+) -> None:
     agents = Agents()
     llm.responder = agents
     batch = (
@@ -78,8 +93,11 @@ async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order
     )
     agents.script("run three", Reply(tool_calls=batch), Reply("All three are back."))
     for key, sleep in (("Task A", 1.2), ("Task B", 0.6), ("Task C", 0)):
-        agents.script(key, Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep {sleep}; echo {key} done"}, "s"),)),
-                      Reply(f"{key} answer"))
+        agents.script(
+            key,
+            Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep {sleep}; echo {key} done"}, "s"),)),
+            Reply(f"{key} answer"),
+        )
     config = chat_config(kind, llm, fake, tmp_path, approvals=SHELL_ALLOWED)
     async with open_chat(kind, store, config, fake) as chat:
         await chat.say("run three tasks")
@@ -95,8 +113,13 @@ async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order
     history = await store.sessions.history(tasks[0].parent_session_id)
     calls = [c for m in history for c in m.tool_calls]
     assert [c.call_id for c in calls] == ["da", "db", "dc"]
-    settled = await store.db.read(lambda conn: conn.exec_driver_sql(
-        "SELECT call_id FROM tool_calls WHERE name = 'delegate' ORDER BY finished_at, id").scalars().all())
+    settled = await store.db.read(
+        lambda conn: (
+            conn.exec_driver_sql("SELECT call_id FROM tool_calls WHERE name = 'delegate' ORDER BY finished_at, id")
+            .scalars()
+            .all()
+        )
+    )
     assert settled == ["da", "db", "dc"]
 
 
@@ -106,10 +129,16 @@ async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order
 async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(store, llm, kind, fake, tmp_path) -> None:
     agents = Agents()
     llm.responder = agents
-    agents.script("clean up", Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
-                  Reply("The janitor is done."))
-    agents.script("Remove the temp", Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
-                  child_answer := Reply("Removed them."))
+    agents.script(
+        "clean up",
+        Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
+        Reply("The janitor is done."),
+    )
+    agents.script(
+        "Remove the temp",
+        Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
+        child_answer := Reply("Removed them."),
+    )
     async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
         await chat.say("clean up please")
         await chat.settle(lambda: bool(chat.prompts()))
@@ -125,10 +154,14 @@ async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(stor
     assert child_answer.text in tool_results(llm.requests[-1])[0]
     task = (await tasks_in_order(store))[0]
     assert task.status == "done"
-    assert ((await store.runs.get(task.child_run_id)).stage, (await store.runs.get(task.parent_run_id)).stage) == ("SUCCESS", "SUCCESS")
+    assert ((await store.runs.get(task.child_run_id)).stage, (await store.runs.get(task.parent_run_id)).stage) == (
+        "SUCCESS",
+        "SUCCESS",
+    )
     decided = await store.db.read(lambda conn: conn.execute(prompts.select()).all())
     assert [(p.session_id, p.run_id, p.status, p.decided_by) for p in decided] == [
-        (task.child_session_id, task.child_run_id, "approved", "42" if kind == "telegram" else "U1")]
+        (task.child_session_id, task.child_run_id, "approved", "42" if kind == "telegram" else "U1")
+    ]
 
 
 async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm, kind, fake, tmp_path) -> None:
@@ -136,14 +169,20 @@ async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm,
     llm.responder = agents
     target = "telegram:42" if kind == "telegram" else "slack:D1"
     job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Nightly: clean up.", "deliver_to": target}
-    agents.script("Nightly", Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
-                  Reply("Nightly report: the janitor could not run shell."))
-    agents.script("Remove the temp", Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
-                  Reply("I was not allowed to run shell."))
+    agents.script(
+        "Nightly",
+        Reply(tool_calls=(delegate({"prompt": "Remove the temp files.", "name": "janitor"}),)),
+        Reply("Nightly report: the janitor could not run shell."),
+    )
+    agents.script(
+        "Remove the temp",
+        Reply(tool_calls=(FakeToolCall("shell", {"command": "echo removed > gone.txt"}, "s1"),)),
+        Reply("I was not allowed to run shell."),
+    )
     config = chat_config(kind, llm, fake, tmp_path, scheduler={"enabled": True, "jobs": [job]})
     async with open_chat(kind, store, config, fake) as chat:
         schedule = await store.schedules.by_name("nightly")
-        await chat.gateway.scheduler.fire(schedule.id, datetime.now(timezone.utc))
+        await chat.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await chat.settle(lambda: any("Nightly report" in t for t in chat.texts()) or bool(chat.prompts()))
         assert not (tmp_path / "ws" / "gone.txt").exists()
         assert not any("wants to run" in chat.prompt_text(p) for p in chat.prompts())  # nobody was asked
@@ -160,8 +199,12 @@ async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm,
 async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, llm, kind, fake, tmp_path) -> None:
     agents = Agents()
     llm.responder = agents
-    agents.script("look into", Reply(tool_calls=(delegate({"prompt": "Survey the logs.", "name": "survey"}, background=True),)),
-                  Reply("I started a survey; I will tell you."), Reply("Survey result: 3 errors."))
+    agents.script(
+        "look into",
+        Reply(tool_calls=(delegate({"prompt": "Survey the logs.", "name": "survey"}, background=True),)),
+        Reply("I started a survey; I will tell you."),
+        Reply("Survey result: 3 errors."),
+    )
     agents.script("Survey the logs", Reply("The logs show 3 errors."))
 
     async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
@@ -188,14 +231,21 @@ async def test_stop_during_a_parallel_batch_stops_the_parent_and_every_child(sto
     batch = tuple(delegate({"prompt": f"Job {n}: wait.", "name": f"job{n}"}, id=f"d{n}") for n in (1, 2, 3))
     agents.script("start the jobs", Reply(tool_calls=batch), Reply("never said"))
     for n in (1, 2, 3):
-        agents.script(f"Job {n}", Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep 30; echo {n} > job{n}.txt"}, "s"),)),
-                      Reply("never said either"))
+        agents.script(
+            f"Job {n}",
+            Reply(tool_calls=(FakeToolCall("shell", {"command": f"sleep 30; echo {n} > job{n}.txt"}, "s"),)),
+            Reply("never said either"),
+        )
     config = chat_config(kind, llm, fake, tmp_path, approvals=SHELL_ALLOWED)
     async with open_chat(kind, store, config, fake) as chat:
         await chat.say("start the jobs")
 
         async def running_shells() -> int:
-            rows = await store.db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM tool_calls WHERE name = 'shell' AND status = 'running'").scalar())
+            rows = await store.db.read(
+                lambda conn: conn.exec_driver_sql(
+                    "SELECT count(*) FROM tool_calls WHERE name = 'shell' AND status = 'running'"
+                ).scalar()
+            )
             return int(rows)
 
         for _ in range(500):

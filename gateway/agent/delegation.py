@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from gateway.agent.child import ChildContext
 from gateway.agent.rounds import placeholder_text
@@ -70,15 +71,26 @@ def delegate_spec() -> ToolSpec:
                     "items": {
                         "type": "object",
                         "properties": {
-                            "prompt": {"type": "string", "description": "The task, with all the context the sub-agent needs."},
-                            "tools": {"type": "array", "items": {"type": "string"}, "description": "Tool names it may use."},
+                            "prompt": {
+                                "type": "string",
+                                "description": "The task, with all the context the sub-agent needs.",
+                            },
+                            "tools": {
+                                "type": "array",
+                                "items": {"type": "string"},
+                                "description": "Tool names it may use.",
+                            },
                             "name": {"type": "string", "description": "A short name shown in the chat, e.g. research."},
                         },
                         "required": ["prompt"],
                         "additionalProperties": False,
                     },
                 },
-                "background": {"type": "boolean", "default": False, "description": "Return at once; results come back as messages."},
+                "background": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Return at once; results come back as messages.",
+                },
             },
             "required": ["tasks"],
             "additionalProperties": False,
@@ -162,14 +174,28 @@ class Delegation:
         args = json.loads(call.arguments or "{}")
         problem, tasks = self._check(turn, args)
         if problem:
-            return _Plan(call, problem=f"Invalid arguments for delegate: {problem}. Fix the arguments and call delegate again.")
+            return _Plan(
+                call, problem=f"Invalid arguments for delegate: {problem}. Fix the arguments and call delegate again."
+            )
         background = bool(args.get("background"))
         session = turn.session
         depth = (turn.child.depth if turn.child else 0) + 1
         created = await self.store.delegations.create(
-            parent_session_id=session.id, parent_run_id=turn.run_id, parent_tool_call_id=call.id, thread_key=str(turn.thread),
-            tasks=tasks, depth=depth, background=background, fence=turn.req.fence,
-            child=ChildSession(session.source, session.interactive, turn.req.requested_by or session.started_by, session.max_rounds, _remaining_tokens(turn)),
+            parent_session_id=session.id,
+            parent_run_id=turn.run_id,
+            parent_tool_call_id=call.id,
+            thread_key=str(turn.thread),
+            tasks=tasks,
+            depth=depth,
+            background=background,
+            fence=turn.req.fence,
+            child=ChildSession(
+                session.source,
+                session.interactive,
+                turn.req.requested_by or session.started_by,
+                session.max_rounds,
+                _remaining_tokens(turn),
+            ),
         )
         if background:
             for task in created:
@@ -181,7 +207,11 @@ class Delegation:
         allowed = self._allowed(turn)
         depth = (turn.child.depth if turn.child else 0) + 1
         if args.get("background") and (not turn.session.interactive or turn.child is not None):
-            return "background tasks can only be started from an interactive conversation (not from a sub-agent or a scheduled run); use background: false", []
+            return (
+                "background tasks can only be started from an interactive conversation (not from a sub-agent "
+                "or a scheduled run); use background: false",
+                [],
+            )
         tasks = []
         for i, task in enumerate(args.get("tasks") or []):
             prompt = str(task.get("prompt", "")).strip()
@@ -194,7 +224,11 @@ class Delegation:
             else:
                 unknown = [str(t) for t in asked if t not in allowed]
                 if unknown:
-                    return f"tasks[{i}].tools: {', '.join(unknown)} not available (you may give: {', '.join(allowed) or 'none'})", []
+                    return (
+                        f"tasks[{i}].tools: {', '.join(unknown)} not available "
+                        f"(you may give: {', '.join(allowed) or 'none'})",
+                        [],
+                    )
                 tools = list(dict.fromkeys(str(t) for t in asked))
             if depth >= self.cfg.agent.max_depth:
                 tools = [t for t in tools if t != DELEGATE]  # a child at the depth limit is not offered delegate
@@ -216,27 +250,35 @@ class Delegation:
                 return await self._run_child(turn, task)
 
         open_tasks = [t for t in await self._current(tasks) if not t.finished]
-        outcomes = await asyncio.gather(*(one(t) for t in open_tasks), return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, LeaseLost):
-                raise outcome
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome
-        for task, outcome in zip(open_tasks, outcomes):
-            if isinstance(outcome, Exception):
-                log.error("child %s failed: %r", task.id, outcome, exc_info=outcome)
-                await self._end(turn, task, _Outcome("failed", f"The sub-agent crashed: {type(outcome).__name__}: {outcome}"))
-            elif outcome.auto_denied:
-                turn.auto_denied.extend(f"{task.name}: {denied}" for denied in outcome.auto_denied)
+        results = await asyncio.gather(*(one(t) for t in open_tasks), return_exceptions=True)
+        ended = await self._collect(turn, open_tasks, results)
         if turn.stopper.stopped:
             raise Interrupted(turn.stopper.reason)
-        ended = [o for o in outcomes if isinstance(o, _Outcome)]
         parked = [o for o in ended if o.status == "parked"]
         if parked:
+            assert turn.trace is not None
             await turn.trace.event("AWAITING_INPUT", {"prompt_id": parked[0].prompt_id, "kind": "child"})
             raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=parked[0].prompt_id)
         if any(o.status == "suspended" for o in ended):
             raise TurnEnd("SUSPENDED", "shutdown")
+
+    async def _collect(self, turn: Turn, tasks: list[TaskRecord], results: list[Any]) -> list[_Outcome]:
+        """The children's outcomes; one that crashed is failed (its siblings' results stand)."""
+        for result in results:
+            if isinstance(result, LeaseLost) or (
+                isinstance(result, BaseException) and not isinstance(result, Exception)
+            ):
+                raise result  # the lease is gone or the task is cancelled: nothing more may be written
+        ended = []
+        for task, result in zip(tasks, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("child %s failed: %r", task.id, result, exc_info=result)
+                crashed = _Outcome("failed", f"The sub-agent crashed: {type(result).__name__}: {result}")
+                ended.append(await self._end(turn, task, crashed))
+                continue
+            turn.auto_denied.extend(f"{task.name}: {denied}" for denied in result.auto_denied)
+            ended.append(result)
+        return ended
 
     async def _current(self, tasks: list[TaskRecord]) -> list[TaskRecord]:
         fresh = []
@@ -257,21 +299,37 @@ class Delegation:
         if len(dead) < 2:
             return
         for task, run in dead:
-            await self.store.runs.add_event(run.id, "RUN_ERROR", {"stage": "restart", "message": "a parallel batch was interrupted; not re-run"})
+            await self.store.runs.add_event(
+                run.id, "RUN_ERROR", {"stage": "restart", "message": "a parallel batch was interrupted; not re-run"}
+            )
             await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
-            await self._end(turn, task, _Outcome("failed", f"The sub-agent was {RESTART_NOT_RERUN} (its parallel batch was cut short by a restart)."))
+            await self._end(
+                turn,
+                task,
+                _Outcome(
+                    "failed", f"The sub-agent was {RESTART_NOT_RERUN} (its parallel batch was cut short by a restart)."
+                ),
+            )
 
     async def _run_child(self, turn: Turn, task: TaskRecord) -> _Outcome:
         from gateway.agent.turn import Turn, TurnRequest
 
         session = await self.store.sessions.get(task.child_session_id)
         assert session is not None
-        request = TurnRequest(session, turn.thread, requested_by=turn.req.requested_by, fence=turn.req.fence, child=self.context(task, turn.thread))
+        request = TurnRequest(
+            session,
+            turn.thread,
+            requested_by=turn.req.requested_by,
+            fence=turn.req.fence,
+            child=self.context(task, turn.thread),
+        )
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is None:
             run, row = await self.store.delegations.begin(task, model=self.cfg.llm.model, fence=turn.req.fence)
             request.started_run, request.turn_started_seq = run, row.seq
-            await self._show(turn.thread, f"child-start:{task.id}", _start_line(turn, task), interactive=turn.session.interactive)
+            await self._show(
+                turn.thread, f"child-start:{task.id}", _start_line(turn, task), interactive=turn.session.interactive
+            )
         elif run.stage == "AWAITING_INPUT":
             request.run_id = run.id
         elif run.stage == "RUNNING":  # its worker died (or the gateway shut down): continue it
@@ -315,13 +373,20 @@ class Delegation:
         if outcome.status in ("parked", "suspended"):
             return outcome
         if await self.store.delegations.finish(task, outcome.status, outcome.text, charge_run=turn.run_id):
-            await self._show(turn.thread, f"child-done:{task.id}", _done_line(turn, task, outcome), interactive=turn.session.interactive)
+            await self._show(
+                turn.thread,
+                f"child-done:{task.id}",
+                _done_line(turn, task, outcome),
+                interactive=turn.session.interactive,
+            )
         return outcome
 
     # ---- background tasks -----------------------------------------------------------------
     async def _announce_background(self, turn: Turn, plan: _Plan) -> None:
         for task in plan.tasks:
-            await self._show(turn.thread, f"child-start:{task.id}", _start_line(turn, task), interactive=turn.session.interactive)
+            await self._show(
+                turn.thread, f"child-start:{task.id}", _start_line(turn, task), interactive=turn.session.interactive
+            )
 
     async def start_background(self, task_id: int, lease_thread: ThreadKey) -> TurnRequest | None:
         """The turn of a background task's inbox item (None when it already ended)."""
@@ -358,7 +423,12 @@ class Delegation:
         report = _report(task, outcome)
         if await self.store.delegations.finish(task, outcome.status, outcome.text, charge_run=None, report=report):
             self.wake(task.thread_key)
-            await self._show(child.chat, f"child-done:{task.id}", f"{_status_icon(outcome.status)} {task.name} finished (background task #{task.id}) → {shorten(outcome.text, DONE_PREVIEW_CHARS)}")
+            await self._show(
+                child.chat,
+                f"child-done:{task.id}",
+                f"{_status_icon(outcome.status)} {task.name} finished (background task #{task.id}) → "
+                f"{shorten(outcome.text, DONE_PREVIEW_CHARS)}",
+            )
 
     # ---- resuming, stopping, reporting -----------------------------------------------------
     def context(self, task: TaskRecord, chat: ThreadKey) -> ChildContext:
@@ -373,7 +443,9 @@ class Delegation:
             return None
         return self.context(task, ThreadKey.parse(task.thread_key))
 
-    async def route(self, session: SessionRecord, run_id: int, thread: ThreadKey, prompt_id: int) -> tuple[SessionRecord, int, ChildContext | None] | None:
+    async def route(
+        self, session: SessionRecord, run_id: int, thread: ThreadKey, prompt_id: int
+    ) -> tuple[SessionRecord, int, ChildContext | None] | None:
         """A decided prompt of a child continues the turn that runs it: the root of its chain of
         synchronous parents (on this thread) or the background task it belongs to (on the
         task's own thread, where the resume is handed over; None then)."""
@@ -383,7 +455,9 @@ class Delegation:
                 break
             if task.background:
                 if str(thread) != task.task_thread:
-                    await self.store.inbox.add([NewItem(f"resume:{prompt_id}:task", task.task_thread, "resume", {"prompt_id": prompt_id})])
+                    await self.store.inbox.add(
+                        [NewItem(f"resume:{prompt_id}:task", task.task_thread, "resume", {"prompt_id": prompt_id})]
+                    )
                     self.wake(task.task_thread)
                     return None
                 return session, run_id, self.context(task, ThreadKey.parse(task.thread_key))
@@ -401,7 +475,9 @@ class Delegation:
             task = await self.store.delegations.by_child_session(run.session_id)
             if task is None or task.background or task.parent_run_id is None:
                 break
-            await self.store.delegations.finish(task, "canceled", placeholder_text("canceled"), charge_run=task.parent_run_id)
+            await self.store.delegations.finish(
+                task, "canceled", placeholder_text("canceled"), charge_run=task.parent_run_id
+            )
             runs.append(task.parent_run_id)
             run = await self.store.runs.get(task.parent_run_id)
         return runs
@@ -414,10 +490,14 @@ class Delegation:
             if not task.background:
                 continue
             text = placeholder_text("canceled")
-            if await self.store.delegations.cancel_pending(task.id, text, report=_report(task, _Outcome("canceled", text))):
+            if await self.store.delegations.cancel_pending(
+                task.id, text, report=_report(task, _Outcome("canceled", text))
+            ):
                 self.wake(task.thread_key)
             else:
-                await self.store.inbox.add([NewItem(f"stop:{stop_item_id}:{task.id}", task.task_thread, "command", {"text": "/stop"})])
+                await self.store.inbox.add(
+                    [NewItem(f"stop:{stop_item_id}:{task.id}", task.task_thread, "command", {"text": "/stop"})]
+                )
                 self.wake(task.task_thread)
             stopped += 1
         return stopped
@@ -462,7 +542,8 @@ def _status_icon(status: str) -> str:
 
 
 def _done_line(turn: Turn, task: TaskRecord, outcome: _Outcome) -> str:
-    return f"{_status_icon(outcome.status)} {task.name} finished → {_parent_name(turn)}: {shorten(outcome.text, DONE_PREVIEW_CHARS)}"
+    preview = shorten(outcome.text, DONE_PREVIEW_CHARS)
+    return f"{_status_icon(outcome.status)} {task.name} finished → {_parent_name(turn)}: {preview}"
 
 
 def _call_result(tasks: list[TaskRecord]) -> tuple[str, str]:
@@ -479,4 +560,9 @@ def _report(task: TaskRecord, outcome: _Outcome) -> NewItem:
     verb = {"done": "finished", "canceled": "was stopped"}.get(outcome.status, "failed")
     text = f"[Background task #{task.id} ({task.name}) {verb}]\n{outcome.text or '(no answer)'}"
     sender = {"id": "delegate", "name": task.name, "username": ""}
-    return NewItem(f"task-report:{task.id}", task.thread_key, "report", {"text": text, "sender": sender, "task_id": task.id, "message_id": ""})
+    return NewItem(
+        f"task-report:{task.id}",
+        task.thread_key,
+        "report",
+        {"text": text, "sender": sender, "task_id": task.id, "message_id": ""},
+    )

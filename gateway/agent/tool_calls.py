@@ -59,7 +59,8 @@ class ToolCallSteps:
 
     async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
         results: list[ToolResult] = []
-        delegated = await self.s.delegation.run_calls(self, calls) if self.s.delegation and self.s.delegation.is_batch(calls) else None
+        delegation = self.s.delegation  # a reply of only delegate calls: the children run together
+        delegated = await delegation.run_calls(self, calls) if delegation and delegation.is_batch(calls) else None
         for i, call in enumerate(calls):
             status, text = delegated[i] if delegated is not None else await self._process_call(call)
             results.append(ToolResult(call.call_id, call.name, text, "failed" if status == "failed" else "ok"))
@@ -157,7 +158,8 @@ class ToolCallSteps:
         prompt = await self.s.prompts.ask(
             self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
             question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
-            allow_free_text=bool(args.get("allow_free_text", True)), agent=self.child.name if self.child is not None else "",
+            allow_free_text=bool(args.get("allow_free_text", True)),
+            agent=self.child.name if self.child is not None else "",
         )
         await self._park(prompt)
         raise AssertionError("unreachable")

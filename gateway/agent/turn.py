@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.agent.child import ChildContext
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
+from gateway.agent.child import ChildContext
 from gateway.agent.estimates import estimated_usage
 from gateway.agent.guards import (
     LENGTH_NOTICE,

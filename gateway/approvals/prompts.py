@@ -111,8 +111,12 @@ class PromptService:
             tuple(Button(label, button_token(prompt.token, action)) for action, label in row)
             for row in APPROVAL_BUTTONS
         )
-        summary = f"🤖 {agent} → wants to run `{call.name}`: {_one_line(call.arguments)}" if agent else f"Approve `{call.name}`?"
-        await self._send(prompt, Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments))
+        summary = f"Approve `{call.name}`?"
+        if agent:  # a sub-agent's call, shown in its parent's chat
+            summary = f"🤖 {agent} → wants to run `{call.name}`: {_one_line(call.arguments)}"
+        await self._send(
+            prompt, Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
+        )
         return prompt
 
     async def ask(

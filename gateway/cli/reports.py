@@ -63,7 +63,8 @@ def print_children(tree: Sequence[tuple[int, TaskRecord, RunRecord | None]]) -> 
         kind = "background" if task.background else "sync"
         used = f"run {run.id} {run.stage} {run.input_tokens}/{run.output_tokens} tokens" if run else "not started"
         preview = " ".join((task.result or "").split())[:60]
-        print(f"  {'  ' * (level - 1)}└ #{task.id} {task.name} ({kind}, {task.status})  {used}" + (f"  → {preview}" if preview else ""))
+        line = f"  {'  ' * (level - 1)}└ #{task.id} {task.name} ({kind}, {task.status})  {used}"
+        print(line + (f"  → {preview}" if preview else ""))
 
 
 def _summary(kind: str, payload: dict[str, Any]) -> str:

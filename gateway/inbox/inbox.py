@@ -337,7 +337,9 @@ class Inbox(CommandSteps):
     async def _task(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         """A background child's first turn, on its own thread (see gateway/agent/delegation.py)."""
         await self.store.inbox.finish([item.id], fence=fence)
-        request = await self.s.delegation.start_background(int(item.payload["task_id"]), thread) if self.s.delegation else None
+        if self.s.delegation is None:
+            return
+        request = await self.s.delegation.start_background(int(item.payload["task_id"]), thread)
         if request is not None:
             request.fence = fence
             await self._run_turn(request)

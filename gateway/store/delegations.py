@@ -7,9 +7,10 @@ a turn that continues after a restart finds the rows it made before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -33,7 +34,7 @@ class TaskRecord:
     parent_tool_call_id: int
     ordinal: int
     thread_key: str
-    child_session_id: int | None
+    child_session_id: int  # set in the transaction that creates the row
     child_run_id: int | None
     name: str
     prompt: str
@@ -104,18 +105,40 @@ class DelegationRepo(Repo):
             items = []
             for ordinal, task in enumerate(tasks):
                 task_id = conn.execute(
-                    insert(delegations).values(
-                        parent_session_id=parent_session_id, parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id,
-                        ordinal=ordinal, thread_key=thread_key, name=task.name, prompt=task.prompt, tools=list(task.tools),
-                        depth=depth, background=background, status="pending", reported=False, created_at=now,
-                    ).returning(_D.id)
+                    insert(delegations)
+                    .values(
+                        parent_session_id=parent_session_id,
+                        parent_run_id=parent_run_id,
+                        parent_tool_call_id=parent_tool_call_id,
+                        ordinal=ordinal,
+                        thread_key=thread_key,
+                        name=task.name,
+                        prompt=task.prompt,
+                        tools=list(task.tools),
+                        depth=depth,
+                        background=background,
+                        status="pending",
+                        reported=False,
+                        created_at=now,
+                    )
+                    .returning(_D.id)
                 ).scalar_one()
                 session_id = conn.execute(
-                    insert(sessions).values(
-                        thread_key=f"task:{task_id}" if background else thread_key, kind="child", interactive=child.interactive,
-                        ephemeral=True, source=child.source, started_by=child.started_by, max_rounds=child.max_rounds,
-                        max_tokens=child.max_tokens, next_seq=1, notes={}, created_at=now,
-                    ).returning(sessions.c.id)
+                    insert(sessions)
+                    .values(
+                        thread_key=f"task:{task_id}" if background else thread_key,
+                        kind="child",
+                        interactive=child.interactive,
+                        ephemeral=True,
+                        source=child.source,
+                        started_by=child.started_by,
+                        max_rounds=child.max_rounds,
+                        max_tokens=child.max_tokens,
+                        next_seq=1,
+                        notes={},
+                        created_at=now,
+                    )
+                    .returning(sessions.c.id)
                 ).scalar_one()
                 conn.execute(update(delegations).where(_D.id == task_id).values(child_session_id=session_id))
                 if background:
@@ -147,7 +170,11 @@ class DelegationRepo(Repo):
         return await self.db.read(work)
 
     async def of_run(self, run_id: int) -> list[TaskRecord]:
-        return await self.db.read(lambda conn: [_record(r) for r in conn.execute(select(delegations).where(_D.parent_run_id == run_id).order_by(_D.id))])
+        return await self.db.read(
+            lambda conn: [
+                _record(r) for r in conn.execute(select(delegations).where(_D.parent_run_id == run_id).order_by(_D.id))
+            ]
+        )
 
     async def sync_child_sessions(self, session_ids: Sequence[int]) -> set[int]:
         """Which of these sessions are children running inside their parent's turn."""
@@ -155,18 +182,33 @@ class DelegationRepo(Repo):
             return set()
 
         def work(conn: Connection) -> set[int]:
-            rows = conn.execute(select(_D.child_session_id).where(_D.child_session_id.in_(list(session_ids)), _D.background.is_(False)))
+            rows = conn.execute(
+                select(_D.child_session_id).where(_D.child_session_id.in_(list(session_ids)), _D.background.is_(False))
+            )
             return {r.child_session_id for r in rows}
 
         return await self.db.read(work)
 
-    async def begin(self, task: TaskRecord, *, model: str | None, fence: Fence | None = None) -> tuple[RunRecord, MessageRecord]:
+    async def begin(
+        self, task: TaskRecord, *, model: str | None, fence: Fence | None = None
+    ) -> tuple[RunRecord, MessageRecord]:
         """A child's first turn: its run, the task as its user row, and the task marked running
         on that run, in one transaction."""
 
         def work(conn: Connection) -> tuple[RunRecord, MessageRecord]:
-            run = RunRepo.start_in(conn, task.child_session_id, task.task_thread if task.background else task.thread_key, model=model)
-            row = SessionRepo.append_in(conn, task.child_session_id, "user", task.prompt, sender_id="delegate", sender_name=task.name, run_id=run.id, fence=fence)
+            run = RunRepo.start_in(
+                conn, task.child_session_id, task.task_thread if task.background else task.thread_key, model=model
+            )
+            row = SessionRepo.append_in(
+                conn,
+                task.child_session_id,
+                "user",
+                task.prompt,
+                sender_id="delegate",
+                sender_name=task.name,
+                run_id=run.id,
+                fence=fence,
+            )
             conn.execute(update(delegations).where(_D.id == task.id).values(status="running", child_run_id=run.id))
             return run, row
 
@@ -176,28 +218,53 @@ class DelegationRepo(Repo):
         """A child whose worker died continues in a new run (the old one is closed as FAILED)."""
 
         def work(conn: Connection) -> RunRecord:
-            RunRepo.add_events_in(conn, old_run_id, [("RUN_ERROR", {"stage": "restart", "message": "the worker running this child stopped; continuing in a new run"}, None)])
+            RunRepo.add_events_in(
+                conn,
+                old_run_id,
+                [
+                    (
+                        "RUN_ERROR",
+                        {
+                            "stage": "restart",
+                            "message": "the worker running this child stopped; continuing in a new run",
+                        },
+                        None,
+                    )
+                ],
+            )
             RunRepo.set_stage_in(conn, old_run_id, "FAILED", end_reason="error", error="restart")
-            run = RunRepo.start_in(conn, task.child_session_id, task.task_thread if task.background else task.thread_key, model=model)
+            run = RunRepo.start_in(
+                conn, task.child_session_id, task.task_thread if task.background else task.thread_key, model=model
+            )
             conn.execute(update(delegations).where(_D.id == task.id).values(status="running", child_run_id=run.id))
             return run
 
         return await self.db.write(work)
 
     async def set_status(self, task_id: int, status: str) -> None:
-        await self.db.write(lambda conn: conn.execute(update(delegations).where(_D.id == task_id, _D.status.notin_(FINISHED)).values(status=status)))
+        await self.db.write(
+            lambda conn: conn.execute(
+                update(delegations).where(_D.id == task_id, _D.status.notin_(FINISHED)).values(status=status)
+            )
+        )
 
     async def set_parent_run(self, task_ids: Sequence[int], run_id: int) -> None:
         """The parent continues in a new run after a restart: its children now belong to it."""
         if task_ids:
-            await self.db.write(lambda conn: conn.execute(update(delegations).where(_D.id.in_(list(task_ids))).values(parent_run_id=run_id)))
+            await self.db.write(
+                lambda conn: conn.execute(
+                    update(delegations).where(_D.id.in_(list(task_ids))).values(parent_run_id=run_id)
+                )
+            )
 
     async def start(self, task_id: int, run_id: int) -> TaskRecord | None:
         """pending|running -> running on `run_id`; None when the task already ended."""
 
         def work(conn: Connection) -> TaskRecord | None:
             conn.execute(
-                update(delegations).where(_D.id == task_id, _D.status.in_(("pending", "running"))).values(status="running", child_run_id=run_id)
+                update(delegations)
+                .where(_D.id == task_id, _D.status.in_(("pending", "running")))
+                .values(status="running", child_run_id=run_id)
             )
             record = _one(conn, _D.id == task_id)
             return record if record is not None and not record.finished else None
@@ -209,7 +276,8 @@ class DelegationRepo(Repo):
 
         def work(conn: Connection) -> bool:
             changed = conn.execute(
-                update(delegations).where(_D.id == task_id, _D.status == "pending")
+                update(delegations)
+                .where(_D.id == task_id, _D.status == "pending")
                 .values(status="canceled", result=result, finished_at=utcnow(), reported=report is not None)
             ).rowcount
             if changed and report is not None:
@@ -227,14 +295,20 @@ class DelegationRepo(Repo):
 
         def work(conn: Connection) -> bool:
             changed = conn.execute(
-                update(delegations).where(_D.id == task.id, _D.status.notin_(FINISHED))
+                update(delegations)
+                .where(_D.id == task.id, _D.status.notin_(FINISHED))
                 .values(status=status, result=result, finished_at=utcnow(), reported=report is not None)
             ).rowcount
             if not changed:
                 return False
             if charge_run is not None:
                 totals = _child_totals(conn, task.child_session_id)
-                RunRepo.add_events_in(conn, charge_run, [("CHILD_RUN", {"task_id": task.id, "name": task.name, "status": status, **totals}, None)], **totals)
+                RunRepo.add_events_in(
+                    conn,
+                    charge_run,
+                    [("CHILD_RUN", {"task_id": task.id, "name": task.name, "status": status, **totals}, None)],
+                    **totals,
+                )
             if report is not None:
                 InboxRepo.add_in(conn, report)
             return True
@@ -251,7 +325,9 @@ class DelegationRepo(Repo):
                 for row in conn.execute(select(delegations).where(_D.parent_run_id == parent_run).order_by(_D.id)):
                     task = _record(row)
                     out.append((level, task))
-                    child_runs = conn.execute(select(runs.c.id).where(runs.c.session_id == task.child_session_id).order_by(runs.c.id))
+                    child_runs = conn.execute(
+                        select(runs.c.id).where(runs.c.session_id == task.child_session_id).order_by(runs.c.id)
+                    )
                     for child_run in child_runs.scalars().all():
                         walk(child_run, level + 1)
 
@@ -264,11 +340,13 @@ class DelegationRepo(Repo):
 _CHARGED = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "llm_calls", "tool_calls")
 
 
-def _child_totals(conn: Connection, session_id: int | None) -> dict[str, Any]:
+def _child_totals(conn: Connection, session_id: int) -> dict[str, Any]:
     """Everything the child's runs used (a child may have run in several after restarts);
     its own children's use is already in those runs."""
     columns = [func.coalesce(func.sum(getattr(runs.c, name)), 0).label(name) for name in _CHARGED]
-    row = conn.execute(select(*columns, func.sum(runs.c.cost_nano_usd).label("cost_nano_usd")).where(runs.c.session_id == session_id)).first()
+    row = conn.execute(
+        select(*columns, func.sum(runs.c.cost_nano_usd).label("cost_nano_usd")).where(runs.c.session_id == session_id)
+    ).one()
     totals = {name: int(getattr(row, name)) for name in _CHARGED}
     if row.cost_nano_usd is not None:
         totals["cost_nano_usd"] = int(row.cost_nano_usd)
