@@ -9,10 +9,11 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from fakes.llm import FakeToolCall, Reply
+from fakes.llm import FakeToolCall, Reply, Stall
 from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names, tool_results, user_texts
 
 from gateway.approvals.policy import AUTO_DENIED
+from gateway.cli.reports import print_children
 from gateway.store.tables import delegations, prompts
 
 SHELL_ALLOWED = {"rules": [{"tool": "shell", "action": "allow"}]}
@@ -37,7 +38,7 @@ async def tasks_in_order(store) -> list:  # noqa: ANN001
 # --- synchronous -------------------------------------------------------------------------
 
 
-async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fake, tmp_path) -> None:
+async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fake, tmp_path, capsys) -> None:
     agents = Agents()
     llm.responder = agents
     agents.script(
@@ -78,7 +79,11 @@ async def test_a_synchronous_child_answers_the_parents_call(store, llm, kind, fa
     # The child's use counts towards the parent's run (and so its session).
     assert child_run.input_tokens > 0 and parent_run.llm_calls == 3
     assert any(e.kind == "CHILD_RUN" for e in await store.runs.events(parent_run.id))
-    assert (await store.delegations.tree(parent_run.id))[0][1].id == task.id
+    tree = await store.delegations.tree(parent_run.id)
+    assert [(level, t.id) for level, t in tree] == [(1, task.id)]
+    print_children([(level, t, await store.runs.get(t.child_run_id)) for level, t in tree])  # `gateway runs show`
+    shown = capsys.readouterr().out
+    assert "sub-agents:" in shown and f"└ #{task.id} research (sync, done)  run {child_run.id} SUCCESS" in shown
 
 
 async def test_a_parallel_batch_finishing_out_of_order_is_recorded_in_call_order(
@@ -148,6 +153,10 @@ async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(stor
         task = (await tasks_in_order(store))[0]
         assert (await store.runs.get(task.child_run_id)).stage == "AWAITING_INPUT"
         assert (await store.runs.get(task.parent_run_id)).stage == "AWAITING_INPUT"  # the parent waits, parked too
+        await chat.say("/status")
+        await chat.settle(lambda: any(t.startswith("Status:") for t in chat.texts()))
+        status = next(t for t in chat.texts() if t.startswith("Status:"))
+        assert f"sub-agent #{task.id} janitor: running" in status and "Pending requests: 1" in status
         await chat.press(prompt, "Approve")
         await chat.settle(lambda: "The janitor is done." in chat.texts())
     assert (tmp_path / "ws" / "gone.txt").read_text().strip() == "removed"
@@ -266,3 +275,29 @@ async def test_stop_during_a_parallel_batch_stops_the_parent_and_every_child(sto
     assert (await store.runs.get(tasks[0].parent_run_id)).stage == "CANCELED"
     assert not any((tmp_path / "ws" / f"job{n}.txt").exists() for n in (1, 2, 3))
     assert "never said" not in " ".join(chat.texts())
+
+
+async def test_a_shutdown_during_a_parallel_batch_suspends_it_and_the_restart_continues_it(
+    store, llm, kind, fake, tmp_path
+) -> None:
+    agents = Agents()
+    llm.responder = agents
+    batch = (
+        delegate({"prompt": "Half one.", "name": "one"}, id="d1"),
+        delegate({"prompt": "Half two.", "name": "two"}, id="d2"),
+    )
+    agents.script("do the halves", Reply(tool_calls=batch), Reply("Both halves are done."))
+    agents.script("Half one", Stall("working"), Reply("one result"))
+    agents.script("Half two", Stall("working"), Reply("two result"))
+    config = chat_config(kind, llm, fake, tmp_path, serve={"shutdown_grace": 0.2})
+    async with open_chat(kind, store, config, fake) as chat:
+        await chat.say("do the halves")
+        for _ in range(1000):
+            if agents.asked.count("Half one") and agents.asked.count("Half two"):
+                break
+            await asyncio.sleep(0.02)
+    assert [t.status for t in await tasks_in_order(store)] == ["suspended", "suspended"]
+    async with open_chat(kind, store, config, fake) as chat:
+        await chat.settle(lambda: "Both halves are done." in chat.texts(), timeout=30)
+    assert tool_results(llm.requests[-1]) == ["one result", "two result"]  # continued, not failed
+    assert [t.status for t in await tasks_in_order(store)] == ["done", "done"]

@@ -370,6 +370,8 @@ class Delegation:
         return _Outcome("failed", f"The sub-agent stopped without an answer ({why}).", auto_denied=result.auto_denied)
 
     async def _end(self, turn: Turn, task: TaskRecord, outcome: _Outcome) -> _Outcome:
+        if outcome.status == "suspended":  # a shutdown: continued after the restart, not reaped
+            await self.store.delegations.set_status(task.id, "suspended")
         if outcome.status in ("parked", "suspended"):
             return outcome
         if await self.store.delegations.finish(task, outcome.status, outcome.text, charge_run=turn.run_id):

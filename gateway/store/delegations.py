@@ -41,7 +41,7 @@ class TaskRecord:
     tools: list[str]
     depth: int
     background: bool
-    status: str  # pending | running | done | failed | canceled
+    status: str  # pending | running | suspended (by a shutdown) | done | failed | canceled
     result: str | None
     reported: bool
     created_at: datetime
@@ -164,17 +164,10 @@ class DelegationRepo(Repo):
         def work(conn: Connection) -> list[TaskRecord]:
             query = select(delegations).where(_D.parent_session_id == session_id).order_by(_D.id)
             if open_only:
-                query = query.where(_D.status.in_(("pending", "running")))
+                query = query.where(_D.status.in_(("pending", "running", "suspended")))
             return [_record(r) for r in conn.execute(query)]
 
         return await self.db.read(work)
-
-    async def of_run(self, run_id: int) -> list[TaskRecord]:
-        return await self.db.read(
-            lambda conn: [
-                _record(r) for r in conn.execute(select(delegations).where(_D.parent_run_id == run_id).order_by(_D.id))
-            ]
-        )
 
     async def sync_child_sessions(self, session_ids: Sequence[int]) -> set[int]:
         """Which of these sessions are children running inside their parent's turn."""
@@ -256,20 +249,6 @@ class DelegationRepo(Repo):
                     update(delegations).where(_D.id.in_(list(task_ids))).values(parent_run_id=run_id)
                 )
             )
-
-    async def start(self, task_id: int, run_id: int) -> TaskRecord | None:
-        """pending|running -> running on `run_id`; None when the task already ended."""
-
-        def work(conn: Connection) -> TaskRecord | None:
-            conn.execute(
-                update(delegations)
-                .where(_D.id == task_id, _D.status.in_(("pending", "running")))
-                .values(status="running", child_run_id=run_id)
-            )
-            record = _one(conn, _D.id == task_id)
-            return record if record is not None and not record.finished else None
-
-        return await self.db.write(work)
 
     async def cancel_pending(self, task_id: int, result: str, *, report: NewItem | None = None) -> bool:
         """pending -> canceled (a background task stopped before it started)."""

@@ -358,7 +358,7 @@ delegations = Table(
     Column("tools", JSON, nullable=False, default=list),  # the tools the child may use
     Column("depth", Integer, nullable=False),  # 1 for a child of a root session
     Column("background", Boolean, nullable=False, default=False),
-    # pending | running | done | failed | canceled
+    # pending | running | suspended | done | failed | canceled
     Column("status", String(16), nullable=False, default="pending"),
     Column("result", Text, nullable=True),
     Column("reported", Boolean, nullable=False, default=False),  # the parent has the result
