@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
-from gateway.agent.delegation import DELEGATE, Delegation, delegate_spec
+from gateway.agent.delegate_tool import DELEGATE, delegate_spec
+from gateway.agent.delegation import Delegation
 from gateway.agent.turn import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec

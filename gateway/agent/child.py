@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from gateway.events import ThreadKey
 
+DELEGATE = "delegate"  # the tool's name (gateway/agent/delegate_tool.py)
+
 
 @dataclass(frozen=True)
 class ChildContext:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.agent.child import DELEGATE
 from gateway.agent.guards import TOOL_LOOP_NOTICE
 from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
@@ -20,7 +21,6 @@ from gateway.store import PromptRecord, ToolCallRecord
 from gateway.tools import NeedsAnswer, ToolContext, run_tool
 
 log = logging.getLogger("gateway.agent.turn")
-DELEGATE = "delegate"
 
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."

@@ -80,7 +80,7 @@ class CommandSteps:
             await self._stop_thread(thread)
             session = await self.store.sessions.current(str(thread))
             if session is not None and self.s.delegation is not None:
-                await self.s.delegation.stop_background(session.id, item.id)
+                await self.s.delegation.control.stop_background(session.id, item.id)
             await self._reply(thread, item, "Stopped.")
         elif name == "new":
             await self._stop_thread(thread, drop_queued=False)
@@ -108,7 +108,7 @@ class CommandSteps:
             servers = mcp.summary() if mcp else None
             text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers)
             if session is not None and self.s.delegation is not None:
-                text = "\n".join([text, *await self.s.delegation.status_lines(session.id)])
+                text = "\n".join([text, *await self.s.delegation.control.status_lines(session.id)])
         elif name == "cost":
             text = cost_text(totals)
         else:
@@ -131,7 +131,7 @@ class CommandSteps:
 
     async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
         """A parked run is canceled, with the parents waiting on it when it is a sub-agent's."""
-        chain = await self.s.delegation.chain(run_id) if self.s.delegation is not None else [run_id]
+        chain = await self.s.delegation.control.chain(run_id) if self.s.delegation is not None else [run_id]
         for i, parked in enumerate(chain):
             await self._cancel_one_parked_run(thread, parked, report=i == len(chain) - 1)
 

@@ -316,7 +316,7 @@ class Inbox(CommandSteps):
         await self.s.prompts.close(prompt)
         run_id, child = prompt.run_id, None
         if session.kind == "child" and self.s.delegation is not None:  # the turn running it continues
-            routed = await self.s.delegation.route(session, run_id, thread, prompt.id)
+            routed = await self.s.delegation.control.route(session, run_id, thread, prompt.id)
             if routed is None:
                 return  # handed over to its background task's thread
             session, run_id, child = routed
@@ -339,7 +339,7 @@ class Inbox(CommandSteps):
         await self.store.inbox.finish([item.id], fence=fence)
         if self.s.delegation is None:
             return
-        request = await self.s.delegation.start_background(int(item.payload["task_id"]), thread)
+        request = await self.s.delegation.control.start_background(int(item.payload["task_id"]), thread)
         if request is not None:
             request.fence = fence
             await self._run_turn(request)
@@ -355,7 +355,7 @@ class Inbox(CommandSteps):
             {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"},
         )
         await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
-        child = await self.s.delegation.context_of(session) if self.s.delegation is not None else None
+        child = await self.s.delegation.control.context_of(session) if self.s.delegation is not None else None
         request = TurnRequest(
             session,
             thread,
@@ -412,7 +412,7 @@ class Inbox(CommandSteps):
         if result.stage == "LOST":
             return
         if request.child is not None:  # a background child: its result goes back to its parent
-            await self.s.delegation.background_ended(request, result)
+            await self.s.delegation.control.background_ended(request, result)
             return
         run = await self.store.runs.get(result.run_id)
         event = TurnEnded(
