@@ -301,3 +301,55 @@ async def test_a_shutdown_during_a_parallel_batch_suspends_it_and_the_restart_co
         await chat.settle(lambda: "Both halves are done." in chat.texts(), timeout=30)
     assert tool_results(llm.requests[-1]) == ["one result", "two result"]  # continued, not failed
     assert [t.status for t in await tasks_in_order(store)] == ["done", "done"]
+
+
+# --- limits and bad arguments -------------------------------------------------------------
+
+
+async def test_children_nest_to_the_depth_limit_and_the_answer_climbs_back(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script(
+        "plan the trip",
+        Reply(tool_calls=(delegate({"prompt": "Plan: book it.", "name": "planner", "tools": ["delegate", "clock"]}),)),
+        Reply("Booked: seat 12A."),
+    )
+    agents.script(
+        "Plan: book it",
+        Reply(tool_calls=(delegate({"prompt": "Seat: pick one.", "name": "seats"}),)),
+        Reply("planner: 12A"),
+    )
+    agents.script("Seat: pick one", Reply("12A"))
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("plan the trip")
+        await chat.settle(lambda: "Booked: seat 12A." in chat.texts())
+        assert any(t.startswith("🤖 planner → seats") for t in chat.texts())  # a grandchild is shown under its parent
+    planner, seats = await tasks_in_order(store)
+    assert (planner.depth, seats.depth) == (1, 2) and planner.tools == ["delegate", "clock"]
+    by_agent = {user_texts(r)[0]: r for r in llm.requests}
+    assert set(tool_names(by_agent["Plan: book it."])) == {"clock", "delegate"}  # the subset it was given
+    assert "delegate" not in tool_names(by_agent["Seat: pick one."])  # at the depth limit (2): not offered
+    assert tool_results(llm.requests[-1]) == ["planner: 12A"]
+    tree = await store.delegations.tree(planner.parent_run_id)
+    assert [(level, t.name) for level, t in tree] == [(1, "planner"), (2, "seats")]
+
+
+async def test_a_delegate_call_with_tools_the_parent_lacks_gets_a_fix_the_arguments_result(
+    store, llm, kind, fake, tmp_path
+) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script(
+        "tidy up",
+        Reply(tool_calls=(delegate({"prompt": "Tidy.", "tools": ["rm_everything"]}),)),
+        Reply(tool_calls=(delegate({"prompt": "   "}, id="d2"),)),
+        Reply("I could not hand that off."),
+    )
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("tidy up")
+        await chat.settle(lambda: "I could not hand that off." in chat.texts())
+    first, second = tool_results(llm.requests[-1])
+    assert "Invalid arguments for delegate: tasks[0].tools: rm_everything not available" in first
+    assert "Fix the arguments and call delegate again." in first
+    assert "Invalid arguments for delegate: tasks[0].prompt is empty" in second
+    assert await tasks_in_order(store) == []  # no child was started
