@@ -124,6 +124,10 @@ class Chat:
         )
         assert reply.status == 200, reply.text
 
+    async def wait(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
+        """Wait for something visible (while other work may still run)."""
+        await until(condition, timeout)
+
     async def settle(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
         await until(condition, timeout)
         await self.gateway.inbox.drain_idle(timeout)

@@ -228,7 +228,7 @@ async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, ll
     assert user_texts(report_turn)[-1] == f"[Background task #{task.id} (survey) finished]\nThe logs show 3 errors."
     assert user_texts(report_turn)[0] == "look into the logs"  # the parent's own conversation, continued
     child_run = await store.runs.get(task.child_run_id)
-    assert child_run.stage == "SUCCESS" and child_run.thread_key == f"task:{task.id}"
+    assert child_run.stage == "SUCCESS" and child_run.thread_key == f"task:{task.id}:"
 
 
 # --- stopping ------------------------------------------------------------------------------
@@ -353,3 +353,56 @@ async def test_a_delegate_call_with_tools_the_parent_lacks_gets_a_fix_the_argume
     assert "Fix the arguments and call delegate again." in first
     assert "Invalid arguments for delegate: tasks[0].prompt is empty" in second
     assert await tasks_in_order(store) == []  # no child was started
+
+
+async def test_a_background_tasks_approval_does_not_hold_the_conversation(store, llm, kind, fake, tmp_path) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script(
+        "deploy",
+        Reply(tool_calls=(delegate({"prompt": "Deploy it.", "name": "deployer"}, background=True),)),
+        Reply("Deploying in the background."),
+        Reply("The weather is fine."),
+        Reply("Deployed, as the task reports."),
+    )
+    agents.script(
+        "Deploy it",
+        Reply(tool_calls=(FakeToolCall("shell", {"command": "echo up > deployed.txt"}, "s1"),)),
+        Reply("It is up."),
+    )
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("deploy the app")
+        await chat.settle(lambda: bool(chat.prompts()) and "Deploying in the background." in chat.texts())
+        (prompt,) = chat.prompts()
+        assert "🤖 deployer → wants to run shell" in chat.prompt_text(prompt).replace("`", "")
+        await chat.say("how is the weather?")  # answered while the task waits for its decision
+        await chat.settle(lambda: "The weather is fine." in chat.texts())
+        assert not (tmp_path / "ws" / "deployed.txt").exists()
+        await chat.press(prompt, "Approve")
+        await chat.settle(lambda: "Deployed, as the task reports." in chat.texts())
+    assert (tmp_path / "ws" / "deployed.txt").read_text().strip() == "up"
+    (task,) = await tasks_in_order(store)
+    assert (task.status, task.result, task.reported) == ("done", "It is up.", True)
+
+
+async def test_stop_reaches_a_running_background_task_which_reports_it_was_stopped(
+    store, llm, kind, fake, tmp_path
+) -> None:
+    agents = Agents()
+    llm.responder = agents
+    agents.script(
+        "crunch",
+        Reply(tool_calls=(delegate({"prompt": "Crunch the numbers.", "name": "cruncher"}, background=True),)),
+        Reply("Crunching."),
+        Reply("The cruncher was stopped."),
+    )
+    agents.script("Crunch the numbers", Stall("crunching"))
+    async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
+        await chat.say("crunch the numbers")
+        await asyncio.wait_for(llm.stalled.wait(), 15)
+        await chat.wait(lambda: "Crunching." in chat.texts())  # the parent answered; the task still runs
+        await chat.say("/stop")
+        await chat.settle(lambda: "The cruncher was stopped." in chat.texts())
+    (task,) = await tasks_in_order(store)
+    assert task.status == "canceled" and (await store.runs.get(task.child_run_id)).stage == "CANCELED"
+    assert user_texts(llm.requests[-1])[-1].startswith(f"[Background task #{task.id} (cruncher) was stopped]")

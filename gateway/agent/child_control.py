@@ -12,7 +12,7 @@ from gateway.agent.delegate_tool import DONE_PREVIEW_CHARS, ChildOutcome, outcom
 from gateway.agent.rounds import placeholder_text
 from gateway.agent.tool_calls import shorten
 from gateway.events import ThreadKey
-from gateway.store import NewItem, SessionRecord, TaskRecord
+from gateway.store import NewItem, PromptRecord, SessionRecord, TaskRecord
 
 if TYPE_CHECKING:
     from gateway.agent.turn import TurnRequest, TurnResult, TurnServices
@@ -145,6 +145,16 @@ class ChildControl:
                 self.wake(task.task_thread)
             stopped += 1
         return stopped
+
+    async def holding(self, prompts: list[PromptRecord]) -> list[PromptRecord]:
+        """The pending prompts that hold a thread's new messages: not a background task's (the
+        conversation goes on while it waits for its decision)."""
+        held = []
+        for prompt in prompts:
+            session = await self.store.sessions.get(prompt.session_id)
+            if session is None or not session.thread_key.startswith("task:"):
+                held.append(prompt)
+        return held
 
     async def status_lines(self, session_id: int) -> list[str]:
         lines = []

@@ -117,6 +117,8 @@ class CommandSteps:
         await self.store.inbox.finish([item.id])
 
     async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
+        if thread.channel not in self.s.outbox.channels:
+            return  # a background task's own thread (a /stop sent to it): nobody reads it
         await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
 
     async def _stop_thread(self, thread: ThreadKey, *, drop_queued: bool = True) -> None:
@@ -145,7 +147,9 @@ class CommandSteps:
             await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note)
         await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
         if session is not None and report:
-            await self._after_turn(TurnRequest(session, thread), TurnResult(run_id, "CANCELED", "canceled"))
+            child = await self.s.delegation.control.context_of(session) if self.s.delegation is not None else None
+            request = TurnRequest(session, thread, child=child)  # a background task still reports its end
+            await self._after_turn(request, TurnResult(run_id, "CANCELED", "canceled"))
 
     async def _compact(self, thread: ThreadKey) -> str:
         session = await self.store.sessions.current(str(thread))

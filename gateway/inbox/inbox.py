@@ -283,6 +283,8 @@ class Inbox(CommandSteps):
         ):
             await self.store.inbox.finish([item.id], fence=fence)
             return
+        if pending and self.s.delegation is not None:  # a background task's approval holds only the task
+            pending = await self.s.delegation.control.holding(pending)
         if pending:  # an approval, or a question that only takes a button: the turn waits
             notice = WAITING_FOR_DECISION if any(p.kind == "approval" for p in pending) else PICK_A_BUTTON
             await self.store.inbox.hold(item.id)

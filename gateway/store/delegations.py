@@ -54,7 +54,7 @@ class TaskRecord:
     @property
     def task_thread(self) -> str:
         """The inbox thread of a background task (its own lease, any instance)."""
-        return f"task:{self.id}"
+        return task_thread_key(self.id)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,12 @@ class ChildSession:
 
 
 def task_item(task_id: int) -> NewItem:
-    return NewItem(f"task:{task_id}", f"task:{task_id}", "task", {"task_id": task_id})
+    return NewItem(f"task:{task_id}", task_thread_key(task_id), "task", {"task_id": task_id})
+
+
+def task_thread_key(task_id: int) -> str:
+    """A background task's thread, written as ThreadKey writes keys ("task:<id>:")."""
+    return f"task:{task_id}:"
 
 
 class DelegationRepo(Repo):
@@ -126,7 +131,7 @@ class DelegationRepo(Repo):
                 session_id = conn.execute(
                     insert(sessions)
                     .values(
-                        thread_key=f"task:{task_id}" if background else thread_key,
+                        thread_key=task_thread_key(task_id) if background else thread_key,
                         kind="child",
                         interactive=child.interactive,
                         ephemeral=True,
