@@ -1,7 +1,7 @@
 """delegations: child agents linked to their parent run and tool call
 
-Revision ID: 0005_delegations
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 import sqlalchemy as sa
@@ -9,8 +9,8 @@ from alembic import op
 
 from gateway.store.tables import Id, UTCDateTime
 
-revision = "0005_delegations"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
