@@ -96,7 +96,8 @@ class PromptService:
             arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
         except ValueError:
             arguments = call.arguments
-        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name, "agent": agent}
+        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name}
+        payload["agent"] = agent
         prompt, _ = await self.store.prompts.create(
             kind="approval",
             session_id=session.id,
