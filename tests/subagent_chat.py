@@ -31,9 +31,9 @@ ANN_SLACK = "U1"
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
-    return [
-        m["content"] for m in request["messages"] if m["role"] == "user" and not m["content"].startswith("[context]")
-    ]
+    """What was said to the model, without the gateway's context note (joined to the last one)."""
+    said = [m["content"].split("\n\n[context]", 1)[0] for m in request["messages"] if m["role"] == "user"]
+    return [text for text in said if not text.startswith("[context]")]
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
