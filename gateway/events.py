@@ -196,11 +196,20 @@ class FileTooLarge(ChannelError):
         self.size = size
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """A downloaded file; `name` and `mime` when the platform told more than the event did."""
+
+    data: bytes
+    name: str = ""
+    mime: str = ""
+
+
 class FetchFile(Protocol):
-    """What a channel offers to download an attachment: the bytes, or ChannelError
+    """What a channel offers to download an attachment: the file, or ChannelError
     (FileTooLarge when it is over `max_bytes`; `permanent` when retrying cannot help)."""
 
-    async def __call__(self, attachment: Attachment, max_bytes: int) -> bytes: ...
+    async def __call__(self, attachment: Attachment, max_bytes: int) -> Fetched: ...
 
 
 @runtime_checkable

@@ -32,6 +32,7 @@ from gateway.events import (
     ChannelError,
     ChannelState,
     Delivered,
+    Fetched,
     InboundEvent,
     InboundMessage,
     Outbound,
@@ -242,14 +243,16 @@ class SlackChannel:
 
     # ---- outbound --------------------------------------------------------------------
 
-    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> bytes:
-        url = attachment.url
-        if not url:  # still being processed when the message came: files.info has it now
-            info = (await self._web("files_info", file=attachment.file_id)).get("file") or {}
-            url = str(info.get("url_private_download") or info.get("url_private") or "")
-            if not url:
-                raise ChannelError(f"slack: file {attachment.file_id} has no download URL yet")
-        return await self._web.download(url, max_bytes)
+    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> Fetched:
+        if attachment.url:
+            return Fetched(await self._web.download(attachment.url, max_bytes))
+        # Still being processed when the message came: files.info has it now.
+        info = (await self._web("files_info", file=attachment.file_id)).get("file") or {}
+        url = str(info.get("url_private_download") or info.get("url_private") or "")
+        if not url:
+            raise ChannelError(f"slack: file {attachment.file_id} has no download URL yet")
+        data = await self._web.download(url, max_bytes)
+        return Fetched(data, name=str(info.get("name") or ""), mime=str(info.get("mimetype") or ""))
 
     async def send(self, message: Outbound) -> Delivered:
         if message.file is not None:

@@ -55,6 +55,7 @@ from gateway.events import (
     ChannelError,
     ChannelState,
     Delivered,
+    Fetched,
     Outbound,
     Prompt,
     ReplyStream,
@@ -337,7 +338,7 @@ class TelegramChannel:
         """Replies quote the triggering message in groups only (in private chats it is noise)."""
         return int(reply_to) if reply_to.isdigit() and not target.is_private else None
 
-    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> bytes:
+    async def fetch_file(self, attachment: Attachment, max_bytes: int) -> Fetched:
         return await files.fetch(self.bot, attachment, max_bytes)
 
     async def send(self, message: Outbound) -> Delivered:

@@ -15,13 +15,13 @@ from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, Tele
 from channels.telegram.api import BotCaller, retry_after_seconds
 from channels.telegram.inbound import BOT_API_DOWNLOAD_LIMIT
 from channels.telegram.outlet import Target
-from gateway.events import Attachment, ChannelError, FileTooLarge, OutboundFile
+from gateway.events import Attachment, ChannelError, Fetched, FileTooLarge, OutboundFile
 
 log = logging.getLogger("channels.telegram")
 CAPTION_LIMIT = 1024  # characters of a photo or document caption
 
 
-async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> bytes:
+async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> Fetched:
     limit = min(max_bytes, BOT_API_DOWNLOAD_LIMIT)
     try:
         file = await bot.get_file(attachment.file_id)
@@ -40,7 +40,7 @@ async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> bytes:
         raise ChannelError(f"telegram file download: {exc}") from exc
     if len(data) > limit:
         raise FileTooLarge(f"telegram: the file is {len(data)} bytes, over {limit}", size=len(data))
-    return data
+    return Fetched(data)
 
 
 async def send_file(

@@ -22,7 +22,7 @@ from gateway.attachments.documents import pdf_text
 from gateway.attachments.images import image_info
 from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
 from gateway.config import AttachmentsConfig
-from gateway.events import Attachment, ChannelError, FetchFile, FileTooLarge, ThreadKey
+from gateway.events import Attachment, ChannelError, Fetched, FetchFile, FileTooLarge, ThreadKey
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,13 @@ class AttachmentPreparer:
         fetch = self.fetchers.get(thread.channel)
         if fetch is None:
             return _with(base, error=f"the {thread.channel} channel cannot download files")
-        data, failure = await self._download(fetch, attachment, item_id, payload, index)
-        if data is None:
+        fetched, failure = await self._download(fetch, attachment, item_id, payload, index)
+        if fetched is None:
             return failure
+        data = fetched.data
+        if fetched.name and not attachment.name:  # known only once the platform was asked
+            attachment = replace(attachment, name=fetched.name, mime=attachment.mime or fetched.mime)
+            base = _with(base, name=attachment.name)
         path = await asyncio.to_thread(self._store_file, data, attachment, label, session_id, item_id, index)
         saved = _with(
             base,
@@ -149,7 +153,7 @@ class AttachmentPreparer:
 
     async def _download(
         self, fetch: FetchFile, attachment: Attachment, item_id: int, payload: dict[str, Any], index: int
-    ) -> tuple[bytes | None, Outcome]:
+    ) -> tuple[Fetched | None, Outcome]:
         entry = payload["attachments"][index]
         label = _LABELS.get(attachment.kind, "file")
         failed = Outcome("failed", "file", label, attachment.name, mime=attachment.mime, size=attachment.size)
@@ -157,7 +161,7 @@ class AttachmentPreparer:
         while int(entry.get("attempts", 0)) < self.config.download_attempts:
             try:
                 async with asyncio.timeout(self.config.download_timeout_s):
-                    data = await fetch(attachment, self.config.max_bytes)
+                    fetched = await fetch(attachment, self.config.max_bytes)
             except FileTooLarge as exc:
                 return None, _with(
                     failed,
@@ -172,9 +176,9 @@ class AttachmentPreparer:
             except (TimeoutError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}" if str(exc) else "the download timed out"
             else:
-                if len(data) > self.config.max_bytes:
-                    return None, _with(failed, status="too_large", size=len(data))
-                return data, failed
+                if len(fetched.data) > self.config.max_bytes:
+                    return None, _with(failed, status="too_large", size=len(fetched.data))
+                return fetched, failed
             entry["attempts"] = int(entry.get("attempts", 0)) + 1
             entry["last_error"] = error
             await self.save_payload(item_id, payload)  # a restart continues the count
