@@ -305,3 +305,20 @@ def _tool_context(gateway, session_id: int, call_id: str):
         services=gateway.services.tool_services,
         call_id=call_id,
     )
+
+
+async def test_a_scheduled_run_sends_its_file_to_deliver_to(store, llm, tg, tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "daily.txt").write_text("numbers\n")
+    job = {"name": "daily", "cron": "0 6 * * *", "prompt": "Send the daily file.", "deliver_to": f"telegram:{PRIVATE}"}
+    llm.tool_call("send_file", {"path": "daily.txt", "caption": "today"}, id="s1")
+    llm.reply("Sent the daily file.")
+    async with running(store, config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]})) as gateway:
+        schedule = await store.schedules.by_name("daily")
+        await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
+        await settle(gateway, lambda: any("Sent the daily file." in t for t in texts(tg, PRIVATE)))
+    [sent] = tg.calls_to("sendDocument")
+    assert int(sent.params["chat_id"]) == PRIVATE and sent.params["caption"] == "today"
+    assert sent.params["document"]["content"] == b"numbers\n"
