@@ -14,7 +14,7 @@ from typing import Any
 
 CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_CHARS = 12  # role, separators and template tokens around each message
-IMAGE_PART_CHARS = (85 + 170 * 6) * CHARS_PER_TOKEN  # a 2048x1536 image by OpenAI's rule, as chars
+IMAGE_PART_CHARS = (85 + 170 * 6) * CHARS_PER_TOKEN  # 6 tiles (a 3:2 photo, 1152x768 by OpenAI's rule), as chars
 REFUSAL_SHRINK = 1.2  # a refusal that gave no numbers still means "smaller next time"
 
 
