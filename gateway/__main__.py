@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--reason", default="")
     approvals.set_defaults(handler=cmd_approvals)
 
+    outbox = sub.add_parser("outbox", parents=[common], help="sends not delivered yet, and ambiguous ones")
+    outbox.add_argument("--limit", type=int, default=50)
+    outbox.set_defaults(handler=cmd_outbox)
+
     from scheduler.cli import add_parser as add_jobs_parser
 
     add_jobs_parser(sub, parents=[common], handler=cmd_jobs)
@@ -195,8 +199,22 @@ async def cmd_sessions(args: argparse.Namespace, config: Config) -> int:
                 print(f"no session {args.id}", file=sys.stderr)
                 return 1
             print_session(
-                session, await store.sessions.history(session.id), await store.runs.session_totals(session.id)
+                session,
+                await store.sessions.history(session.id),
+                await store.runs.session_totals(session.id),
+                await store.inbox.dropped(session.thread_key, session_id=session.id),
             )
+    finally:
+        await store.close()
+    return 0
+
+
+async def cmd_outbox(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.outbox import print_outbox
+
+    store = await _store(config)
+    try:
+        print_outbox(await store.outbox.undelivered(limit=args.limit), await store.outbox.uncertain(limit=args.limit))
     finally:
         await store.close()
     return 0

@@ -25,8 +25,8 @@ from gateway.inbox.inbox import Inbox
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
 from gateway.mcp import McpManager
-from gateway.outbox import ChatRateLimiter, Outbox
-from gateway.store import Store
+from gateway.outbox import ChatRateLimiter, Outbox, RetryPolicy
+from gateway.store import RetentionDays, Store
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
@@ -100,7 +100,9 @@ class Gateway:
         )
         for name in ("cron", "tick"):
             self.channels.setdefault(name, HeadlessChannel(name))
-        self.outbox = Outbox(self.store, self.channels, limiter=ChatRateLimiter())
+        self.outbox = Outbox(
+            self.store, self.channels, limiter=ChatRateLimiter(), policy=RetryPolicy.from_config(config.outbox)
+        )
         self.prompts = PromptService(self.store, self.outbox, config)
         self.registry = build_registry(config, self.store)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
@@ -291,7 +293,21 @@ class Gateway:
         if self.config.scheduler.enabled:
             await self.scheduler.start()
             self._clock_running = True
-        return duties or [asyncio.create_task(asyncio.sleep(0), name="leader-no-duties")]
+        duties.append(asyncio.create_task(self._prune_forever(), name="retention"))
+        return duties
+
+    async def _prune_forever(self) -> None:
+        """Retention, on the leader only: one instance deletes, in batches."""
+        cfg = self.config.retention
+        days = RetentionDays(cfg.inbox_days, cfg.outbox_days, cfg.prompts_days, cfg.run_events_days)
+        while True:
+            try:
+                pruned = await self.store.retention.prune(days, batch=cfg.batch)
+                if any(pruned.values()):
+                    log.info("retention: pruned %s", ", ".join(f"{n} {k}" for k, n in pruned.items() if n))
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.warning("retention pruning failed", exc_info=True)
+            await asyncio.sleep(cfg.every_s)
 
     async def _stop_duties(self, duties: list[asyncio.Task]) -> None:
         for task in duties:

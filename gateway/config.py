@@ -110,6 +110,8 @@ class AgentConfig(_Section):
     max_parallel_children: int = Field(4, ge=1)  # sub-agents of one batch running at once
     max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
     show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
+    http_allow_hosts: list[str] = []  # hosts (globs) http_fetch reaches without approval
+    shell_sandbox: Literal["none", "unshare", "bwrap"] = "none"  # see docs/operations.md, "The shell"
 
 
 class ContextConfig(_Section):
@@ -151,6 +153,32 @@ class InboxConfig(_Section):
 
     def busy_mode_for(self, channel: str) -> BusyMode:
         return self.busy_mode_by_channel.get(channel, self.busy_mode)
+
+
+class OutboxConfig(_Section):
+    """The one retry layer of every send (channels hand failures back at once)."""
+
+    max_attempts: int = Field(5, ge=1)  # transient failures (5xx, network) per delivery attempt
+    backoff_s: float = Field(0.5, gt=0)  # first wait; doubles, with jitter, up to backoff_max_s
+    backoff_max_s: float = Field(30.0, gt=0)
+    sweep_after_s: float = Field(60.0, gt=0)  # a row pending this long with nobody sending it is swept
+    give_up_after_s: float = Field(24 * 3600.0, gt=0)  # a swept row older than this is given up
+
+    _duration = field_validator("sweep_after_s", "give_up_after_s", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class RetentionConfig(_Section):
+    """Finished work older than this is pruned by the leader, in batches; pending, held or
+    parked work never is. 0 keeps it forever."""
+
+    inbox_days: float = Field(30, ge=0)  # handled (and dropped) inbox items
+    outbox_days: float = Field(30, ge=0)  # delivered or given-up sends
+    prompts_days: float = Field(30, ge=0)  # decided, expired or canceled prompts
+    run_events_days: float = Field(30, ge=0)  # the timelines of finished runs (the runs stay)
+    every_s: float = Field(3600.0, gt=0)
+    batch: int = Field(1000, ge=1)
+
+    _duration = field_validator("every_s", mode="before")(lambda cls, v: parse_duration(v))
 
 
 class ApprovalRule(_Section):
@@ -271,7 +299,7 @@ class TelegramConfig(_Section):
     rate_overall_per_s: float = 30.0  # sends per second for the whole bot (0 = no pacing)
     rate_private_per_s: float = 1.0  # sends per second per private chat (bursts of 3)
     rate_group_per_min: float = 20.0  # sends per minute per group
-    max_retries: int = 3  # per call, after a flood wait or a network error / 5xx
+    request_timeout_s: float = Field(10.0, gt=0)  # a send unanswered this long may still have been delivered
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
 
@@ -290,7 +318,6 @@ class SlackConfig(_Section):
     thread_followups: bool = True
     streaming: Literal["auto", "native", "edit", "off"] = "auto"
     send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
-    rate_limit_retries: int = Field(2, ge=0)  # 429 retries inside the client, honouring Retry-After
     stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
@@ -345,6 +372,8 @@ class Config(_Section):
     traces: TracesConfig = TracesConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
     inbox: InboxConfig = InboxConfig()
+    outbox: OutboxConfig = OutboxConfig()
+    retention: RetentionConfig = RetentionConfig()
     approvals: ApprovalsConfig = ApprovalsConfig()
     questions: QuestionsConfig = QuestionsConfig()
     http: HttpConfig = HttpConfig()

@@ -149,6 +149,7 @@ class Outbound:
     reply_to: str = ""  # platform message id the reply relates to (Slack reactions, Telegram reply)
     document: tuple[str, str] | None = None  # (file name, content) attached in full
     file: OutboundFile | None = None  # a workspace file (send_file); `text` is then empty
+    already: tuple[str, ...] = ()  # parts posted by an earlier attempt: not posted again
 
 
 @dataclass(frozen=True)
@@ -180,12 +181,24 @@ class Delivered:
 
 class ChannelError(Exception):
     """A send failed. `retry_after` (seconds) when the platform asked us to wait;
-    `permanent` when retrying cannot help (chat not found, bot blocked)."""
+    `permanent` when retrying cannot help (chat not found, bot blocked); `ambiguous` when a
+    new message may have been delivered all the same (a timed-out send); `delivered`: the
+    messages a multi-part send had already posted before it failed (a retry skips them)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        permanent: bool = False,
+        ambiguous: bool = False,
+        delivered: tuple[str, ...] = (),
+    ):
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+        self.ambiguous = ambiguous
+        self.delivered = delivered
 
 
 class FileTooLarge(ChannelError):

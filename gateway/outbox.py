@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from gateway.config import OutboxConfig
 from gateway.events import (
     Channel,
     ChannelError,
@@ -24,35 +27,69 @@ from gateway.events import (
     ThreadKey,
 )
 from gateway.store import OutboxRecord, RunEnd, Store
+from gateway.store.base import utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-MAX_ATTEMPTS = 4
+Attempt = Callable[[tuple[str, ...]], Awaitable[T]]  # called with the parts already posted
+Sleep = Callable[[float], Awaitable[None]]
 
 
 class ChatRateLimiter:
-    """At most one send per `interval_s` per chat, waiting (not dropping) when faster."""
+    """Per chat: at most one send per `interval_s` (0: no pacing of its own; channels pace),
+    and nothing at all while the platform's `retry_after` holds the chat, however long."""
 
-    def __init__(self, interval_s: float = 0.0):
+    def __init__(
+        self, interval_s: float = 0.0, *, clock: Callable[[], float] = time.monotonic, sleep: Sleep = asyncio.sleep
+    ):
         self.interval_s = interval_s
+        self._clock, self._sleep = clock, sleep
         self._next: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], float] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def wait(self, thread: ThreadKey) -> None:
-        if self.interval_s <= 0:
-            return
         key = (thread.channel, thread.chat)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            delay = self._next.get(key, 0.0) - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._next[key] = time.monotonic() + self.interval_s
+            while (delay := max(self._next.get(key, 0.0), self._held.get(key, 0.0)) - self._clock()) > 0:
+                await self._sleep(delay)  # again: a hold may have been extended meanwhile
+            if self.interval_s > 0:
+                self._next[key] = self._clock() + self.interval_s
 
     def hold(self, thread: ThreadKey, seconds: float) -> None:
         """The platform asked us to wait (retry_after): nothing goes to this chat before then."""
         key = (thread.channel, thread.chat)
-        self._next[key] = max(self._next.get(key, 0.0), time.monotonic() + seconds)
+        self._held[key] = max(self._held.get(key, 0.0), self._clock() + seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
+
+    def held_for(self, thread: ThreadKey) -> float:
+        """Seconds until the chat may be sent to again (0 when it is not held)."""
+        return max(0.0, self._held.get((thread.channel, thread.chat), 0.0) - self._clock())
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Transient failures: up to `max_attempts` tries, exponential backoff with full jitter.
+    A platform's retry_after is a wait, not a failure: it never uses up an attempt."""
+
+    max_attempts: int = 5
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: OutboxConfig) -> RetryPolicy:
+        return cls(config.max_attempts, config.backoff_s, config.backoff_max_s)
+
+    def backoff(self, failures: int) -> float:
+        cap = min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1))
+        return random.uniform(cap / 2, cap)
+
+
+AMBIGUOUS_RESENT = "timed out, may have been delivered: sent again once"
+AMBIGUOUS_GAVE_UP = "timed out again after the one resend: not sent a third time"
 
 
 class Outbox:
@@ -62,12 +99,12 @@ class Outbox:
         channels: Mapping[str, Channel],
         *,
         limiter: ChatRateLimiter | None = None,
-        max_retry_wait_s: float = 60.0,
+        policy: RetryPolicy | None = None,
     ):
         self.store = store
         self.channels = channels
         self.limiter = limiter or ChatRateLimiter()
-        self.max_retry_wait_s = max_retry_wait_s
+        self.policy = policy or RetryPolicy()
 
     def channel(self, thread: ThreadKey) -> Channel:
         try:
@@ -83,7 +120,9 @@ class Outbox:
         }
         if message.file is not None:
             payload["file"] = asdict(message.file)
-        return await self._deliver(message.key, message.thread, "message", payload, lambda ch: ch.send(message))
+        return await self._deliver(
+            message.key, message.thread, "message", payload, lambda ch, done: ch.send(replace(message, already=done))
+        )
 
     async def send_text(self, thread: ThreadKey, text: str, *, key: str, reply_to: str = "") -> Delivered:
         return await self.send(Outbound(thread, text, key, reply_to))
@@ -91,20 +130,24 @@ class Outbox:
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         payload = asdict(prompt)
         payload["thread"] = str(prompt.thread)
-        return await self._deliver(prompt.key, prompt.thread, "prompt", payload, lambda ch: ch.send_prompt(prompt))
+        return await self._deliver(
+            prompt.key, prompt.thread, "prompt", payload, lambda ch, _done: ch.send_prompt(prompt)
+        )
 
     async def close_prompt(self, key: str, thread: ThreadKey, message_ids: list[str], outcome: str) -> None:
         if not message_ids:
             return
 
-        async def close(ch: Channel) -> Delivered:
+        async def close(ch: Channel, _done: tuple[str, ...]) -> Delivered:
             await ch.close_prompt(thread, message_ids, outcome)
             return Delivered(tuple(message_ids))
 
         await self._deliver(key, thread, "close_prompt", {"outcome": outcome, "message_ids": message_ids}, close)
 
-    def stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> RecordedStream:
-        return RecordedStream(self, thread, reply_to, adopt)
+    def stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), *, progress_key: str | None = None
+    ) -> RecordedStream:
+        return RecordedStream(self, thread, reply_to, adopt, progress_key=progress_key)
 
     async def _deliver(
         self,
@@ -112,43 +155,109 @@ class Outbox:
         thread: ThreadKey,
         kind: str,
         payload: dict[str, Any],
-        action: Callable[[Channel], Awaitable[Delivered]],
+        action: Callable[[Channel, tuple[str, ...]], Awaitable[Delivered]],
     ) -> Delivered:
         record = await self.store.outbox.record(key, str(thread), kind, payload)
         if record.status == "sent":
             return Delivered(tuple(record.message_ids))
+        return await self.deliver_recorded(record, thread, action)
+
+    async def deliver_recorded(
+        self,
+        record: OutboxRecord,
+        thread: ThreadKey,
+        action: Callable[[Channel, tuple[str, ...]], Awaitable[Delivered]],
+    ) -> Delivered:
         channel = self.channel(thread)
-        delivered = await self.with_retries(thread, lambda: action(channel), record_id=record.id)
+        delivered = await self.with_retries(thread, lambda done: action(channel, done), record=record)
         await self.store.outbox.mark_sent(record.id, list(delivered.message_ids))
         return delivered
 
-    async def with_retries(
-        self, thread: ThreadKey, call: Callable[[], Awaitable[T]], *, record_id: int | None = None
-    ) -> T:
-        """Rate-limit, then retry transient failures honouring the platform's retry_after."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+    async def with_retries(self, thread: ThreadKey, call: Attempt[T], *, record: OutboxRecord | None = None) -> T:
+        """The one retry layer: wait out the chat's hold, try, and on failure decide
+        (`_next_step`). Every failed attempt is written on the row: the error, when the next
+        attempt is due, the parts already posted, and what an ambiguous failure decided."""
+        state = _Attempts(resent_once=record is not None and record.uncertain is not None)
+        done = tuple(record.message_ids) if record is not None else ()
+        while True:
             await self.limiter.wait(thread)
             try:
-                return await call()
+                return await call(done)
             except ChannelError as exc:
-                final = exc.permanent or attempt == MAX_ATTEMPTS
-                if record_id is not None:
-                    await self.store.outbox.mark_failed(record_id, str(exc), final=final)
-                if final:
-                    log.error("delivery to %s failed: %s", thread, exc)
+                done = exc.delivered or done
+                step = self._next_step(exc, state)
+                if exc.retry_after is not None and not step.final:
+                    self.limiter.hold(thread, step.wait)
+                if record is not None:
+                    retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
+                    await self.store.outbox.attempt_failed(
+                        record.id,
+                        str(exc),
+                        final=step.final,
+                        retry_at=retry_at,
+                        uncertain=step.uncertain,
+                        delivered=done,
+                    )
+                if step.final or state.failures >= self.policy.max_attempts:
+                    log.error(
+                        "delivery to %s failed (%s)%s", thread, exc, "" if step.final else "; left for the sweeper"
+                    )
                     raise
-                wait = exc.retry_after if exc.retry_after is not None else min(2**attempt * 0.25, 5.0)
-                if wait > self.max_retry_wait_s:
-                    raise
-                self.limiter.hold(thread, wait)
-                log.warning("delivery to %s: %s; retrying in %.1fs", thread, exc, wait)
-        raise AssertionError("unreachable")
+                log.warning("delivery to %s: %s; next attempt in %.1fs", thread, exc, step.wait)
+                if exc.retry_after is None and step.wait:
+                    await self.limiter.sleep(step.wait)  # a hold is waited out by limiter.wait
+
+    def _next_step(self, exc: ChannelError, state: _Attempts) -> _Step:
+        """- permanent: the row fails at once;
+        - `retry_after`: the chat is held that long (any length: the message waits, it is never
+          dropped); no attempt is used up;
+        - ambiguous (a new message timed out and may be in the chat): sent again at most once
+          per row, across restarts too (the row remembers), and the decision recorded;
+        - other transient failures: backoff with jitter, `max_attempts` times, then the row is
+          left pending for the sweeper."""
+        if exc.permanent:
+            return _Step(final=True)
+        if exc.retry_after is not None:
+            return _Step(wait=exc.retry_after)
+        if exc.ambiguous:
+            if state.resent_once:
+                return _Step(final=True, uncertain=AMBIGUOUS_GAVE_UP)
+            state.resent_once = True
+            return _Step(uncertain=AMBIGUOUS_RESENT)
+        state.failures += 1
+        return _Step(wait=self.policy.backoff(state.failures))
+
+
+@dataclass
+class _Attempts:
+    resent_once: bool
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class _Step:
+    final: bool = False
+    wait: float = 0.0
+    uncertain: str | None = None
 
 
 class RecordedStream:
-    """A channel reply stream whose final delivery is recorded under a key."""
+    """A channel reply stream whose final delivery is recorded under a key.
 
-    def __init__(self, outbox: Outbox, thread: ThreadKey, reply_to: str, adopt: Sequence[str] = ()):
+    With a `progress_key`, the platform messages showing the partial reply are recorded under
+    it as soon as the stream opens them (and whenever they change), so that after a crash of
+    any kind the turn that continues adopts and edits them instead of posting a second reply.
+    The record is cleared in the same write that marks the final delivery sent."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        thread: ThreadKey,
+        reply_to: str,
+        adopt: Sequence[str] = (),
+        *,
+        progress_key: str | None = None,
+    ):
         self.outbox = outbox
         self.thread = thread
         self._stream: ReplyStream | None = None
@@ -156,6 +265,9 @@ class RecordedStream:
         self._adopt = tuple(adopt)
         self._failed = False
         self._text_so_far: Callable[[], str] | None = None
+        self._progress_key = progress_key
+        self._progress_id: int | None = None
+        self._recorded: tuple[str, ...] = ()
 
     def message_ids(self) -> tuple[str, ...]:
         """The messages showing the reply so far (to be adopted after a restart)."""
@@ -194,7 +306,27 @@ class RecordedStream:
         try:
             await stream.update(text)
         except ChannelError as exc:  # progress is best effort; the final text is what counts
+            if exc.retry_after is not None:
+                self.outbox.limiter.hold(self.thread, exc.retry_after)
             log.info("stream update to %s failed: %s", self.thread, exc)
+        await self.note_progress()
+
+    async def note_progress(self) -> None:
+        """Record the messages now showing the partial reply, when they changed."""
+        ids = self.message_ids()
+        if self._progress_key is None or not ids or ids == self._recorded:
+            return
+        repo = self.outbox.store.outbox
+        if self._progress_id is None:
+            record = await repo.record(self._progress_key, str(self.thread), "partial", {})
+            self._progress_id = record.id
+        await repo.remember_partial(self._progress_id, ids)
+        self._recorded = ids
+
+    async def _forget_progress(self) -> None:
+        if self._progress_id is not None and self._recorded:
+            await self.outbox.store.outbox.forget_partial(self._progress_id)
+            self._recorded = ()
 
     def intent(self, text: str) -> dict[str, Any]:
         """The outbox payload of delivering `text` here (see `deliver`)."""
@@ -215,18 +347,22 @@ class RecordedStream:
             return Delivered(tuple(record.message_ids))
         stream = self._open()
         if stream is None:
+            channel = self.outbox.channel(self.thread)
             delivered = await self.outbox.with_retries(
                 self.thread,
-                lambda: self.outbox.channel(self.thread).send(Outbound(self.thread, text, record.key, self._reply_to)),
-                record_id=record.id,
+                lambda done: channel.send(Outbound(self.thread, text, record.key, self._reply_to, already=done)),
+                record=record,
             )
         else:
-            delivered = await self.outbox.with_retries(self.thread, lambda: stream.finish(text), record_id=record.id)
-        await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids), run_end=run_end)
+            delivered = await self.outbox.with_retries(self.thread, lambda _done: stream.finish(text), record=record)
+        forget = self._progress_id if self._recorded else None
+        await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids), run_end=run_end, forget=forget)
+        self._recorded = ()
         self._stream = None
         return delivered
 
     async def abort(self) -> None:
+        """Stop showing progress; the partial reply is no longer continued by anyone."""
         if self._stream is not None:
             note = getattr(self._stream, "note", None)
             if note is not None and self._text_so_far is not None:
@@ -236,3 +372,4 @@ class RecordedStream:
             except ChannelError:
                 pass
             self._stream = None
+        await self._forget_progress()

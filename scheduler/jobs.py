@@ -278,10 +278,13 @@ class Scheduler:
         if target is None or plan.kind == "none":
             return
         if plan.kind == "notice":
+            # Who may tap "Run again": as for any prompt there, the chat's approvers and admins,
+            # or else the person whose conversation the chat is (its session's starter).
+            chat_session = await self.store.sessions.current(str(target))
             prompt, _ = await self.store.prompts.create(
                 kind="rerun", session_id=run.session_id or event.session_id, thread_key=str(target),
                 payload={"text": schedule.prompt, "schedule_id": schedule.id, "job_run_id": run.id},
-                requested_by="", expires_at=None,
+                requested_by=chat_session.started_by if chat_session else "", expires_at=None,
             )
             delivered = await self._send(run.id, rerun_notice(target, run.id, plan.text, prompt.token))
             if delivered:

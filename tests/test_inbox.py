@@ -116,12 +116,39 @@ async def test_stop_drops_queued_messages(store, tmp_path):
         async with running_gateway(store, config) as h:
             await h.say("first")
             await asyncio.wait_for(llm.stalled.wait(), 5)
-            await h.say("queued 1")
-            await h.say("queued 2")
+            queued = [await h.say(f"queued {n}") for n in (1, 2, 3)]
             await h.say("/stop")
             await h.idle()
             assert h.channel.messages() == ["Stopped."]
             assert len(llm.requests) == 1
+            # Not one turn each, canceled: dropped before any of them ran, and recorded.
+            (run,) = await store.runs.list()
+            assert run.stage == "CANCELED"
+            session = await store.sessions.current("fake:chat1:")
+            users = [m.content for m in await store.sessions.history(session.id) if m.role == "user"]
+            assert users == ["first"]
+            items = [await store.inbox.get_by_event(r.event_id) for r in queued]
+            assert {i.status for i in items} == {"dropped"} and {i.session_id for i in items} == {session.id}
+            dropped = await store.inbox.dropped("fake:chat1:", session_id=session.id)
+            assert [i.payload["text"] for i in dropped] == ["queued 1", "queued 2", "queued 3"]
+            llm.reply("after the stop")
+            await h.say("a new question")
+            await h.idle()
+            assert h.channel.messages()[-1] == "after the stop"
+
+
+async def test_sessions_show_lists_what_stop_dropped(sqlite_store, capsys):
+    from gateway.cli.reports import print_session
+    from gateway.store import NewItem
+
+    session = await sqlite_store.sessions.open("fake:chat1:", source="fake")
+    item = NewItem("e1", "fake:chat1:", "message", {"text": "never ran", "sender": {"name": "Ann"}})
+    await sqlite_store.inbox.add([item])
+    await sqlite_store.inbox.drop_pending("fake:chat1:", session_id=session.id)
+    dropped = await sqlite_store.inbox.dropped("fake:chat1:", session_id=session.id)
+    print_session(session, [], {}, dropped)
+    out = capsys.readouterr().out
+    assert "dropped unhandled by /stop: 1" in out and "Ann: never ran" in out
 
 
 async def test_commands_are_answered_without_the_model(store, llm, tmp_path):

@@ -69,3 +69,17 @@ async def test_a_tap_on_one_instance_resumes_a_turn_parked_by_the_other(store, s
                 await b.idle()
                 assert (tmp_path / "ws" / "shared.txt").exists()
                 assert b.channel.messages() == ["written"]
+
+
+async def test_work_stored_by_another_instance_wakes_this_one_at_once(store, second_store, tmp_path):
+    """LISTEN/NOTIFY: with a 30 s poll, only the notification can make this quick."""
+    from gateway.inbox.inbox import event_item
+
+    async with FakeLLM(responder=echo) as llm:
+        config = make_config(llm.base_url, str(tmp_path), inbox={"poll_interval_s": 30})
+        async with running_gateway(store, config) as h:
+            await asyncio.sleep(1.0)  # its dispatcher now waits for its next poll
+            thread = ThreadKey("fake", "chat1", "")
+            event = InboundMessage(thread, ALICE, "from the other instance", "fake:other:1", message_id="5")
+            await second_store.inbox.add([event_item(event)])  # as another instance's submit does
+            await h.wait_for(lambda: h.channel.messages() == ["echo: from the other instance"], timeout=10)

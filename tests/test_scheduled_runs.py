@@ -49,7 +49,10 @@ async def test_auto_denied_calls_are_listed_and_run_again_with_approval(store, l
     report = tmp_path / "ws" / "report.txt"
     llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w1")
     llm.reply("I could not write the report.")
-    async with running_gateway(store, scheduled_config(llm, tmp_path), FakeChannel(name="telegram")) as h:
+    # Nobody has talked in the target chat: "Run again" is for its admins (or approvers).
+    config = scheduled_config(llm, tmp_path)
+    config.approvals.admins["telegram"] = ["100"]
+    async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
         await fire(h)
         await h.wait_for(lambda: bool(h.channel.prompts(CHAT)))
         assert not report.exists()  # the side-effecting tool never ran

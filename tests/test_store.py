@@ -66,6 +66,36 @@ async def test_lease_takeover_bumps_fence_and_old_holder_cannot_write(store):
     assert await store.inbox.renew(first, 10) is None
 
 
+async def test_a_takeover_committing_during_a_fenced_write_makes_that_write_fail(store, db_kind):
+    """The interleaving the fence exists for, made deterministic on PostgreSQL: a takeover
+    holds the lease row (updated, not committed) while the old holder's fenced write starts;
+    the write must wait for it and then fail, not pass on the row's last committed state."""
+    if db_kind != "postgres":
+        pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
+    import asyncpg
+    from conftest import POSTGRES_URL
+
+    session = await store.sessions.open("console:x:", source="console")
+    held = await store.inbox.acquire("thread:console:x:", "a", ttl_s=30)
+    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+    takeover = await asyncpg.connect(dsn, server_settings={"search_path": store.db.pg_schema})
+    try:
+        transaction = takeover.transaction()
+        await transaction.start()
+        await takeover.execute("UPDATE leases SET owner = 'b', fence = fence + 1 WHERE name = 'thread:console:x:'")
+        write = asyncio.create_task(
+            store.sessions.append(session.id, "user", "late", fence=Fence(held.name, held.owner, held.fence))
+        )
+        await asyncio.sleep(0.5)
+        assert not write.done()  # it waits for the lease row instead of reading past the takeover
+        await transaction.commit()
+        with pytest.raises(LeaseLost):
+            await asyncio.wait_for(write, 10)
+    finally:
+        await takeover.close()
+    assert [m.content for m in await store.sessions.history(session.id)] == []
+
+
 async def test_counters_and_run_event_sequences(store):
     assert await store.inbox.bump_counter("refused:1") == 1
     assert await store.inbox.bump_counter("refused:1") == 2

@@ -534,6 +534,43 @@ async def test_a_restart_mid_reply_leaves_one_complete_reply_in_the_group(store,
         assert texts(tg, GROUP) == ["The whole answer, from the start."]
 
 
+async def crash(gateway: Gateway) -> None:
+    """As close to kill -9 as one process allows: the gateway's tasks are cancelled where they
+    stand (no shutdown path, no suspension, nothing recorded on the way out)."""
+    tasks = [gateway._leader_task, gateway.inbox._dispatcher, *gateway.inbox._workers.values()]
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+    await asyncio.gather(*(t for t in tasks if t is not None), return_exceptions=True)
+    for channel in gateway.channels.values():
+        await channel.stop()
+    await gateway.llm.aclose()
+
+
+async def test_a_crash_mid_reply_leaves_one_complete_reply_in_the_group(store, llm, tg, tmp_path) -> None:
+    llm.stall("The first half of the ans")
+    config = tg_config(llm, tg, tmp_path, inbox={"lease_ttl_s": 1})
+    llm_client = LLMClient(config.llm, backoff_base_s=0.01)
+    first = Gateway(config, store=store, llm=llm_client, serve_http=False, instance_id="dies")
+    await first.start()
+    tg.group_message(GROUP, "@test_bot explain")
+    await until(lambda: bool(texts(tg, GROUP)))
+    await asyncio.wait_for(llm.stalled.wait(), 5)
+    (run,) = await store.runs.list()
+    for _ in range(200):  # the stream records its message once Telegram has answered with its id
+        partial = await store.outbox.get(f"partial:{run.id}")
+        if partial is not None and partial.message_ids:
+            break
+        await asyncio.sleep(0.02)
+    await crash(first)
+    run = await store.runs.get(run.id)
+    assert run.stage == "RUNNING"  # nothing was wound down
+    llm.reply("The whole answer, from the start.")
+    async with running(store, config, instance_id="survivor") as gateway:
+        await settle(gateway, lambda: any("whole answer" in t for t in texts(tg, GROUP)))
+        assert texts(tg, GROUP) == ["The whole answer, from the start."]
+
+
 # --- webhook -------------------------------------------------------------------------
 
 
@@ -638,7 +675,9 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
     from datetime import datetime
 
     job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the report.", "deliver_to": f"telegram:{PRIVATE}"}
-    config = tg_config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]})
+    config = tg_config(
+        llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]}, approvals={"admins": {"telegram": [PRIVATE]}}
+    )
     llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w1")
     llm.reply("The report could not be written.")
     async with running(store, config) as gateway:

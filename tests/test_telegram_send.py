@@ -72,22 +72,27 @@ async def test_long_reply_is_split_into_messages_in_the_topic(make, fake) -> Non
     assert " ".join(" ".join(m.text.split()) for m in sent) == " ".join(text.split())
 
 
-async def test_flood_wait_is_honoured_then_the_send_is_retried(make, fake) -> None:
-    channel = await make()
-    fake.fail_next("sendMessage", "429", retry_after=1)
-    await channel.send(reply(PRIVATE, "hello"))
-    first, second = fake.calls_to("sendMessage")
-    assert second.at - first.at >= 1.0
-    assert [m.text for m in fake.bot_messages(42)] == ["hello"]
-
-
-async def test_a_long_flood_wait_is_handed_back_to_the_caller(make, fake) -> None:
+async def test_a_flood_wait_is_handed_back_at_once_for_the_outbox_to_wait(make, fake) -> None:
     channel = await make()
     fake.fail_next("sendMessage", "429", retry_after=3600)
     with pytest.raises(ChannelError) as caught:
         await channel.send(reply(PRIVATE, "hello"))
-    assert caught.value.retry_after == 3600 and not caught.value.permanent
+    assert caught.value.retry_after == 3600 and not caught.value.permanent and not caught.value.ambiguous
     assert len(fake.calls_to("sendMessage")) == 1
+
+
+async def test_a_failure_part_way_carries_the_parts_posted_and_a_retry_skips_them(make, fake) -> None:
+    channel = await make()
+    text = "\n\n".join(f"Paragraph {n} " + "lorem ipsum " * 40 for n in range(30))
+    fake.fail_next("sendMessage", "429", retry_after=1, after=1)
+    with pytest.raises(ChannelError) as caught:
+        await channel.send(reply(PRIVATE, text))
+    (first,) = fake.bot_messages(42)
+    assert caught.value.delivered == (str(first.message_id),)
+    delivered = await channel.send(reply(PRIVATE, text, already=caught.value.delivered))
+    shown = fake.bot_messages(42)
+    assert delivered.message_ids == tuple(str(m.message_id) for m in shown)
+    assert len({m.text for m in shown}) == len(shown)
 
 
 async def test_rejected_formatting_is_resent_as_plain_text(make, fake) -> None:
@@ -99,12 +104,28 @@ async def test_rejected_formatting_is_resent_as_plain_text(make, fake) -> None:
     assert [m.text for m in fake.bot_messages(42)] == ["bold move"]
 
 
-async def test_server_errors_are_retried(make, fake) -> None:
+async def test_server_errors_are_transient_channel_errors(make, fake) -> None:
     channel = await make()
-    channel._caller._backoff_s = 0.01
     fake.fail_next("sendMessage", "500")
-    await channel.send(reply(GROUP, "hello"))
-    assert len(fake.calls_to("sendMessage")) == 2 and len(fake.bot_messages(-100)) == 1
+    with pytest.raises(ChannelError) as caught:
+        await channel.send(reply(GROUP, "hello"))
+    assert not caught.value.permanent and not caught.value.ambiguous
+    assert len(fake.calls_to("sendMessage")) == 1 and fake.bot_messages(-100) == []
+
+
+async def test_a_timed_out_send_is_ambiguous_and_a_timed_out_edit_is_not(make, fake) -> None:
+    channel = await make(request_timeout_s=0.3)
+    fake.timeout_delay_s = 1.0
+    fake.fail_next("sendMessage", "timeout")
+    with pytest.raises(ChannelError) as caught:
+        await channel.send(reply(GROUP, "hello"))
+    assert caught.value.ambiguous and [m.text for m in fake.bot_messages(-100)] == ["hello"]
+    stream = channel.open_stream(GROUP)
+    await stream.finish("first")
+    fake.fail_next("editMessageText", "timeout")
+    with pytest.raises(ChannelError) as edit:
+        await stream.finish("second")
+    assert not edit.value.ambiguous
 
 
 async def test_unknown_chat_is_a_permanent_error(make, fake) -> None:

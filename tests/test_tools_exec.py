@@ -61,6 +61,59 @@ async def test_shell_hides_gateway_secrets_from_the_command(tmp_path, monkeypatc
     assert outcome.text.startswith("unset visible")
 
 
+async def test_shell_environment_has_no_tokens_keys_secrets_or_database_urls(tmp_path, monkeypatch):
+    hidden = {
+        "GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "aws", "STRIPE_SECRET": "sk", "OPENAI_API_KEY": "sk-o",
+        "GATEWAY_DATABASE_URL": "postgresql://u:p@db/x", "PGPASSWORD": "pw", "DATABASE_URL": "postgres://x",
+    }
+    for name, value in hidden.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG_SETTING", "visible")
+    outcome = await call(make_ctx(tmp_path), "shell", command="env")
+    assert "LANG_SETTING=visible" in outcome.text
+    assert not [name for name in hidden if f"{name}=" in outcome.text]
+
+
+def _unshare_works() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--net", "--pid", "--fork", "--mount", "--mount-proc", "true"]
+    if os.geteuid() != 0:
+        probe[1:1] = ["--user", "--map-root-user"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="unshare (util-linux) with namespaces is not available here")
+async def test_the_unshare_sandbox_has_no_network_and_its_own_processes(tmp_path):
+    server = web.Application()
+    server.router.add_get("/", lambda _request: web.Response(text="reached"))
+    runner = web.AppRunner(server)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        probe = f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/').read())\""
+        assert "reached" in (await call(make_ctx(tmp_path), "shell", command=probe)).text
+        ctx = make_ctx(tmp_path, shell_sandbox="unshare")
+        confined = await call(ctx, "shell", command=probe + " ; ls /proc | grep -c '^[0-9]'; pwd")
+        assert "reached" not in confined.text and "unreachable" in confined.text.lower()
+        lines = confined.text.splitlines()
+        assert int(lines[-3]) < 10  # only its own few processes, not the machine's
+        assert lines[-2] == str(tmp_path.resolve())
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_sandbox_that_is_not_installed_is_a_clear_tool_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    outcome = await call(make_ctx(tmp_path, shell_sandbox="bwrap"), "shell", command="true")
+    assert outcome.failed and "bwrap is not installed" in outcome.text
+
+
 async def test_shell_cancel_kills_the_whole_process_group(tmp_path):
     task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
     await wait_for(lambda: read_pids(tmp_path, "child.pid", "shell.pid"), "the command to start")

@@ -2,8 +2,9 @@
 
 `SlackWeb` is the `SlackApi` the rest of the channel calls: a method by its slack_sdk name,
 paced per channel when asked, with Slack's error code kept on the raised `SlackCallError`.
-429s are retried inside the client (AsyncRateLimitErrorRetryHandler, honouring Retry-After);
-past the retries the Retry-After is carried on the error and pushes the channel's pacer back.
+Nothing is retried here: the outbox is the one retry layer. A 429's Retry-After is carried on
+the error (and pushes the channel's pacer back); a post that timed out is marked ambiguous
+(it may have been delivered).
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-)
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -37,6 +34,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 DOWNLOAD_TIMEOUT_S = 120.0
+# Calls that post a new message: after a timeout they may have been delivered all the same.
+POSTING = frozenset({"chat_postMessage", "files_upload_v2", "chat_startStream"})
 NAME_LOOKUP_TIMEOUT_S = 1.0  # users.info runs before the ack; never let it eat Slack's 3 s
 PERMANENT = frozenset(
     {
@@ -127,14 +126,9 @@ def call_error(method: str, error: SlackApiError) -> SlackCallError:
 
 class SlackWeb:
     def __init__(self, config: SlackConfig, *, clock: Callable[[], float] = time.monotonic):
-        self.client = AsyncWebClient(
-            token=config.bot_token,
-            base_url=config.api_base_url,
-            retry_handlers=[
-                AsyncConnectionErrorRetryHandler(max_retry_count=1),
-                AsyncRateLimitErrorRetryHandler(max_retry_count=config.rate_limit_retries),
-            ],
-        )
+        # No retry handlers: a retried post after a timeout could post twice, and retries
+        # inside retries multiply waits. The outbox decides.
+        self.client = AsyncWebClient(token=config.bot_token, base_url=config.api_base_url, retry_handlers=[])
         self.pacer = ChannelPacer(config.send_interval_s, clock=clock)
         self._token = config.bot_token
         self._api_host = (urlsplit(config.api_base_url).hostname or "").lower()
@@ -165,7 +159,9 @@ class SlackWeb:
             raise error from exc
         except SlackClientError as exc:
             raise SlackCallError(f"slack {method}: {exc}", permanent=True) from exc
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except TimeoutError as exc:  # the request may have reached Slack
+            raise SlackCallError(f"slack {method}: timed out", ambiguous=method in POSTING) from exc
+        except aiohttp.ClientError as exc:
             raise SlackCallError(f"slack {method}: {type(exc).__name__}: {exc}") from exc
         return response.data if isinstance(response.data, dict) else {}
 

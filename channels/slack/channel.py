@@ -271,10 +271,14 @@ class SlackChannel:
         chunks = render_chunks(message.text)
         if not chunks and message.document is None:
             raise ChannelError("nothing to send: the message is empty", permanent=True)
-        ids = await post_chunks(self._web, message.thread, chunks)
-        if message.document is not None:
+        ids = await post_chunks(self._web, message.thread, chunks, message.already)
+        if message.document is not None and len(message.already) <= len(chunks):
             name, content = message.document
-            await self._upload(message.thread, name, content)
+            try:
+                await self._upload(message.thread, name, content)
+            except ChannelError as exc:
+                exc.delivered = tuple(ids)
+                raise
         return Delivered(tuple(ids))
 
     async def _upload(self, thread: ThreadKey, name: str, content: str, snippet_type: str | None = None) -> str:

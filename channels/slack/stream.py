@@ -31,8 +31,16 @@ UNSUPPORTED = frozenset(
 class SlackCallError(ChannelError):
     """A Slack Web API call failed; `code` is Slack's error string (e.g. "missing_scope")."""
 
-    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None, permanent: bool = False):
-        super().__init__(message, retry_after=retry_after, permanent=permanent)
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "",
+        retry_after: float | None = None,
+        permanent: bool = False,
+        ambiguous: bool = False,
+    ):
+        super().__init__(message, retry_after=retry_after, permanent=permanent, ambiguous=ambiguous)
         self.code = code
 
 
@@ -42,12 +50,18 @@ class SlackApi(Protocol):
     async def __call__(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]: ...
 
 
-async def post_chunks(api: SlackApi, thread: ThreadKey, chunks: list[str]) -> list[str]:
-    """Post mrkdwn chunks into the thread (never the channel top level when there is one)."""
-    ids = []
-    for chunk in chunks:
-        response = await api("chat_postMessage", pace=thread.chat, channel=thread.chat, text=chunk,
-                             thread_ts=thread.thread or None)
+async def post_chunks(api: SlackApi, thread: ThreadKey, chunks: list[str], already: Sequence[str] = ()) -> list[str]:
+    """Post mrkdwn chunks into the thread (never the channel top level when there is one).
+    The first `len(already)` were posted by an earlier attempt; a failure part way carries
+    the ids posted so far, so the retry continues from there."""
+    ids = list(already[: len(chunks)])
+    for chunk in chunks[len(ids):]:
+        try:
+            response = await api("chat_postMessage", pace=thread.chat, channel=thread.chat, text=chunk,
+                                 thread_ts=thread.thread or None)
+        except ChannelError as exc:
+            exc.delivered = tuple(ids)
+            raise
         ids.append(str(response["ts"]))
     return ids
 

@@ -1,8 +1,8 @@
 """Calling the Bot API: pacing, retries and the translation of PTB errors.
 
-Every send and edit goes through `BotCaller.call`, which paces per chat and overall,
-honours `RetryAfter`, retries network errors and 5xx with backoff, and turns what is
-left into a `ChannelError` logged with the chat id.
+Every send and edit goes through `BotCaller.call`, which paces per chat and overall and
+turns failures into a `ChannelError` (with `retry_after`, `ambiguous`, `permanent`) logged
+with the chat id. Retrying is the outbox's job.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
+import httpx
 from telegram import MessageEntity
 from telegram.error import (
     BadRequest,
     ChatMigrated,
     Forbidden,
     InvalidToken,
-    NetworkError,
     RetryAfter,
     TelegramError,
     TimedOut,
@@ -135,65 +135,57 @@ class Pacer:
         return self._overall.ready()
 
 
+# Calls that post a new message: after a timeout they may have been delivered all the same.
+POSTING = frozenset({"sendMessage", "sendDocument", "sendPhoto"})
+
+
 class BotCaller:
-    """Runs one Bot API call with pacing, RetryAfter waits and network retries."""
+    """Runs one Bot API call with pacing and turns its failure into a `ChannelError`.
 
-    def __init__(
-        self,
-        pacer: Pacer,
-        *,
-        max_retries: int = 3,
-        max_wait_s: float = 30.0,
-        backoff_s: float = 0.5,
-    ) -> None:
+    It does not retry: the outbox is the one retry layer (it honours `retry_after`, backs off
+    with jitter, and decides what an ambiguous failure of a new message means), so a flood
+    wait is handed back at once instead of being slept through here and retried again there."""
+
+    def __init__(self, pacer: Pacer) -> None:
         self._pacer = pacer
-        self._max_retries = max_retries
-        self._max_wait_s = max_wait_s
-        self._backoff_s = backoff_s
 
-    async def call(
-        self, what: str, chat_id: int, request: Callable[[], Awaitable[T]], *, paced: bool = True
-    ) -> T:
-        """`request` is re-invoked for each attempt. Raises ChannelError or BadRequest."""
-        attempt = 0
-        while True:
-            if paced:
-                await self._pacer.wait(chat_id)
-            try:
-                return await request()
-            except BadRequest:
-                raise  # callers decide (parse errors, "not modified"); see `permanent`
-            except TelegramError as exc:
-                delay = self._retry_delay(what, chat_id, exc, attempt)
-            await asyncio.sleep(delay)
-            attempt += 1
-
-    def _retry_delay(self, what: str, chat_id: int, exc: TelegramError, attempt: int) -> float:
-        """How long to wait before the next attempt; raises ChannelError when there is none."""
-        if isinstance(exc, RetryAfter):
-            wait = retry_after_seconds(exc)
-            if attempt >= self._max_retries or wait > self._max_wait_s:
-                raise self._failed(what, chat_id, exc, retry_after=wait) from exc
-            log.info("telegram %s to chat %s: flood limit, retrying in %.1fs", what, chat_id, wait)
-            return wait
-        if isinstance(exc, TimedOut):
-            # The message may have been delivered: let the outbox decide, don't resend blindly.
+    async def call(self, what: str, chat_id: int, request: Callable[[], Awaitable[T]], *, paced: bool = True) -> T:
+        """Raises ChannelError or BadRequest (callers decide on parse errors and "not modified")."""
+        if paced:
+            await self._pacer.wait(chat_id)
+        try:
+            return await request()
+        except RetryAfter as exc:
+            raise self._failed(what, chat_id, exc, retry_after=retry_after_seconds(exc)) from exc
+        except BadRequest:
+            raise
+        except TimedOut as exc:
+            # Unless it never left (no connection), the request may have reached Telegram: a
+            # new message may be in the chat already.
+            never_sent = isinstance(exc.__cause__, (httpx.ConnectTimeout, httpx.PoolTimeout))
+            raise self._failed(what, chat_id, exc, ambiguous=what in POSTING and not never_sent) from exc
+        except (Forbidden, InvalidToken, ChatMigrated) as exc:
+            raise self._failed(what, chat_id, exc, permanent=True) from exc
+        except TelegramError as exc:  # NetworkError (refused, reset, 5xx) and the rest
             raise self._failed(what, chat_id, exc) from exc
-        if isinstance(exc, NetworkError):
-            if attempt >= self._max_retries:
-                raise self._failed(what, chat_id, exc) from exc
-            delay = self._backoff_s * 2**attempt
-            log.warning("telegram %s to chat %s failed (%s), retrying in %.1fs", what, chat_id, exc, delay)
-            return delay
-        permanent = isinstance(exc, (Forbidden, InvalidToken, ChatMigrated))
-        raise self._failed(what, chat_id, exc, permanent=permanent) from exc
 
     @staticmethod
     def _failed(
-        what: str, chat_id: int, exc: TelegramError, *, retry_after: float | None = None, permanent: bool = False
+        what: str,
+        chat_id: int,
+        exc: TelegramError,
+        *,
+        retry_after: float | None = None,
+        permanent: bool = False,
+        ambiguous: bool = False,
     ) -> ChannelError:
-        log.error("telegram %s to chat %s failed: %s", what, chat_id, exc)
-        return ChannelError(f"telegram {what} to chat {chat_id}: {exc}", retry_after=retry_after, permanent=permanent)
+        log.warning("telegram %s to chat %s failed: %s", what, chat_id, exc)
+        return ChannelError(
+            f"telegram {what} to chat {chat_id}: {exc}",
+            retry_after=retry_after,
+            permanent=permanent,
+            ambiguous=ambiguous,
+        )
 
 
 def permanent(what: str, chat_id: int, exc: BadRequest) -> ChannelError:

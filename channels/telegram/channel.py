@@ -105,7 +105,7 @@ class TelegramChannel:
         self.show_tool_progress = config.show_tool_progress
         self.state = state
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
-        self._caller = BotCaller(self._pacer, max_retries=config.max_retries)
+        self._caller = BotCaller(self._pacer)
         self._throttle = Throttle(config.edit_interval_s)
         self._bot: Bot | None = None
         self._outlet: Outlet | None = None
@@ -122,7 +122,10 @@ class TelegramChannel:
         tls = httpx.create_ssl_context()
         return Bot(
             self.config.token, base_url=self.config.api_base_url, base_file_url=self.config.api_file_url,
-            request=HTTPXRequest(httpx_kwargs={"verify": tls}),
+            request=HTTPXRequest(
+                read_timeout=self.config.request_timeout_s, write_timeout=self.config.request_timeout_s,
+                connect_timeout=self.config.request_timeout_s, httpx_kwargs={"verify": tls},
+            ),
             get_updates_request=HTTPXRequest(connection_pool_size=1, httpx_kwargs={"verify": tls}),
         )
 
@@ -349,9 +352,15 @@ class TelegramChannel:
                 tuple(str(i) for i in await files.send_file(self.bot, self._caller, target, message.file, anchor))
             )
         chunks = chunks_of(message.text)
-        ids = await self.outlet.send_chunks(target, chunks, reply_to=self._anchor(target, message.reply_to))
-        if message.document:
-            ids.append(await self._send_document(target, *message.document))
+        done = [int(i) for i in message.already if i.isdigit()]
+        anchor = self._anchor(target, message.reply_to)
+        ids = await self.outlet.send_chunks(target, chunks, reply_to=anchor, already=done)
+        if message.document and len(message.already) <= len(chunks):
+            try:
+                ids.append(await self._send_document(target, *message.document))
+            except ChannelError as exc:
+                exc.delivered = tuple(str(i) for i in ids)
+                raise
         if not ids:
             log.warning("telegram: nothing to send to chat %s (empty text, key %s)", target.chat_id, message.key)
         return Delivered(tuple(str(i) for i in ids))

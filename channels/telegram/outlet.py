@@ -7,6 +7,7 @@ edit that changes nothing ("message is not modified") counts as done.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
@@ -117,13 +118,22 @@ class Outlet:
         *,
         reply_to: int | None = None,
         markup: InlineKeyboardMarkup | None = None,
+        already: Sequence[int] = (),
     ) -> list[int]:
-        """Send in order; the first replies to `reply_to`, the last carries `markup`."""
-        ids: list[int] = []
+        """Send in order; the first replies to `reply_to`, the last carries `markup`. The
+        first `len(already)` chunks were posted by an earlier attempt (their ids): skipped. A
+        failure part way carries the ids posted so far, so the retry continues from there."""
+        ids: list[int] = list(already[: len(chunks)])
         for n, chunk in enumerate(chunks):
+            if n < len(ids):
+                continue
             last = n == len(chunks) - 1
-            sent = await self.send_chunk(
-                target, chunk, reply_to=reply_to if n == 0 else None, markup=markup if last else None
-            )
+            try:
+                sent = await self.send_chunk(
+                    target, chunk, reply_to=reply_to if n == 0 else None, markup=markup if last else None
+                )
+            except ChannelError as exc:
+                exc.delivered = tuple(str(i) for i in ids)
+                raise
             ids.append(sent.message_id)
         return ids

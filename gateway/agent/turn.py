@@ -40,7 +40,7 @@ from gateway.approvals.prompts import PromptService
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import LLMClient, LLMError, ModelInfo, TextDelta, Usage
+from gateway.llm import LLMClient, LLMError, ModelInfo, StreamInterrupted, TextDelta, Usage
 from gateway.outbox import Outbox, RecordedStream
 from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tools import ToolRegistry
@@ -192,9 +192,12 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
         if self.req.continued_run is not None:
             partial = await store.outbox.get(partial_key(self.req.continued_run))
-            if partial is not None and partial.status == "pending":
-                self._adopt = tuple(partial.payload.get("message_ids", ()))
-                await store.outbox.mark_sent(partial.id, partial.message_ids)  # adopted once
+            if partial is not None and partial.status == "pending" and partial.message_ids:
+                self._adopt = tuple(partial.message_ids)
+                # Adopted once, by this run, which records them as its own until it delivers.
+                mine = await store.outbox.record(partial_key(self.run_id), str(self.thread), "partial", {})
+                await store.outbox.remember_partial(mine.id, self._adopt)
+                await store.outbox.forget_partial(partial.id)
 
     # ---- the loop ------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -241,18 +244,11 @@ class Turn(ToolCallSteps, RefusalSteps):
             raise TurnEnd("FAILED", "budget", message=END_MESSAGES["budget"])
 
     def _stream(self) -> RecordedStream:
+        """The round's reply stream. The messages it opens are recorded as they appear, so the
+        turn that continues after a stop of any kind (shutdown, kill -9, a lost lease) edits
+        them into the complete reply: one reply, not a stale half beside a whole one."""
         adopt, self._adopt = self._adopt, ()
-        return self.s.outbox.stream(self.thread, self.req.reply_to, adopt)
-
-    async def _remember_partial(self, stream: RecordedStream) -> None:
-        """Shutting down mid-reply: the messages showing the partial reply are recorded, and the
-        turn that continues after the restart edits them into the complete reply (one reply,
-        not a stale half beside a whole one)."""
-        ids = stream.message_ids()
-        if ids:
-            await self.s.store.outbox.record(
-                partial_key(self.run_id), str(self.thread), "partial", {"message_ids": list(ids)}
-            )
+        return self.s.outbox.stream(self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id))
 
     # ---- one LLM round -------------------------------------------------------------------
     async def _llm_round(self) -> bool:
@@ -261,10 +257,8 @@ class Turn(ToolCallSteps, RefusalSteps):
         try:
             round_, model, usage, latency, built = await self._call_llm(stream)
         except Interrupted:
-            if self.stopper.reason == "shutdown":
-                await self._remember_partial(stream)
-            else:
-                await stream.abort()
+            if self.stopper.reason not in ("shutdown", "lease lost"):
+                await stream.abort()  # else its recorded messages are left to the turn that continues
             raise
         self.rounds += 1
         if usage is None:
@@ -311,6 +305,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         raise TurnEnd("SUCCESS", "reply", recorded=True)
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
+        cut_streams = 0
         while True:
             built = await self._build_context()
             builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
@@ -320,6 +315,14 @@ class Turn(ToolCallSteps, RefusalSteps):
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
             except LLMError as exc:
                 await self._after_llm_error(exc, built, builder, stream)  # returns only to send again
+                continue
+            except StreamInterrupted as exc:
+                # Cut mid-way (the client retries only until a stream starts): nothing of the
+                # round was persisted, so it is asked again; the shown text is replaced.
+                await self.trace.error("llm", f"stream cut: {exc}")  # type: ignore[union-attr]
+                cut_streams += 1
+                if cut_streams > MAX_CUT_STREAMS:
+                    raise
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
@@ -494,6 +497,9 @@ class Turn(ToolCallSteps, RefusalSteps):
                 break
             trailing.append(message.id)
         await self.s.store.sessions.mark_failed(trailing)
+
+
+MAX_CUT_STREAMS = 2  # a round whose stream broke off mid-way is asked again this often
 
 
 def partial_key(run_id: int) -> str:

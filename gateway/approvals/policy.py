@@ -301,6 +301,9 @@ class ApprovalPolicy:
             return Decision("allow", f"allowed by approvals.rules[{rule.index}]", rule.index)
         if spec.side_effects:
             return Decision("require", "no rule matched and the tool has side effects")
+        reason = spec.needs_approval(args) if spec.needs_approval is not None else None
+        if reason:
+            return Decision("require", f"no rule matched and {reason}")
         return Decision("allow", "no rule matched and the tool has no side effects")
 
     def _always_denied(self, spec: ToolSpec, source: str) -> bool:

@@ -174,19 +174,12 @@ class PromptService:
         if prompt is None or parsed is None:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
         action = parsed[1]
+        if prompt.status != "pending" and prompt.kind != "rerun":
+            return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
+        if not self.may_decide(prompt, press.sender.id):
+            return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
         if prompt.kind == "rerun":
             return await self._rerun(press, prompt)
-        if prompt.status != "pending":
-            return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
-        channel = ThreadKey.parse(prompt.thread_key).channel
-        if not may_decide(
-            channel,
-            press.sender.id,
-            requested_by=prompt.requested_by,
-            approvers_config=self.config.approvals.approvers,
-            admins_config=self.config.approvals.admins,
-        ):
-            return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
         decision = self._decision(prompt, action)
         if decision is None:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
@@ -269,10 +262,23 @@ class PromptService:
             status="done",
         )
 
+    def may_decide(self, prompt: PromptRecord, user_id: str) -> bool:
+        """The one who-may-decide rule, for buttons, typed answers, deny reasons and reruns."""
+        return may_decide(
+            ThreadKey.parse(prompt.thread_key).channel,
+            user_id,
+            requested_by=prompt.requested_by,
+            approvers_config=self.config.approvals.approvers,
+            admins_config=self.config.approvals.admins,
+        )
+
     async def answer_with_text(
         self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str
     ) -> PromptRecord | None:
-        """A message typed while a question is pending answers it (not a new turn)."""
+        """A message typed while a question is pending answers it (not a new turn), when its
+        sender may decide it; None otherwise (or when someone answered first)."""
+        if not self.may_decide(prompt, sender_id):
+            return None
         result = await self.store.prompts.decide(
             prompt.id,
             status="answered",

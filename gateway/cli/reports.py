@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.store import MessageRecord, RunEventRecord, RunRecord, SessionRecord, TaskRecord
+from gateway.store import InboxItem, MessageRecord, RunEventRecord, RunRecord, SessionRecord, TaskRecord
 from gateway.traces import format_nano_usd
 
 
@@ -95,7 +95,12 @@ def print_sessions(sessions: Sequence[SessionRecord]) -> None:
         )
 
 
-def print_session(session: SessionRecord, history: Sequence[MessageRecord], totals: dict[str, Any]) -> None:
+def print_session(
+    session: SessionRecord,
+    history: Sequence[MessageRecord],
+    totals: dict[str, Any],
+    dropped: Sequence[InboxItem] = (),
+) -> None:
     print(
         f"session {session.id}  {session.kind}  thread {session.thread_key}"
         f"  created {session.created_at:%Y-%m-%d %H:%M:%S}"
@@ -111,3 +116,8 @@ def print_session(session: SessionRecord, history: Sequence[MessageRecord], tota
         print(f"[{message.seq}] {who}{flags}: {message.content}")
         for call in message.tool_calls:
             print(f"    🔧 {call.name}({call.arguments}) -> {call.status}: {(call.result or call.note or '')[:200]}")
+    if dropped:
+        print(f"dropped unhandled by /stop: {len(dropped)}")
+        for item in dropped:
+            who = (item.payload.get("sender") or {}).get("name") or "?"
+            print(f"    ✂ {who}: {str(item.payload.get('text', ''))[:200]}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.agent.rounds import placeholder_text
@@ -9,7 +10,8 @@ from gateway.agent.turn import TurnRequest, TurnResult
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
 from gateway.mcp.manager import state_line
-from gateway.store import Fence, InboxItem
+from gateway.store import Fence, InboxItem, OutboxRecord
+from gateway.store.base import utcnow
 from gateway.traces import format_nano_usd
 
 COMMANDS = {
@@ -33,6 +35,11 @@ class Command:
     args: str
 
 
+def is_stop(item: InboxItem) -> bool:
+    command = parse_command(str(item.payload.get("text", ""))) if item.kind == "command" else None
+    return command is not None and command.name == "stop"
+
+
 def parse_command(text: str) -> Command | None:
     """`/cmd`, `/cmd@botname args`; None when the text is not a command."""
     stripped = text.strip()
@@ -53,9 +60,24 @@ def help_text(unknown: str = "") -> str:
     return "\n".join(lines)
 
 
-def status_text(*, running: bool, queued: int, prompts: int, totals: dict, mcp: dict[str, dict] | None = None) -> str:
+def status_text(
+    *,
+    running: bool,
+    queued: int,
+    prompts: int,
+    totals: dict,
+    mcp: dict[str, dict] | None = None,
+    undelivered: Sequence[OutboxRecord] = (),
+) -> str:
     state = "🟢 working on a turn" if running else "⚪ idle"
-    lines = [f"Status: {state}", f"Queued messages: {queued}", f"Pending requests: {prompts}", cost_text(totals)]
+    lines = [f"Status: {state}", f"Queued messages: {queued}", f"Pending requests: {prompts}"]
+    if undelivered:
+        lines.append(f"Messages not delivered yet: {len(undelivered)}")
+        now = utcnow()
+        waits = [r.retry_at for r in undelivered if r.retry_at is not None and r.retry_at > now]
+        if waits:
+            lines.append(f"  waiting: next attempt at {max(waits):%H:%M:%S} UTC")
+    lines.append(cost_text(totals))
     lines += [state_line(name, server) for name, server in (mcp or {}).items()]
     return "\n".join(lines)
 
@@ -77,13 +99,13 @@ class CommandSteps:
         command = parse_command(item.payload.get("text", ""))
         name = command.name if command else ""
         if name == "stop":
-            await self._stop_thread(thread)
+            await self._stop_thread(thread, drop_before=item.id)
             session = await self.store.sessions.current(str(thread))
             if session is not None and self.s.delegation is not None:
                 await self.s.delegation.control.stop_background(session.id, item.id)
             await self._reply(thread, item, "Stopped.")
         elif name == "new":
-            await self._stop_thread(thread, drop_queued=False)
+            await self._stop_thread(thread)
             sender = (item.payload.get("sender") or {}).get("id", "")
             await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
             await self._reply(thread, item, "Started a new session.")
@@ -106,7 +128,10 @@ class CommandSteps:
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
             mcp = self.s.tool_services.get("mcp")
             servers = mcp.summary() if mcp else None
-            text = status_text(running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers)
+            undelivered = await self.store.outbox.undelivered(str(thread))
+            text = status_text(
+                running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers, undelivered=undelivered
+            )
             if session is not None and self.s.delegation is not None:
                 text = "\n".join([text, *await self.s.delegation.control.status_lines(session.id)])
         elif name == "cost":
@@ -121,15 +146,19 @@ class CommandSteps:
             return  # a background task's own thread (a /stop sent to it): nobody reads it
         await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
 
-    async def _stop_thread(self, thread: ThreadKey, *, drop_queued: bool = True) -> None:
-        """Cancel pending prompts (and their parked runs); drop queued messages."""
+    async def _stop_thread(self, thread: ThreadKey, *, drop_before: int | None = None) -> None:
+        """Cancel pending prompts (and their parked runs); with `drop_before`, drop the
+        messages queued before that item (recorded as dropped, with the session)."""
         for prompt in await self.store.prompts.pending(thread_key=str(thread)):
             for canceled in await self.store.prompts.cancel([prompt.id]):
                 await self.s.prompts.close(canceled)
                 if canceled.run_id is not None:
                     await self._cancel_parked_run(thread, canceled.run_id)
-        if drop_queued:
-            await self.store.inbox.drop_pending(str(thread))
+        if drop_before is not None:
+            session = await self.store.sessions.current(str(thread))
+            await self.store.inbox.drop_pending(
+                str(thread), before_id=drop_before, session_id=session.id if session else None
+            )
 
     async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
         """A parked run is canceled, with the parents waiting on it when it is a sub-agent's."""

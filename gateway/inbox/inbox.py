@@ -26,15 +26,17 @@ from gateway.events import (
     TurnEnded,
 )
 from gateway.inbox.attached import MessageReadiness
-from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, parse_command
+from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, CommandSteps, is_stop, parse_command
+from gateway.inbox.sweeper import OutboxSweeper
 from gateway.lifecycle import Stopper
-from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, Store
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, NewItem, PromptRecord, Store, notify
 
 log = logging.getLogger(__name__)
 TurnListener = Callable[[TurnEnded], Awaitable[None]]
 MAINTENANCE_EVERY_S = 5.0
 WATCH_POLL_S = 1.0
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
+NOT_YOUR_QUESTION = "⏳ The question above is waiting for the person it was asked of; your message comes after it."
 WAITING_FOR_DECISION = (
     "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
 )
@@ -91,6 +93,16 @@ class Inbox(CommandSteps):
         self._stopper = Stopper()
         self._others_waiting = False
         self.readiness = MessageReadiness(store, self.config.attachments, services.attachments)
+        self.sweeper = OutboxSweeper(
+            store,
+            services.outbox,
+            self.config.outbox,
+            instance_id=self.instance_id,
+            lease_ttl_s=self.config.inbox.lease_ttl_s,
+        )
+        self._sweeping: asyncio.Task | None = None
+        self._listening = asyncio.Event()  # set: stop listening for other instances' wake-ups
+        self._listener: asyncio.Task | None = None
 
     # ---- intake --------------------------------------------------------------------------
     async def submit(
@@ -114,6 +126,8 @@ class Inbox(CommandSteps):
                 results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
         for event in events:
             self._poke(str(event.thread))
+        presses = {str(e.thread) for e in events if isinstance(e, ButtonPress)}
+        await notify.publish(self.store.db, presses)  # a decided prompt's resume item (messages: in `add`)
         return [results[e.event_id] for e in events]
 
     def poke(self, thread_key: str) -> None:
@@ -138,6 +152,9 @@ class Inbox(CommandSteps):
     async def start(self) -> None:
         await self.recover()
         self._dispatcher = asyncio.create_task(self._dispatch_forever(), name="inbox-dispatcher")
+        self._listener = asyncio.create_task(
+            notify.listen(self.store.db, self._poke, self._listening), name="inbox-listener"
+        )
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking threads; running turns end at a round boundary (or park) within the
@@ -146,6 +163,12 @@ class Inbox(CommandSteps):
         self._wake.set()
         if self._dispatcher is not None:
             await asyncio.gather(self._dispatcher, return_exceptions=True)
+        self._listening.set()
+        if self._listener is not None:
+            await asyncio.gather(self._listener, return_exceptions=True)
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            await asyncio.gather(self._sweeping, return_exceptions=True)
         grace = grace_s if grace_s is not None else self.config.serve.shutdown_grace
         workers = list(self._workers.values())
         if workers:
@@ -193,7 +216,7 @@ class Inbox(CommandSteps):
         while not self._stopper.stopped:
             try:
                 if loop.time() >= next_maintenance:
-                    next_maintenance = loop.time() + MAINTENANCE_EVERY_S
+                    next_maintenance = loop.time() + min(MAINTENANCE_EVERY_S, self.config.outbox.sweep_after_s)
                     await self._maintenance()
                 await self._dispatch_once()
             except Exception:  # noqa: BLE001 - keep dispatching through database hiccups
@@ -207,6 +230,14 @@ class Inbox(CommandSteps):
     async def _maintenance(self) -> None:
         await self.s.prompts.expire_due()
         await self.recover()
+        if self._sweeping is None or self._sweeping.done():  # off the dispatcher: a send may wait
+            self._sweeping = asyncio.create_task(self._sweep(), name="outbox-sweeper")
+
+    async def _sweep(self) -> None:
+        try:
+            await self.sweeper.sweep()
+        except Exception:  # noqa: BLE001 - the next round of maintenance tries again
+            log.exception("outbox sweep failed")
 
     async def _dispatch_once(self) -> None:
         free = self.config.inbox.max_concurrent_turns - len(self._workers)
@@ -278,15 +309,16 @@ class Inbox(CommandSteps):
         questions = [p for p in pending if p.kind == "question"]
         text = str(item.payload.get("text", ""))
         typed_answers = questions and questions[-1].payload.get("allow_free_text", True) and item.kind == "message"
-        if typed_answers and await self.s.prompts.answer_with_text(
+        theirs = bool(questions) and self.s.prompts.may_decide(questions[-1], str(sender.get("id", "")))
+        if typed_answers and theirs and await self.s.prompts.answer_with_text(
             questions[-1], text, sender_id=sender.get("id", ""), sender_name=sender.get("name", "")
         ):
             await self.store.inbox.finish([item.id], fence=fence)
             return
         if pending and self.s.delegation is not None:  # a background task's approval holds only the task
             pending = await self.s.delegation.control.holding(pending)
-        if pending:  # an approval, or a question that only takes a button: the turn waits
-            notice = WAITING_FOR_DECISION if any(p.kind == "approval" for p in pending) else PICK_A_BUTTON
+        if pending:  # an approval, a question that only takes a button, or someone else's: the turn waits
+            notice = _waiting_notice(pending, question_is_theirs=theirs)
             await self.store.inbox.hold(item.id)
             await self.s.outbox.send_text(
                 thread, notice, key=f"held:{item.id}", reply_to=item.payload.get("message_id", "")
@@ -441,7 +473,10 @@ class Inbox(CommandSteps):
 
         async def drain() -> int:
             """Steer: messages that arrived during the turn join it at the round boundary."""
-            items = [i for i in await self.store.inbox.pending(str(request.thread)) if i.kind in ("message", "report")]
+            pending = await self.store.inbox.pending(str(request.thread))
+            if any(is_stop(i) for i in pending):
+                return 0  # the /stop drops them
+            items = [i for i in pending if i.kind in ("message", "report")]
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)
@@ -471,8 +506,18 @@ class Inbox(CommandSteps):
                 pass
 
 
+def _waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool) -> str:
+    if any(p.kind == "approval" for p in pending):
+        return WAITING_FOR_DECISION
+    return PICK_A_BUTTON if question_is_theirs else NOT_YOUR_QUESTION
+
+
 def _next_item(items: list[InboxItem]) -> InboxItem:
-    """Resume items first (a decided prompt continues its turn), then arrival order."""
+    """A /stop before anything queued ahead of it (which it drops unhandled); then resume items
+    (a decided prompt continues its turn); then arrival order."""
+    stop = next((i for i in items if is_stop(i)), None)
+    if stop is not None:
+        return stop
     resumes = [i for i in items if i.kind == "resume"]
     return resumes[0] if resumes else items[0]
 

@@ -23,6 +23,7 @@ from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import Decision, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
+from gateway.store.retention import RetentionDays, RetentionRepo
 from gateway.store.runs import RunRepo
 from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
@@ -87,6 +88,7 @@ class Store:
         self.schedules = ScheduleRepo(self.db)
         self.history = HistoryRepo(self.db)
         self.delegations = DelegationRepo(self.db)
+        self.retention = RetentionRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -192,6 +194,7 @@ __all__ = [
     "ChildSession",
     "NewTask",
     "TaskRecord",
+    "RetentionDays",
     "upgrade",
     "migrations_current",
 ]

@@ -46,10 +46,16 @@ class Fence:
     token: int
 
 
-_LEASE_HOLDER = select(leases.c.owner, leases.c.fence).where(leases.c.name == bindparam("name"))
+# FOR UPDATE: the fenced write's transaction holds the lease row until it commits, so a takeover
+# waits for it, and a takeover already under way makes the check wait and then see it (reading
+# the last committed row unlocked would let a write pass while a takeover commits). SQLite
+# serialises writers already (BEGIN IMMEDIATE); there the clause is left out.
+_LEASE_HOLDER = select(leases.c.owner, leases.c.fence).where(leases.c.name == bindparam("name")).with_for_update()
 
 
 def check_fence(conn: Connection, fence: Fence | None) -> None:
+    """Raise LeaseLost unless `fence` still holds its lease, locking the lease row for the rest
+    of the caller's transaction: the write that follows is conditional on the fence."""
     if fence is None:
         return
     row = conn.execute(_LEASE_HOLDER, {"name": fence.name}).first()

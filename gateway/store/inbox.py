@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from gateway.store import notify
 from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
 from gateway.store.records import InboxItem, Lease
 from gateway.store.tables import counters, cursors, inbox, leases
@@ -130,6 +131,7 @@ class InboxRepo(Repo):
             created = [self.add_in(conn, item) for item in items]
             if cursor is not None:
                 self.set_cursor_in(conn, *cursor)
+            notify.publish_in(conn, {i.thread_key for i, new in zip(items, created, strict=True) if new})
             return created
 
         return await self.db.write(work)
@@ -150,15 +152,17 @@ class InboxRepo(Repo):
         return result.rowcount == 1
 
     @staticmethod
-    def release_held_in(conn: Connection, thread_key: str, *, take_reason: bool) -> str | None:
+    def release_held_in(conn: Connection, thread_key: str, *, take_reason: bool, reason_from: str = "") -> str | None:
         """Held items of the thread become pending again; with `take_reason` the newest held
-        message is consumed and its text returned."""
+        message of `reason_from` (the person deciding) is consumed and its text returned: a
+        reason typed by someone else is not theirs to give."""
         held = conn.execute(
             select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").order_by(inbox.c.id)
         ).all()
         reason = None
-        if take_reason and held:
-            last = held[-1]
+        theirs = [h for h in held if str((h.payload.get("sender") or {}).get("id", "")) == reason_from]
+        if take_reason and theirs:
+            last = theirs[-1]
             reason = str(last.payload.get("text", "")).strip() or None
             conn.execute(update(inbox).where(inbox.c.id == last.id).values(status="done", done_at=utcnow()))
         if held:
@@ -213,16 +217,34 @@ class InboxRepo(Repo):
 
         await self.db.write(work)
 
-    async def drop_pending(self, thread_key: str, *, kinds: Sequence[str] = ("message",)) -> int:
-        """Drop queued (and held) items of the thread, e.g. on /stop."""
-        statement = (
-            update(inbox)
-            .where(
-                inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds))
-            )
-            .values(status="dropped", done_at=utcnow())
+    async def drop_pending(
+        self,
+        thread_key: str,
+        *,
+        kinds: Sequence[str] = ("message",),
+        before_id: int | None = None,
+        session_id: int | None = None,
+    ) -> int:
+        """Drop queued (and held) items of the thread, e.g. on /stop: those that arrived before
+        item `before_id` when given. They stay recorded as `dropped`, with the session."""
+        statement = update(inbox).where(
+            inbox.c.thread_key == thread_key, inbox.c.status.in_(("pending", "held")), inbox.c.kind.in_(list(kinds))
         )
+        if before_id is not None:
+            statement = statement.where(inbox.c.id < before_id)
+        statement = statement.values(status="dropped", done_at=utcnow(), session_id=session_id)
         return await self.db.write(lambda conn: conn.execute(statement).rowcount)
+
+    async def dropped(self, thread_key: str, *, session_id: int | None = None, limit: int = 100) -> list[InboxItem]:
+        """Items dropped unhandled (by /stop), oldest first."""
+        query = select(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "dropped")
+        if session_id is not None:
+            query = query.where(inbox.c.session_id == session_id)
+
+        def work(conn: Connection) -> list[InboxItem]:
+            return [to_record(InboxItem, r) for r in conn.execute(query.order_by(inbox.c.id).limit(limit)).all()]
+
+        return await self.db.read(work)
 
     async def count_pending(self, thread_key: str | None = None, *, kinds: Sequence[str] | None = None) -> int:
         query = select(func.count()).select_from(inbox).where(inbox.c.status == "pending")

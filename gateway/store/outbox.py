@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
@@ -14,9 +15,15 @@ from gateway.store.records import OutboxRecord, RunEnd
 from gateway.store.runs import RunRepo
 from gateway.store.tables import outbox
 
+# Kinds that are deliveries (a "partial" row only remembers a stream's messages).
+SENDABLE = ("message", "prompt", "close_prompt")
 _RECORD = InsertIgnoring(outbox, ["key"], returning=tuple(outbox.c))
 _BY_KEY = select(outbox).where(outbox.c.key == bindparam("outbox_key"))
 _MARK_SENT = update(outbox).where(outbox.c.id == bindparam("record_id")).values(attempts=outbox.c.attempts + 1)
+
+
+_REMEMBER_PARTIAL = update(outbox).where(outbox.c.id == bindparam("record_id")).values(status="pending")
+_FORGET_PARTIAL = update(outbox).where(outbox.c.id == bindparam("record_id")).values(status="sent", message_ids=[])
 
 
 class OutboxRepo(Repo):
@@ -50,11 +57,16 @@ class OutboxRepo(Repo):
 
         return await self.db.read(work)
 
-    async def mark_sent(self, record_id: int, message_ids: Sequence[str], *, run_end: RunEnd | None = None) -> None:
-        """Mark delivered; with `run_end`, the run it finishes is finished in the same write."""
+    async def mark_sent(
+        self, record_id: int, message_ids: Sequence[str], *, run_end: RunEnd | None = None, forget: int | None = None
+    ) -> None:
+        """Mark delivered; with `run_end`, the run it finishes is finished in the same write;
+        `forget`: a stream's partial record that this delivery completes."""
 
         def work(conn: Connection) -> None:
             self.mark_sent_in(conn, record_id, message_ids)
+            if forget is not None:
+                conn.execute(_FORGET_PARTIAL, {"record_id": forget})
             if run_end is not None:
                 RunRepo.set_stage_in(conn, run_end.run_id, run_end.stage, end_reason=run_end.end_reason)
 
@@ -67,6 +79,15 @@ class OutboxRepo(Repo):
             {"record_id": record_id, "status": "sent", "message_ids": list(message_ids), "sent_at": utcnow()},
         )
 
+    async def remember_partial(self, record_id: int, message_ids: Sequence[str]) -> None:
+        """The messages a stream shows so far (a continued turn adopts them)."""
+        await self.db.write(
+            lambda conn: conn.execute(_REMEMBER_PARTIAL, {"record_id": record_id, "message_ids": list(message_ids)})
+        )
+
+    async def forget_partial(self, record_id: int) -> None:
+        await self.db.write(lambda conn: conn.execute(_FORGET_PARTIAL, {"record_id": record_id}))
+
     async def set_message_ids(self, record_id: int, message_ids: Sequence[str]) -> None:
         """Progress of a stream: the messages it has created so far (a resumed turn edits them)."""
         await self.db.write(
@@ -75,19 +96,69 @@ class OutboxRepo(Repo):
             )
         )
 
-    async def mark_failed(self, record_id: int, error: str, *, final: bool) -> None:
-        await self.db.write(
-            lambda conn: conn.execute(
-                update(outbox)
-                .where(outbox.c.id == record_id)
-                .values(status="failed" if final else "pending", error=error[:2000], attempts=outbox.c.attempts + 1)
-            )
-        )
+    async def attempt_failed(
+        self,
+        record_id: int,
+        error: str,
+        *,
+        final: bool,
+        retry_at: datetime | None = None,
+        uncertain: str | None = None,
+        delivered: Sequence[str] = (),
+    ) -> None:
+        """One attempt failed: the error, when the platform allows the next one, what was
+        decided after an ambiguous failure, and the parts already posted (kept as progress)."""
+        values: dict[str, Any] = {
+            "status": "failed" if final else "pending",
+            "error": error[:2000],
+            "attempts": outbox.c.attempts + 1,
+            "retry_at": retry_at,
+        }
+        if uncertain is not None:
+            values["uncertain"] = uncertain[:255]
+        if delivered:
+            values["message_ids"] = list(delivered)
+        await self.db.write(lambda conn: conn.execute(update(outbox).where(outbox.c.id == record_id).values(**values)))
 
-    async def pending(self, limit: int = 100) -> list[OutboxRecord]:
+    async def undelivered(self, thread_key: str | None = None, *, limit: int = 100) -> list[OutboxRecord]:
+        """Sends not done yet (waiting for the platform, being retried or stuck), oldest first."""
+
+        def work(conn: Connection) -> list[OutboxRecord]:
+            query = select(outbox).where(outbox.c.status == "pending", outbox.c.kind.in_(SENDABLE))
+            if thread_key is not None:
+                query = query.where(outbox.c.thread_key == thread_key)
+            rows = conn.execute(query.order_by(outbox.c.id).limit(limit)).all()
+            return [to_record(OutboxRecord, r) for r in rows]
+
+        return await self.db.read(work)
+
+    async def stuck(self, age: timedelta, *, limit: int = 50) -> list[OutboxRecord]:
+        """Sends pending for longer than `age` and not waiting for a retry_after nor retried
+        within `age`: nobody is sending them (the sweeper's work), oldest first."""
+        cutoff = utcnow() - age
+
+        def work(conn: Connection) -> list[OutboxRecord]:
+            query = (
+                select(outbox)
+                .where(
+                    outbox.c.status == "pending",
+                    outbox.c.kind.in_(SENDABLE),
+                    outbox.c.created_at < cutoff,
+                    or_(outbox.c.retry_at.is_(None), outbox.c.retry_at < cutoff),
+                )
+                .order_by(outbox.c.id)
+                .limit(limit)
+            )
+            return [to_record(OutboxRecord, r) for r in conn.execute(query).all()]
+
+        return await self.db.read(work)
+
+    async def uncertain(self, *, limit: int = 100) -> list[OutboxRecord]:
+        """Sends that failed ambiguously (they may have been delivered), newest first."""
+
         def work(conn: Connection) -> list[OutboxRecord]:
             rows = conn.execute(
-                select(outbox).where(outbox.c.status == "pending").order_by(outbox.c.id).limit(limit)
+                select(outbox).where(outbox.c.uncertain.is_not(None)).order_by(outbox.c.id.desc()).limit(limit)
             ).all()
             return [to_record(OutboxRecord, r) for r in rows]
 

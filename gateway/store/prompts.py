@@ -164,7 +164,9 @@ class PromptRepo(Repo):
                 return Decision("not_pending", to_record(PromptRecord, row))
             # Messages held while the prompt was pending go back to the queue; on a denial the
             # latest of them may be the reason the person typed.
-            reason = InboxRepo.release_held_in(conn, row.thread_key, take_reason=reason_from_held)
+            reason = InboxRepo.release_held_in(
+                conn, row.thread_key, take_reason=reason_from_held, reason_from=decided_by
+            )
             if reason:
                 conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(answer=reason))
             if resume is not None:

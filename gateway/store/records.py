@@ -177,3 +177,6 @@ class OutboxRecord:
     message_ids: list[str]
     attempts: int
     error: str | None
+    created_at: datetime | None = None
+    retry_at: datetime | None = None
+    uncertain: str | None = None

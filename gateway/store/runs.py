@@ -77,9 +77,11 @@ class RunRepo(Repo):
         return await self.db.read(work)
 
     async def list(
-        self, *, limit: int = 50, session_id: int | None = None, stage: str | None = None
+        self, *, limit: int = 50, session_id: int | None = None, stage: str | None = None, thread_key: str | None = None
     ) -> list[RunRecord]:
         query = select(runs).order_by(runs.c.id.desc()).limit(limit)
+        if thread_key is not None:
+            query = query.where(runs.c.thread_key == thread_key)
         if session_id is not None:
             query = query.where(runs.c.session_id == session_id)
         if stage is not None:

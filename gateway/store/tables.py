@@ -269,11 +269,14 @@ outbox = Table(
     Column("kind", String(16), nullable=False),  # message | prompt | close_prompt | stream
     Column("payload", JSON, nullable=False),
     Column("status", String(16), nullable=False, default="pending"),  # pending | sent | failed
-    Column("message_ids", JSON, nullable=False, default=list),
+    Column("message_ids", JSON, nullable=False, default=list),  # when pending: the parts already posted
     Column("attempts", Integer, nullable=False, default=0),
     Column("error", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=_now),
     Column("sent_at", UTCDateTime, nullable=True),
+    Column("retry_at", UTCDateTime, nullable=True),  # the platform asked to wait until then
+    # A new message whose send failed ambiguously (timed out: it may be in the chat): what was decided.
+    Column("uncertain", String(255), nullable=True),
     Index("ix_outbox_status_id", "status", "id"),
 )
 

@@ -41,10 +41,11 @@ __all__ = [
 ]
 
 
-def builtin_specs() -> list[ToolSpec]:
-    return [*basic_specs(), *file_specs(), *shell_specs(), *http_specs(), *send_specs()]
+def builtin_specs(agent: AgentConfig | None = None) -> list[ToolSpec]:
+    allow_hosts = agent.http_allow_hosts if agent is not None else ()
+    return [*basic_specs(), *file_specs(), *shell_specs(), *http_specs(allow_hosts), *send_specs()]
 
 
 def default_registry(agent: AgentConfig) -> ToolRegistry:
     """The built-ins named (or matched by a glob) in `agent.tools`."""
-    return ToolRegistry(spec for spec in builtin_specs() if matches_any(spec.name, agent.tools))
+    return ToolRegistry(spec for spec in builtin_specs(agent) if matches_any(spec.name, agent.tools))

@@ -10,9 +10,12 @@ swap in a private address between the check and the request.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import ipaddress
 import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -150,5 +153,21 @@ def _looks_binary(content_type: str, body: bytes) -> bool:
     return b"\0" in body[:8192]
 
 
-def http_specs() -> list[ToolSpec]:
-    return [build_spec(http_fetch, classes={"network"}, lod="head")]
+def outside_allow_list(allow_hosts: Sequence[str]) -> Callable[[Mapping[str, Any]], str | None]:
+    """A fetch sends data out (in its URL): one to a host not on `agent.http_allow_hosts`
+    (globs, e.g. "*.wikipedia.org") needs approval."""
+
+    def check(args: Mapping[str, Any]) -> str | None:
+        try:
+            host = (httpx.URL(str(args.get("url", ""))).host or "").lower()
+        except (httpx.InvalidURL, TypeError):
+            return "the URL cannot be read"
+        if host and any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in allow_hosts):
+            return None
+        return f"{host or 'the host'} is not on agent.http_allow_hosts"
+
+    return check
+
+
+def http_specs(allow_hosts: Sequence[str] = ()) -> list[ToolSpec]:
+    return [build_spec(http_fetch, classes={"network"}, lod="head", needs_approval=outside_allow_list(allow_hosts))]

@@ -11,7 +11,7 @@ import fnmatch
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -112,6 +112,9 @@ class ToolSpec:
     @property
     def grant_key(self) -> str:
         return self.grant or self.name
+    # For tools whose risk depends on the arguments: the reason a call needs a human's approval
+    # when no rule decides it (e.g. http_fetch to a host not on the allow list), else None.
+    needs_approval: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -143,6 +146,7 @@ def build_spec(
     side_effects: bool = False,
     classes: Iterable[str] = (),
     lod: Lod = "head",
+    needs_approval: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> ToolSpec:
     """A spec from a typed `async def tool(ctx, ...)`; the schema comes from the signature."""
     tool_name = name or func.__name__
@@ -155,6 +159,7 @@ def build_spec(
         side_effects=side_effects,
         classes=frozenset(classes),
         lod=lod,
+        needs_approval=needs_approval,
     )
 
 

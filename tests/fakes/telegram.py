@@ -9,7 +9,10 @@
 Requests may be form-encoded (what PTB sends, with objects JSON-encoded in fields),
 multipart (uploads) or JSON. getUpdates long-polls and confirms by offset like Telegram;
 a second concurrent getUpdates terminates the first with 409, and getUpdates while a
-webhook is set answers 409. `fail_next(method, kind)` injects one failure. `hold_polls()`
+webhook is set answers 409. `fail_next(method, kind)` injects one failure ("timeout": the
+call is carried out, then answered only after `timeout_delay_s`, as when Telegram delivered a
+message but the reply never reached the client); `random_faults(...)` injects them at rates
+(off unless called). `hold_polls()`
 makes getUpdates calls hang unanswered and unapplied (as if they never reached Telegram), to
 stand for a gateway that dies between storing a batch and confirming it.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -34,7 +38,7 @@ NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
 )
-Fault = Literal["429", "parse", "409", "500", "not_modified"]
+Fault = Literal["429", "parse", "409", "500", "not_modified", "timeout"]
 _OBJECT_FIELDS = {
     "entities",
     "caption_entities",
@@ -95,7 +99,10 @@ class FakeTelegram:
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1000)
         self._message_ids: dict[int, itertools.count[int]] = {}
-        self._faults: dict[str, list[tuple[Fault, int]]] = {}
+        self._faults: dict[str, list[list[Any]]] = {}  # method -> [kind, retry_after, calls to let through first]
+        self._random: _RandomFaults | None = None
+        self.timeout_delay_s = 3.0
+        self.injected: list[tuple[str, Fault, int]] = []  # (method, kind, retry_after) of every fault served
         self._new_update = asyncio.Event()
         self._poll_generation = 0
         self._polls_open = asyncio.Event()
@@ -135,9 +142,18 @@ class FakeTelegram:
 
     # --- scripting ---------------------------------------------------------------
 
-    def fail_next(self, method: str, kind: Fault, retry_after: int = 1) -> None:
-        """The next call to `method` fails: 429 (retry_after), 400 parse error, 409, 500."""
-        self._faults.setdefault(method, []).append((kind, retry_after))
+    def fail_next(self, method: str, kind: Fault, retry_after: int = 1, *, after: int = 0) -> None:
+        """The next call to `method` (after `after` calls let through) fails: 429 (retry_after),
+        400 parse error, 409, 500, or "timeout" (done, but answered too late)."""
+        self._faults.setdefault(method, []).append([kind, retry_after, after])
+
+    def random_faults(
+        self, methods: tuple[str, ...], *, rate_429: float = 0.0, retry_after: tuple[int, int] = (1, 40),
+        rate_timeout: float = 0.0, seed: int | None = None,
+    ) -> None:
+        """From now on, calls to `methods` fail at random: 429 with a retry_after drawn from
+        `retry_after`, or a timeout after the call was carried out."""
+        self._random = _RandomFaults(set(methods), rate_429, retry_after, rate_timeout, random.Random(seed))
 
     def hold_polls(self, after: int = 0) -> None:
         """After `after` more getUpdates calls are served, the next ones hang without
@@ -273,8 +289,11 @@ class FakeTelegram:
         except ConnectionResetError:  # the client gave up (a cancelled long poll)
             return web.Response(status=499)
         self.calls.append(Call(method, params, time.monotonic()))
-        if fault := self._take_fault(method):
-            return fault
+        kind, retry_after = self._draw_fault(method)
+        if kind is not None:
+            self.injected.append((method, kind, retry_after))
+        if kind is not None and kind != "timeout":
+            return self._fault_response(kind, retry_after)
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return self._error(404, "Not Found")
@@ -282,6 +301,8 @@ class FakeTelegram:
             result = await handler(params)
         except _ApiError as exc:
             return self._error(exc.status, exc.description)
+        if kind == "timeout":  # carried out; the answer comes after the client gave up
+            await asyncio.sleep(self.timeout_delay_s)
         return web.json_response({"ok": True, "result": result})
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
@@ -301,11 +322,19 @@ class FakeTelegram:
                 params[key] = value
         return params
 
-    def _take_fault(self, method: str) -> web.Response | None:
+    def _draw_fault(self, method: str) -> tuple[Fault | None, int]:
         queue = self._faults.get(method)
-        if not queue:
-            return None
-        kind, retry_after = queue.pop(0)
+        if queue:
+            if queue[0][2] > 0:
+                queue[0][2] -= 1
+            else:
+                kind, retry_after, _ = queue.pop(0)
+                return kind, retry_after
+        if self._random is not None and method in self._random.methods:
+            return self._random.draw()
+        return None, 0
+
+    def _fault_response(self, kind: Fault, retry_after: int) -> web.Response:
         if kind == "429":
             return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
         if kind == "parse":
@@ -558,6 +587,23 @@ class FakeTelegram:
             if entity["offset"] < 0 or entity["length"] <= 0 or entity["offset"] + entity["length"] > size:
                 raise _ApiError(400, "Bad Request: can't parse entities: entity beyond the end of the text")
         return text, entities
+
+
+@dataclass
+class _RandomFaults:
+    methods: set[str]
+    rate_429: float
+    retry_after: tuple[int, int]
+    rate_timeout: float
+    rng: random.Random
+
+    def draw(self) -> tuple[Fault | None, int]:
+        roll = self.rng.random()
+        if roll < self.rate_429:
+            return "429", self.rng.randint(*self.retry_after)
+        if roll < self.rate_429 + self.rate_timeout:
+            return "timeout", 0
+        return None, 0
 
 
 class _ApiError(Exception):

@@ -1,0 +1,665 @@
+"""The fault drill: three `gateway serve` processes on one PostgreSQL, under faults and kill -9s.
+
+    GATEWAY_TEST_POSTGRES_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/test \\
+        .venv/bin/python bench/chaos.py            # --messages 1000 --threads 50 --kills 10
+
+What runs:
+- a throwaway PostgreSQL database, migrated once;
+- the fake Telegram Bot API (polled by whichever instance leads) answering 2% of sends and edits
+  with 429 `retry_after` 1-40 s and 1% with a timeout after carrying them out;
+- the fake Slack Web API, with signed HTTP events and button clicks spread over all three
+  instances (a dead one is skipped, as a load balancer would, with Slack's retry header);
+- a fake LLM in its own process: 50-500 ms per request, 5% HTTP 500, 2% 429 with Retry-After,
+  1% a stream cut mid-way; it answers each message with its marker, and a message marked TOOL
+  first asks for `write_file`, which needs an approval that the fake user taps;
+- users on `--threads` conversations (Telegram private chats and groups, Slack threads), each
+  sending its share of `--messages` in small bursts (busy mode `queue`: one turn per message);
+- a killer: `kill -9` of a random instance `--kills` times (the leader at least 3 times),
+  restarting it each time.
+
+Then it reports, from what the fake chats show after all edits: messages lost, answered twice,
+per-thread order, approvals resolved, ambiguous sends recorded, latency from message to reply,
+leader failover time and the time a thread waited after its instance died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import yaml  # noqa: E402
+from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender  # noqa: E402
+from fakes.telegram import FakeTelegram  # noqa: E402
+
+POSTGRES_ENV = "GATEWAY_TEST_POSTGRES_URL"
+MARKER = re.compile(r"\bM\d{5}\b")
+GATEWAY = str(ROOT / ".venv" / "bin" / "gateway")
+LEASE_TTL_S = 6.0
+
+
+# ---- the fake LLM process --------------------------------------------------------------------
+
+
+def chaos_responder(request: dict[str, Any], rng: random.Random) -> Any:
+    from fakes.llm import FakeToolCall, HttpError, Reply, Truncate
+
+    roll = rng.random()
+    if roll < 0.05:
+        return HttpError(500, {"error": {"message": "injected server error", "type": "server_error"}})
+    if roll < 0.07:
+        return HttpError(429, {"error": {"message": "injected rate limit"}}, headers={"Retry-After": "1"})
+    messages = request.get("messages", [])
+    # The newest user message with a marker (context notes may come after it).
+    last_user = next(
+        (m for m in reversed(messages) if m.get("role") == "user" and MARKER.search(str(m.get("content")))), {}
+    )
+    marker = (MARKER.findall(str(last_user.get("content") or "")) or ["M?????"])[-1]
+    answered_tool = messages and messages[-1].get("role") == "tool"
+    if roll < 0.08:
+        return Truncate(f"Working on {marker}, ")  # cut mid-way: the client retries
+    if "TOOL" in str(last_user.get("content") or "") and not answered_tool:
+        return Reply(tool_calls=(FakeToolCall("write_file", {"path": f"{marker}.txt", "content": marker}),))
+    suffix = " (written)" if answered_tool else ""
+    return Reply(f"Answer to {marker}{suffix}: the fake model has considered this message carefully.")
+
+
+async def serve_llm() -> None:
+    from fakes.llm import FakeLLM
+
+    rng = random.Random()
+
+    class ChaosLLM(FakeLLM):
+        async def _handle(self, request):  # noqa: ANN001, ANN202
+            await asyncio.sleep(rng.uniform(0.05, 0.5))
+            return await super()._handle(request)
+
+    async with ChaosLLM(responder=lambda r: chaos_responder(r, rng), chunk_chars=12, pings=False) as llm:
+        print(json.dumps({"base_url": llm.base_url}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+# ---- the database --------------------------------------------------------------------------------
+
+
+async def fresh_database(base_url: str) -> tuple[str, str]:
+    import asyncpg
+
+    name = f"chaos_{uuid.uuid4().hex[:10]}"
+    dsn = base_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    url = base_url.rsplit("/", 1)[0] + "/" + name
+    return url, name
+
+
+async def drop_database(base_url: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(base_url.replace("postgresql+asyncpg://", "postgresql://"))
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await conn.close()
+
+
+# ---- the three instances -----------------------------------------------------------------------
+
+
+@dataclass
+class Instance:
+    name: str
+    port: int
+    config: Path
+    env: dict[str, str]
+    log: Path
+    proc: asyncio.subprocess.Process | None = None
+    starts: int = 0
+
+    async def start(self) -> None:
+        self.starts += 1
+        log = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
+        self.proc = await asyncio.create_subprocess_exec(
+            GATEWAY,
+            "serve",
+            "--config",
+            str(self.config),
+            "--log-level",
+            "warning",
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 30)
+            except TimeoutError:
+                self.kill()
+                await self.proc.wait()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+
+def instance_config(tmp: Path, name: str, port: int, llm_url: str, tg: FakeTelegram, slack: FakeSlack) -> Path:
+    config = {
+        "database": {"auto_migrate": False},
+        "llm": {"base_url": llm_url, "model": "chaos-model", "max_retries": 6, "retry_budget_s": 60},
+        "agent": {"workspace": str(tmp / "ws"), "max_rounds": 6, "tools": ["write_file", "read_file", "clock"]},
+        "inbox": {"busy_mode": "queue", "lease_ttl_s": LEASE_TTL_S, "max_concurrent_turns": 16},
+        "outbox": {"sweep_after_s": 20},
+        "serve": {"instance_id": name, "shutdown_grace": 5},
+        "http": {"host": "127.0.0.1", "port": port},
+        "scheduler": {"enabled": False},
+        "telegram": {
+            "api_base_url": tg.base_url,
+            "poll_timeout_s": 2,
+            "rate_overall_per_s": 0,
+            "rate_private_per_s": 0,
+            "rate_group_per_min": 0,
+            "edit_interval_s": 0.3,
+            "request_timeout_s": 2,
+        },
+        "slack": {"api_base_url": slack.base_url, "send_interval_s": 0, "stream_interval_s": 0.3},
+    }
+    path = tmp / f"{name}.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# ---- the conversations ---------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    marker: str
+    thread: str
+    at: float
+    tool: bool
+    answered_at: float | None = None
+
+
+@dataclass
+class Conversation:
+    key: str  # tg:<chat> or slack:<channel>:<root ts>
+    kind: str  # tg_private | tg_group | slack
+    chat: int | str
+    user: int | str
+    sent: list[Sent] = field(default_factory=list)
+    root_ts: str = ""
+
+
+class Drill:
+    def __init__(self, args: argparse.Namespace, tg: FakeTelegram, slack: FakeSlack, instances: list[Instance]):
+        self.args = args
+        self.tg = tg
+        self.slack = slack
+        self.instances = instances
+        self.rng = random.Random(args.seed)
+        self.markers = iter(range(1, 100_000))
+        self.conversations: list[Conversation] = []
+        self.by_marker: dict[str, Sent] = {}
+        self.senders = [SlackEventSender(f"http://127.0.0.1:{i.port}/slack/events", SIGNING_SECRET) for i in instances]
+        self.tapped: set[str] = set()
+        self.events: list[tuple[float, str, str]] = []  # (time, what, instance)
+        self.done = asyncio.Event()
+        self.slack_posts = 0
+        self.slack_refused = 0
+
+    # -- users --
+    def build(self) -> None:
+        for n in range(self.args.threads):
+            if n % 2 == 0 and n % 4 == 0:
+                self.conversations.append(Conversation(f"tg:{1000 + n}", "tg_private", 1000 + n, 1000 + n))
+            elif n % 2 == 0:
+                self.conversations.append(Conversation(f"tg:{-5000 - n}", "tg_group", -5000 - n, 2000 + n))
+            else:
+                self.conversations.append(Conversation(f"slack:C{n:03d}", "slack", f"C{n:03d}", f"U{n:03d}"))
+
+    def new_text(self, conversation: Conversation) -> Sent:
+        marker = f"M{next(self.markers):05d}"
+        tool = self.rng.random() < self.args.tool_share
+        sent = Sent(marker, conversation.key, time.monotonic(), tool)
+        self.by_marker[marker] = sent
+        conversation.sent.append(sent)
+        return sent
+
+    async def send(self, conversation: Conversation, sent: Sent) -> None:
+        text = f"please answer {sent.marker}" + (" TOOL" if sent.tool else "")
+        if conversation.kind == "tg_private":
+            self.tg.private_message(int(conversation.chat), text)
+        elif conversation.kind == "tg_group":
+            self.tg.group_message(int(conversation.chat), f"@test_bot {text}", user_id=int(conversation.user))
+        else:
+            await self.slack_event(conversation, f"<@UBOT> {text}")
+
+    async def slack_event(self, conversation: Conversation, text: str) -> None:
+        channel, user = str(conversation.chat), str(conversation.user)
+        thread_ts = conversation.root_ts or None
+        ts = self.slack.post_as_user(channel, user, text, thread_ts)["ts"]
+        if not conversation.root_ts:
+            conversation.root_ts = ts
+        sender = self.senders[0]
+        event = sender.mention(channel, user, text, ts=ts, thread_ts=thread_ts)
+        body = json.dumps(sender.envelope(event, f"Ev{uuid.uuid4().hex[:12]}"))
+        await self.post_to_any(body, "application/json")
+
+    async def post_to_any(self, body: str, content_type: str) -> None:
+        """Like Slack behind a load balancer: a random instance; a refused or failed delivery
+        is retried (with X-Slack-Retry-Num) on another one until one answers 200."""
+        for attempt in range(200):
+            sender = self.rng.choice(self.senders)
+            try:
+                reply = await asyncio.wait_for(
+                    sender.post(body, retry_num=attempt or None, content_type=content_type), 5
+                )
+                self.slack_posts += 1
+                if reply.status == 200:
+                    return
+            except (OSError, TimeoutError, Exception):  # noqa: BLE001 - a dead instance
+                self.slack_refused += 1
+            await asyncio.sleep(0.2)
+        raise RuntimeError("no instance took a Slack event for 200 tries")
+
+    async def user(self, conversation: Conversation, count: int) -> None:
+        left = count
+        while left > 0:
+            burst = min(left, self.rng.choice((1, 1, 2, 3)))
+            for _ in range(burst):
+                await self.send(conversation, self.new_text(conversation))
+            left -= burst
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and any(s.answered_at is None for s in conversation.sent):
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(self.rng.uniform(0, 0.5))
+
+    # -- what the chats show --
+    def chat_texts(self, conversation: Conversation) -> list[str]:
+        if conversation.kind.startswith("tg"):
+            return [m.text for m in self.tg.bot_messages(int(conversation.chat)) if m.text]
+        if not conversation.root_ts:
+            return []
+        return [
+            str(m.get("text") or "")
+            for m in self.slack.thread(str(conversation.chat), conversation.root_ts)
+            if m.get("user") == self.slack.bot_user_id or m.get("bot_id")
+        ]
+
+    async def watch(self) -> None:
+        """Marks answers as they appear and taps Approve on approval prompts."""
+        import traceback
+
+        while not self.done.is_set():
+            now = time.monotonic()
+            for conversation in self.conversations:
+                try:
+                    for text in self.chat_texts(conversation):
+                        for marker in MARKER.findall(text):
+                            sent = self.by_marker.get(marker)
+                            if sent and sent.answered_at is None and text.startswith("Answer to"):
+                                sent.answered_at = now
+                    await self.tap_approvals(conversation)
+                except Exception:  # noqa: BLE001 - keep watching; say what broke
+                    traceback.print_exc()
+            await asyncio.sleep(0.1)
+
+    async def progress(self) -> None:
+        started = time.monotonic()
+        while not self.done.is_set():
+            await asyncio.sleep(5)
+            sent = len(self.by_marker)
+            answered = sum(1 for s in self.by_marker.values() if s.answered_at is not None)
+            alive = "".join("+" if i.alive else "-" for i in self.instances)
+            print(
+                f"  {time.monotonic() - started:6.0f}s  sent {sent:5d}  answered {answered:5d}  instances {alive}"
+                f"  kills {sum(1 for _, w, _ in self.events if w.startswith('kill'))}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if self.args.verbose:
+                for conversation in self.conversations[:3]:
+                    print(f"    {conversation.key}: {self.chat_texts(conversation)[-3:]}", file=sys.stderr, flush=True)
+
+    async def tap_approvals(self, conversation: Conversation) -> None:
+        if conversation.kind.startswith("tg"):
+            self.tap_telegram(conversation)
+            return
+        self.tap_slack(conversation)
+
+    def tap_telegram(self, conversation: Conversation) -> None:
+        if conversation.kind.startswith("tg"):
+            chat = int(conversation.chat)
+            for message in self.tg.bot_messages(chat):
+                for row in message.buttons:
+                    for button in row:
+                        key = f"tg:{chat}:{message.message_id}"
+                        if "Approve" in button.get("text", "") and key not in self.tapped:
+                            self.tapped.add(key)
+                            self.tg.press(
+                                chat, message.message_id, button["callback_data"], user_id=int(conversation.user)
+                            )
+
+    def tap_slack(self, conversation: Conversation) -> None:
+        if not conversation.root_ts:
+            return
+        for message in self.slack.thread(str(conversation.chat), conversation.root_ts):
+            for block in message.get("blocks") or []:
+                for element in block.get("elements") or []:
+                    label = (element.get("text") or {}).get("text", "")
+                    key = f"slack:{message.get('ts')}"
+                    if element.get("type") == "button" and "Approve" in label and key not in self.tapped:
+                        self.tapped.add(key)
+                        payload = self.senders[0].block_actions(
+                            user=str(conversation.user),
+                            channel=str(conversation.chat),
+                            message_ts=message["ts"],
+                            value=element["value"],
+                            thread_ts=message.get("thread_ts"),
+                            action_id=element["action_id"],
+                        )
+                        from urllib.parse import urlencode
+
+                        body = urlencode({"payload": json.dumps(payload)})
+                        asyncio.get_running_loop().create_task(
+                            self.post_to_any(body, "application/x-www-form-urlencoded")
+                        )
+
+    # -- the killer --
+    async def leader(self, store) -> str | None:  # noqa: ANN001
+        holder = await store.inbox.lease_holder("leader")
+        return holder.owner if holder else None
+
+    async def killer(self, store) -> None:  # noqa: ANN001
+        kills, leader_kills = 0, 0
+        await asyncio.sleep(8)
+        while kills < self.args.kills and not self.done.is_set():
+            leader = await self.leader(store)
+            must_hit_leader = leader_kills < 3 and (self.args.kills - kills) <= (3 - leader_kills) * 2
+            target = (
+                next((i for i in self.instances if i.name == leader), None)
+                if must_hit_leader or (leader and self.rng.random() < 0.35)
+                else None
+            )
+            target = target or self.rng.choice(self.instances)
+            if not target.alive:
+                await asyncio.sleep(1)
+                continue
+            was_leader = target.name == leader
+            target.kill()
+            at = time.monotonic()
+            kills += 1
+            leader_kills += was_leader
+            self.events.append((at, "kill-leader" if was_leader else "kill", target.name))
+            await target.proc.wait()  # type: ignore[union-attr]
+            await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+            await target.start()
+            self.events.append((time.monotonic(), "restart", target.name))
+            if was_leader:
+                asyncio.get_running_loop().create_task(self.time_failover(store, target.name, at))
+            await asyncio.sleep(self.rng.uniform(6, 14))
+        self.kills, self.leader_kills = kills, leader_kills
+
+    async def time_failover(self, store, dead: str, at: float) -> None:  # noqa: ANN001
+        for _ in range(600):
+            owner = await self.leader(store)
+            if owner is not None and owner != dead:
+                self.events.append((time.monotonic(), f"failover:{time.monotonic() - at:.2f}", owner))
+                return
+            await asyncio.sleep(0.05)
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+async def report(drill: Drill, store, started: float) -> dict[str, Any]:  # noqa: ANN001
+    from sqlalchemy import func, select
+
+    from gateway.store.tables import prompts
+
+    lost, twice, out_of_order = [], [], []
+    for conversation in drill.conversations:
+        shown = drill.chat_texts(conversation)
+        counts: dict[str, int] = defaultdict(int)
+        order: list[str] = []
+        for text in shown:
+            if not text.startswith("Answer to"):
+                continue
+            for marker in dict.fromkeys(MARKER.findall(text)):
+                counts[marker] += 1
+                if marker not in order:
+                    order.append(marker)
+        mine = [s.marker for s in conversation.sent]
+        lost += [m for m in mine if counts[m] == 0]
+        twice += [m for m in mine if counts[m] > 1]
+        expected = [m for m in mine if m in order]
+        if order != expected:
+            out_of_order.append(conversation.key)
+
+    async def scalar(query) -> int:  # noqa: ANN001
+        return await store.db.read(lambda conn: conn.execute(query).scalar_one())
+
+    approvals = await scalar(select(func.count()).select_from(prompts).where(prompts.c.kind == "approval"))
+    approved = await scalar(
+        select(func.count()).select_from(prompts).where(prompts.c.kind == "approval", prompts.c.status == "approved")
+    )
+    uncertain_rows = await store.outbox.uncertain(limit=10_000)
+    undelivered = await store.outbox.undelivered(limit=10_000)
+    twice_on_uncertain = 0
+    uncertain_texts = " ".join(json.dumps(r.payload) for r in uncertain_rows)
+    for marker in twice:
+        twice_on_uncertain += marker in uncertain_texts
+    injected = drill.tg.injected
+    timeouts_on_sends = sum(1 for method, kind, _ in injected if kind == "timeout" and method == "sendMessage")
+    latencies = [s.answered_at - s.at for s in drill.by_marker.values() if s.answered_at is not None]
+    failovers = [float(what.split(":")[1]) for _, what, _ in drill.events if what.startswith("failover:")]
+    waits = thread_waits(drill)
+    total = len(drill.by_marker)
+    return {
+        "messages": total,
+        "threads": len(drill.conversations),
+        "tool messages": sum(1 for s in drill.by_marker.values() if s.tool),
+        "lost": len(lost),
+        "answered twice": len(twice),
+        "answered twice on rows recorded uncertain": twice_on_uncertain,
+        "order kept": f"{100 * (1 - len(out_of_order) / max(1, len(drill.conversations))):.1f}%",
+        "approvals resolved": f"{approved}/{approvals}",
+        "telegram faults injected": {
+            "429": sum(1 for _, kind, _ in injected if kind == "429"),
+            "timeout": sum(1 for _, kind, _ in injected if kind == "timeout"),
+            "timeout on sendMessage": timeouts_on_sends,
+        },
+        "outbox rows recorded uncertain": len(uncertain_rows),
+        "outbox rows undelivered at the end": len(undelivered),
+        "latency p50 s": round(pct(latencies, 50), 2),
+        "latency p95 s": round(pct(latencies, 95), 2),
+        "kills": getattr(drill, "kills", 0),
+        "leader kills": getattr(drill, "leader_kills", 0),
+        "leader failover s (each)": [round(f, 2) for f in failovers],
+        "thread wait after its instance died s (p50, max)": waits,
+        "slack posts refused by a dead instance": drill.slack_refused,
+        "wall s": round(time.monotonic() - started, 1),
+        "lost markers": lost[:20],
+        "twice markers": twice[:20],
+    }
+
+
+def thread_waits(drill: Drill) -> tuple[float, float] | None:
+    """For each kill: messages sent before it and answered after it, whose answer took longer
+    than a normal answer: the time from the kill to their answer."""
+    kills = [at for at, what, _ in drill.events if what.startswith("kill")]
+    waits = []
+    for at in kills:
+        for sent in drill.by_marker.values():
+            if sent.at < at and sent.answered_at is not None and sent.answered_at > at + 1.0:
+                waits.append(sent.answered_at - at)
+    if not waits:
+        return None
+    return round(statistics.median(waits), 2), round(max(waits), 2)
+
+
+# ---- main --------------------------------------------------------------------------------------------
+
+
+async def start_llm() -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--serve-llm",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    line = await proc.stdout.readline()  # type: ignore[union-attr]
+    return proc, json.loads(line)["base_url"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def run(args: argparse.Namespace) -> int:
+    base = os.environ.get(POSTGRES_ENV, "")
+    if not base:
+        print(f"{POSTGRES_ENV} is not set: the drill needs PostgreSQL (three instances share it)")
+        return 2
+    from gateway.store import Store, upgrade
+
+    url, dbname = await fresh_database(base)
+    store = Store(url)
+    await upgrade(store.db)
+    llm_proc, llm_url = await start_llm()
+    tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
+    (tmp / "ws").mkdir()
+    instances: list[Instance] = []
+    try:
+        async with FakeTelegram() as tg, FakeSlack() as slack:
+            tg.timeout_delay_s = 3.0
+            tg.random_faults(
+                ("sendMessage", "editMessageText", "sendMessageDraft"),
+                rate_429=0.02,
+                retry_after=(1, 40),
+                rate_timeout=0.01,
+                seed=args.seed,
+            )
+            env = {
+                **os.environ,
+                "GATEWAY_DATABASE_URL": url,
+                "TELEGRAM_BOT_TOKEN": tg.token,
+                "SLACK_BOT_TOKEN": slack.token,
+                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            }
+            env.pop("SLACK_APP_TOKEN", None)
+            for n in range(3):
+                name = f"gw{n + 1}"
+                port = free_port()
+                config = instance_config(tmp, name, port, llm_url, tg, slack)
+                instances.append(Instance(name, port, config, env, tmp / f"{name}.log"))
+            for instance in instances:
+                await instance.start()
+            await wait_ready(instances)
+            drill = Drill(args, tg, slack, instances)
+            drill.build()
+            for sender in drill.senders:
+                await sender.__aenter__()
+            started = time.monotonic()
+            per_thread = args.messages // args.threads
+            watcher = asyncio.create_task(drill.watch())
+            progress = asyncio.create_task(drill.progress())
+            killer = asyncio.create_task(drill.killer(store))
+            users = [drill.user(c, per_thread) for c in drill.conversations]
+            await asyncio.gather(*users)
+            await asyncio.sleep(3)  # late duplicates would show up now
+            drill.done.set()
+            await asyncio.gather(watcher, killer, progress, return_exceptions=True)
+            figures = await report(drill, store, started)
+            for sender in drill.senders:
+                await sender.__aexit__(None, None, None)
+            for instance in instances:
+                await instance.stop()
+            print(json.dumps(figures, indent=2))
+            print(f"logs: {tmp}")
+            ok = (
+                figures["lost"] == 0
+                and figures["answered twice"] == figures["answered twice on rows recorded uncertain"]
+            )
+            return 0 if ok else 1
+    finally:
+        for instance in instances:
+            instance.kill()
+        if llm_proc.stdin is not None:
+            llm_proc.stdin.close()
+        await llm_proc.wait()
+        await store.close()
+        await drop_database(base, dbname)
+
+
+async def wait_ready(instances: list[Instance]) -> None:
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        for instance in instances:
+            for _ in range(300):
+                try:
+                    if (await http.get(f"http://127.0.0.1:{instance.port}/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError(f"{instance.name} did not become ready; see {instance.log}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=50)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--tool-share", type=float, default=0.08, help="messages that need an approval")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--verbose", action="store_true", help="show the last messages of a few chats as it runs")
+    parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_llm:
+        asyncio.run(serve_llm())
+        return 0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Delivering what was recorded but never sent.
+
+An outbox row stays `pending` when the process died between recording the intent and sending
+it, or when its retries ran out. The sweeper finds rows pending for longer than
+`outbox.sweep_after_s` on threads nobody is working on, takes the thread's lease (so no worker
+and no other sweeper sends the same row meanwhile), and delivers them from what the row
+recorded, or gives up with the reason written on the row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from gateway.config import OutboxConfig
+from gateway.events import Button, Channel, ChannelError, Delivered, Outbound, Prompt, ThreadKey
+from gateway.outbox import Outbox
+from gateway.store import Lease, OutboxRecord, Store
+from gateway.store.base import utcnow
+
+log = logging.getLogger(__name__)
+GAVE_UP = "given up by the sweeper after {age}: {error}"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    delivered: int = 0
+    given_up: int = 0
+
+
+class OutboxSweeper:
+    def __init__(self, store: Store, outbox: Outbox, config: OutboxConfig, *, instance_id: str, lease_ttl_s: float):
+        self.store = store
+        self.outbox = outbox
+        self.config = config
+        self.instance_id = instance_id
+        self.lease_ttl_s = lease_ttl_s
+
+    async def sweep(self, *, limit: int = 50) -> SweepResult:
+        stuck = await self.store.outbox.stuck(timedelta(seconds=self.config.sweep_after_s), limit=limit)
+        by_thread: dict[str, list[OutboxRecord]] = {}
+        for row in stuck:
+            by_thread.setdefault(row.thread_key, []).append(row)
+        delivered = given_up = 0
+        for thread_key, rows in by_thread.items():
+            if await self._thread_busy(thread_key):
+                continue  # its worker delivers what its turn recorded
+            lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.instance_id, self.lease_ttl_s)
+            if lease is None:
+                continue  # someone works on the thread right now
+            renewing = asyncio.create_task(self._renew(lease))
+            try:
+                for row in rows:
+                    if await self._sweep_row(ThreadKey.parse(thread_key), row):
+                        delivered += 1
+                    else:
+                        given_up += 1
+            finally:
+                renewing.cancel()
+                held = await asyncio.gather(renewing, return_exceptions=True)
+                current = held[0] if isinstance(held[0], Lease) else lease
+                await self.store.inbox.release(current)
+        return SweepResult(delivered, given_up)
+
+    async def _renew(self, lease: Lease) -> Lease:
+        """Keeps the thread's lease while a send waits (a retry_after can be long)."""
+        try:
+            while True:
+                await asyncio.sleep(self.lease_ttl_s / 3)
+                lease = await self.store.inbox.renew(lease, self.lease_ttl_s) or lease
+        except asyncio.CancelledError:
+            return lease
+
+    async def _thread_busy(self, thread_key: str) -> bool:
+        """A turn left running (it is continued and delivers its own reply, adopting a half
+        streamed one) or items waiting: the thread's worker comes first."""
+        if await self.store.inbox.count_pending(thread_key) > 0:
+            return True
+        return bool(await self.store.runs.list(stage="RUNNING", thread_key=thread_key, limit=1))
+
+    async def _sweep_row(self, thread: ThreadKey, row: OutboxRecord) -> bool:
+        current = await self.store.outbox.get(row.key)
+        if current is None or current.status != "pending":
+            return True
+        age = utcnow() - row.created_at if row.created_at else timedelta(0)
+        if age > timedelta(seconds=self.config.give_up_after_s):
+            return await self._give_up(row, GAVE_UP.format(age=_age(age), error=row.error or "never sent"))
+        try:
+            delivered = await self.outbox.deliver_recorded(current, thread, _action(row))
+        except ChannelError as exc:
+            if exc.permanent or (exc.ambiguous and current.uncertain is not None):
+                return False  # with_retries marked the row failed, with the reason
+            log.warning("outbox row %s (%s) still not delivered: %s", row.id, row.key, exc)
+            return False
+        if row.kind == "prompt" and row.key.startswith("prompt:"):
+            await self.store.prompts.set_message_ids(int(row.key.split(":", 1)[1]), list(delivered.message_ids))
+        log.info("delivered outbox row %s (%s) that was left undelivered", row.id, row.key)
+        return True
+
+    async def _give_up(self, row: OutboxRecord, reason: str) -> bool:
+        log.error("outbox row %s (%s): %s", row.id, row.key, reason)
+        await self.store.outbox.attempt_failed(row.id, reason, final=True)
+        return False
+
+
+def _age(age: timedelta) -> str:
+    hours = age.total_seconds() / 3600
+    return f"{hours:.1f} h" if hours >= 1 else f"{age.total_seconds():.0f} s"
+
+
+def _action(row: OutboxRecord) -> Callable[[Channel, tuple[str, ...]], Awaitable[Delivered]]:
+    """How to send the row again from what it recorded."""
+    payload = row.payload
+    thread = ThreadKey.parse(row.thread_key)
+    if row.kind == "prompt":
+        prompt = prompt_from_payload(payload, thread)
+        return lambda channel, _done: channel.send_prompt(prompt)
+    if row.kind == "close_prompt":
+        ids = [str(i) for i in payload.get("message_ids", [])]
+
+        async def close(channel: Channel, _done: tuple[str, ...]) -> Delivered:
+            await channel.close_prompt(thread, ids, str(payload.get("outcome", "")))
+            return Delivered(tuple(ids))
+
+        return close
+    document = payload.get("document")
+    message = Outbound(
+        thread,
+        str(payload.get("text", "")),
+        row.key,
+        str(payload.get("reply_to") or ""),
+        document=(str(document[0]), str(document[1])) if document else None,
+    )
+    return lambda channel, done: channel.send(Outbound(**{**message.__dict__, "already": done}))
+
+
+def prompt_from_payload(payload: dict, thread: ThreadKey) -> Prompt:
+    buttons = tuple(tuple(Button(str(b["label"]), str(b["token"])) for b in row) for row in payload.get("buttons", []))
+    return Prompt(
+        payload["kind"],
+        thread,
+        payload["key"],
+        payload.get("text", ""),
+        buttons,
+        tool_name=payload.get("tool_name", ""),
+        arguments=payload.get("arguments", ""),
+        hint=payload.get("hint", ""),
+    )

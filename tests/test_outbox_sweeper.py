@@ -1,0 +1,130 @@
+"""Outbox rows recorded but never sent are delivered by the sweeper, or given up with a reason;
+/status and `gateway outbox` show them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fakes.channel import FakeChannel
+from harness import make_config, running_gateway
+
+from gateway.events import ChannelError, Delivered, Outbound, ThreadKey
+from gateway.outbox import Outbox
+
+T1 = ThreadKey("fake", "chat1", "")
+SWEEP_FAST = {"sweep_after_s": 0.2, "backoff_s": 0.01, "backoff_max_s": 0.02}
+
+
+class RefusingChannel(FakeChannel):
+    """Sends fail (transiently) while `refusing`, permanently for texts containing "forbidden"."""
+
+    def __init__(self) -> None:
+        super().__init__(name="fake")
+        self.refusing = False
+        self.attempts = 0
+
+    async def send(self, message: Outbound) -> Delivered:
+        self.attempts += 1
+        if "forbidden" in message.text:
+            raise ChannelError("bot was blocked by the user", permanent=True)
+        if self.refusing:
+            raise ChannelError("HTTP 502")
+        return await super().send(message)
+
+
+async def test_an_intent_recorded_but_never_sent_is_delivered_once(store, llm, tmp_path):
+    # A crash between the round's commit and the send leaves exactly this behind.
+    await store.outbox.record("reply:7", str(T1), "message", {"text": "the lost reply", "reply_to": ""})
+    config = make_config(llm.base_url, str(tmp_path), outbox=SWEEP_FAST)
+    async with running_gateway(store, config) as h:
+        await h.wait_for(lambda: h.channel.messages(T1) == ["the lost reply"], timeout=20)
+        await asyncio.sleep(0.5)  # later sweeps find nothing left
+        assert h.channel.messages(T1) == ["the lost reply"]
+    row = await store.outbox.get("reply:7")
+    assert row.status == "sent" and row.message_ids
+
+
+async def test_retries_exhausted_are_swept_later_and_a_permanent_failure_is_given_up(store, llm, tmp_path):
+    channel = RefusingChannel()
+    config = make_config(llm.base_url, str(tmp_path), outbox={**SWEEP_FAST, "max_attempts": 2})
+    async with running_gateway(store, config, channel) as h:
+        channel.refusing = True
+        outbox: Outbox = h.gateway.outbox
+        for key, text in (("k-retry", "try again later"), ("k-blocked", "forbidden words")):
+            try:
+                await outbox.send_text(T1, text, key=key)
+            except ChannelError:
+                pass
+        assert (await store.outbox.get("k-retry")).status == "pending"
+        assert (await store.outbox.get("k-blocked")).status == "failed"
+        channel.refusing = False
+        await h.wait_for(lambda: channel.messages(T1) == ["try again later"], timeout=20)
+    assert (await store.outbox.get("k-retry")).status == "sent"
+    blocked = await store.outbox.get("k-blocked")
+    assert blocked.status == "failed" and "blocked" in blocked.error
+
+
+async def test_a_row_older_than_the_give_up_age_is_given_up_with_the_reason(store, llm, tmp_path):
+    channel = RefusingChannel()
+    channel.refusing = True
+    config = make_config(llm.base_url, str(tmp_path), outbox={**SWEEP_FAST, "max_attempts": 1, "give_up_after_s": 0.5})
+    async with running_gateway(store, config, channel) as h:
+        try:
+            await h.gateway.outbox.send_text(T1, "never", key="k1")
+        except ChannelError:
+            pass
+
+        async def given_up() -> bool:
+            return (await store.outbox.get("k1")).status == "failed"
+
+        for _ in range(200):
+            if await given_up():
+                break
+            await asyncio.sleep(0.05)
+    row = await store.outbox.get("k1")
+    assert row.status == "failed" and row.error.startswith("given up by the sweeper after")
+    assert channel.messages(T1) == []
+
+
+async def test_status_shows_messages_not_delivered_yet(store, llm, tmp_path):
+    await store.outbox.record("reply:9", str(T1), "message", {"text": "stuck", "reply_to": ""})
+    config = make_config(llm.base_url, str(tmp_path), outbox={"sweep_after_s": 3600})
+    async with running_gateway(store, config) as h:
+        await h.say("/status")
+        await h.idle()
+        (status,) = h.channel.messages(T1)
+        assert "Messages not delivered yet: 1" in status
+
+
+async def test_a_chat_on_hold_says_until_when_in_status(store, llm, tmp_path):
+    config = make_config(llm.base_url, str(tmp_path))
+    async with running_gateway(store, config) as h:
+        await store.outbox.record("reply:9", str(T1), "message", {"text": "held", "reply_to": ""})
+        row = await store.outbox.get("reply:9")
+        await store.outbox.attempt_failed(row.id, "flood", final=False, retry_at=_in_seconds(90))
+        await h.say("/status")
+        await h.idle()
+        status = h.channel.messages(T1)[-1]
+        assert "Messages not delivered yet: 1" in status and "next attempt at" in status
+
+
+def _in_seconds(seconds: float):  # noqa: ANN202
+    from datetime import timedelta
+
+    from gateway.store.base import utcnow
+
+    return utcnow() + timedelta(seconds=seconds)
+
+
+async def test_outbox_cli_lists_undelivered_and_uncertain_rows(store, tmp_path, capsys):
+    from gateway.cli.outbox import print_outbox
+
+    await store.outbox.record("reply:1", str(T1), "message", {"text": "stuck", "reply_to": ""})
+    await store.outbox.record("reply:2", str(T1), "message", {"text": "twice?", "reply_to": ""})
+    row = await store.outbox.get("reply:2")
+    await store.outbox.attempt_failed(row.id, "timed out", final=False, uncertain="timed out, may have been delivered")
+    await store.outbox.mark_sent(row.id, ["5"])
+    print_outbox(await store.outbox.undelivered(), await store.outbox.uncertain())
+    out = capsys.readouterr().out
+    assert "reply:1" in out and "not delivered" in out
+    assert "reply:2" in out and "may have been delivered" in out
