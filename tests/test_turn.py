@@ -290,28 +290,3 @@ async def test_a_second_context_refusal_ends_the_turn_with_overflow(store, llm, 
     assert (run.stage, run.end_reason) == ("FAILED", "overflow")
     assert len(llm.requests) == 2
 
-
-async def test_a_stream_cut_mid_way_is_asked_again_not_apologised_for(store, llm, tmp_path):
-    llm.truncate("The first half of the ans")
-    llm.truncate("The first")
-    llm.reply("The whole answer.")
-    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
-        await h.say("explain")
-        await h.idle()
-        assert h.channel.messages() == ["The whole answer."]
-        assert len(llm.requests) == 3
-        run = (await store.runs.list())[0]
-        assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
-        history = await store.sessions.history(run.session_id)
-        assert [(m.role, m.content) for m in history] == [("user", "explain"), ("assistant", "The whole answer.")]
-
-
-async def test_a_stream_that_keeps_breaking_off_ends_with_the_apology(store, llm, tmp_path):
-    for _ in range(3):
-        llm.truncate("half ")
-    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
-        await h.say("explain")
-        await h.idle()
-        assert len(llm.requests) == 3
-        run = (await store.runs.list())[0]
-        assert (run.stage, run.end_reason) == ("FAILED", "error")

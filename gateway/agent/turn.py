@@ -40,7 +40,7 @@ from gateway.approvals.prompts import PromptService
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import LLMClient, LLMError, ModelInfo, StreamInterrupted, TextDelta, Usage
+from gateway.llm import LLMClient, LLMError, ModelInfo, TextDelta, Usage
 from gateway.outbox import Outbox, RecordedStream
 from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tools import ToolRegistry
@@ -305,7 +305,6 @@ class Turn(ToolCallSteps, RefusalSteps):
         raise TurnEnd("SUCCESS", "reply", recorded=True)
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
-        cut_streams = 0
         while True:
             built = await self._build_context()
             builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
@@ -315,14 +314,6 @@ class Turn(ToolCallSteps, RefusalSteps):
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
             except LLMError as exc:
                 await self._after_llm_error(exc, built, builder, stream)  # returns only to send again
-                continue
-            except StreamInterrupted as exc:
-                # Cut mid-way (the client retries only until a stream starts): nothing of the
-                # round was persisted, so it is asked again; the shown text is replaced.
-                await self.trace.error("llm", f"stream cut: {exc}")  # type: ignore[union-attr]
-                cut_streams += 1
-                if cut_streams > MAX_CUT_STREAMS:
-                    raise
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
@@ -497,9 +488,6 @@ class Turn(ToolCallSteps, RefusalSteps):
                 break
             trailing.append(message.id)
         await self.s.store.sessions.mark_failed(trailing)
-
-
-MAX_CUT_STREAMS = 2  # a round whose stream broke off mid-way is asked again this often
 
 
 def partial_key(run_id: int) -> str:
