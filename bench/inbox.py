@@ -28,8 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fakes.channel import FakeChannel
+# support comes first: importing it puts the project and tests/ on sys.path.
 from support import LLMProcess, bench_database, database_kinds, ms, percentile
+
+# isort: split
+from fakes.channel import FakeChannel
 
 from gateway.app import Gateway
 from gateway.config import Config

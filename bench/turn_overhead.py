@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fakes.channel import FakeChannel
+# support comes first: importing it puts the project and tests/ on sys.path.
 from support import TOOL_TRIGGER, LLMProcess, bench_store, database_kinds, ms, percentile
+
+# isort: split
+from fakes.channel import FakeChannel
 
 from gateway.agent.turn import Turn, TurnRequest
 from gateway.app import Gateway
