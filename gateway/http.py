@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from gateway import metrics
 from gateway.config import HttpConfig
 from gateway.loop_lag import LoopLag
 from gateway.store import migrations_current
@@ -78,20 +80,14 @@ class HttpServer:
         return web.json_response({"ready": ready, **body}, status=200 if ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
+        """Counters live in memory; the inbox gauges cost one aggregate query per scrape,
+        whatever the inbox holds."""
         store = self.gateway.store
-        lines = [
-            "# HELP gateway_inbox_pending Inbox items waiting to be processed.",
-            "# TYPE gateway_inbox_pending gauge",
-            f"gateway_inbox_pending {await store.inbox.count_pending()}",
-            "# HELP gateway_runs Runs by stage (most recent 1000).",
-            "# TYPE gateway_runs gauge",
-        ]
-        stages: dict[str, int] = {}
-        for run in await store.runs.list(limit=1000):
-            stages[run.stage] = stages.get(run.stage, 0) + 1
-        lines += [f'gateway_runs{{stage="{stage}"}} {count}' for stage, count in sorted(stages.items())]
+        pending, oldest = await store.inbox.pending_summary()
+        metrics.INBOX_DEPTH.set(pending)
+        metrics.INBOX_OLDEST.set((datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0)
         count = store.db.count
-        lines += [
+        lines = [
             "# HELP gateway_db_statements_total Statements sent to the database.",
             "# TYPE gateway_db_statements_total counter",
             f"gateway_db_statements_total {count.statements}",
@@ -106,4 +102,5 @@ class HttpServer:
             *(f'gateway_event_loop_lag_seconds{{quantile="{q}"}} {lag.quantile(q):.6f}' for q in (0.5, 0.99)),
             f"gateway_event_loop_lag_seconds_max {lag.worst():.6f}",
         ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        text = metrics.render().decode() + "\n".join(lines) + "\n"
+        return web.Response(text=text, content_type="text/plain")

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from gateway import metrics
 from gateway.config import OutboxConfig
 from gateway.events import (
     Channel,
@@ -171,6 +172,7 @@ class Outbox:
         channel = self.channel(thread)
         delivered = await self.with_retries(thread, lambda done: action(channel, done), record=record)
         await self.store.outbox.mark_sent(record.id, list(delivered.message_ids))
+        metrics.OUTBOX.labels(thread.channel).inc()
         return delivered
 
     async def with_retries(self, thread: ThreadKey, call: Attempt[T], *, record: OutboxRecord | None = None) -> T:
@@ -357,6 +359,7 @@ class RecordedStream:
             delivered = await self.outbox.with_retries(self.thread, lambda _done: stream.finish(text), record=record)
         forget = self._progress_id if self._recorded else None
         await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids), run_end=run_end, forget=forget)
+        metrics.OUTBOX.labels(self.thread.channel).inc()
         self._recorded = ()
         self._stream = None
         return delivered

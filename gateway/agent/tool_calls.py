@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway import metrics
 from gateway.agent.child import DELEGATE
 from gateway.agent.guards import TOOL_LOOP_NOTICE
 from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
@@ -135,6 +136,7 @@ class ToolCallSteps:
             return await self._settle(call, "rejected", decision.reason, note=decision.reason)
         if decision.action == "auto_deny":
             self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
+            metrics.APPROVALS.labels("auto_denied").inc()
             await self.trace.event(
                 "AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments}
             )  # type: ignore[union-attr]
@@ -230,6 +232,7 @@ class ToolCallSteps:
         self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None
     ) -> tuple[str, str]:
         await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
+        metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway import metrics
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.child import ChildContext
 from gateway.agent.estimates import estimated_usage
@@ -147,6 +148,13 @@ class Turn(ToolCallSteps, RefusalSteps):
 
     # ---- entry ---------------------------------------------------------------------------
     async def run(self) -> TurnResult:
+        started = time.monotonic()
+        result = await self._run()
+        metrics.TURNS.labels(result.stage, result.end_reason).inc()
+        metrics.TURN_SECONDS.observe(time.monotonic() - started)
+        return result
+
+    async def _run(self) -> TurnResult:
         await self._open_run()
         try:
             await self._loop()

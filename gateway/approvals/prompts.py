@@ -14,6 +14,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gateway import metrics
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
@@ -98,6 +99,7 @@ class PromptService:
             arguments = call.arguments
         payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name}
         payload["agent"] = agent
+        metrics.APPROVALS.labels("requested").inc()
         prompt, _ = await self.store.prompts.create(
             kind="approval",
             session_id=session.id,
@@ -218,6 +220,8 @@ class PromptService:
             return SubmitResult(press.event_id, answer=EXPIRED_ANSWER, alert=True)
         if outcome != "decided" or prompt is None:
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
+        if prompt.kind == "approval":
+            metrics.APPROVALS.labels("approved" if prompt.status == "approved" else "denied").inc()
         if prompt.decision in (ALLOW_15M, ALLOW_THREAD):
             tool = prompt.payload.get("grant") or prompt.payload.get("tool", "")
             expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == ALLOW_15M else None
@@ -291,7 +295,7 @@ class PromptService:
         return result.prompt if result.outcome == "decided" else None
 
     async def expire(self, prompt: PromptRecord) -> None:
-        await self.store.prompts.decide(
+        result = await self.store.prompts.decide(
             prompt.id,
             status="expired",
             decision="expired",
@@ -300,6 +304,8 @@ class PromptService:
             resume=resume_item(prompt),
             enforce_expiry=False,
         )
+        if result.outcome == "decided" and prompt.kind == "approval":
+            metrics.APPROVALS.labels("expired").inc()
 
     async def expire_due(self) -> int:
         due = await self.store.prompts.due()

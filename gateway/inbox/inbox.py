@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from gateway import metrics
 from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
 from gateway.events import (
     ButtonPress,
@@ -119,11 +120,20 @@ class Inbox(CommandSteps):
         for event in events:
             if isinstance(event, ButtonPress):
                 results[event.event_id] = await self.s.prompts.press(event)
+                if results[event.event_id].duplicate:
+                    metrics.DUPLICATES.labels(event.thread.channel).inc()
+                else:
+                    metrics.INBOUND.labels(event.thread.channel, "button").inc()
         messages = [e for e in events if isinstance(e, InboundMessage)]
         if messages or cursor is not None:
             created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
             for event, new in zip(messages, created, strict=False):
                 results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
+                if new:
+                    kind = "command" if parse_command(event.text) else "message"
+                    metrics.INBOUND.labels(event.thread.channel, kind).inc()
+                else:
+                    metrics.DUPLICATES.labels(event.thread.channel).inc()
         for event in events:
             self._poke(str(event.thread))
         presses = {str(e.thread) for e in events if isinstance(e, ButtonPress)}

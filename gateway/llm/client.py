@@ -15,6 +15,7 @@ from typing import Any, Literal
 import httpx
 import orjson
 
+from gateway import metrics
 from gateway.config import LLMConfig
 from gateway.llm.discovery import ServerInfo, Tokenizer, Window
 from gateway.llm.errors import (
@@ -27,7 +28,7 @@ from gateway.llm.errors import (
     StreamInterrupted,
     classify_error,
 )
-from gateway.llm.events import Completion, ModelInfo, StreamEvent
+from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
 from gateway.llm.stream import ChunkParser, SSEDecoder, collect
 
 FALLBACK_RETRY_S = 300.0  # a window the server did not say is asked again after this
@@ -164,14 +165,19 @@ class LLMClient:
         on_retry: RetryHook | None = None,
     ) -> AsyncIterator[StreamEvent]:
         body = self._body(messages, tools, max_tokens)
+        sent = time.monotonic()
         opened = await self._open(body, self._models(model), on_retry or self._on_retry)
+        metrics.LLM_FIRST_TOKEN.observe(time.monotonic() - sent)
         try:
             yield opened.info
             for event in opened.first_events:
+                _count_tokens(event)
                 yield event
             while (payload := await self._next_payload(opened.sse)) is not None:
                 for event in opened.parser.feed(payload):
+                    _count_tokens(event)
                     yield event
+            metrics.LLM_TOTAL.observe(time.monotonic() - sent)
             if not (opened.sse.done or opened.parser.finished):
                 raise StreamInterrupted("the LLM stream ended before the answer was complete")
             with contextlib.suppress(Exception):
@@ -327,8 +333,15 @@ class LLMClient:
 
     @staticmethod
     async def _notify(hook: RetryHook | None, notice: RetryNotice) -> None:
+        metrics.LLM_RETRIES.labels("fallback" if notice.next_model != notice.model else "retry").inc()
         if hook is not None and inspect.isawaitable(result := hook(notice)):
             await result
+
+
+def _count_tokens(event: StreamEvent) -> None:
+    if isinstance(event, Usage):
+        metrics.TOKENS.labels("in").inc(event.prompt_tokens)
+        metrics.TOKENS.labels("out").inc(event.completion_tokens)
 
 
 def _encode(body: dict[str, Any]) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
@@ -253,6 +253,14 @@ class InboxRepo(Repo):
         if thread_key is not None:
             query = query.where(inbox.c.thread_key == thread_key)
         return await self.db.read(lambda conn: conn.execute(query).scalar_one())
+
+    async def pending_summary(self) -> tuple[int, datetime | None]:
+        """How many items are pending and when the oldest arrived, in one aggregate query."""
+        query = select(func.count(), func.min(inbox.c.created_at)).where(inbox.c.status == "pending")
+        count, oldest = await self.db.read(lambda conn: conn.execute(query).one())
+        if oldest is not None and oldest.tzinfo is None:  # SQLite returns naive UTC
+            oldest = oldest.replace(tzinfo=UTC)
+        return count, oldest
 
     async def get_by_event(self, event_id: str) -> InboxItem | None:
         def work(conn: Connection) -> InboxItem | None:
