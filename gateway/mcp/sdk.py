@@ -17,19 +17,36 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import mcp_types as types
-from mcp import Client, StdioServerParameters
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ListenNotSupportedError
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import McpServerConfig
 
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp import Client, StdioServerParameters
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ListenNotSupportedError
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+
 log = logging.getLogger(__name__)
+
+
+def _load_sdk() -> None:
+    """Import the SDK when a server is first connected: it takes a large part of a second, which
+    a gateway without MCP servers (or before it connects them) need not pay at start."""
+    global types, Client, StdioServerParameters, sse_client, streamable_http_client  # noqa: PLW0603
+    global ListenNotSupportedError, create_mcp_http_client, MCPError  # noqa: PLW0603
+    if "MCPError" in globals():
+        return
+    import mcp_types as types
+    from mcp import Client, StdioServerParameters
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ListenNotSupportedError
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
 
 
 class ServerGone(Exception):
@@ -202,6 +219,7 @@ class Connection:
 @contextlib.asynccontextmanager
 async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest) -> AsyncIterator[Connection]:
     """Open a session with the configured server (a subprocess for `command`, HTTP for `url`)."""
+    _load_sdk()
     holder: dict[str, Connection] = {}
 
     async def on_message(message: Any) -> None:
@@ -233,6 +251,7 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
 
 
 def _transport(config: McpServerConfig) -> Any:
+    _load_sdk()
     if config.command:
         params = StdioServerParameters(
             command=config.command[0],
@@ -275,6 +294,7 @@ def _content(block: Any) -> Content:
 
 
 def _input_request(request: Any) -> InputRequest:
+    _load_sdk()
     if isinstance(request, types.ElicitRequest):
         params = request.params
         return Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
@@ -293,6 +313,7 @@ def _sampling_request(params: Any) -> SamplingRequest:
 
 
 def _response(answer: Answer) -> Any:
+    _load_sdk()
     if isinstance(answer, ElicitAnswer):
         return types.ElicitResult(action=answer.action, content=answer.content)
     if isinstance(answer, SamplingAnswer):
