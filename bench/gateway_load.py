@@ -165,6 +165,7 @@ def write_config(directory: Path, database: str, llm_url: str, port: int, *, tel
         "http": {"port": port},
         "serve": {"shutdown_grace": 5},
         "inbox": inbox or {},
+        "access": {"dm_policy": "open", "group_policy": "open"},  # the load talks as people nobody listed
     }
     if telegram is not None:
         config["telegram"] = telegram

@@ -138,6 +138,7 @@ def gateway_config(fake: FakeTelegram, llm: FakeLLM, workspace: str, slots: int)
         "inbox": {"max_concurrent_turns": slots},  # the default poll interval: submit wakes workers
         "scheduler": {"enabled": False},
         "serve": {"shutdown_grace": 2},
+        "access": {"dm_policy": "open", "group_policy": "open"},  # the benchmark talks as people nobody listed
         "telegram": {"token": fake.token, "api_base_url": fake.base_url, "poll_timeout_s": 1,
                      "rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min": 0},
     }

@@ -63,6 +63,7 @@ def bench_config(llm_url: str, workspace: str) -> Config:
         "llm": {"base_url": llm_url, "model": "bench-model", "max_retries": 0},
         "agent": {"workspace": workspace, "system_prompt": "You are a benchmark agent.", "tools": ["clock"]},
         "scheduler": {"enabled": False},
+        "access": {"dm_policy": "open", "group_policy": "open"},  # the benchmark talks as people nobody listed
     })
 
 

@@ -1,4 +1,5 @@
-"""Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`."""
+"""Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`, and
+`gateway pairing | access | budgets`."""
 
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     from scheduler.cli import add_parser as add_jobs_parser
 
     add_jobs_parser(sub, parents=[common], handler=cmd_jobs)
+    from gateway.access.cli import add_parsers as add_access_parsers
+
+    add_access_parsers(sub, parents=[common], handler=cmd_access)
+    budgets = sub.add_parser("budgets", parents=[common], help="the spend caps and their use this period")
+    budgets.set_defaults(handler=cmd_budgets)
     return parser
 
 
@@ -246,6 +252,27 @@ async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
         )
         print(f"request {asked.id}: {decision.outcome}")
         return 0 if decision.outcome == "decided" else 1
+    finally:
+        await store.close()
+
+
+async def cmd_access(args: argparse.Namespace, config: Config) -> int:
+    from gateway.access.cli import run
+
+    store = await _store(config)
+    try:
+        return await run(args, store, config)
+    finally:
+        await store.close()
+
+
+async def cmd_budgets(args: argparse.Namespace, config: Config) -> int:
+    from gateway.budgets import budgets_report
+
+    store = await _store(config)
+    try:
+        print("\n".join(await budgets_report(store, config)))
+        return 0
     finally:
         await store.close()
 

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
+from gateway.access import AccessPolicy, Gatekeeper
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
 from gateway.agent.turn import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.attachments import AttachmentPreparer
+from gateway.budgets import SpendGate
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
@@ -103,7 +105,11 @@ class Gateway:
         self.outbox = Outbox(
             self.store, self.channels, limiter=ChatRateLimiter(), policy=RetryPolicy.from_config(config.outbox)
         )
-        self.prompts = PromptService(self.store, self.outbox, config)
+        self.access = AccessPolicy(config)
+        self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access)
+        self.spend = SpendGate(self.store, config, alert=self._alert_admins)
+        self.llm.gate = self.spend  # every request, retries and summaries included, is checked first
+        self.prompts = PromptService(self.store, self.outbox, config, access=self.access)
         self.registry = build_registry(config, self.store)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
         for problem in self.policy.errors:
@@ -136,6 +142,9 @@ class Gateway:
                 "llm": self.llm,
             },
             attachments=self._attachments(),
+            access=self.access,
+            gatekeeper=self.gatekeeper,
+            spend=self.spend,
         )
         # MCP servers add their tools to the registry while they run (and remove them when down).
         self.mcp = McpManager(config.mcp, self.registry)
@@ -143,7 +152,13 @@ class Gateway:
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
         if DELEGATE in self.registry:
             self.services.delegation = Delegation(self.services, wake=self.inbox.poke)
-        self.scheduler = Scheduler(self.store, config.scheduler, submit=self.inbox.submit, deliver=self.deliver)
+        self.scheduler = Scheduler(
+            self.store,
+            config.scheduler,
+            submit=self.inbox.submit,
+            deliver=self.deliver,
+            room_for_job=self.spend.room_for_job,
+        )
         self.services.tool_services["scheduler"] = self.scheduler
         if matches_any("schedule", config.agent.tools):
             spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
@@ -173,6 +188,14 @@ class Gateway:
         if kind == "compaction_started" and turn.session.interactive:
             key = f"compacting:{turn.session.id}:{payload.get('first_seq')}-{payload.get('last_seq')}"
             await self.outbox.send_text(turn.thread, "🗜 Compacting older history to make room…", key=key)
+
+    async def _alert_admins(self, key: str, text: str) -> None:
+        """A budget alert, in the DM of every admin of every channel that is running."""
+        for channel, admins in self.config.approvals.admins.items():
+            if channel not in self.channels:
+                continue
+            for admin in admins:
+                await self.outbox.send_text(ThreadKey(channel, str(admin), ""), text, key=f"{key}:{channel}:{admin}")
 
     async def deliver(self, item: Outbound | Prompt) -> Delivered:
         if isinstance(item, Prompt):

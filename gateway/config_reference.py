@@ -68,6 +68,10 @@ def render() -> str:
         "tick), optional `priority` (higher first). A rule that cannot be loaded makes the tools it names require",
         "approval. Jobs (`scheduler.jobs`) are described in [scheduler.md](scheduler.md).",
         "",
+        "Roles (`access.roles`: `tools`, `deny_tools`, `approve`, `compact`, `new_for_others`, `schedule`) are",
+        "described in [access.md](access.md); spend caps (`budgets.caps`: `scope` user | chat | job | global,",
+        "`period` day | week | month, `usd` and/or `tokens`) in [budgets.md](budgets.md).",
+        "",
     ]
     return "\n".join(lines)
 

@@ -77,6 +77,7 @@ class InboundMessage:
     attachments: tuple[Attachment, ...] = ()
     message_id: str = ""  # the platform id of this message (reply anchor, reactions)
     group: str = ""  # an album: parts sharing a group id are taken as one message
+    private: bool = False  # a direct message (Telegram private chat, Slack DM), not a group
     kind: Literal["message"] = "message"
 
 

@@ -10,6 +10,7 @@ from gateway.store.schedules import JobRunRecord, ScheduleRecord
 RERUN_LABEL = "🔁 Run again with approval"
 MAX_DENIED_LISTED = 10
 MAX_ERROR_CHARS = 300
+BUDGET_PREFIX = "budget: "  # the error of a run skipped (or stopped) at a spend cap
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ def failure_text(schedule: ScheduleRecord, error: str) -> str:
     return f"⚠️ Job **{schedule.name}** failed: {short(error) or 'unknown error'}"
 
 
+def skipped_text(schedule: ScheduleRecord, error: str) -> str:
+    return f"⏸ Job **{schedule.name}** skipped: {short(error.removeprefix(BUDGET_PREFIX))}"
+
+
 def denied_text(denied: tuple[str, ...]) -> str:
     listed = [f"• `{short(item, 120)}`" for item in denied[:MAX_DENIED_LISTED]]
     if len(denied) > MAX_DENIED_LISTED:
@@ -69,6 +74,8 @@ def plan_outcome(schedule: ScheduleRecord, run: JobRunRecord, event: TurnEnded) 
         text = f"{header(schedule)}\n\n{body}"
     elif run.status == "failed" and (schedule.notify_on_failure or denied):
         text = failure_text(schedule, run.error or event.error or event.end_reason)
+    elif run.status == "skipped" and schedule.notify_on_failure:
+        text = skipped_text(schedule, run.error or "")
     else:
         return Plan("none")
     if denied:

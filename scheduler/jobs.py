@@ -20,7 +20,16 @@ from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
 from scheduler.clock import Clock
 from scheduler.definitions import DefinitionError, parse_deliver_to
-from scheduler.delivery import failure_message, failure_text, job_text, plan_outcome, rerun_notice, result_message
+from scheduler.delivery import (
+    BUDGET_PREFIX,
+    failure_message,
+    failure_text,
+    job_text,
+    plan_outcome,
+    rerun_notice,
+    result_message,
+    skipped_text,
+)
 from scheduler.sync import SyncReport, sync_config
 from scheduler.triggers import LATE_OK, TriggerError, catch_up, timetable
 
@@ -64,6 +73,7 @@ class Scheduler:
         submit: Submit,
         deliver: Deliver,
         now: Callable[[], datetime] | None = None,
+        room_for_job: Callable[[int], Awaitable[str | None]] | None = None,
     ):
         self.store = store
         self.config = config
@@ -71,6 +81,7 @@ class Scheduler:
         self._submit = submit
         self._deliver = deliver
         self._now = now or utcnow
+        self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
         self._clock = Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
         # Planning and firing one schedule never interleave; different schedules run freely.
         self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -222,6 +233,14 @@ class Scheduler:
         if run.status != "running":
             log.info("job %s: firing at %s skipped (%s)", schedule.name, scheduled_for.isoformat(), run.error)
             return run
+        full = await self._room_for_job(schedule.id) if self._room_for_job is not None else None
+        if full:
+            log.info("job %s: firing at %s skipped at a spend cap: %s", schedule.name, scheduled_for.isoformat(), full)
+            closed = await self.repo.finish(run.id, status="skipped", error=f"{BUDGET_PREFIX}{full}", now=self._now())
+            target = self._target(schedule)
+            if closed is not None and target is not None and schedule.notify_on_failure:
+                await self._send(run.id, failure_message(target, run.id, skipped_text(schedule, closed.error or "")))
+            return closed
         return await self._start_run(schedule, run)
 
     async def run_now(self, name: str) -> JobRunRecord | None:
@@ -262,6 +281,8 @@ class Scheduler:
             return  # not a scheduled session, or a turn that parked (headless turns should not)
         status = STATUS_BY_STAGE[event.stage]
         error = event.error or (event.end_reason if status == "failed" else None)
+        if event.end_reason == "budget" and event.error.startswith(BUDGET_PREFIX):
+            status = "skipped"  # stopped at a spend cap, before the call that would pass it
         closed = await self.repo.finish(
             job_run_id, status=status, error=error or None, run_id=event.run_id, tokens=event.tokens,  # type: ignore[arg-type]
             cost_nano_usd=event.cost_nano_usd, now=self._now(),

@@ -28,6 +28,8 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
         "inbox": {"poll_interval_s": 0.05, "lease_ttl_s": 5},
         "serve": {"shutdown_grace": 2},
         "scheduler": {"enabled": False},
+        # The tests talk to the bot as people nobody listed: they say so (the default is pairing).
+        "access": {"dm_policy": "open", "group_policy": "open"},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)

@@ -88,6 +88,7 @@ class SlackChannel:
         self._app.action(re.compile(r"^gw:"))(self._on_action)
         self._submit: Submit | None = None
         self._me: Identity | None = None
+        self._dms: dict[str, str] = {}  # user id -> their DM channel with the bot
         self._socket: AsyncSocketModeHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._recipients: Lru[ThreadKey, tuple[str, str]] = Lru()  # who a streamed answer is for
@@ -170,6 +171,7 @@ class SlackChannel:
             event_id=found.event_id,
             attachments=found.attachments,
             message_id=found.ts,
+            private=found.route == "dm",
         )
         await self._submit_one(message)
 
@@ -254,6 +256,17 @@ class SlackChannel:
         data = await self._web.download(url, max_bytes)
         return Fetched(data, name=str(info.get("name") or ""), mime=str(info.get("mimetype") or ""))
 
+    async def _direct(self, thread: ThreadKey) -> ThreadKey:
+        """A thread addressed to a person (`slack:U…`, an admin's DM) -> their DM channel, which
+        conversations.open finds or creates (messages are only edited there by its D… id)."""
+        if not thread.chat.startswith(("U", "W")):
+            return thread
+        channel = self._dms.get(thread.chat)
+        if channel is None:
+            response = await self._web("conversations_open", users=thread.chat)
+            channel = self._dms[thread.chat] = str(response["channel"]["id"])
+        return ThreadKey(thread.channel, channel, thread.thread)
+
     async def send(self, message: Outbound) -> Delivered:
         if message.file is not None:
             file = message.file
@@ -271,11 +284,12 @@ class SlackChannel:
         chunks = render_chunks(message.text)
         if not chunks and message.document is None:
             raise ChannelError("nothing to send: the message is empty", permanent=True)
-        ids = await post_chunks(self._web, message.thread, chunks, message.already)
+        thread = await self._direct(message.thread)
+        ids = await post_chunks(self._web, thread, chunks, message.already)
         if message.document is not None and len(message.already) <= len(chunks):
             name, content = message.document
             try:
-                await self._upload(message.thread, name, content)
+                await self._upload(thread, name, content)
             except ChannelError as exc:
                 exc.delivered = tuple(ids)
                 raise
@@ -297,7 +311,7 @@ class SlackChannel:
 
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         rendered = prompt_blocks(prompt)
-        thread = prompt.thread
+        thread = await self._direct(prompt.thread)
         response = await self._web(
             "chat_postMessage",
             pace=thread.chat,
@@ -318,6 +332,7 @@ class SlackChannel:
             log.warning("slack: could not attach the full arguments of %s: %s", prompt.key, exc)
 
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
+        thread = await self._direct(thread)
         for ts in message_ids:
             blocks = closed_blocks(await self._message_blocks(thread, ts), outcome)
             await self._web(

@@ -100,6 +100,7 @@ class UpdateReader:
             attachments=attachments,
             message_id=str(message.message_id),
             group=f"{message.chat.id}:{message.media_group_id}" if message.media_group_id else "",
+            private=message.chat.type == Chat.PRIVATE,
         )
         return Reading("event", update_id, event=event)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway import metrics
+from gateway.access import role_denial_text
 from gateway.agent.child import DELEGATE
 from gateway.agent.guards import TOOL_LOOP_NOTICE
 from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
@@ -116,6 +117,10 @@ class ToolCallSteps:
         if spec is None:
             return await self._settle(call, "failed", f"Unknown tool {call.name!r}.")
         args = json.loads(call.arguments or "{}")
+        access = self.s.access
+        if access is not None and not access.tool_allowed(self.thread.channel, self.req.requested_by, call.name):
+            text = role_denial_text(call.name, access.role_name(self.thread.channel, self.req.requested_by))
+            return await self._settle(call, "rejected", text, note=text)
         if call.name == "ask_user":
             return await self._ask_user(call, args)
         bypasses = [

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway import metrics
+from gateway.access import AccessPolicy, Gatekeeper
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.child import ChildContext
 from gateway.agent.estimates import estimated_usage
@@ -38,10 +39,12 @@ from gateway.agent.rounds import (
 from gateway.agent.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService
+from gateway.budgets import Payer, SpendGate, current_payer
 from gateway.config import Config
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import LLMClient, LLMError, ModelInfo, TextDelta, Usage
+from gateway.llm.gate import BudgetReached
 from gateway.outbox import Outbox, RecordedStream
 from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
 from gateway.tools import ToolRegistry
@@ -106,6 +109,9 @@ class TurnServices:
     tool_services: dict[str, Any] = field(default_factory=dict)
     attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
     delegation: Any = None  # gateway.agent.delegation.Delegation: runs `delegate` calls
+    access: AccessPolicy | None = None  # roles: which tools a person's turns may use
+    gatekeeper: Gatekeeper | None = None  # who may talk to the agent (pairing)
+    spend: SpendGate | None = None  # the spend caps (also the LLM client's gate)
 
 
 class Turn(ToolCallSteps, RefusalSteps):
@@ -148,11 +154,24 @@ class Turn(ToolCallSteps, RefusalSteps):
 
     # ---- entry ---------------------------------------------------------------------------
     async def run(self) -> TurnResult:
+        paying = current_payer.set(self.payer())  # every LLM call of this turn is spent for them
         started = time.monotonic()
-        result = await self._run()
+        try:
+            result = await self._run()
+        finally:
+            current_payer.reset(paying)
         metrics.TURNS.labels(result.stage, result.end_reason).inc()
         metrics.TURN_SECONDS.observe(time.monotonic() - started)
         return result
+
+    def payer(self) -> Payer:
+        """Whom the spend caps count this turn's calls for: the person who started it, the
+        chat, and the job of a scheduled session."""
+        channel = self.thread.channel
+        person = self.req.requested_by if self.session.interactive and self.req.requested_by else None
+        job = str(self.session.schedule_id) if self.session.schedule_id is not None else None
+        chat = f"{channel}:{self.thread.chat}" if self.session.interactive else None
+        return Payer(user=f"{channel}:{person}" if person else None, chat=chat, job=job)
 
     async def _run(self) -> TurnResult:
         await self._open_run()
@@ -160,6 +179,10 @@ class Turn(ToolCallSteps, RefusalSteps):
             await self._loop()
         except TurnEnd as end:
             return await self._finish(end)
+        except BudgetReached as reached:
+            # "budget: " marks a spend cap (a scheduled run is then recorded skipped (budget))
+            budget = TurnEnd("FAILED", "budget", message=f"⚠️ {reached.message}", error=f"budget: {reached.message}")
+            return await self._finish(budget)
         except Interrupted:
             if self.stopper.reason == "shutdown":
                 return TurnResult(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
@@ -363,6 +386,8 @@ class Turn(ToolCallSteps, RefusalSteps):
         if self.s.delegation is not None:
             names = set(self.s.delegation.offered(self, [s.name for s in specs]))
             specs = [s for s in specs if s.name in names]
+        if self.s.access is not None:  # the person's role: tools it does not allow are never offered
+            specs = self.s.access.offered(specs, self.thread.channel, self.req.requested_by)
         hidden = self.s.policy.hidden_tools(specs, self.session.source)
         offered = [
             s

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway import metrics
+from gateway.access.policy import AccessPolicy
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
@@ -74,10 +75,11 @@ def outcome_text(prompt: PromptRecord) -> str:
 
 
 class PromptService:
-    def __init__(self, store: Store, outbox: Outbox, config: Config):
+    def __init__(self, store: Store, outbox: Outbox, config: Config, *, access: AccessPolicy | None = None):
         self.store = store
         self.outbox = outbox
         self.config = config
+        self.access = access  # roles that may approve; approvals.separate_requester
 
     # ---- asking --------------------------------------------------------------------------
     async def request_approval(
@@ -268,13 +270,17 @@ class PromptService:
 
     def may_decide(self, prompt: PromptRecord, user_id: str) -> bool:
         """The one who-may-decide rule, for buttons, typed answers, deny reasons and reruns."""
-        return may_decide(
-            ThreadKey.parse(prompt.thread_key).channel,
+        channel = ThreadKey.parse(prompt.thread_key).channel
+        by_rules = may_decide(
+            channel,
             user_id,
             requested_by=prompt.requested_by,
             approvers_config=self.config.approvals.approvers,
             admins_config=self.config.approvals.admins,
         )
+        if self.access is None or prompt.kind != "approval":
+            return by_rules  # roles and separate_requester are about approvals, not questions
+        return self.access.may_decide(channel, str(user_id), requested_by=prompt.requested_by, decided_by_rules=by_rules)
 
     async def answer_with_text(
         self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str

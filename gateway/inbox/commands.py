@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gateway.agent.rounds import placeholder_text
 from gateway.agent.turn import TurnRequest, TurnResult
+from gateway.budgets import Payer, cost_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
 from gateway.mcp.manager import state_line
@@ -98,7 +99,10 @@ class CommandSteps:
     async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         command = parse_command(item.payload.get("text", ""))
         name = command.name if command else ""
-        if name == "stop":
+        refusal = await self._refusal(thread, item, name)
+        if refusal:
+            await self._reply(thread, item, refusal)
+        elif name == "stop":
             await self._stop_thread(thread, drop_before=item.id)
             session = await self.store.sessions.current(str(thread))
             if session is not None and self.s.delegation is not None:
@@ -135,11 +139,33 @@ class CommandSteps:
             if session is not None and self.s.delegation is not None:
                 text = "\n".join([text, *await self.s.delegation.control.status_lines(session.id)])
         elif name == "cost":
-            text = cost_text(totals)
+            text = "\n".join([cost_text(totals), *await self._budget_lines(thread, item)])
         else:
             text = help_text(unknown)
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
+
+    async def _refusal(self, thread: ThreadKey, item: InboxItem, name: str) -> str:
+        """Why this person's role may not run the command here ("" when it may)."""
+        access = self.s.access
+        sender = str((item.payload.get("sender") or {}).get("id", ""))
+        if access is None:
+            return ""
+        if name == "compact" and not access.may_compact(thread.channel, sender):
+            return f"Your role ({access.role_name(thread.channel, sender)}) may not run /compact."
+        if name == "new":
+            session = await self.store.sessions.current(str(thread))
+            if session is not None and not access.may_start_over(thread.channel, sender, started_by=session.started_by):
+                role = access.role_name(thread.channel, sender)
+                return f"This session was started by someone else; your role ({role}) may not run /new for others."
+        return ""
+
+    async def _budget_lines(self, thread: ThreadKey, item: InboxItem) -> list[str]:
+        if not self.config.budgets.caps:
+            return []
+        sender = str((item.payload.get("sender") or {}).get("id", ""))
+        payer = Payer(user=f"{thread.channel}:{sender}" if sender else None, chat=f"{thread.channel}:{thread.chat}")
+        return await cost_lines(self.store, self.config, payer)
 
     async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
         if thread.channel not in self.s.outbox.channels:

@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway import metrics
 from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
@@ -49,7 +50,7 @@ def default_instance_id() -> str:
 
 def event_item(event: InboundMessage) -> NewItem:
     command = parse_command(event.text)
-    payload = {
+    payload: dict[str, Any] = {
         "text": event.text,
         "sender": {"id": event.sender.id, "name": event.sender.name, "username": event.sender.username},
         "attachments": [a.__dict__ for a in event.attachments],
@@ -57,6 +58,8 @@ def event_item(event: InboundMessage) -> NewItem:
         "received_at": event.received_at.isoformat(),
         **({"group": event.group} if event.group else {}),
     }
+    if event.private:
+        payload["private"] = True  # a direct message: the access check treats it as a person's DM
     return NewItem(event.event_id, str(event.thread), "command" if command else "message", payload)
 
 
@@ -119,7 +122,7 @@ class Inbox(CommandSteps):
         results: dict[str, SubmitResult] = {}
         for event in events:
             if isinstance(event, ButtonPress):
-                results[event.event_id] = await self.s.prompts.press(event)
+                results[event.event_id] = await self._press(event)
                 if results[event.event_id].duplicate:
                     metrics.DUPLICATES.labels(event.thread.channel).inc()
                 else:
@@ -143,6 +146,15 @@ class Inbox(CommandSteps):
     def poke(self, thread_key: str) -> None:
         """Something was queued for this thread: look at once (not at the next poll)."""
         self._poke(thread_key)
+
+    async def _press(self, press: ButtonPress) -> SubmitResult:
+        gatekeeper = self.s.gatekeeper
+        if gatekeeper is None or not gatekeeper.handles(press):
+            return await self.s.prompts.press(press)
+        result, woken = await gatekeeper.press(press)
+        if woken is not None:
+            self._poke(woken)  # its held messages are queued again
+        return result
 
     def _poke(self, thread_key: str) -> None:
         self._state(thread_key).wake.set()
@@ -239,6 +251,10 @@ class Inbox(CommandSteps):
 
     async def _maintenance(self) -> None:
         await self.s.prompts.expire_due()
+        if self.s.gatekeeper is not None:
+            await self.s.gatekeeper.expire_due()
+        if self.s.spend is not None:
+            await self.s.spend.sweep()
         await self.recover()
         if self._sweeping is None or self._sweeping.done():  # off the dispatcher: a send may wait
             self._sweeping = asyncio.create_task(self._sweep(), name="outbox-sweeper")
@@ -303,6 +319,8 @@ class Inbox(CommandSteps):
             running.turn.request_stop("lease lost")
 
     async def _handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        if item.kind in ("message", "command") and not await self._admitted(thread, item, fence):
+            return
         if item.kind == "command":
             await self._command(thread, item, fence)
         elif item.kind == "resume":
@@ -311,6 +329,24 @@ class Inbox(CommandSteps):
             await self._task(thread, item, fence)
         else:
             await self._message(thread, item, fence)
+
+    async def _admitted(self, thread: ThreadKey, item: InboxItem, fence: Fence | None) -> bool:
+        """Whether the sender may talk here; if not, the item is held (pairing pending) or
+        dropped, and the sender told what the gatekeeper says (a pairing code, a refusal)."""
+        gatekeeper = self.s.gatekeeper
+        if gatekeeper is None:
+            return True
+        admission = await gatekeeper.admit(thread, item.payload, command=item.kind == "command")
+        if admission.allowed:
+            return True
+        if admission.reply:
+            reply_to = item.payload.get("message_id", "")
+            await self.s.outbox.send_text(thread, admission.reply, key=f"access:{item.id}", reply_to=reply_to)
+        if admission.hold:
+            await self.store.inbox.hold(item.id)
+        else:
+            await self.store.inbox.finish([item.id], status="dropped", fence=fence)
+        return False
 
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         sender = item.payload.get("sender") or {}
@@ -487,6 +523,7 @@ class Inbox(CommandSteps):
             if any(is_stop(i) for i in pending):
                 return 0  # the /stop drops them
             items = [i for i in pending if i.kind in ("message", "report")]
+            items = [i for i in items if i.kind != "message" or await self._admitted(request.thread, i, request.fence)]
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)
@@ -504,9 +541,13 @@ class Inbox(CommandSteps):
             state.wake.clear()
             for item in await self.store.inbox.pending(str(thread)):
                 command = parse_command(item.payload.get("text", "")) if item.kind == "command" else None
+                interrupting = command is not None and command.name in INTERRUPTING
                 if command is not None and command.name in IMMEDIATE:
-                    await self._reply_command(thread, item, command.name, running=True)
-                elif (command is not None and command.name in INTERRUPTING) or (interrupt and item.kind == "message"):
+                    if await self._admitted(thread, item, None):
+                        await self._reply_command(thread, item, command.name, running=True)
+                elif interrupting and await self._refusal(thread, item, command.name):  # type: ignore[union-attr]
+                    continue  # refused when its turn comes; the running turn goes on
+                elif interrupting or (interrupt and item.kind == "message"):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
             # Local submits wake it at once; polling (for other instances' events) can be slow.

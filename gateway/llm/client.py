@@ -29,6 +29,7 @@ from gateway.llm.errors import (
     classify_error,
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
+from gateway.llm.gate import CallGate, Ticket
 from gateway.llm.stream import ChunkParser, SSEDecoder, collect
 
 FALLBACK_RETRY_S = 300.0  # a window the server did not say is asked again after this
@@ -65,6 +66,7 @@ class _Opened:
     parser: ChunkParser
     first_events: list[StreamEvent]
     info: ModelInfo
+    ticket: Ticket | None = None
 
 
 class LLMClient:
@@ -109,6 +111,7 @@ class LLMClient:
         self._tokenizer: Tokenizer | None = None
         self._tokenizer_known = False
         self._discovery = asyncio.Lock()  # one probe per model, however many turns ask at once
+        self.gate: CallGate | None = None  # checked before every request (the spend caps)
 
     async def context_window(self, model: str | None = None) -> Window:
         """The model's context window as the server says it: asked once and cached; the fallback
@@ -168,13 +171,16 @@ class LLMClient:
         sent = time.monotonic()
         opened = await self._open(body, self._models(model), on_retry or self._on_retry)
         metrics.LLM_FIRST_TOKEN.observe(time.monotonic() - sent)
+        usage: Usage | None = None
         try:
             yield opened.info
             for event in opened.first_events:
+                usage = event if isinstance(event, Usage) else usage
                 _count_tokens(event)
                 yield event
             while (payload := await self._next_payload(opened.sse)) is not None:
                 for event in opened.parser.feed(payload):
+                    usage = event if isinstance(event, Usage) else usage
                     _count_tokens(event)
                     yield event
             metrics.LLM_TOTAL.observe(time.monotonic() - sent)
@@ -185,6 +191,8 @@ class LLMClient:
                     await opened.sse.drain()
         finally:
             await opened.response.aclose()  # also aborts generation when the consumer stops early
+            if opened.ticket is not None:
+                await asyncio.shield(opened.ticket.settle(usage, sent=True))
 
     async def complete(
         self,
@@ -287,7 +295,21 @@ class LLMClient:
         ) from last
 
     async def _attempt(self, body: dict[str, Any], model: str, attempts: int) -> _Opened:
-        request = self._http.build_request("POST", self._endpoint, content=_encode(body))
+        content = _encode(body)
+        ticket = await self.gate.open(model, len(content), body.get("max_tokens")) if self.gate is not None else None
+        if ticket is not None and ticket.reply_tokens is not None and "max_tokens" not in body:
+            content = _encode({**body, "max_tokens": ticket.reply_tokens})  # the reply the reservation covers
+        try:
+            opened = await self._send(content, model, attempts)
+        except BaseException:
+            if ticket is not None:
+                await asyncio.shield(ticket.settle(None, sent=False))
+            raise
+        opened.ticket = ticket
+        return opened
+
+    async def _send(self, content: bytes, model: str, attempts: int) -> _Opened:
+        request = self._http.build_request("POST", self._endpoint, content=content)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as exc:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
 
+from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRecord
 from gateway.store.base import Fence, LeaseLost, utcnow
+from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
 from gateway.store.db import (
     Database,
     StoreError,
@@ -89,6 +91,8 @@ class Store:
         self.history = HistoryRepo(self.db)
         self.delegations = DelegationRepo(self.db)
         self.retention = RetentionRepo(self.db)
+        self.access = AccessRepo(self.db)
+        self.budgets = BudgetRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -197,4 +201,13 @@ __all__ = [
     "RetentionDays",
     "upgrade",
     "migrations_current",
+    "AccessRepo",
+    "AccessRequestRecord",
+    "AccessGrantRecord",
+    "BudgetRepo",
+    "CounterKey",
+    "CounterRecord",
+    "Limit",
+    "Refused",
+    "Reserved",
 ]

@@ -370,6 +370,74 @@ delegations = Table(
     UniqueConstraint("parent_tool_call_id", "ordinal", name="uq_delegations_call_ordinal"),
 )
 
+# People and chats waiting for an admin's approval (pairing), and those approved.
+access_requests = Table(
+    "access_requests",
+    metadata,
+    _pk(),
+    Column("code", String(16), nullable=False, unique=True),  # shown to the person, typed in the CLI
+    Column("token", String(40), nullable=False, unique=True),  # the admins' buttons
+    Column("kind", String(8), nullable=False),  # user | chat
+    Column("channel", String(32), nullable=False),
+    Column("subject", String(128), nullable=False),  # the user id or the chat id
+    Column("name", String(255), nullable=False, default=""),
+    Column("thread_key", String(255), nullable=False),  # where the held message waits
+    Column("status", String(16), nullable=False, default="pending"),  # pending | approved | denied | expired
+    # "<channel>:<kind>:<subject>" while pending, NULL after: one pending request per person or chat
+    Column("open_key", String(200), nullable=True, unique=True),
+    Column("prompts", JSON, nullable=False, default=list),  # [[thread key, [message ids]], ...] sent to admins
+    Column("decided_by", String(64), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Index("ix_access_requests_channel_status", "channel", "status"),
+)
+
+access_grants = Table(
+    "access_grants",
+    metadata,
+    _pk(),
+    Column("kind", String(8), nullable=False),  # user | chat
+    Column("channel", String(32), nullable=False),
+    Column("subject", String(128), nullable=False),
+    Column("name", String(255), nullable=False, default=""),
+    Column("granted_by", String(64), nullable=False),
+    Column("request_id", Id, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    UniqueConstraint("kind", "channel", "subject", name="uq_access_grants_kind_channel_subject"),
+)
+
+# Spend per cap scope and calendar period: used and reserved, in nano-USD and tokens. A call
+# reserves its worst case with one conditional UPDATE per counter (the cap in the WHERE).
+budget_counters = Table(
+    "budget_counters",
+    metadata,
+    _pk(),
+    Column("scope", String(8), nullable=False),  # user | chat | job | global
+    Column("subject", String(255), nullable=False),  # "telegram:123", "slack:C1", job id, ""
+    Column("period", String(8), nullable=False),  # day | week | month
+    Column("period_key", String(16), nullable=False),  # 2026-12-03 | 2026-W49 | 2026-12
+    Column("used_nano_usd", BigInteger, nullable=False, default=0),
+    Column("reserved_nano_usd", BigInteger, nullable=False, default=0),
+    Column("used_tokens", BigInteger, nullable=False, default=0),
+    Column("reserved_tokens", BigInteger, nullable=False, default=0),
+    Column("alerted_permille", Integer, nullable=False, default=0),  # the highest alert share sent
+    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+    UniqueConstraint("scope", "subject", "period", "period_key", name="uq_budget_counters_scope_subject_period_key"),
+)
+
+budget_reservations = Table(
+    "budget_reservations",
+    metadata,
+    _pk(),
+    Column("counters", JSON, nullable=False),  # [counter id, ...]
+    Column("nano_usd", BigInteger, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+    sqlite_autoincrement=True,  # ids are never reused: a late settle cannot hit a newer reservation
+)
+
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's

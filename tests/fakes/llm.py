@@ -394,6 +394,11 @@ class _Stream:
             await self.chunk({key: piece})
 
     async def reply(self, reply: Reply) -> None:
+        limit = self.body.get("max_tokens")
+        if isinstance(limit, int) and not reply.tool_calls and len(reply.text) > limit * 4:
+            # Like real servers: the reply stops at max_tokens (4 characters a token here).
+            cut = reply.text[: limit * 4]
+            reply = Reply(cut, reply.reasoning, reply.reasoning_field, (), "length", reply.usage, reply.model)
         await self.text(reply.reasoning, key=reply.reasoning_field)
         await self.text(reply.text)
         for index, call in enumerate(reply.tool_calls):

@@ -306,9 +306,22 @@ def _auth_test(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _dm_of(user: str) -> str:
+    return "D" + user[1:]  # the bot's DM channel with a user (a D… id, not the user id)
+
+
+def _open_conversation(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
+    users = [u for u in str(p.get("users", "")).split(",") if u]
+    if len(users) != 1:
+        raise SlackError("not_enough_users" if not users else "invalid_arguments")
+    return {"channel": {"id": _dm_of(users[0])}}
+
+
 def _post_message(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     if not p.get("text") and not p.get("blocks"):
         raise SlackError("no_text")
+    if p["channel"][:1] in ("U", "W"):  # Slack posts to the app's DM with that user and names it
+        p = {**p, "channel": _dm_of(p["channel"])}
     message = fake._store(
         p["channel"],
         {
@@ -473,6 +486,7 @@ _HANDLERS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
     "files.info": _files_info,
     "auth.test": _auth_test,
     "chat.postMessage": _post_message,
+    "conversations.open": _open_conversation,
     "chat.update": _update,
     "chat.delete": _delete,
     "chat.postEphemeral": _post_ephemeral,

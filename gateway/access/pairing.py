@@ -1,0 +1,210 @@
+"""Who may talk to the agent: the check on every inbound message, pairing, and its decisions.
+
+A direct message from someone not yet allowed gets a short code and nothing else: the message
+is held in the inbox (never sent to the model) and the channel's admins get a prompt in their
+own DM with Approve / Deny buttons naming the person; `gateway pairing approve CODE` does the
+same. On approval the held messages go back to the queue and are answered. A group or Slack
+channel not listed nor approved stays silent while its admins are asked the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
+from gateway.config import Config
+from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
+from gateway.outbox import Outbox
+from gateway.store import AccessRequestRecord, NewItem, Store
+from gateway.store.access import TOKEN_PREFIX, DecideOutcome, Kind
+
+log = logging.getLogger(__name__)
+
+APPROVE, DENY = "a", "d"
+PAIRING_CODE = (
+    "🔐 This assistant only talks to people its admins approved. Your pairing code is {code}: "
+    "an admin will approve it (it expires in {ttl}). Your message will be answered then."
+)
+PAIRING_FULL = (
+    "🔐 This assistant only talks to people its admins approved, and too many requests are waiting right now. "
+    "Please try again later."
+)
+PRIVATE = "Sorry, this assistant is private."
+NOT_AN_ADMIN = "Only an admin can decide access requests."
+NOT_PENDING = "This access request is no longer pending."
+EXPIRED = "This access request has expired."
+UNKNOWN = "This button is no longer valid."
+
+
+@dataclass(frozen=True)
+class Admission:
+    allowed: bool
+    hold: bool = False  # keep the item in the inbox, to answer once access is granted
+    reply: str = ""  # what to tell the thread ("" = stay silent)
+
+
+ALLOWED = Admission(True)
+
+
+def describe(request: AccessRequestRecord) -> str:
+    if request.kind == "chat":
+        who = f" by {request.name}" if request.name else ""
+        return f"the chat {request.subject} on {request.channel} (addressed{who})"
+    name = f"{request.name} " if request.name else ""
+    return f"{name}({request.channel}:{request.subject})"
+
+
+def outcome_text(request: AccessRequestRecord, by: str) -> str:
+    if request.status == "approved":
+        return f"✅ Access approved by {by}"
+    if request.status == "denied":
+        return f"❌ Access denied by {by}"
+    return "⌛ Expired"
+
+
+def ttl_text(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min"
+    return f"{int(seconds)} s"
+
+
+class Gatekeeper:
+    def __init__(self, store: Store, outbox: Outbox, config: Config, policy: AccessPolicy):
+        self.store = store
+        self.outbox = outbox
+        self.config = config
+        self.policy = policy
+
+    # ---- every message ---------------------------------------------------------------------
+    async def admit(self, thread: ThreadKey, payload: dict[str, Any], *, command: bool) -> Admission:
+        channel = thread.channel
+        if channel in TRUSTED_CHANNELS or payload.get("rerun_of") is not None:
+            return ALLOWED  # the terminal, scheduled sessions, a job run again by a button
+        sender = payload.get("sender") or {}
+        user_id, username = str(sender.get("id", "")), str(sender.get("username") or "")
+        if self.policy.listed(channel, user_id, username):
+            return ALLOWED
+        access = self.config.access
+        if payload.get("private"):
+            if access.dm_policy == "open" or await self.store.access.grant_for("user", channel, user_id):
+                return ALLOWED
+            if access.dm_policy == "allowlist":
+                return Admission(False, reply=PRIVATE)
+            return await self._pair(thread, "user", user_id, str(sender.get("name") or username), hold=not command)
+        if access.group_policy == "open" or self.policy.listed_chat(channel, thread.chat):
+            return ALLOWED
+        if await self.store.access.grant_for("chat", channel, thread.chat):
+            return ALLOWED
+        admission = await self._pair(thread, "chat", thread.chat, str(sender.get("name") or username), hold=not command)
+        return Admission(False, hold=admission.hold)  # a group not approved stays silent
+
+    async def _pair(self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool) -> Admission:
+        access = self.config.access
+        outcome = await self.store.access.request(
+            kind=kind,
+            channel=thread.channel,
+            subject=subject,
+            name=name,
+            thread_key=str(thread),
+            ttl_s=access.pairing_ttl,
+            max_pending=access.max_pending_per_channel,
+        )
+        if outcome.request is None:
+            return Admission(False, reply=PAIRING_FULL)
+        if outcome.kind == "created":
+            await self._ask_admins(outcome.request)
+        return Admission(
+            False, hold=hold, reply=PAIRING_CODE.format(code=outcome.request.code, ttl=ttl_text(access.pairing_ttl))
+        )
+
+    async def _ask_admins(self, request: AccessRequestRecord) -> None:
+        admins = self.policy.admins(request.channel)
+        if not admins:
+            log.warning(
+                "access request %s (%s) waits for `gateway pairing approve %s`: approvals.admins has nobody for %s",
+                request.id,
+                describe(request),
+                request.code,
+                request.channel,
+            )
+            return
+        text = f"🔐 Access request from {describe(request)}. Code {request.code}. Let them talk to the assistant?"
+        if request.kind == "chat":
+            text = f"🔐 The bot was added to {describe(request)}. Code {request.code}. Answer in this chat?"
+        buttons = ((Button("✅ Approve", f"{request.token}.{APPROVE}"), Button("❌ Deny", f"{request.token}.{DENY}")),)
+        sent = []
+        for admin in admins:
+            dm = ThreadKey(request.channel, admin, "")
+            try:
+                delivered = await self.outbox.send_prompt(
+                    Prompt("notice", dm, f"pairing:{request.id}:{admin}", text, buttons)
+                )
+            except Exception:  # noqa: BLE001 - one unreachable admin must not stop the others
+                log.exception("could not ask admin %s about access request %s", admin, request.id)
+                continue
+            sent.append([str(dm), list(delivered.message_ids)])
+        await self.store.access.set_prompts(request.id, sent)
+
+    # ---- decisions -------------------------------------------------------------------------
+    @staticmethod
+    def handles(press: ButtonPress) -> bool:
+        return press.token.startswith(TOKEN_PREFIX)
+
+    async def press(self, press: ButtonPress) -> tuple[SubmitResult, str | None]:
+        """An admin's tap on a pairing prompt; returns the answer and the thread whose held
+        messages were queued again (to wake it)."""
+        token, _, action = press.token.rpartition(".")
+        request = await self.store.access.find(token=token)
+        if request is None or action not in (APPROVE, DENY):
+            return SubmitResult(press.event_id, answer=UNKNOWN, alert=True), None
+        if not self.policy.is_admin(request.channel, press.sender.id):
+            return SubmitResult(press.event_id, answer=NOT_AN_ADMIN, alert=True), None
+        event = NewItem(
+            press.event_id,
+            str(press.thread),
+            "button",
+            {"token": press.token, "sender": press.sender.id},
+            status="done",
+        )
+        by = press.sender.name or press.sender.username or press.sender.id
+        result = await self.store.access.decide(
+            request.id, approve=action == APPROVE, decided_by=f"{request.channel}:{press.sender.id}", event=event
+        )
+        return await self._answer(press.event_id, result, by)
+
+    async def _answer(self, event_id: str, result: DecideOutcome, by: str) -> tuple[SubmitResult, str | None]:
+        if result.kind == "duplicate":
+            return SubmitResult(event_id, duplicate=True), None
+        if result.kind == "expired":
+            if result.request is not None:
+                await self.close(result.request, by)
+            return SubmitResult(event_id, answer=EXPIRED, alert=True), None
+        if result.kind != "decided" or result.request is None:
+            return SubmitResult(event_id, answer=NOT_PENDING, alert=True), None
+        await self.close(result.request, by)
+        woken = result.request.thread_key if result.request.status == "approved" else None
+        return SubmitResult(event_id, answer=outcome_text(result.request, by)), woken
+
+    async def close(self, request: AccessRequestRecord, by: str) -> None:
+        """Show the outcome on every admin's prompt and remove the buttons."""
+        current = await self.store.access.get(request.id) or request
+        for thread_key, message_ids in current.prompts:
+            try:
+                await self.outbox.close_prompt(
+                    f"close:pairing:{request.id}:{thread_key}",
+                    ThreadKey.parse(thread_key),
+                    list(message_ids),
+                    outcome_text(current, by),
+                )
+            except Exception as exc:  # noqa: BLE001 - a stale prompt must not fail the decision
+                log.warning("could not update the prompt of access request %s: %s", request.id, exc)
+
+    async def expire_due(self) -> int:
+        expired = await self.store.access.expire_due()
+        for request in expired:
+            await self.close(request, "")
+        return len(expired)

@@ -1,0 +1,185 @@
+"""The spend caps, checked before every LLM request.
+
+The client asks `SpendGate.open` before each request it sends (retries, fallbacks, the
+compaction summariser's calls too). The gate reserves the call's worst case (the prompt's
+bound plus the reply's max tokens, at the model's price) on every counter its caps name, in one
+transaction of conditional writes; after the call the reservation is replaced by what the
+call used. Who pays is the `current_payer` of the task (the turn sets it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_payer, limit_text, usd_text
+from gateway.config import Config
+from gateway.llm import Usage
+from gateway.llm.gate import BudgetReached
+from gateway.store import CounterKey, CounterRecord, Refused, Store
+from gateway.traces import cost_nano_usd
+
+log = logging.getLogger(__name__)
+Alert = Callable[[str, str], Awaitable[None]]  # (alert key, text) -> tell the admins
+
+
+def unpriced_text(model: str) -> str:
+    return f"The model {model} has no price in llm.prices, so the USD budget cannot be kept; the call was not made."
+
+
+@dataclass
+class _Ticket:
+    gate: SpendGate
+    reservation: int
+    model: str
+    applied: list[AppliedCap]
+    reply_tokens: int | None
+    settled: bool = field(default=False)
+
+    async def settle(self, usage: Usage | None, *, sent: bool) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        await self.gate.settle(self, usage, sent=sent)
+
+
+class SpendGate:
+    def __init__(self, store: Store, config: Config, *, alert: Alert | None = None):
+        self.store = store
+        self.config = config
+        self.caps = Caps(config)
+        self.alert = alert
+        self._worst: dict[int, tuple[int, int]] = {}
+
+    async def open(self, model: str, request_bytes: int, max_tokens: int | None) -> _Ticket | None:
+        if not self.caps.any:
+            return None
+        now = datetime.now(UTC)
+        payer = current_payer.get() or Payer()
+        priced = self.caps.price(model) is not None
+        applied = self.caps.applied(payer, now, usd=priced or self.config.budgets.unpriced == "deny")
+        if not applied:
+            return None
+        if not priced and any(a.limit.nano_usd is not None for a in applied):
+            raise BudgetReached(unpriced_text(model))
+        reply = max_tokens or self.config.llm.max_tokens or self.config.budgets.reply_tokens
+        tokens, nano = self.caps.worst_case(model, request_bytes, reply)
+        result = await self.store.budgets.reserve(
+            self.caps.merged(applied), nano_usd=nano, tokens=tokens, ttl_s=self.config.budgets.reservation_ttl
+        )
+        if isinstance(result, Refused):
+            cap = next(a.cap for a in applied if a.key == result.limit.key)
+            if result.counter is not None:
+                await self._alert_reached(cap, result.counter)
+            raise BudgetReached(self.caps.reached_text(cap, now))
+        self._worst[result.id] = (tokens, nano)
+        return _Ticket(self, result.id, model, applied, None if max_tokens else reply)
+
+    async def settle(self, ticket: _Ticket, usage: Usage | None, *, sent: bool) -> None:
+        worst_tokens, worst_nano = self._worst.pop(ticket.reservation, (0, 0))
+        if not sent:
+            tokens, nano = 0, 0  # the request failed before any answer: nothing was spent
+        elif usage is None:
+            tokens, nano = worst_tokens, worst_nano  # no usage reported: count the worst case
+        else:
+            tokens = usage.prompt_tokens + usage.completion_tokens
+            nano = (
+                cost_nano_usd(
+                    self.caps.price(ticket.model),
+                    input_tokens=usage.prompt_tokens,
+                    cached_tokens=usage.cached_tokens,
+                    output_tokens=usage.completion_tokens,
+                )
+                or 0
+            )
+        try:
+            counters = await self.store.budgets.settle(ticket.reservation, nano_usd=nano, tokens=tokens)
+        except Exception:  # noqa: BLE001 - the reservation stays and is counted in full by the sweep
+            log.exception("could not settle budget reservation %s", ticket.reservation)
+            return
+        by_key = {CounterKey(c.scope, c.subject, c.period, c.period_key): c for c in counters}
+        for applied in ticket.applied:
+            counter = by_key.get(applied.key)
+            if counter is not None:
+                await self._alert_share(applied, counter)
+
+    async def room_for_job(self, schedule_id: int) -> str | None:
+        """Why a scheduled run must not start (a cap of the job, or everyone's, is used up);
+        None when there is room."""
+        if not self.caps.any:
+            return None
+        now = datetime.now(UTC)
+        applied = self.caps.applied(Payer(job=str(schedule_id)), now)
+        counters = await self.store.budgets.counters([a.key for a in applied])
+        for item in applied:
+            counter = counters.get(item.key)
+            if counter is not None and _used_up(item, counter):
+                await self._alert_reached(item.cap, counter)
+                return self.caps.reached_text(item.cap, now)
+        return None
+
+    # ---- alerts ----------------------------------------------------------------------------
+    async def _alert_share(self, applied: AppliedCap, counter: CounterRecord) -> None:
+        share = _share(applied, counter)
+        crossed = [t for t in sorted(self.config.budgets.alert_at) if share >= t]
+        if not crossed or self.alert is None:
+            return
+        permille = round(crossed[-1] * 1000)
+        if await self.store.budgets.claim_alert(counter.id, permille):
+            await self._send(
+                applied.cap.scope,
+                counter,
+                f"💸 Budget alert: {_who(counter)} has used {share:.0%} of the "
+                f"{PERIOD_WORDS[applied.cap.period].lower()} cap ({limit_text(applied.cap)}): {_used(counter)}.",
+                permille,
+            )
+
+    async def _alert_reached(self, cap, counter: CounterRecord) -> None:  # noqa: ANN001
+        if self.alert is not None and await self.store.budgets.claim_alert(counter.id, 1000):
+            await self._send(
+                cap.scope,
+                counter,
+                f"💸 Budget reached: {_who(counter)} hit the {PERIOD_WORDS[cap.period].lower()} cap "
+                f"({limit_text(cap)}): "
+                f"{_used(counter)}. Calls are refused until the period ends.",
+                1000,
+            )
+
+    async def _send(self, scope: str, counter: CounterRecord, text: str, permille: int) -> None:
+        try:
+            await self.alert(f"budget:{counter.id}:{permille}", text)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - an alert must not fail the call
+            log.exception("could not send the budget alert for %s %s", scope, counter.subject)
+
+    async def sweep(self) -> int:
+        """Count reservations whose call never settled (housekeeping; nothing to do without caps)."""
+        return await self.store.budgets.sweep() if self.caps.any else 0
+
+
+def _share(applied: AppliedCap, counter: CounterRecord) -> float:
+    shares = []
+    if applied.limit.nano_usd:
+        shares.append(counter.used_nano_usd / applied.limit.nano_usd)
+    if applied.limit.tokens:
+        shares.append(counter.used_tokens / applied.limit.tokens)
+    return max(shares, default=0.0)
+
+
+def _who(counter: CounterRecord) -> str:
+    if counter.scope == "global":
+        return "the assistant"
+    return f"{counter.scope} {counter.subject}"
+
+
+def _used(counter: CounterRecord) -> str:
+    tokens = f"{counter.used_tokens:,} tokens"
+    return f"{usd_text(counter.used_nano_usd)}, {tokens} this {counter.period} ({counter.period_key})"
+
+
+def _used_up(applied: AppliedCap, counter: CounterRecord) -> bool:
+    limit = applied.limit
+    if limit.nano_usd is not None and counter.used_nano_usd + counter.reserved_nano_usd >= limit.nano_usd:
+        return True
+    return limit.tokens is not None and counter.used_tokens + counter.reserved_tokens >= limit.tokens
