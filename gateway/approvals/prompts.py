@@ -280,7 +280,9 @@ class PromptService:
         )
         if self.access is None or prompt.kind != "approval":
             return by_rules  # roles and separate_requester are about approvals, not questions
-        return self.access.may_decide(channel, str(user_id), requested_by=prompt.requested_by, decided_by_rules=by_rules)
+        return self.access.may_decide(
+            channel, str(user_id), requested_by=prompt.requested_by, decided_by_rules=by_rules
+        )
 
     async def answer_with_text(
         self, prompt: PromptRecord, text: str, *, sender_id: str, sender_name: str
