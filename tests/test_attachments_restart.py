@@ -62,6 +62,7 @@ def settings(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, database_url: str, 
         "serve": {"shutdown_grace": 2},
         "http": {"port": port},
         "attachments": {"download_backoff_s": 0.01},
+        "access": {"dm_policy": "open", "group_policy": "open"},
         "telegram": {
             "token": tg.token,
             "api_base_url": tg.base_url,
