@@ -30,7 +30,8 @@ from support import TOOL_TRIGGER, LLMProcess, bench_store, database_kinds, ms, p
 # isort: split
 from fakes.channel import FakeChannel
 
-from gateway.agent.turn import Turn, TurnRequest
+from gateway.agent.messages import TurnRequest
+from gateway.agent.turn import Turn
 from gateway.app import Gateway
 from gateway.config import Config
 from gateway.events import ThreadKey

@@ -14,7 +14,7 @@ from channels.headless import HeadlessChannel
 from gateway.access import AccessPolicy, Gatekeeper
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
-from gateway.agent.turn import TurnServices
+from gateway.agent.services import TurnServices
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.attachments import AttachmentPreparer

@@ -27,7 +27,7 @@ from gateway.events import (
     ReplyStream,
     ThreadKey,
 )
-from gateway.store import OutboxRecord, RunEnd, Store
+from gateway.store import FinalStage, OutboxRecord, Store
 from gateway.store.base import utcnow
 
 log = logging.getLogger(__name__)
@@ -339,13 +339,14 @@ class RecordedStream:
         record = await self.outbox.store.outbox.record(key, str(self.thread), "message", self.intent(text))
         return await self.deliver(record, text)
 
-    async def deliver(self, record: OutboxRecord, text: str, *, run_end: RunEnd | None = None) -> Delivered:
+    async def deliver(self, record: OutboxRecord, text: str, *, final_stage: FinalStage | None = None) -> Delivered:
         """Deliver the final text under an intent already recorded (with `intent(text)`); with
-        `run_end`, the run this reply ends is finished in the same write that marks it sent."""
+        `final_stage`, the run this reply ends is finished in the same write that marks it sent."""
         if record.status == "sent":
             await self.abort()
-            if run_end is not None:
-                await self.outbox.store.runs.set_stage(run_end.run_id, run_end.stage, end_reason=run_end.end_reason)
+            if final_stage is not None:
+                final = final_stage
+                await self.outbox.store.runs.set_stage(final.run_id, final.stage, end_reason=final.end_reason)
             return Delivered(tuple(record.message_ids))
         stream = self._open()
         if stream is None:
@@ -358,7 +359,9 @@ class RecordedStream:
         else:
             delivered = await self.outbox.with_retries(self.thread, lambda _done: stream.finish(text), record=record)
         forget = self._progress_id if self._recorded else None
-        await self.outbox.store.outbox.mark_sent(record.id, list(delivered.message_ids), run_end=run_end, forget=forget)
+        await self.outbox.store.outbox.mark_sent(
+            record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget
+        )
         metrics.OUTBOX.labels(self.thread.channel).inc()
         self._recorded = ()
         self._stream = None

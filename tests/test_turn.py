@@ -7,7 +7,7 @@ import asyncio
 from harness import make_config, running_gateway
 
 from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOTICE
-from gateway.agent.rounds import placeholder_text
+from gateway.agent.messages import placeholder_text
 
 
 async def test_text_reply_is_sent_once_and_recorded(store, llm, tmp_path):

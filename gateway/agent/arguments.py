@@ -75,11 +75,6 @@ def check_arguments(
     return ArgumentsOk(value, raw if raw.strip() else "{}")
 
 
-def neutralise_tool_result(text: str) -> str:
-    """Stop tool output from forging chat-template tokens such as `<|im_start|>`."""
-    return text.replace("<|", "&lt;|")
-
-
 def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
     """Problems of `value` against the subset of JSON Schema that tool schemas use: type,
     required, properties, additionalProperties, enum, const, items, anyOf/oneOf, local $ref."""

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from gateway.agent.child import ChildContext
 from gateway.agent.delegate_tool import DONE_PREVIEW_CHARS, ChildOutcome, outcome_of, report_item, status_icon
-from gateway.agent.rounds import placeholder_text
-from gateway.agent.tool_calls import shorten
+from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text, shorten
+from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
 from gateway.store import NewItem, PromptRecord, SessionRecord, TaskRecord
-
-if TYPE_CHECKING:
-    from gateway.agent.turn import TurnRequest, TurnResult, TurnServices
 
 log = logging.getLogger("gateway.agent.delegation")
 
@@ -34,8 +30,6 @@ class ChildControl:
 
     async def start_background(self, task_id: int, lease_thread: ThreadKey) -> TurnRequest | None:
         """The turn of a background task's inbox item (None when it already ended)."""
-        from gateway.agent.turn import TurnRequest
-
         task = await self.store.delegations.get(task_id)
         if task is None or task.finished or task.child_session_id is None:
             return None
@@ -52,7 +46,7 @@ class ChildControl:
         request.started_run, request.turn_started_seq = run, row.seq
         return request
 
-    async def background_ended(self, request: TurnRequest, result: TurnResult) -> None:
+    async def background_ended(self, request: TurnRequest, result: TurnOutcome) -> None:
         """A background child's turn ended: unless it only parked, its result goes back to the
         parent's thread as a message (queued with the task's end, once)."""
         child = request.child

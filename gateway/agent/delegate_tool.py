@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.agent.child import DELEGATE
-from gateway.agent.rounds import placeholder_text
-from gateway.agent.tool_calls import shorten
+from gateway.agent.messages import TurnOutcome, placeholder_text, shorten
 from gateway.store import LeaseLost, NewItem, TaskRecord, ToolCallRecord
 from gateway.tools import ToolError, ToolSpec
 
 if TYPE_CHECKING:
-    from gateway.agent.turn import Turn, TurnResult
+    from gateway.agent.turn import Turn
 
 MAX_TASKS = 8
 START_PREVIEW_CHARS = 300
@@ -96,7 +95,7 @@ class ChildOutcome:
     auto_denied: tuple[str, ...] = ()
 
 
-def outcome_of(result: TurnResult) -> ChildOutcome:
+def outcome_of(result: TurnOutcome) -> ChildOutcome:
     """How a child's turn ended, as its parent sees it."""
     if result.stage == "SUCCESS":
         return ChildOutcome("done", result.reply, auto_denied=result.auto_denied)

@@ -36,13 +36,14 @@ from gateway.agent.delegate_tool import (
     start_line,
     task_name,
 )
-from gateway.agent.rounds import placeholder_text
-from gateway.agent.tool_calls import RESTART_NOT_RERUN, TurnEnd
+from gateway.agent.messages import EndTurn, TurnRequest, placeholder_text
+from gateway.agent.services import TurnServices
+from gateway.agent.tool_calls import RESTART_NOT_RERUN
 from gateway.lifecycle import Interrupted
 from gateway.store import ChildSession, LeaseLost, NewTask, SessionRecord, TaskRecord, ToolCallRecord
 
 if TYPE_CHECKING:
-    from gateway.agent.turn import Turn, TurnServices
+    from gateway.agent.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +191,9 @@ class Delegation:
         if parked:
             assert turn.trace is not None
             await turn.trace.event("AWAITING_INPUT", {"prompt_id": parked[0].prompt_id, "kind": "child"})
-            raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=parked[0].prompt_id)
+            raise EndTurn("AWAITING_INPUT", "awaiting_input", prompt_id=parked[0].prompt_id)
         if any(o.status == "suspended" for o in ended):
-            raise TurnEnd("SUSPENDED", "shutdown")
+            raise EndTurn("SUSPENDED", "shutdown")
 
     async def _collect(self, turn: Turn, tasks: list[TaskRecord], results: list[Any]) -> list[ChildOutcome]:
         """The children's outcomes; one that crashed is failed (its siblings' results stand)."""
@@ -244,7 +245,7 @@ class Delegation:
             )
 
     async def _run_child(self, turn: Turn, task: TaskRecord) -> ChildOutcome:
-        from gateway.agent.turn import Turn, TurnRequest
+        from gateway.agent.turn import Turn  # the turn runs delegate calls: imported when one does
 
         session = await self.store.sessions.get(task.child_session_id)
         assert session is not None

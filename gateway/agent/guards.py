@@ -10,10 +10,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from gateway.agent.rounds import DeclaredCall, ToolResult
+from gateway.agent.messages import DeclaredCall, ToolResult
 
 REPETITION_NOTICE = (
     "[repetition] Your previous output started repeating the same passage over and over and was "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.agent.tool_calls import END_MESSAGES, TurnEnd
+from gateway.agent.messages import END_MESSAGES, EndTurn
 from gateway.llm import ContextTooLong, LLMError, Refused
 
 NEAR_WINDOW = 0.5  # estimates err by this much: a refused request this near the target may be too long
@@ -70,12 +70,12 @@ class RefusalSteps:
             return await self._context_refused(built, error, error.prompt_tokens, error.context_window)
         if isinstance(error, Refused):
             if not near_window(built.estimated_tokens, built.target):
-                raise TurnEnd("FAILED", "refused", message=refused_message(error), error=str(error)) from error
+                raise EndTurn("FAILED", "refused", message=refused_message(error), error=str(error)) from error
             return await self._context_refused(built, error, None, None)
         if shown := builder.draft().text.strip():
             # Shown text is finished honestly, never retried into a second copy.
             await stream.finish(f"cut:{self.run_id}:{self.rounds + 1}", cut_off_text(shown, error))
-            raise TurnEnd("FAILED", "cut_off", error=str(error)) from error
+            raise EndTurn("FAILED", "cut_off", error=str(error)) from error
         raise error
 
     async def _context_refused(
@@ -89,7 +89,7 @@ class RefusalSteps:
             message = END_MESSAGES["overflow"]
             if self.s.context is not None and await self._set_aside_request(window):
                 message = too_long_message(window)
-            raise TurnEnd("FAILED", "overflow", message=message, error=str(error)) from error
+            raise EndTurn("FAILED", "overflow", message=message, error=str(error)) from error
         self.overflow_retries += 1
         self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, prompt_tokens, window)
 

@@ -15,7 +15,7 @@ from gateway import metrics
 from gateway.access import role_denial_text
 from gateway.agent.child import DELEGATE
 from gateway.agent.guards import TOOL_LOOP_NOTICE
-from gateway.agent.rounds import DeclaredCall, ToolResult, placeholder_text
+from gateway.agent.messages import END_MESSAGES, DeclaredCall, EndTurn, ToolResult, placeholder_text, shorten
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
 from gateway.events import ThreadKey
 from gateway.lifecycle import interruptible
@@ -27,33 +27,6 @@ log = logging.getLogger("gateway.agent.turn")
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."
 RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
-END_MESSAGES: dict[str, str] = {
-    "max_rounds": "⚠️ I stopped after {rounds} rounds without reaching an answer. Tell me how to continue.",
-    "overflow": "⚠️ This conversation no longer fits in the model's context window. Use /compact or /new to continue.",
-    "repetition": "⚠️ The model kept repeating itself, so I stopped this turn. Try rephrasing.",
-    "tool_loop": "⚠️ The model kept making the same tool calls with the same results, so I stopped this turn.",
-    "budget": "⚠️ This run reached its token budget and was stopped.",
-}
-
-
-class TurnEnd(Exception):
-    """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
-
-    def __init__(
-        self,
-        stage: str,
-        reason: str,
-        *,
-        message: str = "",
-        error: str = "",
-        prompt_id: int | None = None,
-        recorded: bool = False,
-    ):
-        super().__init__(reason)
-        self.stage, self.reason, self.message, self.error, self.prompt_id = stage, reason, message, error, prompt_id
-        self.recorded = recorded  # the run's stage is already written (with the reply's delivery)
-
-
 class ToolCallSteps:
     """Tool-call processing of a turn; expects the attributes `Turn` sets up."""
 
@@ -69,7 +42,7 @@ class ToolCallSteps:
         declared = [DeclaredCall(c.call_id, c.name, c.arguments) for c in calls]
         verdict = self.loop_guard.record(declared, results)
         if verdict == "stop":
-            raise TurnEnd("FAILED", "tool_loop", message=END_MESSAGES["tool_loop"])
+            raise EndTurn("FAILED", "tool_loop", message=END_MESSAGES["tool_loop"])
         if verdict == "notice":
             await self._notice(TOOL_LOOP_NOTICE)
 
@@ -173,7 +146,7 @@ class ToolCallSteps:
 
     async def _park(self, prompt: PromptRecord) -> None:
         await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
-        raise TurnEnd("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
+        raise EndTurn("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
 
     async def _execute(
         self, call: ToolCallRecord, args: dict[str, Any] | None = None, *, resume: dict[str, Any] | None = None
@@ -239,8 +212,3 @@ class ToolCallSteps:
         await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
         metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text
-
-
-def shorten(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -12,15 +12,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gateway import metrics
-from gateway.access import AccessPolicy, Gatekeeper
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
-from gateway.agent.child import ChildContext
 from gateway.agent.estimates import estimated_usage
 from gateway.agent.guards import (
     LENGTH_NOTICE,
@@ -29,89 +26,31 @@ from gateway.agent.guards import (
     RepetitionStreak,
     ToolLoopGuard,
 )
-from gateway.agent.refusals import RefusalSteps
-from gateway.agent.rounds import (
+from gateway.agent.messages import (
+    END_MESSAGES,
     DeclaredCall,
-    Round,
-    RoundBuilder,
+    EndTurn,
+    TurnOutcome,
+    TurnRequest,
     placeholder_text,
+    shorten,
 )
-from gateway.agent.tool_calls import END_MESSAGES, ToolCallSteps, TurnEnd, shorten
-from gateway.approvals.policy import ApprovalPolicy
-from gateway.approvals.prompts import PromptService
-from gateway.budgets import Payer, SpendGate, current_payer
-from gateway.config import Config
-from gateway.events import ThreadKey
+from gateway.agent.refusals import RefusalSteps
+from gateway.agent.rounds import Round, RoundBuilder
+from gateway.agent.services import TurnServices
+from gateway.agent.tool_calls import ToolCallSteps
+from gateway.budgets import Payer, current_payer
 from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import LLMClient, LLMError, ModelInfo, TextDelta, Usage
+from gateway.llm import LLMError, ModelInfo, TextDelta, Usage
 from gateway.llm.gate import BudgetReached
-from gateway.outbox import Outbox, RecordedStream
-from gateway.store import Fence, LeaseLost, NewToolCall, RecordedRound, RunEnd, RunRecord, SessionRecord, Store
-from gateway.tools import ToolRegistry
+from gateway.outbox import RecordedStream
+from gateway.store import FinalStage, LeaseLost, NewToolCall, RecordedRound
 from gateway.traces import LLMCallUsage, RunTrace
 
 log = logging.getLogger(__name__)
 
-EndReason = Literal[
-    "reply",
-    "max_rounds",
-    "overflow",
-    "refused",
-    "cut_off",
-    "repetition",
-    "tool_loop",
-    "canceled",
-    "error",
-    "budget",
-    "awaiting_input",
-    "shutdown",
-]
-PERSIST_TIMEOUT_S = 10.0
+PERSIST_TIMEOUT_S = 10.0  # bound on persisting one round; a store write outlives a cancel
 REPLY_KEY_PREFIX = "reply:"  # + the message id: the outbox key of a round's shown text
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    run_id: int
-    stage: str  # SUCCESS | FAILED | CANCELED | AWAITING_INPUT | SUSPENDED | LOST
-    end_reason: str
-    reply: str = ""
-    error: str = ""
-    auto_denied: tuple[str, ...] = ()
-    prompt_id: int | None = None
-
-
-@dataclass
-class TurnRequest:
-    session: SessionRecord
-    thread: ThreadKey
-    requested_by: str = ""  # who started the turn (default approver)
-    reply_to: str = ""  # platform id of the triggering message
-    run_id: int | None = None  # continue this parked run
-    started_run: RunRecord | None = None  # a fresh turn's run, created with its first rows
-    fence: Fence | None = None
-    turn_started_seq: int = 1
-    continuing: bool = False  # a dead worker's turn, continued from the database
-    continued_run: int | None = None  # the run it continues (its partial reply is adopted)
-    child: ChildContext | None = None  # a sub-agent's turn (see delegation.py): shows nothing but its prompts
-
-
-@dataclass
-class TurnServices:
-    store: Store
-    config: Config
-    llm: LLMClient
-    registry: ToolRegistry
-    policy: ApprovalPolicy
-    context: Any  # gateway.context.ContextBuilder
-    outbox: Outbox
-    prompts: PromptService
-    tool_services: dict[str, Any] = field(default_factory=dict)
-    attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
-    delegation: Any = None  # gateway.agent.delegation.Delegation: runs `delegate` calls
-    access: AccessPolicy | None = None  # roles: which tools a person's turns may use
-    gatekeeper: Gatekeeper | None = None  # who may talk to the agent (pairing)
-    spend: SpendGate | None = None  # the spend caps (also the LLM client's gate)
 
 
 class Turn(ToolCallSteps, RefusalSteps):
@@ -153,7 +92,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.stopper.stop(reason)
 
     # ---- entry ---------------------------------------------------------------------------
-    async def run(self) -> TurnResult:
+    async def run(self) -> TurnOutcome:
         paying = current_payer.set(self.payer())  # every LLM call of this turn is spent for them
         started = time.monotonic()
         try:
@@ -173,38 +112,38 @@ class Turn(ToolCallSteps, RefusalSteps):
         chat = f"{channel}:{self.thread.chat}" if self.session.interactive else None
         return Payer(user=f"{channel}:{person}" if person else None, chat=chat, job=job)
 
-    async def _run(self) -> TurnResult:
+    async def _run(self) -> TurnOutcome:
         await self._open_run()
         try:
             await self._loop()
-        except TurnEnd as end:
+        except EndTurn as end:
             return await self._finish(end)
         except BudgetReached as reached:
             # "budget: " marks a spend cap (a scheduled run is then recorded skipped (budget))
-            budget = TurnEnd("FAILED", "budget", message=f"⚠️ {reached.message}", error=f"budget: {reached.message}")
+            budget = EndTurn("FAILED", "budget", message=f"⚠️ {reached.message}", error=f"budget: {reached.message}")
             return await self._finish(budget)
         except Interrupted:
             if self.stopper.reason == "shutdown":
-                return TurnResult(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
+                return TurnOutcome(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
             if self.stopper.reason == "lease lost":
-                return TurnResult(self.run_id, "LOST", "error", error="lease lost")
-            return await self._finish(TurnEnd("CANCELED", "canceled"), placeholder="canceled")
+                return TurnOutcome(self.run_id, "LOST", "error", error="lease lost")
+            return await self._finish(EndTurn("CANCELED", "canceled"), placeholder="canceled")
         except LeaseLost as exc:
             log.warning("%s: %s; stopping without further writes", self.thread, exc)
-            return TurnResult(self.run_id, "LOST", "error", error=str(exc))
+            return TurnOutcome(self.run_id, "LOST", "error", error=str(exc))
         except LLMError as exc:
             log.warning("%s: LLM failed: %s", self.thread, exc)
             return await self._finish(
-                TurnEnd("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc)
+                EndTurn("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc)
             )
         except Exception as exc:  # noqa: BLE001 - a crash in one turn must not stop the worker
             log.exception("%s: turn crashed", self.thread)
             return await self._finish(
-                TurnEnd("FAILED", "error", error=f"{type(exc).__name__}: {exc}"),
+                EndTurn("FAILED", "error", error=f"{type(exc).__name__}: {exc}"),
                 placeholder="interrupted",
                 apology="an internal error",
             )
-        raise AssertionError("the turn loop only ends by TurnEnd")
+        raise AssertionError("the turn loop only ends by EndTurn")
 
     async def _open_run(self) -> None:
         store = self.s.store
@@ -244,11 +183,11 @@ class Turn(ToolCallSteps, RefusalSteps):
             if self.stopper.stopped:
                 raise Interrupted(self.stopper.reason)
             if self.stopping():
-                raise TurnEnd("SUSPENDED", "shutdown")
+                raise EndTurn("SUSPENDED", "shutdown")
             if self.drain is not None:
                 await self.drain()
             if self.rounds >= self.max_rounds:
-                raise TurnEnd("FAILED", "max_rounds", message=END_MESSAGES["max_rounds"].format(rounds=self.rounds))
+                raise EndTurn("FAILED", "max_rounds", message=END_MESSAGES["max_rounds"].format(rounds=self.rounds))
             await self._check_budget()
             if await self._llm_round():
                 return
@@ -265,14 +204,14 @@ class Turn(ToolCallSteps, RefusalSteps):
         if last.content.strip() and self.child is None:
             await self._stream().finish(f"{REPLY_KEY_PREFIX}{last.id}", last.content)  # a no-op when it was sent
         self.reply = last.content
-        raise TurnEnd("SUCCESS", "reply")
+        raise EndTurn("SUCCESS", "reply")
 
     async def _check_budget(self) -> None:
         if not self.session.max_tokens:
             return
         run = await self.s.store.runs.get(self.run_id)
         if run and run.input_tokens + run.output_tokens >= self.session.max_tokens:
-            raise TurnEnd("FAILED", "budget", message=END_MESSAGES["budget"])
+            raise EndTurn("FAILED", "budget", message=END_MESSAGES["budget"])
 
     def _stream(self) -> RecordedStream:
         """The round's reply stream. The messages it opens are recorded as they appear, so the
@@ -311,7 +250,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         if round_.repetition is not None:
             await stream.abort()
             if self.repetition.record(True) == "repetition":
-                raise TurnEnd("FAILED", "repetition", message=END_MESSAGES["repetition"])
+                raise EndTurn("FAILED", "repetition", message=END_MESSAGES["repetition"])
             await self._notice(REPETITION_NOTICE)
             return False
         self.repetition.record(False)
@@ -325,15 +264,15 @@ class Turn(ToolCallSteps, RefusalSteps):
             if recorded.reply is not None:
                 await stream.deliver(recorded.reply, round_.text)
             if self.length.record("length") == "overflow":
-                raise TurnEnd("FAILED", "overflow", message=END_MESSAGES["overflow"])
+                raise EndTurn("FAILED", "overflow", message=END_MESSAGES["overflow"])
             await self._notice(LENGTH_NOTICE)
             return False
         self.reply = round_.text
         if recorded.reply is None:
             await stream.abort()
-            raise TurnEnd("SUCCESS", "reply")
-        await stream.deliver(recorded.reply, round_.text, run_end=RunEnd(self.run_id, "SUCCESS", "reply"))
-        raise TurnEnd("SUCCESS", "reply", recorded=True)
+            raise EndTurn("SUCCESS", "reply")
+        await stream.deliver(recorded.reply, round_.text, final_stage=FinalStage(self.run_id, "SUCCESS", "reply"))
+        raise EndTurn("SUCCESS", "reply", recorded=True)
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
         while True:
@@ -476,18 +415,18 @@ class Turn(ToolCallSteps, RefusalSteps):
         )
 
     # ---- the end -------------------------------------------------------------------------
-    async def _finish(self, end: TurnEnd, *, placeholder: str | None = None, apology: str | None = None) -> TurnResult:
+    async def _finish(self, end: EndTurn, *, placeholder: str | None = None, apology: str | None = None) -> TurnOutcome:
         try:
             await asyncio.wait_for(self._record_end(end, placeholder, apology), PERSIST_TIMEOUT_S * 2)
         except LeaseLost:
-            return TurnResult(self.run_id, "LOST", end.reason, error=end.error)
+            return TurnOutcome(self.run_id, "LOST", end.reason, error=end.error)
         except Exception:  # noqa: BLE001
             log.exception("%s: could not record the end of run %s", self.thread, self.run_id)
-        return TurnResult(
+        return TurnOutcome(
             self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id
         )
 
-    async def _record_end(self, end: TurnEnd, placeholder: str | None, apology: str | None) -> None:
+    async def _record_end(self, end: EndTurn, placeholder: str | None, apology: str | None) -> None:
         store = self.s.store
         if placeholder is not None:
             for call in await store.sessions.open_tool_calls(self.session.id):
@@ -500,9 +439,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         if end.stage == "FAILED" and end.reason == "error":
             await self._mark_trailing_user_rows_failed()
             await self.trace.error("turn", end.error)  # type: ignore[union-attr]
-        stage = "AWAITING_INPUT" if end.stage == "AWAITING_INPUT" else end.stage
-        if end.stage == "SUSPENDED":
-            stage = "RUNNING"  # continued by the next instance
+        stage: str = "RUNNING" if end.stage == "SUSPENDED" else end.stage  # SUSPENDED: continued after the restart
         if not end.recorded:
             await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
         if end.message and self.child is None:  # a child's end is its parent's tool result

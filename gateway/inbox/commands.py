@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.agent.rounds import placeholder_text
-from gateway.agent.turn import TurnRequest, TurnResult
+from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.budgets import Payer, cost_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey
@@ -204,7 +203,7 @@ class CommandSteps:
         if session is not None and report:
             child = await self.s.delegation.control.context_of(session) if self.s.delegation is not None else None
             request = TurnRequest(session, thread, child=child)  # a background task still reports its end
-            await self._after_turn(request, TurnResult(run_id, "CANCELED", "canceled"))
+            await self._after_turn(request, TurnOutcome(run_id, "CANCELED", "canceled"))
 
     async def _compact(self, thread: ThreadKey) -> str:
         session = await self.store.sessions.current(str(thread))

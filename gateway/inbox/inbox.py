@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import metrics
-from gateway.agent.turn import Turn, TurnRequest, TurnResult, TurnServices
+from gateway.agent.messages import TurnOutcome, TurnRequest
+from gateway.agent.services import TurnServices
+from gateway.agent.turn import Turn
 from gateway.events import (
     ButtonPress,
     InboundEvent,
@@ -483,7 +485,7 @@ class Inbox(CommandSteps):
             await _set_busy(channel, request.thread, False, request.reply_to)
         await self._after_turn(request, result)
 
-    async def _after_turn(self, request: TurnRequest, result: TurnResult) -> None:
+    async def _after_turn(self, request: TurnRequest, result: TurnOutcome) -> None:
         if result.stage == "SUSPENDED":
             await self.store.inbox.add(
                 [NewItem(f"continue:{result.run_id}", str(request.thread), "resume", {"continue_run": result.run_id})]

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.store.base import Repo, to_record, utcnow
 from gateway.store.inbox import InsertIgnoring
-from gateway.store.records import OutboxRecord, RunEnd
+from gateway.store.records import FinalStage, OutboxRecord
 from gateway.store.runs import RunRepo
 from gateway.store.tables import outbox
 
@@ -58,17 +58,22 @@ class OutboxRepo(Repo):
         return await self.db.read(work)
 
     async def mark_sent(
-        self, record_id: int, message_ids: Sequence[str], *, run_end: RunEnd | None = None, forget: int | None = None
+        self,
+        record_id: int,
+        message_ids: Sequence[str],
+        *,
+        final_stage: FinalStage | None = None,
+        forget: int | None = None,
     ) -> None:
-        """Mark delivered; with `run_end`, the run it finishes is finished in the same write;
+        """Mark delivered; with `final_stage`, the run it finishes is finished in the same write;
         `forget`: a stream's partial record that this delivery completes."""
 
         def work(conn: Connection) -> None:
             self.mark_sent_in(conn, record_id, message_ids)
             if forget is not None:
                 conn.execute(_FORGET_PARTIAL, {"record_id": forget})
-            if run_end is not None:
-                RunRepo.set_stage_in(conn, run_end.run_id, run_end.stage, end_reason=run_end.end_reason)
+            if final_stage is not None:
+                RunRepo.set_stage_in(conn, final_stage.run_id, final_stage.stage, end_reason=final_stage.end_reason)
 
         await self.db.write(work)
 

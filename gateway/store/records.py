@@ -158,7 +158,7 @@ class BypassRecord:
 
 
 @dataclass(frozen=True)
-class RunEnd:
+class FinalStage:
     """A run's final stage, written together with the delivery that ends it."""
 
     run_id: int

@@ -1,0 +1,130 @@
+"""The turn's vocabulary: what the model declared, what a call gave back, how a turn ends.
+
+Kept apart from the modules that do the work (turn.py, tool_calls.py, rounds.py, guards.py,
+delegation.py) so each of them names these types without importing another's machinery.
+
+The names of endings, each for one job:
+- `EndTurn`: raised inside a turn to end it (control flow only; caught by `Turn.run`);
+- `TurnOutcome`: what `Turn.run` returns to whoever ran it (the inbox, a parent turn);
+- `gateway.store.FinalStage`: a run's final stage, written in the same write as the reply's delivery;
+- `gateway.events.TurnEnded`: told to listeners outside the core (the scheduler) when a turn ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.agent.child import ChildContext
+from gateway.events import ThreadKey
+from gateway.store import Fence, RunRecord, SessionRecord
+
+# ---- the model's calls and their results ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeclaredCall:
+    id: str
+    name: str
+    arguments: str  # raw text as streamed; checked later by gateway.agent.arguments
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One call's result as the loop guard compares it."""
+
+    call_id: str
+    name: str
+    text: str
+    status: Literal["ok", "failed", "placeholder"]
+
+
+PlaceholderReason = Literal["canceled", "interrupted", "superseded"]
+PLACEHOLDER_PREFIX = "[placeholder] "
+
+
+def placeholder_text(reason: PlaceholderReason) -> str:
+    """The result of a call that never ran to the end (the turn was stopped or broke)."""
+    return f"{PLACEHOLDER_PREFIX}{reason}"
+
+
+# ---- how a turn ends -------------------------------------------------------------------------
+
+# The stage a turn ends in. SUSPENDED (a shutdown: continued after the restart) and LOST (the
+# lease went to another worker) are never stored: the run stays RUNNING for whoever continues it.
+Stage = Literal["SUCCESS", "FAILED", "CANCELED", "AWAITING_INPUT", "SUSPENDED", "LOST"]
+EndReason = Literal[
+    "reply",
+    "max_rounds",
+    "overflow",
+    "refused",
+    "cut_off",
+    "repetition",
+    "tool_loop",
+    "canceled",
+    "error",
+    "budget",
+    "awaiting_input",
+    "shutdown",
+]
+END_MESSAGES: dict[str, str] = {
+    "max_rounds": "⚠️ I stopped after {rounds} rounds without reaching an answer. Tell me how to continue.",
+    "overflow": "⚠️ This conversation no longer fits in the model's context window. Use /compact or /new to continue.",
+    "repetition": "⚠️ The model kept repeating itself, so I stopped this turn. Try rephrasing.",
+    "tool_loop": "⚠️ The model kept making the same tool calls with the same results, so I stopped this turn.",
+    "budget": "⚠️ This run reached its token budget and was stopped.",
+}
+
+
+class EndTurn(Exception):
+    """Raised inside the loop to end the turn with a reason (and optional user-facing text)."""
+
+    def __init__(
+        self,
+        stage: Stage,
+        reason: EndReason,
+        *,
+        message: str = "",
+        error: str = "",
+        prompt_id: int | None = None,
+        recorded: bool = False,
+    ):
+        super().__init__(reason)
+        self.stage: Stage = stage
+        self.reason: EndReason = reason
+        self.message, self.error, self.prompt_id = message, error, prompt_id
+        self.recorded = recorded  # the run's stage is already written (with the reply's delivery)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How a turn ended, for whoever ran it."""
+
+    run_id: int
+    stage: Stage
+    end_reason: EndReason
+    reply: str = ""
+    error: str = ""
+    auto_denied: tuple[str, ...] = ()
+    prompt_id: int | None = None
+
+
+@dataclass
+class TurnRequest:
+    session: SessionRecord
+    thread: ThreadKey
+    requested_by: str = ""  # who started the turn (default approver)
+    reply_to: str = ""  # platform id of the triggering message
+    run_id: int | None = None  # continue this parked run
+    started_run: RunRecord | None = None  # a fresh turn's run, created with its first rows
+    fence: Fence | None = None
+    turn_started_seq: int = 1
+    continuing: bool = False  # a dead worker's turn, continued from the database
+    continued_run: int | None = None  # the run it continues (its partial reply is adopted)
+    child: ChildContext | None = None  # a sub-agent's turn (see delegation.py): shows nothing but its prompts
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """One line of at most `limit` characters, for chat lines and summaries."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

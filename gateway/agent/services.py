@@ -1,0 +1,34 @@
+"""What a turn is given: the gateway's services, built once by the composition root (app.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.access import AccessPolicy, Gatekeeper
+from gateway.approvals.policy import ApprovalPolicy
+from gateway.approvals.prompts import PromptService
+from gateway.budgets import SpendGate
+from gateway.config import Config
+from gateway.llm import LLMClient
+from gateway.outbox import Outbox
+from gateway.store import Store
+from gateway.tools import ToolRegistry
+
+
+@dataclass
+class TurnServices:
+    store: Store
+    config: Config
+    llm: LLMClient
+    registry: ToolRegistry
+    policy: ApprovalPolicy
+    context: Any  # gateway.context.ContextBuilder
+    outbox: Outbox
+    prompts: PromptService
+    tool_services: dict[str, Any] = field(default_factory=dict)
+    attachments: Any = None  # gateway.attachments.AttachmentPreparer: files of messages, before their turn
+    delegation: Any = None  # gateway.agent.delegation.Delegation: runs `delegate` calls
+    access: AccessPolicy | None = None  # roles: which tools a person's turns may use
+    gatekeeper: Gatekeeper | None = None  # who may talk to the agent (pairing)
+    spend: SpendGate | None = None  # the spend caps (also the LLM client's gate)
