@@ -322,7 +322,7 @@ class Gateway:
     async def _prune_forever(self) -> None:
         """Retention, on the leader only: one instance deletes, in batches."""
         cfg = self.config.retention
-        days = RetentionDays(cfg.inbox_days, cfg.outbox_days, cfg.prompts_days, cfg.run_events_days)
+        days = RetentionDays(cfg.inbox_days, cfg.outbox_days, cfg.prompts_days, cfg.run_events_days, cfg.audit_days)
         while True:
             try:
                 pruned = await self.store.retention.prune(days, batch=cfg.batch)

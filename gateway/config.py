@@ -175,6 +175,7 @@ class RetentionConfig(_Section):
     outbox_days: float = Field(30, ge=0)  # delivered or given-up sends
     prompts_days: float = Field(30, ge=0)  # decided, expired or canceled prompts
     run_events_days: float = Field(30, ge=0)  # the timelines of finished runs (the runs stay)
+    audit_days: float = Field(90, ge=0)  # the audit trail (tool calls, decisions, access, console)
     every_s: float = Field(3600.0, gt=0)
     batch: int = Field(1000, ge=1)
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 from harness import make_config, running_gateway
 from sqlalchemy import update
 
-from gateway.store import NewItem, RetentionDays
+from gateway.store import AuditEntry, NewItem, RetentionDays
 from gateway.store.base import utcnow
-from gateway.store.tables import inbox, outbox, prompts, run_events
+from gateway.store.tables import audit, inbox, outbox, prompts, run_events
 
 OLD = utcnow() - timedelta(days=45)
 THREAD = "fake:chat1:"
@@ -51,6 +51,10 @@ async def seed(store):  # noqa: ANN001, ANN201
     await store.inbox.hold(pending[3].id)  # after the prompt was canceled (that releases held items)
     for status in ("done", "held", "pending"):
         await age(store, inbox, status=status)
+    await store.audit.record(*(AuditEntry(kind="tool_call", action=a, tool="shell") for a in ("old", "older", "new")))
+    for action, days in (("old", 45), ("older", 100)):  # the audit trail is kept 90 days by default
+        aged = update(audit).where(audit.c.action == action).values(at=utcnow() - timedelta(days=days))
+        await store.db.write(lambda conn, aged=aged: conn.execute(aged))
     return finished, parked, waiting
 
 
@@ -59,7 +63,8 @@ async def test_old_finished_work_is_pruned_and_pending_or_parked_work_is_kept(st
 
     pruned = await store.retention.prune(RetentionDays(), batch=2)  # batches smaller than the work
 
-    assert pruned == {"inbox": 3, "outbox": 1, "prompts": 1, "run_events": 1}
+    assert pruned == {"inbox": 3, "outbox": 1, "prompts": 1, "run_events": 1, "audit": 1}
+    assert [r.action for r in await store.audit.list_audit()] == ["new", "old"]
     assert {i.payload["text"] for i in await store.inbox.pending(THREAD)} == {"m4"}
     assert (await store.inbox.get_by_event("e3")).status == "held"
     assert await store.outbox.get("sent") is None and (await store.outbox.get("stuck")).status == "pending"
@@ -70,17 +75,19 @@ async def test_old_finished_work_is_pruned_and_pending_or_parked_work_is_kept(st
 
 async def test_recent_work_and_zero_days_are_kept(store):
     await seed(store)
-    pruned = await store.retention.prune(RetentionDays(inbox=0, outbox=60, prompts=60, run_events=60))
+    pruned = await store.retention.prune(RetentionDays(inbox=0, outbox=60, prompts=60, run_events=60, audit=0))
     assert pruned == {"outbox": 0, "prompts": 0, "run_events": 0}
+    assert len(await store.audit.list_audit()) == 3
     assert await store.inbox.get_by_event("e0") is not None
 
 
 async def test_the_leader_prunes(store, llm, tmp_path):
     await seed(store)
-    config = make_config(llm.base_url, str(tmp_path), retention={"every_s": 0.1})
+    config = make_config(llm.base_url, str(tmp_path), retention={"every_s": 0.1, "audit_days": 30})
     async with running_gateway(store, config):
         for _ in range(100):
-            if await store.outbox.get("sent") is None:
+            if await store.outbox.get("sent") is None and len(await store.audit.list_audit()) == 1:
                 break
             await asyncio.sleep(0.05)
     assert await store.outbox.get("sent") is None and await store.inbox.get_by_event("e0") is None
+    assert [r.action for r in await store.audit.list_audit()] == ["new"]  # audit_days from the config

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
 
 from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRecord
+from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, redact_arguments
 from gateway.store.base import Fence, LeaseLost, utcnow
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
 from gateway.store.db import (
@@ -93,6 +94,7 @@ class Store:
         self.retention = RetentionRepo(self.db)
         self.access = AccessRepo(self.db)
         self.budgets = BudgetRepo(self.db)
+        self.audit = AuditRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -210,4 +212,9 @@ __all__ = [
     "Limit",
     "Refused",
     "Reserved",
+    "AuditEntry",
+    "AuditRecord",
+    "AuditRepo",
+    "redact",
+    "redact_arguments",
 ]

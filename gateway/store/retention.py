@@ -1,6 +1,7 @@
-"""Pruning what is finished and old: done inbox items, delivered outbox rows, decided prompts
-and the events of finished runs. Never pending, held or parked work. In batches, each its own
-short transaction, so a large backlog never holds locks for long."""
+"""Pruning what is finished and old: done inbox items, delivered outbox rows, decided
+prompts, the events of finished runs and old rows of the audit trail. Never pending, held or
+parked work. In batches, each its own short transaction, so a large backlog never holds locks
+for long."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.store.base import Repo, utcnow
-from gateway.store.tables import inbox, outbox, prompts, run_events, runs
+from gateway.store.tables import audit, inbox, outbox, prompts, run_events, runs
 
 FINISHED_RUNS = ("SUCCESS", "FAILED", "CANCELED")
 
@@ -23,6 +24,7 @@ class RetentionDays:
     outbox: float = 30
     prompts: float = 30
     run_events: float = 30
+    audit: float = 90
 
 
 class RetentionRepo(Repo):
@@ -45,6 +47,7 @@ class RetentionRepo(Repo):
                 (run_events.c.at < before(days.run_events))
                 & run_events.c.run_id.in_(select(runs.c.id).where(runs.c.stage.in_(FINISHED_RUNS))),
             ),
+            "audit": (audit, audit.c.at < before(days.audit)),
         }
         keep = {name for name in targets if getattr(days, name) <= 0}  # 0: kept forever
         counts: dict[str, int] = {}

@@ -439,6 +439,32 @@ budget_reservations = Table(
 )
 
 
+# The audit trail: who asked for what, who or which rule decided, and what came of it. Rows are
+# only ever inserted by the application (and deleted by retention); arguments are redacted
+# before they are written (gateway/store/audit.py).
+audit = Table(
+    "audit",
+    metadata,
+    _pk(),
+    Column("at", UTCDateTime, nullable=False, default=_now, index=True),
+    # tool_call | access | budget_alert | console_login | console_action
+    Column("kind", String(32), nullable=False),
+    Column("action", String(64), nullable=False),  # what happened: "run", "approved", "grant", ...
+    Column("actor", String(128), nullable=True),  # who asked: "telegram:123", "console", "cli"
+    Column("decided_by", String(128), nullable=True),  # the person, or the rule, that decided
+    Column("via", String(16), nullable=True),  # button | console | cli | auto | policy | bypass
+    Column("tool", String(128), nullable=True),
+    Column("thread_key", String(255), nullable=True),
+    Column("run_id", Id, nullable=True),
+    Column("arguments", JSON, nullable=True),  # redacted
+    Column("outcome", String(32), nullable=True),  # ok | error | denied | rejected | expired ...
+    Column("detail", JSON, nullable=False, default=dict),  # redacted
+    Index("ix_audit_actor_at", "actor", "at"),
+    Index("ix_audit_tool_at", "tool", "at"),
+    sqlite_autoincrement=True,  # ids only grow: readers may page by id
+)
+
+
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""
