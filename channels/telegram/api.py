@@ -2,7 +2,8 @@
 
 Every send and edit goes through `BotCaller.call`, which paces per chat and overall and
 turns failures into a `ChannelError` (with `retry_after`, `ambiguous`, `permanent`) logged
-with the chat id. Retrying is the outbox's job.
+with the chat id. Retrying is the outbox's job. This is the only module that knows
+`telegram.error`: the rest of the channel sees `ChannelError` and the subclasses below.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from telegram import MessageEntity
 from telegram.error import (
     BadRequest,
     ChatMigrated,
+    Conflict,
     Forbidden,
     InvalidToken,
     RetryAfter,
@@ -34,6 +36,34 @@ log = logging.getLogger("channels.telegram")
 T = TypeVar("T")
 
 
+class Rejected(ChannelError):
+    """Telegram answered 400 Bad Request: retrying the same call cannot help. `reason` is
+    Telegram's description; callers decide on parse errors and "not modified"."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, permanent=True)
+        self.reason = reason
+
+    @property
+    def not_modified(self) -> bool:
+        return "not modified" in self.reason.lower()
+
+    @property
+    def parse_error(self) -> bool:
+        return "can't parse entities" in self.reason.lower()
+
+
+class TokenRejected(ChannelError):
+    """The bot token is not (or no longer) valid."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, permanent=True)
+
+
+class Conflicted(ChannelError):
+    """409 Conflict on getUpdates: another process polls this token, or a webhook is set."""
+
+
 def retry_after_seconds(exc: RetryAfter) -> float:
     with warnings.catch_warnings():  # PTB warns that the int form will become a timedelta
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -41,12 +71,34 @@ def retry_after_seconds(exc: RetryAfter) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def is_not_modified(exc: BaseException) -> bool:
-    return isinstance(exc, BadRequest) and "not modified" in exc.message.lower()
+def translate(what: str, exc: TelegramError, *, posting: bool = False) -> ChannelError:
+    """The channel's error for a failed Bot API call (`what` names it in the message).
+    `posting`: the call posts a new message, so a timeout leaves it maybe delivered."""
+    message = f"telegram {what}: {exc}"
+    if isinstance(exc, RetryAfter):
+        return ChannelError(message, retry_after=retry_after_seconds(exc))
+    if isinstance(exc, BadRequest):
+        return Rejected(f"telegram {what}: {exc.message}", reason=exc.message)
+    if isinstance(exc, TimedOut):
+        # Unless it never left (no connection), the request may have reached Telegram: a
+        # new message may be in the chat already.
+        never_sent = isinstance(exc.__cause__, (httpx.ConnectTimeout, httpx.PoolTimeout))
+        return ChannelError(message, ambiguous=posting and not never_sent)
+    if isinstance(exc, InvalidToken):
+        return TokenRejected(message)
+    if isinstance(exc, (Forbidden, ChatMigrated)):
+        return ChannelError(message, permanent=True)
+    if isinstance(exc, Conflict):
+        return Conflicted(message)
+    return ChannelError(message)  # NetworkError (refused, reset, 5xx) and the rest
 
 
-def is_parse_error(exc: BaseException) -> bool:
-    return isinstance(exc, BadRequest) and "can't parse entities" in exc.message.lower()
+async def translated(what: str, request: Callable[[], Awaitable[T]]) -> T:
+    """Runs a Bot API call outside `BotCaller` (no pacing, no log) with its errors translated."""
+    try:
+        return await request()
+    except TelegramError as exc:
+        raise translate(what, exc) from exc
 
 
 def ptb_entities(rendered: Rendered) -> list[MessageEntity]:
@@ -150,44 +202,19 @@ class BotCaller:
         self._pacer = pacer
 
     async def call(self, what: str, chat_id: int, request: Callable[[], Awaitable[T]], *, paced: bool = True) -> T:
-        """Raises ChannelError or BadRequest (callers decide on parse errors and "not modified")."""
+        """Raises ChannelError: `Rejected` for a 400 (not logged here: callers decide on parse
+        errors and "not modified"), else logged with the chat id."""
         if paced:
             await self._pacer.wait(chat_id)
         try:
             return await request()
-        except RetryAfter as exc:
-            raise self._failed(what, chat_id, exc, retry_after=retry_after_seconds(exc)) from exc
-        except BadRequest:
-            raise
-        except TimedOut as exc:
-            # Unless it never left (no connection), the request may have reached Telegram: a
-            # new message may be in the chat already.
-            never_sent = isinstance(exc.__cause__, (httpx.ConnectTimeout, httpx.PoolTimeout))
-            raise self._failed(what, chat_id, exc, ambiguous=what in POSTING and not never_sent) from exc
-        except (Forbidden, InvalidToken, ChatMigrated) as exc:
-            raise self._failed(what, chat_id, exc, permanent=True) from exc
-        except TelegramError as exc:  # NetworkError (refused, reset, 5xx) and the rest
-            raise self._failed(what, chat_id, exc) from exc
-
-    @staticmethod
-    def _failed(
-        what: str,
-        chat_id: int,
-        exc: TelegramError,
-        *,
-        retry_after: float | None = None,
-        permanent: bool = False,
-        ambiguous: bool = False,
-    ) -> ChannelError:
-        log.warning("telegram %s to chat %s failed: %s", what, chat_id, exc)
-        return ChannelError(
-            f"telegram {what} to chat {chat_id}: {exc}",
-            retry_after=retry_after,
-            permanent=permanent,
-            ambiguous=ambiguous,
-        )
+        except TelegramError as exc:
+            error = translate(f"{what} to chat {chat_id}", exc, posting=what in POSTING)
+            if not isinstance(error, Rejected):
+                log.warning("telegram %s to chat %s failed: %s", what, chat_id, exc)
+            raise error from exc
 
 
-def permanent(what: str, chat_id: int, exc: BadRequest) -> ChannelError:
-    log.error("telegram %s to chat %s rejected: %s", what, chat_id, exc.message)
-    return ChannelError(f"telegram {what} to chat {chat_id}: {exc.message}", permanent=True)
+def log_rejection(what: str, chat_id: int, exc: Rejected) -> None:
+    """A rejection the caller could not work around is logged as the error it is."""
+    log.error("telegram %s to chat %s rejected: %s", what, chat_id, exc.reason)

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import httpx
@@ -26,18 +27,10 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction
-from telegram.error import (
-    BadRequest,
-    Conflict,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-)
 from telegram.request import HTTPXRequest
 
 from channels.telegram import files
-from channels.telegram.api import BotCaller, Pacer, is_not_modified, retry_after_seconds
+from channels.telegram.api import BotCaller, Conflicted, Pacer, Rejected, TokenRejected, translated
 from channels.telegram.inbound import (
     ALLOWED_UPDATES,
     BotIdentity,
@@ -136,23 +129,23 @@ class TelegramChannel:
             logging.getLogger(name).addFilter(self._redact)
         bot = self._make_bot()
         try:
-            await bot.initialize()
-        except InvalidToken:
+            await translated("getMe", bot.initialize)
+        except TokenRejected:
             raise ChannelError(
                 "telegram: the bot token was rejected (check TELEGRAM_BOT_TOKEN)", permanent=True
             ) from None
-        except TelegramError as exc:
+        except ChannelError as exc:
             raise ChannelError(f"telegram: cannot reach the Bot API at {self.config.api_base_url}: {exc}") from exc
         me = bot.bot
         self._bot, self._outlet = bot, Outlet(bot, self._caller)
         self._reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""))
         if self.config.mode == "webhook":
-            await bot.set_webhook(
+            await translated("setWebhook", lambda: bot.set_webhook(
                 self.config.webhook_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
-            )
+            ))
             log.info("telegram: @%s receives updates by webhook at %s", me.username, self.config.webhook_url)
         else:
-            await bot.delete_webhook(drop_pending_updates=False)
+            await translated("deleteWebhook", lambda: bot.delete_webhook(drop_pending_updates=False))
             log.info("telegram: @%s receives updates by long polling", me.username)
         self._submit = submit
 
@@ -205,9 +198,10 @@ class TelegramChannel:
         failures = 0
         while True:
             try:
-                updates = await self.bot.get_updates(
-                    offset=offset, timeout=self.config.poll_timeout_s, allowed_updates=ALLOWED_UPDATES
-                )
+                updates = await translated("getUpdates", partial(
+                    self.bot.get_updates,
+                    offset=offset, timeout=self.config.poll_timeout_s, allowed_updates=ALLOWED_UPDATES,
+                ))
                 if updates:
                     next_offset = max(u.update_id for u in updates) + 1
                     await self._ingest(updates, cursor=(OFFSET_CURSOR, str(next_offset)))
@@ -230,17 +224,17 @@ class TelegramChannel:
 
     async def _wait_after_poll_failure(self, exc: Exception, failures: int) -> None:
         delay = min(self.poll_backoff_s * 2 ** (failures - 1), self.poll_backoff_max_s)
-        if isinstance(exc, Conflict):
+        if isinstance(exc, Conflicted):
             log.error(
                 "telegram: 409 Conflict: another process is polling this bot token or a webhook "
                 "is set (%s); retrying in %.1fs",
                 exc,
                 delay,
             )
-        elif isinstance(exc, RetryAfter):
-            delay = max(delay, retry_after_seconds(exc))
+        elif isinstance(exc, ChannelError) and exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)
             log.warning("telegram: getUpdates flood limit; retrying in %.1fs", delay)
-        elif isinstance(exc, NetworkError):
+        elif isinstance(exc, ChannelError):
             log.warning("telegram: getUpdates failed (%s); retrying in %.1fs", exc, delay)
         else:
             log.exception("telegram: storing a batch of updates failed; it will be read again in %.1fs", delay)
@@ -287,13 +281,16 @@ class TelegramChannel:
             await self.outlet.send_chunk(
                 Target(reading.chat_id, None), chunks_of(REFUSAL.format(user_id=reading.user_id))[0]
             )
-        except (ChannelError, BadRequest) as exc:
+        except ChannelError as exc:
             log.warning("telegram: could not send the refusal to chat %s: %s", reading.chat_id, exc)
 
     async def _answer_callback(self, query_id: str, text: str, *, alert: bool) -> None:
         try:
-            await self.bot.answer_callback_query(query_id, text=text[:200] or None, show_alert=alert)
-        except TelegramError as exc:  # an old query (> 15 min) can no longer be answered
+            await translated(
+                "answerCallbackQuery",
+                lambda: self.bot.answer_callback_query(query_id, text=text[:200] or None, show_alert=alert),
+            )
+        except ChannelError as exc:  # an old query (> 15 min) can no longer be answered
             log.warning("telegram: could not answer callback %s: %s", query_id, exc)
 
     # --- ingest: webhook -----------------------------------------------------------
@@ -411,7 +408,7 @@ class TelegramChannel:
                     ),
                     paced=False,
                 )
-            except (ChannelError, BadRequest) as exc:
+            except ChannelError as exc:
                 log.debug("telegram chat %s: typing not shown: %s", target.chat_id, exc)
             await asyncio.sleep(self.typing_interval_s)
 
@@ -449,9 +446,9 @@ class TelegramChannel:
                 target.chat_id,
                 lambda: self.bot.edit_message_reply_markup(target.chat_id, message_id, reply_markup=None),
             )
-        except BadRequest as exc:
-            if not is_not_modified(exc):
-                log.warning("telegram chat %s: cannot close prompt %s: %s", target.chat_id, message_id, exc.message)
+        except Rejected as exc:
+            if not exc.not_modified:
+                log.warning("telegram chat %s: cannot close prompt %s: %s", target.chat_id, message_id, exc.reason)
             return None
 
     async def _append_outcome(self, target: Target, message: Message, outcome: str) -> None:
@@ -462,13 +459,13 @@ class TelegramChannel:
                 target.chat_id,
                 lambda: self.bot.edit_message_text(text, target.chat_id, message.message_id, entities=message.entities),
             )
-        except BadRequest as exc:
-            if not is_not_modified(exc):
+        except Rejected as exc:
+            if not exc.not_modified:
                 log.warning(
                     "telegram chat %s: cannot show the outcome on %s: %s",
                     target.chat_id,
                     message.message_id,
-                    exc.message,
+                    exc.reason,
                 )
 
 

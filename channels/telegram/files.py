@@ -10,12 +10,11 @@ import logging
 from pathlib import Path
 
 from telegram import Bot, InputFile, Message
-from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 
-from channels.telegram.api import BotCaller, retry_after_seconds
+from channels.telegram.api import BotCaller, Rejected, log_rejection, translated
 from channels.telegram.inbound import BOT_API_DOWNLOAD_LIMIT
 from channels.telegram.outlet import Target
-from gateway.events import Attachment, ChannelError, Fetched, FileTooLarge, OutboundFile
+from gateway.events import Attachment, Fetched, FileTooLarge, OutboundFile
 
 log = logging.getLogger("channels.telegram")
 CAPTION_LIMIT = 1024  # characters of a photo or document caption
@@ -24,20 +23,15 @@ CAPTION_LIMIT = 1024  # characters of a photo or document caption
 async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> Fetched:
     limit = min(max_bytes, BOT_API_DOWNLOAD_LIMIT)
     try:
-        file = await bot.get_file(attachment.file_id)
+        file = await translated("getFile", lambda: bot.get_file(attachment.file_id))
         if (file.file_size or 0) > limit:
             raise FileTooLarge(f"telegram: the file is {file.file_size} bytes, over {limit}", size=file.file_size or 0)
-        data = bytes(await file.download_as_bytearray())
-    except RetryAfter as exc:
-        raise ChannelError(f"telegram getFile: {exc}", retry_after=retry_after_seconds(exc)) from exc
-    except BadRequest as exc:
-        if "too big" in exc.message.lower():
-            raise FileTooLarge(f"telegram: {exc.message}", size=attachment.size) from exc
-        raise ChannelError(f"telegram getFile: {exc.message}", permanent=True) from exc
-    except (Forbidden, InvalidToken) as exc:
-        raise ChannelError(f"telegram getFile: {exc}", permanent=True) from exc
-    except TelegramError as exc:  # network errors, 5xx: worth another attempt
-        raise ChannelError(f"telegram file download: {exc}") from exc
+        # network errors and 5xx come as plain ChannelErrors: worth another attempt
+        data = bytes(await translated("file download", file.download_as_bytearray))
+    except Rejected as exc:
+        if "too big" in exc.reason.lower():
+            raise FileTooLarge(f"telegram: {exc.reason}", size=attachment.size) from exc
+        raise
     if len(data) > limit:
         raise FileTooLarge(f"telegram: the file is {len(data)} bytes, over {limit}", size=len(data))
     return Fetched(data)
@@ -64,8 +58,8 @@ async def send_file(
                     reply_to_message_id=reply_to,
                 ),
             )
-        except BadRequest as exc:
-            log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.name, exc.message)
+        except Rejected as exc:
+            log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.name, exc.reason)
     if sent is None:
         try:
             sent = await caller.call(
@@ -79,10 +73,9 @@ async def send_file(
                     reply_to_message_id=reply_to,
                 ),
             )
-        except BadRequest as exc:
-            raise ChannelError(
-                f"telegram sendDocument to chat {target.chat_id}: {exc.message}", permanent=True
-            ) from exc
+        except Rejected as exc:
+            log_rejection("sendDocument", target.chat_id, exc)
+            raise
     ids = [sent.message_id]
     if rest:
         sent_rest = await caller.call(

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
-from telegram.error import BadRequest
 
-from channels.telegram.api import BotCaller, is_not_modified, is_parse_error, permanent, ptb_entities
+from channels.telegram.api import BotCaller, Rejected, log_rejection, ptb_entities
 from channels.telegram.render import Rendered, render_markdown
 from channels.telegram.split import split_rendered
 from gateway.events import ChannelError, ThreadKey
@@ -67,14 +66,16 @@ class Outlet:
 
         try:
             return await self.caller.call("sendMessage", target.chat_id, request(True))
-        except BadRequest as exc:
-            if not is_parse_error(exc):
-                raise permanent("sendMessage", target.chat_id, exc) from exc
-            log.warning("telegram chat %s rejected formatting (%s); sending plain text", target.chat_id, exc.message)
+        except Rejected as exc:
+            if not exc.parse_error:
+                log_rejection("sendMessage", target.chat_id, exc)
+                raise
+            log.warning("telegram chat %s rejected formatting (%s); sending plain text", target.chat_id, exc.reason)
             try:
                 return await self.caller.call("sendMessage", target.chat_id, request(False))
-            except BadRequest as again:
-                raise permanent("sendMessage", target.chat_id, again) from again
+            except Rejected as again:
+                log_rejection("sendMessage", target.chat_id, again)
+                raise
 
     async def edit_chunk(
         self,
@@ -95,20 +96,21 @@ class Outlet:
             try:
                 await self.caller.call("editMessageText", target.chat_id, request(formatted), paced=paced)
                 return
-            except BadRequest as exc:
-                if is_not_modified(exc):
+            except Rejected as exc:
+                if exc.not_modified:
                     return
-                if not (formatted and is_parse_error(exc)):
-                    raise permanent("editMessageText", target.chat_id, exc) from exc
+                if not (formatted and exc.parse_error):
+                    log_rejection("editMessageText", target.chat_id, exc)
+                    raise
                 log.warning(
-                    "telegram chat %s rejected formatting (%s); editing as plain text", target.chat_id, exc.message
+                    "telegram chat %s rejected formatting (%s); editing as plain text", target.chat_id, exc.reason
                 )
 
     async def delete(self, target: Target, message_id: int) -> None:
         try:
             await self.caller.call("deleteMessage", target.chat_id,
                                    lambda: self.bot.delete_message(target.chat_id, message_id), paced=False)
-        except (BadRequest, ChannelError) as exc:
+        except ChannelError as exc:
             log.warning("telegram chat %s: could not delete message %s: %s", target.chat_id, message_id, exc)
 
     async def send_chunks(

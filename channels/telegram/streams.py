@@ -13,9 +13,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from telegram.error import BadRequest
-
-from channels.telegram.api import Pacer, is_parse_error, ptb_entities
+from channels.telegram.api import Pacer, Rejected, ptb_entities
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from channels.telegram.render import Rendered
 from gateway.events import ChannelError, Delivered
@@ -84,8 +82,8 @@ class DraftStream(FinalOnlyStream):
         self._throttle.mark(self._target.chat_id)
         try:
             await self._draft(chunks[-1], formatted=True)
-        except BadRequest as exc:
-            if is_parse_error(exc):
+        except Rejected as exc:
+            if exc.parse_error:
                 await self._quietly(chunks[-1])
             else:
                 self._disable(exc)
@@ -106,7 +104,7 @@ class DraftStream(FinalOnlyStream):
     async def _quietly(self, chunk: Rendered) -> None:
         try:
             await self._draft(chunk, formatted=False)
-        except (BadRequest, ChannelError) as exc:
+        except ChannelError as exc:
             self._disable(exc)
 
     def _disable(self, exc: Exception) -> None:
