@@ -22,7 +22,7 @@ from gateway.budgets import SpendGate
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
-from gateway.http import HttpServer
+from gateway.http import HttpServer, webhook_routes
 from gateway.inbox.inbox import Inbox
 from gateway.lifecycle import Stopper
 from gateway.llm import LLMClient
@@ -165,7 +165,7 @@ class Gateway:
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
-        self.http = HttpServer(self, config.http) if serve_http else None
+        self.http = HttpServer(self, config.http, webhook_routes(self.channels.values())) if serve_http else None
         self._leader_task: asyncio.Task | None = None
         self._leading = Stopper()
         self._clock_running = False
@@ -174,6 +174,12 @@ class Gateway:
     @property
     def submit(self):  # noqa: ANN201 - the channels' Submit
         return self.inbox.submit
+
+    def channels_started(self) -> dict[str, bool]:
+        return {name: name in self.started_channels for name in self.channels}
+
+    def mcp_summary(self) -> dict[str, dict[str, Any]]:
+        return self.mcp.summary()
 
     async def _summarise(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
         completion = await self.llm.complete(messages, max_tokens=max_tokens)

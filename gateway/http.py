@@ -3,24 +3,44 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from gateway import metrics
 from gateway.config import HttpConfig
 from gateway.loop_lag import LoopLag
-from gateway.store import migrations_current
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+from gateway.store import Store, migrations_current
 
 log = logging.getLogger(__name__)
+Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]  # method, path, handler
+
+
+class Readiness(Protocol):
+    """What the server asks of the running gateway (`gateway.app.Gateway` is one); it knows
+    nothing else of it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def channels_started(self) -> dict[str, bool]:
+        """Every configured channel: whether it has started."""
+        ...
+
+    def mcp_summary(self) -> dict[str, dict[str, Any]]:
+        """Each MCP server's state, shown by /readyz."""
+        ...
+
+
+def webhook_routes(channels: Iterable[object]) -> list[Route]:
+    """The HTTP routes of the channels that receive webhooks (those with `routes()`)."""
+    return [route for channel in channels for route in getattr(channel, "routes", list)()]
 
 
 class HttpServer:
-    def __init__(self, gateway: Gateway, config: HttpConfig):
+    def __init__(self, gateway: Readiness, config: HttpConfig, routes: Iterable[Route] = ()):
         self.gateway = gateway
         self.config = config
         self.accepting = True
@@ -29,10 +49,9 @@ class HttpServer:
         self.app.router.add_get("/readyz", self.readyz)
         self.app.router.add_get("/metrics", self.metrics)
         self._webhook_paths: set[str] = set()
-        for channel in gateway.channels.values():
-            for method, path, handler in getattr(channel, "routes", lambda: [])():
-                self.app.router.add_route(method, path, handler)
-                self._webhook_paths.add(path)
+        for method, path, handler in routes:
+            self.app.router.add_route(method, path, handler)
+            self._webhook_paths.add(path)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.loop_lag = LoopLag()
@@ -70,12 +89,12 @@ class HttpServer:
         db = self.gateway.store.db
         reachable = await db.ping()
         current = reachable and await migrations_current(db)
-        channels = {name: name in self.gateway.started_channels for name in self.gateway.channels}
+        channels = self.gateway.channels_started()
         ready = reachable and current and all(channels.values()) and self.accepting
         # MCP servers are shown, not required: a server that is down only takes its tools away.
         body = {
             "database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting,
-            "mcp": self.gateway.mcp.summary(),
+            "mcp": self.gateway.mcp_summary(),
         }
         return web.json_response({"ready": ready, **body}, status=200 if ready else 503)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("gateway", "channels", "scheduler")
 
 
-def modules(package: str) -> list[Path]:
-    return sorted(p for p in (ROOT / package).rglob("*.py") if "versions" not in p.parts)
+def modules(package: str, root: Path = ROOT) -> list[Path]:
+    return sorted(p for p in (root / package).rglob("*.py") if "versions" not in p.parts)
 
 
 def imports_of(path: Path) -> set[str]:
@@ -111,3 +112,89 @@ def test_core_packages_import_only_downwards(layer):
         if any(name == h or name.startswith(h + ".") for h in higher)
     }
     assert offenders == set()
+
+
+# --- no import cycles ---------------------------------------------------------------------------
+# Every import counts, those under TYPE_CHECKING and inside functions too: a cycle there is a
+# module that needs to know the one that needs it (move the shared types down, or pass a protocol).
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports: `from a import b` is the module `a.b` when there is
+    one, else `a`; relative imports are resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            for alias in node.names:
+                submodule = f"{module}.{alias.name}"
+                found.add(submodule if submodule in known else module)
+    return (found & known) - {name}
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    paths = {module_name(path, root): path for package in PROJECT for path in modules(package, root)}
+    known = set(paths)
+    return {name: imported_modules(name, path, known) for name, path in paths.items()}
+
+
+def reachable(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return seen
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that all reach each other, each sorted."""
+    reach = {node: reachable(graph, node) for node in graph}
+    groups = {
+        tuple(sorted(other for other in reach[node] if node in reach.get(other, ())))
+        for node in graph
+        if node in reach[node]
+    }
+    return sorted(list(group) for group in groups if len(group) > 1)
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": {"e"}, "e": set(), "f": {"f", "e"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []
+    assert cycles({"x": {"y"}, "y": {"x"}, "z": {"w"}, "w": {"z"}}) == [["w", "z"], ["x", "y"]]
+
+
+def test_the_import_graph_sees_type_checking_relative_and_submodule_imports(tmp_path):
+    package = tmp_path / "gateway"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "__init__.py").write_text("from . import leaf\n")
+    (package / "inner" / "leaf.py").write_text("def f():\n    from gateway import top\n")
+    (package / "top.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gateway.inner.leaf import f\n"
+    )
+    graph = import_graph(tmp_path)
+    assert graph == {
+        "gateway": set(),
+        "gateway.inner": {"gateway.inner.leaf"},
+        "gateway.inner.leaf": {"gateway.top"},
+        "gateway.top": {"gateway.inner.leaf"},
+    }
+    assert cycles(graph) == [["gateway.inner.leaf", "gateway.top"]]
+
+
+def test_there_is_no_import_cycle():
+    assert cycles(import_graph()) == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import types
 from datetime import timedelta
 
 import aiohttp
@@ -13,7 +12,7 @@ from gateway.config import HttpConfig
 from gateway.events import InboundMessage, Sender, ThreadKey
 from gateway.http import HttpServer
 from gateway.metrics import REGISTRY
-from gateway.store import NewItem
+from gateway.store import NewItem, Store
 from gateway.store.tables import inbox
 
 T1 = ThreadKey("fake", "chat1", "")
@@ -141,6 +140,19 @@ async def scrape(server: HttpServer) -> tuple[str, int]:
     return text, count.statements - statements
 
 
+class StoreOnly:
+    """The readiness of a gateway that has a store and nothing else (no channels, no MCP)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def channels_started(self) -> dict[str, bool]:
+        return {}
+
+    def mcp_summary(self) -> dict:
+        return {}
+
+
 def sample(text: str, name: str) -> float:
     (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
     return float(line.split()[-1])
@@ -148,7 +160,7 @@ def sample(text: str, name: str) -> float:
 
 async def test_a_scrape_costs_the_same_queries_for_an_empty_and_a_full_inbox(store):
     # No workers: what is added stays pending, as in an inbox that has fallen behind.
-    server = HttpServer(types.SimpleNamespace(store=store, channels={}), HttpConfig(host="127.0.0.1", port=0))
+    server = HttpServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0))
     await server.start()
     try:
         text, empty_cost = await scrape(server)
@@ -165,7 +177,7 @@ async def test_a_scrape_costs_the_same_queries_for_an_empty_and_a_full_inbox(sto
 
 
 async def test_the_oldest_pending_age_follows_the_oldest_item(store):
-    server = HttpServer(types.SimpleNamespace(store=store, channels={}), HttpConfig(host="127.0.0.1", port=0))
+    server = HttpServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0))
     await server.start()
     try:
         await store.inbox.add([NewItem("old", "fake:chat1:", "message", {"text": "x"})])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
@@ -17,6 +17,7 @@ from gateway.mcp.sdk import (
     Answer,
     CallFailed,
     CallResult,
+    Connection,
     ElicitAnswer,
     Elicitation,
     InputRequest,
@@ -27,24 +28,14 @@ from gateway.mcp.sdk import (
 )
 from gateway.tools.registry import NeedsAnswer, ToolContext, ToolError
 
-if TYPE_CHECKING:
-    from gateway.mcp.manager import McpManager
-
 log = logging.getLogger(__name__)
 MAX_ROUNDS = 8  # input rounds of one call, so a server that keeps asking cannot loop forever
 
 
 async def call(
-    manager: McpManager, server: str, config: McpServerConfig, tool: str, args: dict[str, Any], ctx: ToolContext
+    connection: Connection, server: str, config: McpServerConfig, tool: str, args: dict[str, Any], ctx: ToolContext
 ) -> str:
-    connection = manager.connections.get(server)
-    if connection is None or connection.closed.is_set():
-        state = manager.states[server]
-        why = state.error if state.status != "running" else "its connection just closed"
-        raise ToolError(
-            f"The MCP server {server!r} is not running ({why}); its tools are unavailable "
-            "until it has been restarted. Try again later or do without it."
-        )
+    """One call of `tool` on the live `connection` to `server`, through its input rounds."""
     answers: dict[str, Answer] = {}
     token: str | None = None
     if ctx.resume is not None:

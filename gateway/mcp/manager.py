@@ -17,7 +17,7 @@ from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls
 from gateway.mcp.naming import grant_key, schema_hash, tool_name
 from gateway.mcp.sdk import Answer, Connection, ElicitAnswer, Elicitation, InputRequest, Refusal, RemoteTool, connect
-from gateway.tools.registry import ToolContext, ToolRegistry, ToolSpec, matches_any
+from gateway.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec, matches_any
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +171,23 @@ class McpManager:
             self.registry.unregister(tool)
         self.states[name].tools = 0
 
+    def _live(self, name: str) -> Connection:
+        connection = self.connections.get(name)
+        if connection is None or connection.closed.is_set():
+            state = self.states[name]
+            why = state.error if state.status != "running" else "its connection just closed"
+            raise ToolError(
+                f"The MCP server {name!r} is not running ({why}); its tools are unavailable "
+                "until it has been restarted. Try again later or do without it."
+            )
+        return connection
+
     def _spec(self, name: str, server: McpServerConfig, identity: str, tool: RemoteTool) -> ToolSpec:
         offered = tool_name(name, tool.name)
         remote = tool.name
 
         async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
-            return await calls.call(self, name, server, remote, args, ctx)
+            return await calls.call(self._live(name), name, server, remote, args, ctx)
 
         return ToolSpec(
             name=offered,
