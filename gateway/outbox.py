@@ -26,9 +26,9 @@ from gateway.events import (
     Prompt,
     ReplyStream,
     ThreadKey,
+    utcnow,
 )
 from gateway.store import FinalStage, OutboxRecord, Store
-from gateway.store.base import utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sqlalchemy import insert, select
 
+from gateway.events import utcnow
 from gateway.store import AuditEntry, redact, redact_arguments
 from gateway.store.audit import AuditRepo
-from gateway.store.base import utcnow
 from gateway.store.tables import audit, cursors
 
 

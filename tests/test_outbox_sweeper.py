@@ -111,7 +111,7 @@ async def test_a_chat_on_hold_says_until_when_in_status(store, llm, tmp_path):
 def _in_seconds(seconds: float):  # noqa: ANN202
     from datetime import timedelta
 
-    from gateway.store.base import utcnow
+    from gateway.events import utcnow
 
     return utcnow() + timedelta(seconds=seconds)
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 from harness import make_config, running_gateway
 from sqlalchemy import update
 
+from gateway.events import utcnow
 from gateway.store import AuditEntry, NewItem, RetentionDays
-from gateway.store.base import utcnow
 from gateway.store.tables import audit, inbox, outbox, prompts, run_events
 
 OLD = utcnow() - timedelta(days=45)

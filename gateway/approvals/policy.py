@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from gateway.config import ApprovalRule, ApprovalsConfig
-from gateway.events import ThreadKey
+from gateway.events import ThreadKey, utcnow
 from gateway.tools.paths import canonical, relative_display
 from gateway.tools.registry import SOURCES, ToolError, ToolSpec
 
@@ -85,7 +85,7 @@ class Bypass:
     def for_minutes(
         cls, tool: str, thread: ThreadKey | None, minutes: float = BYPASS_MINUTES, now: datetime | None = None
     ) -> Bypass:
-        return cls(tool, thread, _aware(now or _utcnow()) + timedelta(minutes=minutes))
+        return cls(tool, thread, _aware(now or utcnow()) + timedelta(minutes=minutes))
 
     @classmethod
     def for_thread(cls, tool: str, thread: ThreadKey) -> Bypass:
@@ -274,7 +274,7 @@ class ApprovalPolicy:
         decision = self._by_rules(spec, args, source)
         if decision.action != "require":
             return decision
-        moment = now or _utcnow()
+        moment = now or utcnow()
         for bypass in bypasses:
             # keyed on `grant_key`: an MCP tool whose server or schema changed is asked about again
             if bypass.covers(spec.grant_key, thread, moment):
@@ -364,8 +364,6 @@ def _bypass_reason(bypass: Bypass) -> str:
     return f"approved in advance for {bypass.tool} in this thread"
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _aware(moment: datetime) -> datetime:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from gateway import metrics
 from gateway.access.policy import AccessPolicy
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.config import Config
-from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
+from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
 from gateway.store import NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord
 from gateway.tools import ToolError, ToolSpec
@@ -46,10 +46,6 @@ def parse_token(token: str) -> tuple[str, str] | None:
     if not sep or not prompt_token or not action or len(token.encode()) > 64:
         return None
     return prompt_token, action
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def resume_item(prompt: PromptRecord) -> NewItem:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.events import utcnow
 from gateway.store import OutboxRecord
-from gateway.store.base import utcnow
 
 
 def _when(row: OutboxRecord) -> str:

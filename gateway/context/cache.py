@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gateway.context.render import MODES, Limits, Lod, RenderedRow, render_row
-from gateway.store.base import utcnow
+from gateway.events import utcnow
 from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
 
 CLOCK_MARGIN = timedelta(seconds=5)  # finished_at stamps of other writers may lag ours a little

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.budgets import Payer, cost_lines
 from gateway.context import CompactionError
-from gateway.events import ThreadKey
+from gateway.events import ThreadKey, utcnow
 from gateway.mcp.manager import state_line
 from gateway.store import Fence, InboxItem, OutboxRecord
-from gateway.store.base import utcnow
 from gateway.traces import format_nano_usd
 
 COMMANDS = {

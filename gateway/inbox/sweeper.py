@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gateway.config import OutboxConfig
-from gateway.events import Button, Channel, ChannelError, Delivered, Outbound, Prompt, ThreadKey
+from gateway.events import Button, Channel, ChannelError, Delivered, Outbound, Prompt, ThreadKey, utcnow
 from gateway.outbox import Outbox
 from gateway.store import Lease, OutboxRecord, Store
-from gateway.store.base import utcnow
 
 log = logging.getLogger(__name__)
 GAVE_UP = "given up by the sweeper after {age}: {error}"

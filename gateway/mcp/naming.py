@@ -42,11 +42,3 @@ def schema_hash(identity: str, tool: str, description: str, schema: dict[str, An
 
 def grant_key(name: str, digest: str) -> str:
     return f"{name}#{digest}"
-
-
-def server_of(name: str) -> str | None:
-    """The server part of an offered name (None for other tools and shortened names' tails)."""
-    if not name.startswith(PREFIX):
-        return None
-    server, sep, _ = name[len(PREFIX) :].partition("__")
-    return server if sep else None

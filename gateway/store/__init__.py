@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
 
+from gateway.events import utcnow
 from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRecord
 from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, redact_arguments
-from gateway.store.base import Fence, LeaseLost, utcnow
+from gateway.store.base import Fence, LeaseLost
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
 from gateway.store.db import (
     Database,

@@ -18,7 +18,8 @@ from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InboxRepo, InsertIgnoring, NewItem
 from gateway.store.tables import access_grants, access_requests, counters, inbox
 

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from sqlalchemy import insert, or_, select
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.tables import audit
 
 AuditKind = Literal["tool_call", "access", "budget_alert", "console_login", "console_action"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import bindparam, select
@@ -14,10 +13,6 @@ from gateway.store.db import Database
 from gateway.store.tables import leases
 
 T = TypeVar("T")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @functools.cache

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, delete, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InsertIgnoring
 from gateway.store.tables import budget_counters, budget_reservations
 

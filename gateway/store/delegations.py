@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.records import MessageRecord, RunRecord
 from gateway.store.runs import RunRepo

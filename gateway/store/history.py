@@ -19,7 +19,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, insert, literal, select, text, union, union_all
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.tables import UTCDateTime, compactions, messages, sessions, tool_calls
 
 MAX_QUERY_WORDS = 16

@@ -15,7 +15,6 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    delete,
     func,
     or_,
     select,
@@ -23,8 +22,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from gateway.events import utcnow
 from gateway.store import notify
-from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
+from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import InboxItem, Lease
 from gateway.store.tables import counters, cursors, inbox, leases
 
@@ -342,6 +342,3 @@ class InboxRepo(Repo):
 
         return await self.db.write(work)
 
-    async def prune_counters(self, older_than_days: int = 7) -> None:
-        cutoff = utcnow() - timedelta(days=older_than_days)
-        await self.db.write(lambda conn: conn.execute(delete(counters).where(counters.c.updated_at < cutoff)))

@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InsertIgnoring
 from gateway.store.records import FinalStage, OutboxRecord
 from gateway.store.runs import RunRepo
@@ -92,14 +93,6 @@ class OutboxRepo(Repo):
 
     async def forget_partial(self, record_id: int) -> None:
         await self.db.write(lambda conn: conn.execute(_FORGET_PARTIAL, {"record_id": record_id}))
-
-    async def set_message_ids(self, record_id: int, message_ids: Sequence[str]) -> None:
-        """Progress of a stream: the messages it has created so far (a resumed turn edits them)."""
-        await self.db.write(
-            lambda conn: conn.execute(
-                update(outbox).where(outbox.c.id == record_id).values(message_ids=list(message_ids))
-            )
-        )
 
     async def attempt_failed(
         self,

@@ -11,7 +11,8 @@ from typing import Any, Literal
 from sqlalchemy import bindparam, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.records import BypassRecord, PromptRecord
 from gateway.store.tables import bypasses, prompts

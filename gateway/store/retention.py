@@ -12,7 +12,8 @@ from sqlalchemy import Table, delete, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from gateway.store.base import Repo, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo
 from gateway.store.tables import audit, inbox, outbox, prompts, run_events, runs
 
 FINISHED_RUNS = ("SUCCESS", "FAILED", "CANCELED")

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.records import RunEventRecord, RunRecord
 from gateway.store.tables import run_events, runs
 

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Select, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Repo, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Repo, to_record
 from gateway.store.inbox import insert_ignoring
 from gateway.store.tables import job_runs, schedules
 

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.store.base import Fence, Repo, check_fence, to_record, utcnow
+from gateway.events import utcnow
+from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import (
     MessageRecord,
     NewToolCall,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +21,8 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
 )
+
+from gateway.events import utcnow
 
 metadata = MetaData(
     naming_convention={
@@ -60,10 +62,6 @@ def _pk() -> Column:
     return Column("id", Id, primary_key=True, autoincrement=True)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 # A thread (chat + topic, channel + thread_ts, DM, a scheduled run) and its current session.
 threads = Table(
     "threads",
@@ -71,7 +69,7 @@ threads = Table(
     Column("key", String(255), primary_key=True),
     Column("channel", String(32), nullable=False),
     Column("session_id", Id, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 sessions = Table(
@@ -89,7 +87,7 @@ sessions = Table(
     Column("max_tokens", Integer, nullable=True),
     Column("next_seq", Integer, nullable=False, default=1),
     Column("notes", JSON, nullable=False, default=dict),  # scratchpad
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("closed_at", UTCDateTime, nullable=True),
 )
 
@@ -108,7 +106,7 @@ messages = Table(
     Column("sender_id", String(64), nullable=True),
     Column("sender_name", String(255), nullable=True),
     Column("run_id", Id, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     # user rows: the images sent with them ({path, mime, width, height}), attached while recent
     Column("images", JSON, nullable=True),
     UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
@@ -161,7 +159,7 @@ runs = Table(
     # Some token counts were estimated locally (the server sent no usage), and so is the cost.
     Column("usage_estimated", Boolean, nullable=False, default=False, server_default=false()),
     Column("rounds", Integer, nullable=False, default=0),
-    Column("started_at", UTCDateTime, nullable=False, default=_now),
+    Column("started_at", UTCDateTime, nullable=False, default=utcnow),
     Column("finished_at", UTCDateTime, nullable=True),
 )
 
@@ -172,7 +170,7 @@ run_events = Table(
     Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("kind", String(32), nullable=False),
-    Column("at", UTCDateTime, nullable=False, default=_now),
+    Column("at", UTCDateTime, nullable=False, default=utcnow),
     Column("parent_seq", Integer, nullable=True),  # TOOL_CALL -> the LLM_RESPONSE that asked for it
     Column("payload", JSON, nullable=False, default=dict),
     UniqueConstraint("run_id", "seq", name="uq_run_events_run_seq"),
@@ -189,7 +187,7 @@ inbox = Table(
     Column("payload", JSON, nullable=False),
     Column("status", String(16), nullable=False, default="pending"),  # pending | held | done | dropped
     Column("session_id", Id, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("done_at", UTCDateTime, nullable=True),
     Index("ix_inbox_thread_status", "thread_key", "status", "id"),
     Index("ix_inbox_status_id", "status", "id"),
@@ -211,7 +209,7 @@ cursors = Table(
     metadata,
     Column("name", String(255), primary_key=True),
     Column("value", String(255), nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 counters = Table(
@@ -219,7 +217,7 @@ counters = Table(
     metadata,
     Column("name", String(255), primary_key=True),
     Column("value", BigInteger, nullable=False, default=0),
-    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 prompts = Table(
@@ -241,7 +239,7 @@ prompts = Table(
     Column("decision", String(32), nullable=True),  # approve | deny | allow_15m | allow_thread | choice:N | text
     Column("answer", Text, nullable=True),
     Column("message_ids", JSON, nullable=False, default=list),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("expires_at", UTCDateTime, nullable=True),
     Column("decided_at", UTCDateTime, nullable=True),
     Index("ix_prompts_status_expires", "status", "expires_at"),
@@ -257,7 +255,7 @@ bypasses = Table(
     Column("expires_at", UTCDateTime, nullable=True),  # NULL = for this thread
     Column("granted_by", String(64), nullable=False),
     Column("prompt_id", Id, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 outbox = Table(
@@ -272,7 +270,7 @@ outbox = Table(
     Column("message_ids", JSON, nullable=False, default=list),  # when pending: the parts already posted
     Column("attempts", Integer, nullable=False, default=0),
     Column("error", Text, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("sent_at", UTCDateTime, nullable=True),
     Column("retry_at", UTCDateTime, nullable=True),  # the platform asked to wait until then
     # A new message whose send failed ambiguously (timed out: it may be in the chat): what was decided.
@@ -291,7 +289,7 @@ compactions = Table(
     Column("folded_text", Text, nullable=False, default=""),  # searchable copy of the folded span
     Column("tokens_before", Integer, nullable=True),
     Column("tokens_after", Integer, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 schedules = Table(
@@ -316,8 +314,8 @@ schedules = Table(
     Column("quiet_sentinel", String(64), nullable=True),
     Column("source", String(16), nullable=False, default="config"),  # config | cli | agent
     Column("created_by", String(255), nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
-    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 job_runs = Table(
@@ -365,7 +363,7 @@ delegations = Table(
     Column("status", String(16), nullable=False, default="pending"),
     Column("result", Text, nullable=True),
     Column("reported", Boolean, nullable=False, default=False),  # the parent has the result
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("finished_at", UTCDateTime, nullable=True),
     UniqueConstraint("parent_tool_call_id", "ordinal", name="uq_delegations_call_ordinal"),
 )
@@ -387,7 +385,7 @@ access_requests = Table(
     Column("open_key", String(200), nullable=True, unique=True),
     Column("prompts", JSON, nullable=False, default=list),  # [[thread key, [message ids]], ...] sent to admins
     Column("decided_by", String(64), nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("decided_at", UTCDateTime, nullable=True),
     Index("ix_access_requests_channel_status", "channel", "status"),
@@ -403,7 +401,7 @@ access_grants = Table(
     Column("name", String(255), nullable=False, default=""),
     Column("granted_by", String(64), nullable=False),
     Column("request_id", Id, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("kind", "channel", "subject", name="uq_access_grants_kind_channel_subject"),
 )
 
@@ -422,7 +420,7 @@ budget_counters = Table(
     Column("used_tokens", BigInteger, nullable=False, default=0),
     Column("reserved_tokens", BigInteger, nullable=False, default=0),
     Column("alerted_permille", Integer, nullable=False, default=0),  # the highest alert share sent
-    Column("updated_at", UTCDateTime, nullable=False, default=_now),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("scope", "subject", "period", "period_key", name="uq_budget_counters_scope_subject_period_key"),
 )
 
@@ -433,7 +431,7 @@ budget_reservations = Table(
     Column("counters", JSON, nullable=False),  # [counter id, ...]
     Column("nano_usd", BigInteger, nullable=False),
     Column("tokens", BigInteger, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False, default=_now),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("expires_at", UTCDateTime, nullable=False, index=True),
     sqlite_autoincrement=True,  # ids are never reused: a late settle cannot hit a newer reservation
 )
@@ -446,7 +444,7 @@ audit = Table(
     "audit",
     metadata,
     _pk(),
-    Column("at", UTCDateTime, nullable=False, default=_now, index=True),
+    Column("at", UTCDateTime, nullable=False, default=utcnow, index=True),
     # tool_call | access | budget_alert | console_login | console_action
     Column("kind", String(32), nullable=False),
     Column("action", String(64), nullable=False),  # what happened: "run", "approved", "grant", ...
