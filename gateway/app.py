@@ -250,7 +250,7 @@ class Gateway:
             try:
                 await channel.start(self.submit)
                 self.started_channels.add(name)
-            except Exception:
+            except Exception:  # logged with the channel's name, then raised: the gateway does not start
                 log.exception("channel %s failed to start", name)
                 raise
         if not set(self.channels) - {"cron", "tick"}:
@@ -276,7 +276,7 @@ class Gateway:
         for channel in self.channels.values():
             try:
                 await channel.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - one channel failing to stop must not keep the others running
                 log.exception("channel %s failed to stop", channel.name)
         if self.http is not None:
             await self.http.stop()
@@ -298,7 +298,7 @@ class Gateway:
                         if lease
                         else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl)
                     )
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the leader's supervisor loop: the lease lapses, it tries again
                     log.warning("leader lease check failed", exc_info=True)
                     lease = None
                 if lease is not None and not duties:

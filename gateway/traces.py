@@ -135,7 +135,7 @@ class RunTrace:
     async def set_stage(self, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
         try:
             await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - like a trace write, a stage write never fails the turn
             log.exception("run %s: could not set stage %s", self.run_id, stage)
 
 

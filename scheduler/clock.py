@@ -95,5 +95,5 @@ class Clock:
     async def _housekeeping(self) -> None:
         try:
             await self._on_housekeeping()
-        except Exception:
+        except Exception:  # the outer catch of the housekeeping job: the next round tries again
             log.exception("scheduler housekeeping failed")

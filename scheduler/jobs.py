@@ -143,7 +143,7 @@ class Scheduler:
                     self._clock.unplan(schedule_id)
                 else:
                     await self._plan(schedule)
-            except Exception:
+            except Exception:  # not handled here: marked, then raised to the clock's catch
                 self._dirty = True  # re-plan everything at the next housekeeping
                 raise
 
@@ -265,7 +265,7 @@ class Scheduler:
             await self.repo.attach_session(run.id, session.id)
             message = InboundMessage(thread=thread, sender=SCHEDULER, text=job_text(schedule), event_id=f"job:{run.id}")
             await self._submit([message])
-        except Exception as exc:
+        except Exception as exc:  # whatever stopped the start is recorded as the run's failure
             log.exception("job %s: run %s could not start", schedule.name, run.id)
             closed = await self.repo.finish(run.id, status="failed", error=f"could not start: {exc}", now=self._now())
             if closed is not None:

@@ -226,7 +226,7 @@ class SlackChannel:
         async def run() -> None:
             try:
                 await work
-            except Exception:
+            except Exception:  # the one outer catch of this background task: logged, never left unretrieved
                 log.exception("slack: background call failed")
 
         task = asyncio.create_task(run())

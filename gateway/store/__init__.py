@@ -162,7 +162,7 @@ class Store:
             if with_trace:
                 try:
                     seqs = RunRepo.add_events_in(conn, run_id, list(events), **(totals or {}))
-                except Exception as exc:
+                except Exception as exc:  # whatever the trace write raised: the caller retries without it
                     raise _TraceFailed from exc
             record = None
             if reply is not None:

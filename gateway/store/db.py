@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
@@ -113,7 +113,7 @@ class Database:
         try:
             await self.read(lambda conn: conn.execute(text("SELECT 1")).scalar())
             return True
-        except Exception:  # noqa: BLE001 - readiness reports, it does not raise
+        except (SQLAlchemyError, OSError):  # down, refusing, timed out: readiness reports, it does not raise
             return False
 
     async def migrate(self, run: Work[None]) -> None:
@@ -205,7 +205,7 @@ class _SQLite:
         try:
             with self.reader_engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception:  # noqa: BLE001 - the next checkpoint catches up
+        except (SQLAlchemyError, OSError):  # busy or locked: the next checkpoint catches up
             log.warning("WAL checkpoint failed", exc_info=True)
 
     async def dispose(self) -> None:
