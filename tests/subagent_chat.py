@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fakes.llm import FakeLLM, FakeToolCall, Reply
+from fakes.llm import FakeLLM, FakeToolCall, Reply, user_texts
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.telegram import FakeTelegram
 from test_slack_e2e import DM, slack_config
@@ -28,16 +28,6 @@ from gateway.llm import LLMClient
 from gateway.store import Store
 
 ANN_SLACK = "U1"
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    """What was said to the model, without the gateway's context note (joined to the last one)."""
-    said = [m["content"].split("\n\n[context]", 1)[0] for m in request["messages"] if m["role"] == "user"]
-    return [text for text in said if not text.startswith("[context]")]
-
-
-def tool_results(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
 
 
 def tool_names(request: dict[str, Any]) -> list[str]:

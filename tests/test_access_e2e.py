@@ -14,6 +14,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
+from helpers import echo
 from test_slack_e2e import DM as SLACK_DM
 from test_slack_e2e import bot_messages as slack_bot_messages
 from test_slack_e2e import buttons as slack_buttons
@@ -51,10 +52,6 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 async def slack() -> AsyncIterator[FakeSlack]:
     async with FakeSlack() as server:
         yield server
-
-
-def echo(request: dict[str, Any]) -> Reply:
-    return Reply(f"re: {last_user_text(request)}")
 
 
 def paired_config(llm: FakeLLM, tg: FakeTelegram, tmp_path, **access: Any):  # noqa: ANN201

@@ -7,6 +7,7 @@ import json
 from fakes.channel import FakeChannel
 from fakes.llm import user_texts
 from harness import BOB, make_config, running_gateway
+from helpers import tool_results
 
 from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 from gateway.approvals.policy import AUTO_DENIED
@@ -16,10 +17,6 @@ from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")
 
-
-
-def tool_results(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
 
 
 def write_call(llm, name: str, text: str = "hi", call_id: str = "w1") -> None:  # noqa: ANN001

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from fakes.llm import FakeLLM
+from helpers import tool_results
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 20.0
@@ -151,10 +152,6 @@ async def chat(config: Path):
 
 def user_texts(request: dict[str, Any]) -> list[str]:
     return [str(m.get("content")) for m in request["messages"] if m.get("role") == "user"]
-
-
-def tool_results(request: dict[str, Any]) -> list[str]:
-    return [str(m.get("content")) for m in request["messages"] if m.get("role") == "tool"]
 
 
 def run_timeline(config: Path, run_id: str) -> tuple[subprocess.CompletedProcess[str], list[tuple[str, str, str]]]:

@@ -22,6 +22,7 @@ from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.slack import Reply as HttpReply
 from harness import make_config
+from helpers import echo, tool_results, until
 
 from gateway.app import Gateway
 from gateway.config import Config
@@ -118,14 +119,6 @@ async def running(store: Store, config: Config, slack: FakeSlack) -> AsyncIterat
         await llm.aclose()
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async def wait() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(wait(), timeout)
-
-
 # ---- views of Slack ---------------------------------------------------------------------
 
 
@@ -168,14 +161,6 @@ def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) ->
         (c.method, c.params.get("thread_ts")) for c in posted
     ]
     assert [m for m in slack.top_level(channel) if m.get("user") == slack.bot_user_id] == []
-
-
-def tool_results(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
-
-
-def echo(request: dict[str, Any]) -> Reply:
-    return Reply(f"re: {user_texts(request)[-1]}")
 
 
 # ---- conversations ----------------------------------------------------------------------

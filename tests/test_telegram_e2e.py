@@ -20,6 +20,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram, StoredMessage, utf16_len
 from harness import make_config
+from helpers import echo, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
@@ -62,14 +63,6 @@ async def running(
         yield gateway
     finally:
         await gateway.stop()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async def wait() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(wait(), timeout)
 
 
 async def settle(gateway: Gateway, condition: Callable[[], bool]) -> None:
@@ -115,14 +108,6 @@ def answers(tg: FakeTelegram) -> list[tuple[str, bool]]:
 
 def last_user_text(request: dict[str, Any]) -> str:
     return user_texts(request)[-1]
-
-
-def tool_results(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
-
-
-def echo(request: dict[str, Any]) -> Reply:
-    return Reply(f"re: {last_user_text(request)}")
 
 
 # --- replies -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fakes.telegram import BOT_ID, FakeTelegram
 from fakes.telegram_core import RecordingCore
+from helpers import until
 
 from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
@@ -48,14 +49,6 @@ async def make(fake: FakeTelegram, core: RecordingCore) -> AsyncIterator[Callabl
     yield build
     for channel in channels:
         await channel.stop()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async def wait() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(wait(), timeout)
 
 
 async def poll_until(channel: TelegramChannel, condition: Callable[[], bool]) -> None:
