@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -14,7 +15,7 @@ from gateway.config import ENV_OVERRIDES, SECRETS, Config, McpServerConfig
 
 INTRO = """# Configuration reference
 
-Every key of `config.yml` with its default (generated from `gateway/config.py` by
+Every key of `config.yml` with its default (generated from `gateway/config/` by
 `python -m gateway.config_reference`; a test checks it is current). `${VAR}` and `${VAR:-default}`
 read the environment, and a `.env` file beside the config is loaded first without overriding
 variables already set. Durations accept `90`, `"90s"`, `"15m"`, `"2h"`, `"1d"`. Unknown keys and
@@ -27,7 +28,8 @@ def _type_name(annotation: Any) -> str:
     text = (
         str(annotation) if getattr(annotation, "__args__", None) else getattr(annotation, "__name__", str(annotation))
     )
-    text = text.replace("typing.", "").replace("gateway.config.", "").replace("<class '", "").replace("'>", "")
+    text = re.sub(r"gateway\.config\.(\w+\.)?", "", text.replace("typing.", ""))
+    text = text.replace("<class '", "").replace("'>", "")
     return text.replace(" | ", " or ").replace("|", " or ")
 
 

@@ -1,0 +1,113 @@
+"""The settings of what the gateway connects to: MCP tool servers, Telegram, Slack."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway.config.base import Section, parse_duration
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
+
+
+class McpServerConfig(Section):
+    """One MCP server: `command` (stdio, a subprocess) or `url` (Streamable HTTP, or SSE)."""
+
+    command: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str = ""
+    url: str = ""
+    transport: Literal["streamable_http", "sse"] = "streamable_http"  # for `url`
+    # auto: the 2026-07-28 protocol where the server has it, else the initialize handshake; legacy: always the handshake
+    protocol: Literal["auto", "legacy"] = "auto"
+    headers: dict[str, str] = {}
+    tools: list[str] = ["*"]  # globs of the server's own tool names to offer
+    trusted: bool = False  # believe the server's readOnlyHint annotations
+    timeout_s: float = Field(60.0, gt=0)  # per call
+    connect_timeout_s: float = Field(30.0, gt=0)  # start + handshake + first tool list
+    sampling: bool = False  # answer the server's sampling requests with our model (counts against the run)
+    description_chars: int = Field(300, ge=0)  # tool descriptions are cut to this, so the prompt stays small
+    enabled: bool = True
+
+    _duration = field_validator("timeout_s", "connect_timeout_s", mode="before")(lambda cls, v: parse_duration(v))
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give either command (a stdio server) or url (an HTTP server), not both or neither")
+        return self
+
+
+class McpConfig(Section):
+    servers: dict[str, McpServerConfig] = {}
+    restart_initial_s: float = Field(1.0, gt=0)  # first wait before restarting a failed server; doubles
+    restart_max_s: float = Field(60.0, gt=0)
+    health_interval_s: float = Field(15.0, gt=0)  # a running server's tools are listed again this often
+
+    _duration = field_validator("restart_initial_s", "restart_max_s", "health_interval_s", mode="before")(
+        lambda cls, v: parse_duration(v)
+    )
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _SERVER_NAME.match(name):
+                raise ValueError(
+                    f"server name {name!r}: use 1-24 letters, digits or - (tools are named mcp__<server>__<tool>)"
+                )
+        return value
+
+
+def _strings(value: Any) -> Any:
+    if isinstance(value, list):
+        return [str(x) for x in value]
+    return value
+
+
+class TelegramConfig(Section):
+    token: str = ""
+    api_base_url: str = "https://api.telegram.org/bot"
+    api_file_url: str = "https://api.telegram.org/file/bot"  # PTB's base_file_url convention
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    allowed_users: list[str] = []  # ids or @usernames; empty = everyone
+    allowed_chats: list[str] = []
+    group_trigger: Literal["mention", "all"] = "mention"
+    streaming: Literal["auto", "edit", "off"] = "auto"
+    show_tool_progress: bool = False
+    process_edited: bool = False
+    poll_timeout_s: int = 30
+    edit_interval_s: float = 1.0  # streaming edits/drafts: at most one per chat per interval
+    rate_overall_per_s: float = 30.0  # sends per second for the whole bot (0 = no pacing)
+    rate_private_per_s: float = 1.0  # sends per second per private chat (bursts of 3)
+    rate_group_per_min: float = 20.0  # sends per minute per group
+    request_timeout_s: float = Field(10.0, gt=0)  # a send unanswered this long may still have been delivered
+
+    _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token)
+
+
+class SlackConfig(Section):
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str = ""
+    api_base_url: str = "https://slack.com/api/"
+    allowed_users: list[str] = []
+    allowed_channels: list[str] = []
+    thread_followups: bool = True
+    streaming: Literal["auto", "native", "edit", "off"] = "auto"
+    send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
+    stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval
+
+    _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.bot_token)

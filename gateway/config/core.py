@@ -1,0 +1,192 @@
+"""The settings of the core: database, LLM, agent, context, traces, attachments, inbox,
+outbox, retention, approvals, questions, HTTP and serving."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from gateway.config.base import Section, parse_duration
+
+
+class DatabaseConfig(Section):
+    url: str = "sqlite+aiosqlite:///data/gateway.db"
+    auto_migrate: bool = True
+    echo: bool = False
+
+
+class ModelPrice(Section):
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cached_input: float | None = None  # defaults to `input`
+
+
+class LLMConfig(Section):
+    base_url: str = "http://127.0.0.1:11434/v1"
+    api_key: str = ""
+    model: str = "qwen2.5:7b-instruct"
+    fallback_models: list[str] = []
+    # "auto": asked of the server once (llama.cpp /props, vLLM /v1/models, Ollama /api/show, LM Studio
+    # /api/v0/models), else 8192 with a log line; 0 = unbudgeted: never truncate, never compact.
+    context_window: int | Literal["auto"] = "auto"
+    reserve_pct: float = 12.0
+    prices: dict[str, ModelPrice] = {}
+    request_timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 4
+    retry_budget_s: float = 120.0
+    max_tokens: int | None = None
+    temperature: float | None = None
+    verbatim_tool_results: bool = False
+    vision: bool = False  # true: images go to the model as image_url parts
+    transcription_model: str = ""  # e.g. whisper-1: voice/audio -> POST {base_url}/audio/transcriptions
+    # What an assistant message with tool calls and no text sends as `content`: "empty" ("",
+    # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
+    tool_call_content: Literal["empty", "null"] = "empty"
+
+
+    @field_validator("context_window", mode="before")
+    @classmethod
+    def _window(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if not isinstance(value, bool):
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                pass
+        raise PydanticCustomError("context_window", 'expected an integer or "auto"')
+
+
+class AgentConfig(Section):
+    system_prompt: str = "You are a helpful assistant. Be concise."
+    max_rounds: int = Field(25, ge=1)
+    workspace: str = "workspace"
+    tools: list[str] = ["*"]  # names or globs of the tools offered to the model
+    timezone: str = "UTC"
+    max_tool_result_chars: int = 16_000  # results of previous turns above this are hidden
+    shell_timeout_s: float = 60.0
+    shell_output_chars: int = 20_000
+    http_fetch_max_bytes: int = 1_000_000
+    http_fetch_timeout_s: float = 20.0
+    http_fetch_allow_private: bool = False
+    max_parallel_children: int = Field(4, ge=1)  # sub-agents of one batch running at once
+    max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
+    show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
+    http_allow_hosts: list[str] = []  # hosts (globs) http_fetch reaches without approval
+    shell_sandbox: Literal["none", "unshare", "bwrap"] = "none"  # see docs/operations.md, "The shell"
+
+
+class ContextConfig(Section):
+    headroom_tokens: int = 10_000
+    keep_messages: int = 8
+    keep_tool_exchanges: int = 4
+    pin_first_user: bool = False
+    lod_above_chars: int = 4_000
+    lod_step: int = 8
+    max_tool_result_chars: int = 64_000
+    max_folds_per_build: int = 4
+
+
+class AttachmentsConfig(Section):
+    max_bytes: int = Field(20_000_000, ge=1)  # larger files are not downloaded; the model and the user are told
+    dir: str = "attachments"  # inside the workspace: <dir>/<session>/<name>
+    image_max_side: int = Field(1568, ge=64)  # images are downscaled to this longest side for the model
+    image_turns: int = Field(3, ge=1)  # image parts go with the last N user turns; older ones become their note
+    max_inline_chars: int = Field(20_000, ge=0)  # text documents and PDF text inline up to this
+    download_attempts: int = Field(4, ge=1)
+    download_backoff_s: float = Field(1.0, ge=0)  # doubled after each failed attempt
+    download_timeout_s: float = Field(60.0, gt=0)
+    album_wait_s: float = Field(1.0, ge=0)  # parts of a Telegram album arriving this close together are one message
+
+
+class TracesConfig(Section):
+    max_payload_chars: int = 8_000
+
+
+BusyMode = Literal["steer", "queue", "interrupt"]
+
+
+class InboxConfig(Section):
+    busy_mode: BusyMode = "steer"
+    busy_mode_by_channel: dict[str, BusyMode] = {}
+    max_concurrent_turns: int = Field(8, ge=1)
+    lease_ttl_s: float = 30.0
+    poll_interval_s: float = 1.0
+
+    def busy_mode_for(self, channel: str) -> BusyMode:
+        return self.busy_mode_by_channel.get(channel, self.busy_mode)
+
+
+class OutboxConfig(Section):
+    """The one retry layer of every send (channels hand failures back at once)."""
+
+    max_attempts: int = Field(5, ge=1)  # transient failures (5xx, network) per delivery attempt
+    backoff_s: float = Field(0.5, gt=0)  # first wait; doubles, with jitter, up to backoff_max_s
+    backoff_max_s: float = Field(30.0, gt=0)
+    sweep_after_s: float = Field(60.0, gt=0)  # a row pending this long with nobody sending it is swept
+    give_up_after_s: float = Field(24 * 3600.0, gt=0)  # a swept row older than this is given up
+
+    _duration = field_validator("sweep_after_s", "give_up_after_s", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class RetentionConfig(Section):
+    """Finished work older than this is pruned by the leader, in batches; pending, held or
+    parked work never is. 0 keeps it forever."""
+
+    inbox_days: float = Field(30, ge=0)  # handled (and dropped) inbox items
+    outbox_days: float = Field(30, ge=0)  # delivered or given-up sends
+    prompts_days: float = Field(30, ge=0)  # decided, expired or canceled prompts
+    run_events_days: float = Field(30, ge=0)  # the timelines of finished runs (the runs stay)
+    audit_days: float = Field(90, ge=0)  # the audit trail (tool calls, decisions, access, console)
+    every_s: float = Field(3600.0, gt=0)
+    batch: int = Field(1000, ge=1)
+
+    _duration = field_validator("every_s", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class ApprovalRule(Section):
+    tool: str
+    action: Literal["allow", "deny", "require"]
+    args: dict[str, str] = {}
+    source: list[str] | str | None = None
+    priority: int = 0
+
+
+class ApprovalsConfig(Section):
+    rules: list[dict[str, Any]] = []  # validated one by one; a bad rule fails closed
+    approvers: dict[str, list[str]] = {}
+    admins: dict[str, list[str]] = {}
+    separate_requester: bool = False  # the person who asked never decides their own request
+    expire_after: float = 24 * 3600.0
+
+    _duration = field_validator("expire_after", mode="before")(lambda cls, v: parse_duration(v))
+
+    @field_validator("approvers", "admins", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [str(x) for x in (v or [])] for k, v in value.items()}
+        return value
+
+
+class QuestionsConfig(Section):
+    timeout: float = 3600.0
+
+    _duration = field_validator("timeout", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class HttpConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+class ServeConfig(Section):
+    shutdown_grace: float = 20.0
+    instance_id: str = ""  # defaults to host:pid
+
+    _duration = field_validator("shutdown_grace", mode="before")(lambda cls, v: parse_duration(v))
