@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.store.history import HistoryHit, query_words
+from gateway.store.history_search import HistoryHit, query_words
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
 MAX_LIMIT = 20

@@ -1,33 +1,30 @@
-"""History as the context builder reads it: lean rows, compaction markers, full-text search.
+"""History as the context builder reads it: lean rows, compaction markers, and the search over
+folded spans (its queries in `history_search.py`).
 
 The context builder calls these every round, so the row reader selects only what is rendered
 (no reasoning, no usage) and can read just the rows that changed. Compaction markers are written
 with a compare-and-set on the session's latest marker, so two builders never fold the same span.
-Folded spans are searchable through SQLite FTS5 (`compactions_fts`, kept by triggers) or a
-PostgreSQL GIN index over `to_tsvector('english', summary || ' ' || folded_text)` (migration 0002).
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, insert, literal, select, text, union, union_all
+from sqlalchemy import ColumnElement, Select, bindparam, insert, literal, select, union, union_all
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
-from gateway.store.tables import UTCDateTime, compactions, messages, sessions, tool_calls
+from gateway.store.history_search import HistoryHit, search_folded
+from gateway.store.tables import compactions, messages, sessions, tool_calls
 
-MAX_QUERY_WORDS = 16
 # Reads of more rows than this (over ~5 ms of work: a whole history, as on a first build) run
 # off the event loop.
 LARGE_READ_ROWS = 250
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -83,24 +80,6 @@ class RoundReads:
     marker: CompactionRecord | None
     changes: RowChanges
     tail: list[HistoryRow]
-
-
-@dataclass(frozen=True)
-class HistoryHit:
-    compaction_id: int
-    session_id: int
-    first_seq: int
-    last_seq: int
-    summary: str
-    snippet: str
-    first_at: datetime | None
-    last_at: datetime | None
-    folded_at: datetime
-
-
-def query_words(query: str) -> list[str]:
-    """The searchable words of a free-text query (punctuation and FTS syntax dropped)."""
-    return _WORD.findall(query)[:MAX_QUERY_WORDS]
 
 
 # Statements of every round of the context builder, built once (building one costs more than
@@ -320,48 +299,10 @@ class HistoryRepo(Repo):
 
         return await self.db.write(work)
 
-    # ---- search ----------------------------------------------------------------------------
     async def search(self, thread_key: str, query: str, *, limit: int = 5) -> list[HistoryHit]:
         """Folded spans of the thread's sessions matching `query`: all words first, then any."""
-        words = query_words(query)
-        if not words:
-            return []
-        for mode in ("all", "any"):
-            hits = await self._search(thread_key, words, mode, limit)
-            if hits or len(words) == 1:
-                return hits
-        return []
+        return await search_folded(self.db, thread_key, query, limit=limit)
 
-    async def _search(self, thread_key: str, words: list[str], mode: str, limit: int) -> list[HistoryHit]:
-        if self.db.is_sqlite:
-            joiner = " " if mode == "all" else " OR "
-            statement = _SQLITE_SEARCH
-            match = joiner.join('"' + w.replace('"', "") + '"' for w in words)
-        else:
-            joiner = " & " if mode == "all" else " | "
-            statement = _PG_SEARCH
-            match = joiner.join(words)
-        params = {"thread": thread_key, "match": match, "limit": limit}
-
-        def work(conn: Connection) -> list[HistoryHit]:
-            rows = conn.execute(statement, params).all()
-            return [
-                HistoryHit(
-                    r.id,
-                    r.session_id,
-                    r.first_seq,
-                    r.last_seq,
-                    r.summary,
-                    r.snip or "",
-                    r.first_at,
-                    r.last_at,
-                    r.created_at,
-                )
-                for r in rows
-            ]
-
-        # Ranks and cuts snippets from every matching span of the thread: off the loop.
-        return await self.db.read(work, large=True)
 
 
 def _read_rows(conn: Connection, rows_statement: Select, calls_statement: Select, params: dict) -> list[HistoryRow]:
@@ -416,49 +357,10 @@ def _calls(conn: Connection, statement: Select, params: dict) -> dict[int, tuple
     return {k: tuple(v) for k, v in by_message.items()}
 
 
-_SPAN_DATES = """
-    (SELECT m.created_at FROM messages m WHERE m.session_id = c.session_id AND m.seq = c.first_seq) AS first_at,
-    (SELECT m.created_at FROM messages m WHERE m.session_id = c.session_id AND m.seq = c.last_seq) AS last_at
-"""
-_COLUMNS = dict(created_at=UTCDateTime, first_at=UTCDateTime, last_at=UTCDateTime)
-
-_SQLITE_SEARCH = text(
-    f"""
-    SELECT c.id, c.session_id, c.first_seq, c.last_seq, c.summary, c.created_at,
-           snippet(compactions_fts, 1, '«', '»', '…', 24) AS snip, {_SPAN_DATES}
-    FROM compactions_fts
-    JOIN compactions c ON c.id = compactions_fts.rowid
-    JOIN sessions s ON s.id = c.session_id
-    WHERE compactions_fts MATCH :match AND s.thread_key = :thread
-    ORDER BY bm25(compactions_fts), c.id DESC
-    LIMIT :limit
-    """
-).columns(**_COLUMNS)
-
-_HEADLINE_OPTIONS = 'StartSel=«, StopSel=», MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "'
-# The tsvector expression must match the index of migration 0002 for the index to be used.
-_PG_SEARCH = text(
-    f"""
-    SELECT c.id, c.session_id, c.first_seq, c.last_seq, c.summary, c.created_at,
-           ts_headline('english', c.folded_text, q,
-                       '{_HEADLINE_OPTIONS}') AS snip,
-           {_SPAN_DATES}
-    FROM compactions c
-    JOIN sessions s ON s.id = c.session_id,
-         to_tsquery('english', :match) AS q
-    WHERE s.thread_key = :thread
-      AND to_tsvector('english'::regconfig, c.summary || ' ' || c.folded_text) @@ q
-    ORDER BY ts_rank(to_tsvector('english'::regconfig, c.summary || ' ' || c.folded_text), q) DESC, c.id DESC
-    LIMIT :limit
-    """
-).columns(**_COLUMNS)
-
 __all__ = [
     "CompactionRecord",
     "HistoryCall",
-    "HistoryHit",
     "HistoryRepo",
     "HistoryRow",
     "RowChanges",
-    "query_words",
 ]
