@@ -9,8 +9,9 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from fakes.llm import FakeToolCall, Reply, Stall
-from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names, tool_results, user_texts
+from fakes.llm import FakeToolCall, Reply, Stall, user_texts
+from helpers import tool_results
+from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names
 
 from gateway.approvals.policy import AUTO_DENIED
 from gateway.cli.reports import print_children

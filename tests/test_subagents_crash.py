@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.llm import Reply, Stall
+from fakes.llm import Reply, Stall, user_texts
 from fakes.slack import SIGNING_SECRET, SlackEventSender
-from subagent_chat import ANN_SLACK, Agents, chat_config, delegate, open_chat, platform, tool_results, user_texts
+from helpers import tool_results
+from subagent_chat import ANN_SLACK, Agents, chat_config, delegate, open_chat, platform
 from test_chat_cli import child_env
 from test_slack_e2e import DM
 from test_telegram_e2e import PRIVATE, until
