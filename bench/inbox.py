@@ -196,7 +196,7 @@ async def run_case(
         send = paced if mode == "paced" else burst
         try:
             await send(gateways, replies, threads, args.messages, args.timeout, latencies)
-            await asyncio.gather(*(g.inbox.drain_idle(args.timeout) for g in gateways))
+            await asyncio.gather(*(g.inbox.wait_until_idle(args.timeout) for g in gateways))
         except TimeoutError as exc:
             stalled = str(exc)
         elapsed = time.perf_counter() - started

@@ -163,7 +163,7 @@ async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
 
     try:
         await read_lines(sys.stdin, on_line)
-        await gateway.inbox.drain_idle(timeout=config.llm.request_timeout_s)
+        await gateway.inbox.wait_until_idle(timeout=config.llm.request_timeout_s)
     except TimeoutError:
         pass
     finally:

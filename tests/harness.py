@@ -74,7 +74,7 @@ class Harness:
         return (await self.gateway.submit([press]))[0]
 
     async def idle(self, timeout: float = 15.0) -> None:
-        await self.gateway.inbox.drain_idle(timeout)
+        await self.gateway.inbox.wait_until_idle(timeout)
 
     async def wait_for(self, predicate, timeout: float = 15.0) -> None:  # noqa: ANN001
         deadline = asyncio.get_running_loop().time() + timeout

@@ -120,7 +120,7 @@ class Chat:
 
     async def settle(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
         await until(condition, timeout)
-        await self.gateway.inbox.drain_idle(timeout)
+        await self.gateway.inbox.wait_until_idle(timeout)
 
 
 def _is_tg_prompt(message: Any) -> bool:

@@ -108,7 +108,7 @@ async def test_one_pending_code_per_person_and_only_admins_decide(store, llm, tg
         prompt = prompt_message(tg, ADMIN)
         tg.press(ADMIN, prompt.message_id, button(prompt, "Approve"), user_id=FRIEND)  # not an admin
         await until(lambda: bool(tg.calls_to("answerCallbackQuery")))
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert tg.calls_to("answerCallbackQuery")[0].params["text"] == "Only an admin can decide access requests."
         assert not llm.requests and await store.access.grant_for("user", "telegram", str(STRANGER)) is None
 
@@ -152,7 +152,7 @@ async def test_a_denied_request_drops_the_held_message(store, llm, tg, tmp_path)
         await settle(gateway, lambda: bool(texts(tg, STRANGER)))
         status, said = await cli(store, config, "pairing", "deny", code_in(texts(tg, STRANGER)[0]))
         assert status == 0 and "denied" in said
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert not llm.requests and await store.inbox.count_pending() == 0
 
 
@@ -166,7 +166,7 @@ async def test_an_expired_code_is_not_approved_and_a_new_one_is_given(store, llm
         await asyncio.sleep(1.2)  # past the code's expiry
         tg.press(ADMIN, prompt.message_id, button(prompt, "Approve"), user_id=ADMIN)
         await until(lambda: bool(tg.calls_to("answerCallbackQuery")))
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         answer = tg.calls_to("answerCallbackQuery")[0].params
         assert answer["text"] == "This access request has expired." and str(answer.get("show_alert")).lower() == "true"
         assert "Expired" in tg.messages[ADMIN][prompt.message_id].text
@@ -270,7 +270,7 @@ async def test_separate_requester_and_approving_roles(store, llm, tg, tmp_path) 
         prompt = prompt_message(tg, GROUP)
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=STRANGER)  # the requester
         await until(lambda: bool(tg.calls_to("answerCallbackQuery")))
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert tg.calls_to("answerCallbackQuery")[0].params["text"] == "You can't decide this request."
         assert not (tmp_path / "ws" / "note.txt").exists()
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=FRIEND, first_name="Rita")  # a reviewer

@@ -101,7 +101,7 @@ class Slackside:
     async def settle(self, condition: Callable[[], bool]) -> None:
         """Wait for something visible in Slack, then for the gateway to have nothing left to do."""
         await until(condition)
-        await self.gateway.inbox.drain_idle(10)
+        await self.gateway.inbox.wait_until_idle(10)
 
 
 @contextlib.asynccontextmanager
@@ -203,7 +203,7 @@ async def test_a_follow_up_in_the_thread_continues_the_session_without_a_mention
                                   message={"user": ANN, "text": "and a second one!", "ts": mention["ts"]})
         for event in (own, edited):
             await s.post(event)
-        await s.gateway.inbox.drain_idle(10)
+        await s.gateway.inbox.wait_until_idle(10)
         assert len(llm.requests) == 2 and len(texts(slack)) == 2
 
 
@@ -251,7 +251,7 @@ async def test_a_retried_event_gets_one_reply(store, llm, slack, tmp_path) -> No
         await s.post(mention, event_id="Ev0RETRY", retry_num=1)  # Slack thought the first ack was lost
         await s.settle(lambda: bool(texts(slack)))
         await s.post(mention, event_id="Ev0RETRY", retry_num=2)  # and again, after the reply
-        await s.gateway.inbox.drain_idle(10)
+        await s.gateway.inbox.wait_until_idle(10)
         assert texts(slack) == ["re: only once"] and len(llm.requests) == 1
         assert len(slack.calls_to("chat.startStream")) == 1
 
@@ -563,7 +563,7 @@ async def test_socket_mode_events_are_answered_in_their_thread(store, llm, slack
         await s.settle(lambda: bool(texts(slack)))
         again = await slack.push_envelope("events_api", s.sender.envelope(event), retry_attempt=1)
         await slack.wait_ack(again)
-        await s.gateway.inbox.drain_idle(10)
+        await s.gateway.inbox.wait_until_idle(10)
         assert texts(slack) == ["re: over the socket"] and len(llm.requests) == 1
         assert_threaded(slack, ts)
 

@@ -68,7 +68,7 @@ async def running(
 async def settle(gateway: Gateway, condition: Callable[[], bool]) -> None:
     """Wait for something visible in the fake, then for the gateway to have nothing left to do."""
     await until(condition)
-    await gateway.inbox.drain_idle(10)
+    await gateway.inbox.wait_until_idle(10)
 
 
 def texts(tg: FakeTelegram, chat: int) -> list[str]:
@@ -253,7 +253,7 @@ async def test_a_foreign_tap_is_refused_with_an_alert_and_changes_nothing(store,
         prompt = await ask_for_write(gateway, llm, tg, chat=GROUP)
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=BOB, first_name="Bob", username="bob")
         await until(lambda: len(answers(tg)) == 1)
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert answers(tg) == [("You can't decide this request.", True)]
         assert tg.messages[GROUP][prompt.message_id].buttons == prompt.buttons
         assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
@@ -271,7 +271,7 @@ async def test_a_second_tap_is_told_the_request_is_no_longer_pending(store, llm,
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
         await until(lambda: len(answers(tg)) == 2)
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert answers(tg)[1] == ("This request is no longer pending.", True)
         assert (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 2
         assert "Approved by Ann" in tg.messages[PRIVATE][prompt.message_id].text
@@ -341,7 +341,7 @@ async def test_stop_cancels_a_pending_approval_and_its_buttons(store, llm, tg, t
         assert closed.buttons == [] and "Canceled" in closed.text
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
         await until(lambda: bool(answers(tg)))
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert answers(tg) == [("This request is no longer pending.", True)]
         assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
         run = (await store.runs.list())[0]
@@ -391,7 +391,7 @@ async def test_commands_are_answered_without_the_model(store, llm, tg, tmp_path)
         tg.group_message(GROUP, "/help@other_bot")  # addressed to another bot in the group
         await settle(gateway, lambda: bool(texts(tg, GROUP)))
         await until(lambda: not tg.pending_updates)
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         (reply,) = texts(tg, GROUP)
         assert reply.startswith("Commands:") and "/stop" in reply
         assert not llm.requests
@@ -405,7 +405,7 @@ async def test_strangers_get_one_refusal_and_never_reach_the_model(store, llm, t
         tg.group_message(GROUP, "@test_bot hi", user_id=44)
         await settle(gateway, lambda: bool(texts(tg, 43)))
         await until(lambda: not tg.pending_updates)
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         (refusal,) = texts(tg, 43)
         assert "Your Telegram id is 43" in refusal
         assert not texts(tg, GROUP) and not llm.requests
@@ -497,8 +497,8 @@ async def test_two_instances_share_the_bot_without_fighting_over_polling(store, 
         for chat in (51, 52, 53, 54):
             tg.private_message(chat, f"hello from {chat}")
         await until(lambda: all(texts(tg, chat) for chat in (51, 52, 53, 54)))
-        await one.inbox.drain_idle(10)
-        await two.inbox.drain_idle(10)
+        await one.inbox.wait_until_idle(10)
+        await two.inbox.wait_until_idle(10)
         assert {chat: texts(tg, chat) for chat in (51, 52, 53, 54)} == {
             chat: [f"re: hello from {chat}"] for chat in (51, 52, 53, 54)}
         assert tg.conflicts == 0 and len(llm.requests) == 4
@@ -584,7 +584,7 @@ async def test_webhook_checks_the_secret_and_the_body_then_answers(store, llm, t
         assert await post(good) == 200
         await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
         assert await post(good) == 200  # a redelivery is acknowledged and ignored
-        await gateway.inbox.drain_idle(10)
+        await gateway.inbox.wait_until_idle(10)
         assert texts(tg, PRIVATE) == ["re: by webhook"] and len(llm.requests) == 1
         assert not tg.calls_to("getUpdates")  # webhook mode never polls
 

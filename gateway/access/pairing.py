@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
-from gateway.store import AccessRequestRecord, NewItem, Store
+from gateway.store import AccessRequestRecord, Store
 from gateway.store.access import TOKEN_PREFIX, DecideOutcome, Kind
+from gateway.store.items import Said, button_item
 
 log = logging.getLogger(__name__)
 
@@ -80,26 +80,25 @@ class Gatekeeper:
         self.policy = policy
 
     # ---- every message ---------------------------------------------------------------------
-    async def admit(self, thread: ThreadKey, payload: dict[str, Any], *, command: bool) -> Admission:
+    async def admit(self, thread: ThreadKey, said: Said, *, command: bool) -> Admission:
         channel = thread.channel
-        if channel in TRUSTED_CHANNELS or payload.get("rerun_of") is not None:
+        if channel in TRUSTED_CHANNELS or said.rerun_of is not None:
             return ALLOWED  # the terminal, scheduled sessions, a job run again by a button
-        sender = payload.get("sender") or {}
-        user_id, username = str(sender.get("id", "")), str(sender.get("username") or "")
+        user_id, username = said.sender.id, said.sender.username
         if self.policy.listed(channel, user_id, username):
             return ALLOWED
         access = self.config.access
-        if payload.get("private"):
+        if said.private:
             if access.dm_policy == "open" or await self.store.access.grant_for("user", channel, user_id):
                 return ALLOWED
             if access.dm_policy == "allowlist":
                 return Admission(False, reply=PRIVATE)
-            return await self._pair(thread, "user", user_id, str(sender.get("name") or username), hold=not command)
+            return await self._pair(thread, "user", user_id, said.sender.name or username, hold=not command)
         if access.group_policy == "open" or self.policy.listed_chat(channel, thread.chat):
             return ALLOWED
         if await self.store.access.grant_for("chat", channel, thread.chat):
             return ALLOWED
-        admission = await self._pair(thread, "chat", thread.chat, str(sender.get("name") or username), hold=not command)
+        admission = await self._pair(thread, "chat", thread.chat, said.sender.name or username, hold=not command)
         return Admission(False, hold=admission.hold)  # a group not approved stays silent
 
     async def _pair(self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool) -> Admission:
@@ -163,13 +162,7 @@ class Gatekeeper:
             return SubmitResult(press.event_id, answer=UNKNOWN, alert=True), None
         if not self.policy.is_admin(request.channel, press.sender.id):
             return SubmitResult(press.event_id, answer=NOT_AN_ADMIN, alert=True), None
-        event = NewItem(
-            press.event_id,
-            str(press.thread),
-            "button",
-            {"token": press.token, "sender": press.sender.id},
-            status="done",
-        )
+        event = button_item(press.event_id, str(press.thread), press.token, press.sender.id)
         by = press.sender.name or press.sender.username or press.sender.id
         result = await self.store.access.decide(
             request.id, approve=action == APPROVE, decided_by=f"{request.channel}:{press.sender.id}", event=event

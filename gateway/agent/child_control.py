@@ -11,7 +11,8 @@ from gateway.agent.delegate_tool import DONE_PREVIEW_CHARS, ChildOutcome, outcom
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text, shorten
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
-from gateway.store import NewItem, PromptRecord, SessionRecord, TaskRecord
+from gateway.store import PromptRecord, SessionRecord, TaskRecord
+from gateway.store.items import ResumePrompt, command_item
 
 log = logging.getLogger("gateway.agent.delegation")
 
@@ -94,7 +95,7 @@ class ChildControl:
             if task.background:
                 if str(thread) != task.task_thread:
                     await self.store.inbox.add(
-                        [NewItem(f"resume:{prompt_id}:task", task.task_thread, "resume", {"prompt_id": prompt_id})]
+                        [ResumePrompt(prompt_id).item(task.task_thread, handed_over=True)]
                     )
                     self.wake(task.task_thread)
                     return None
@@ -134,7 +135,7 @@ class ChildControl:
                 self.wake(task.thread_key)
             else:
                 await self.store.inbox.add(
-                    [NewItem(f"stop:{stop_item_id}:{task.id}", task.task_thread, "command", {"text": "/stop"})]
+                    [command_item(f"stop:{stop_item_id}:{task.id}", task.task_thread, "/stop")]
                 )
                 self.wake(task.task_thread)
             stopped += 1

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.agent.child import DELEGATE
 from gateway.agent.messages import TurnOutcome, placeholder_text, shorten
-from gateway.store import LeaseLost, NewItem, TaskRecord, ToolCallRecord
+from gateway.store import LeaseLost, NewItem, TaskRecord, ToolCallRecord, items
 from gateway.tools import ToolError, ToolSpec
 
 if TYPE_CHECKING:
@@ -151,10 +151,5 @@ def call_result(tasks: list[TaskRecord]) -> tuple[str, str]:
 def report_item(task: TaskRecord, outcome: ChildOutcome) -> NewItem:
     verb = {"done": "finished", "canceled": "was stopped"}.get(outcome.status, "failed")
     text = f"[Background task #{task.id} ({task.name}) {verb}]\n{outcome.text or '(no answer)'}"
-    sender = {"id": "delegate", "name": task.name, "username": ""}
-    return NewItem(
-        f"task-report:{task.id}",
-        task.thread_key,
-        "report",
-        {"text": text, "sender": sender, "task_id": task.id, "message_id": ""},
-    )
+    sender = items.SenderRef("delegate", task.name)
+    return items.report_item(f"task-report:{task.id}", task.thread_key, text, sender, task.id)

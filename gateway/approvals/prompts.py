@@ -21,6 +21,7 @@ from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
 from gateway.store import NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord
+from gateway.store.items import ResumePrompt, SenderRef, button_item, rerun_message
 from gateway.tools import ToolError, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 
 def resume_item(prompt: PromptRecord) -> NewItem:
-    return NewItem(f"resume:{prompt.id}", prompt.thread_key, "resume", {"prompt_id": prompt.id})
+    return ResumePrompt(prompt.id).item(prompt.thread_key)
 
 
 def outcome_text(prompt: PromptRecord) -> str:
@@ -234,16 +235,9 @@ class PromptService:
 
     async def _rerun(self, press: ButtonPress, prompt: PromptRecord) -> SubmitResult:
         text = str(prompt.payload.get("text", ""))
-        message = NewItem(
-            f"rerun:{prompt.id}",
-            prompt.thread_key,
-            "message",
-            {
-                "text": text,
-                "sender": {"id": press.sender.id, "name": press.sender.name, "username": press.sender.username},
-                "rerun_of": prompt.payload.get("schedule_id"),
-            },
-        )
+        sender = SenderRef(press.sender.id, press.sender.name, press.sender.username)
+        schedule_id = prompt.payload.get("schedule_id")
+        message = rerun_message(f"rerun:{prompt.id}", prompt.thread_key, text, sender, schedule_id)
         result = await self.store.prompts.decide(
             prompt.id, status="answered", decision=RERUN, decided_by=press.sender.id, decided_by_name=press.sender.name,
             event=self._event_item(press), resume=message, enforce_expiry=False,
@@ -256,13 +250,7 @@ class PromptService:
 
     @staticmethod
     def _event_item(press: ButtonPress) -> NewItem:
-        return NewItem(
-            press.event_id,
-            str(press.thread),
-            "button",
-            {"token": press.token, "sender": press.sender.id},
-            status="done",
-        )
+        return button_item(press.event_id, str(press.thread), press.token, press.sender.id)
 
     def may_decide(self, prompt: PromptRecord, user_id: str) -> bool:
         """The one who-may-decide rule, for buttons, typed answers, deny reasons and reruns."""

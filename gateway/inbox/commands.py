@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
+from gateway.agent.services import TurnServices
 from gateway.budgets import Payer, cost_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
 from gateway.mcp.manager import state_line
-from gateway.store import Fence, InboxItem, OutboxRecord
+from gateway.store import Fence, InboxItem, OutboxRecord, Store
+from gateway.store.items import Said
 from gateway.traces import format_nano_usd
 
 COMMANDS = {
@@ -25,6 +27,7 @@ COMMANDS = {
 IMMEDIATE = frozenset({"status", "cost", "help"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
+Ended = Callable[[TurnRequest, TurnOutcome], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Command:
 
 
 def is_stop(item: InboxItem) -> bool:
-    command = parse_command(str(item.payload.get("text", ""))) if item.kind == "command" else None
+    command = parse_command(Said.of(item).text) if item.kind == "command" else None
     return command is not None and command.name == "stop"
 
 
@@ -90,37 +93,43 @@ def cost_text(totals: dict) -> str:
     )
 
 
-class CommandSteps:
-    """How the inbox answers commands; a mixin of `Inbox`, which provides the store, the turn
-    services and `_after_turn`."""
+class Commands:
+    """How the inbox answers commands. `ended` reports the end of a parked run that /stop or
+    /new canceled (gateway/inbox/running.py `TurnEnds.report`)."""
 
-    async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
-        command = parse_command(item.payload.get("text", ""))
+    def __init__(self, store: Store, services: TurnServices, *, ended: Ended):
+        self.store = store
+        self.services = services
+        self.config = services.config
+        self.ended = ended
+
+    async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        command = parse_command(Said.of(item).text)
         name = command.name if command else ""
-        refusal = await self._refusal(thread, item, name)
+        refusal = await self.refusal(thread, item, name)
         if refusal:
             await self._reply(thread, item, refusal)
         elif name == "stop":
             await self._stop_thread(thread, drop_before=item.id)
             session = await self.store.sessions.current(str(thread))
-            if session is not None and self.s.delegation is not None:
-                await self.s.delegation.control.stop_background(session.id, item.id)
+            if session is not None and self.services.delegation is not None:
+                await self.services.delegation.control.stop_background(session.id, item.id)
             await self._reply(thread, item, "Stopped.")
         elif name == "new":
             await self._stop_thread(thread)
-            sender = (item.payload.get("sender") or {}).get("id", "")
+            sender = Said.of(item).sender.id
             await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
             await self._reply(thread, item, "Started a new session.")
         elif name == "compact":
             await self._reply(thread, item, await self._compact(thread))
         else:
-            await self._reply_command(
+            await self.answer(
                 thread, item, name or "help", running=False, unknown="" if name else (command.word if command else "")
             )
             return
         await self.store.inbox.finish([item.id], fence=fence)
 
-    async def _reply_command(
+    async def answer(
         self, thread: ThreadKey, item: InboxItem, name: str, *, running: bool, unknown: str = ""
     ) -> None:
         session = await self.store.sessions.current(str(thread))
@@ -128,14 +137,14 @@ class CommandSteps:
         if name == "status":
             queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
-            mcp = self.s.tool_services.get("mcp")
+            mcp = self.services.tool_services.get("mcp")
             servers = mcp.summary() if mcp else None
             undelivered = await self.store.outbox.undelivered(str(thread))
             text = status_text(
                 running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers, undelivered=undelivered
             )
-            if session is not None and self.s.delegation is not None:
-                text = "\n".join([text, *await self.s.delegation.control.status_lines(session.id)])
+            if session is not None and self.services.delegation is not None:
+                text = "\n".join([text, *await self.services.delegation.control.status_lines(session.id)])
         elif name == "cost":
             text = "\n".join([cost_text(totals), *await self._budget_lines(thread, item)])
         else:
@@ -143,10 +152,10 @@ class CommandSteps:
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
 
-    async def _refusal(self, thread: ThreadKey, item: InboxItem, name: str) -> str:
+    async def refusal(self, thread: ThreadKey, item: InboxItem, name: str) -> str:
         """Why this person's role may not run the command here ("" when it may)."""
-        access = self.s.access
-        sender = str((item.payload.get("sender") or {}).get("id", ""))
+        access = self.services.access
+        sender = Said.of(item).sender.id
         if access is None:
             return ""
         if name == "compact" and not access.may_compact(thread.channel, sender):
@@ -161,21 +170,21 @@ class CommandSteps:
     async def _budget_lines(self, thread: ThreadKey, item: InboxItem) -> list[str]:
         if not self.config.budgets.caps:
             return []
-        sender = str((item.payload.get("sender") or {}).get("id", ""))
+        sender = Said.of(item).sender.id
         payer = Payer(user=f"{thread.channel}:{sender}" if sender else None, chat=f"{thread.channel}:{thread.chat}")
         return await cost_lines(self.store, self.config, payer)
 
     async def _reply(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
-        if thread.channel not in self.s.outbox.channels:
+        if thread.channel not in self.services.outbox.channels:
             return  # a background task's own thread (a /stop sent to it): nobody reads it
-        await self.s.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=item.payload.get("message_id", ""))
+        await self.services.outbox.send_text(thread, text, key=f"cmd:{item.id}", reply_to=Said.of(item).message_id)
 
     async def _stop_thread(self, thread: ThreadKey, *, drop_before: int | None = None) -> None:
         """Cancel pending prompts (and their parked runs); with `drop_before`, drop the
         messages queued before that item (recorded as dropped, with the session)."""
         for prompt in await self.store.prompts.pending(thread_key=str(thread)):
             for canceled in await self.store.prompts.cancel([prompt.id]):
-                await self.s.prompts.close(canceled)
+                await self.services.prompts.close(canceled)
                 if canceled.run_id is not None:
                     await self._cancel_parked_run(thread, canceled.run_id)
         if drop_before is not None:
@@ -186,7 +195,8 @@ class CommandSteps:
 
     async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
         """A parked run is canceled, with the parents waiting on it when it is a sub-agent's."""
-        chain = await self.s.delegation.control.chain(run_id) if self.s.delegation is not None else [run_id]
+        delegation = self.services.delegation
+        chain = await delegation.control.chain(run_id) if delegation is not None else [run_id]
         for i, parked in enumerate(chain):
             await self._cancel_one_parked_run(thread, parked, report=i == len(chain) - 1)
 
@@ -200,16 +210,17 @@ class CommandSteps:
             await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note)
         await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
         if session is not None and report:
-            child = await self.s.delegation.control.context_of(session) if self.s.delegation is not None else None
+            delegation = self.services.delegation
+            child = await delegation.control.context_of(session) if delegation is not None else None
             request = TurnRequest(session, thread, child=child)  # a background task still reports its end
-            await self._after_turn(request, TurnOutcome(run_id, "CANCELED", "canceled"))
+            await self.ended(request, TurnOutcome(run_id, "CANCELED", "canceled"))
 
     async def _compact(self, thread: ThreadKey) -> str:
         session = await self.store.sessions.current(str(thread))
-        if session is None or self.s.context is None:
+        if session is None or self.services.context is None:
             return "Nothing to compact yet."
         try:
-            result = await self.s.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
+            result = await self.services.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
         except CompactionError as exc:
             return f"Could not compact: {exc}"
         if result is None:

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from gateway.events import utcnow
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.inbox import InboxRepo, NewItem
+from gateway.store.items import StartTask
 from gateway.store.records import MessageRecord, RunRecord
 from gateway.store.runs import RunRepo
 from gateway.store.sessions import SessionRepo
@@ -77,7 +78,7 @@ class ChildSession:
 
 
 def task_item(task_id: int) -> NewItem:
-    return NewItem(f"task:{task_id}", task_thread_key(task_id), "task", {"task_id": task_id})
+    return StartTask(task_id).item(task_thread_key(task_id))
 
 
 def task_thread_key(task_id: int) -> str:

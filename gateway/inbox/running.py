@@ -1,0 +1,189 @@
+"""A turn running on its thread: the busy sign, steering (messages that arrive join the turn
+at a round boundary), the watch that answers status commands and cancels on /stop, /new or
+(in `interrupt` mode) any message, and what follows the turn's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from gateway.agent.messages import TurnOutcome, TurnRequest
+from gateway.agent.services import TurnServices
+from gateway.agent.turn import Turn
+from gateway.events import ThreadKey, TurnEnded
+from gateway.inbox.attached import MessageReadiness
+from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, Commands, is_stop, parse_command
+from gateway.lifecycle import Stopper
+from gateway.store import Fence, InboxItem, Store
+from gateway.store.items import ContinueRun
+
+log = logging.getLogger("gateway.inbox.inbox")
+TurnListener = Callable[[TurnEnded], Awaitable[None]]
+Admitted = Callable[[ThreadKey, InboxItem, Fence | None], Awaitable[bool]]
+WATCH_POLL_S = 1.0
+
+
+@dataclass
+class Running:
+    task: asyncio.Task
+    turn: Turn
+
+
+@dataclass
+class ThreadState:
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    running: Running | None = None
+
+
+class TurnEnds:
+    """What follows a turn's end: a suspended one is continued later, a background child's
+    result goes to its parent, any other is told to the listeners (the scheduler's reports)."""
+
+    def __init__(self, store: Store, services: TurnServices, listeners: list[TurnListener]):
+        self.store = store
+        self.services = services
+        self.listeners = listeners  # the inbox's list: listeners added after start are told too
+
+    async def report(self, request: TurnRequest, result: TurnOutcome) -> None:
+        if result.stage == "SUSPENDED":
+            await self.store.inbox.add([ContinueRun(result.run_id).item(str(request.thread))])
+            return
+        if result.stage == "LOST":
+            return
+        if request.child is not None and self.services.delegation is not None:  # back to its parent
+            await self.services.delegation.control.background_ended(request, result)
+            return
+        run = await self.store.runs.get(result.run_id)
+        event = TurnEnded(
+            request.thread,
+            request.session.id,
+            result.run_id,
+            result.stage,
+            result.end_reason,
+            result.reply,
+            result.auto_denied,
+            result.error,
+            (run.input_tokens + run.output_tokens) if run else 0,
+            run.cost_nano_usd if run else None,
+        )
+        for listener in self.listeners:
+            try:
+                await listener(event)
+            except Exception:  # noqa: BLE001
+                log.exception("turn listener failed for %s", request.thread)
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        store: Store,
+        services: TurnServices,
+        readiness: MessageReadiness,
+        ends: TurnEnds,
+        commands: Commands,
+        *,
+        admitted: Admitted,
+        stopper: Stopper,
+    ):
+        self.store = store
+        self.services = services
+        self.config = services.config
+        self.readiness = readiness
+        self.ends = ends
+        self.commands = commands
+        self.admitted = admitted
+        self.stopper = stopper
+        self.threads: dict[str, ThreadState] = {}
+
+    def state(self, thread_key: str) -> ThreadState:
+        return self.threads.setdefault(thread_key, ThreadState())
+
+    def running_turn(self, session_id: int) -> Turn | None:
+        for state in self.threads.values():
+            if state.running is not None and state.running.turn.session.id == session_id:
+                return state.running.turn
+        return None
+
+    def running_turns(self) -> list[Turn]:
+        return [s.running.turn for s in self.threads.values() if s.running is not None]
+
+    def lost(self, thread_key: str) -> None:
+        """The thread's lease went to another instance: the turn stops at once."""
+        running = self.state(thread_key).running
+        if running is not None:
+            running.turn.request_stop("lease lost")
+
+    async def run(self, request: TurnRequest) -> None:
+        thread_key = str(request.thread)
+        state = self.state(thread_key)
+        turn = Turn(self.services, request, drain=self._steering(request), stopping=lambda: self.stopper.stopped)
+        channel = self.services.outbox.channels.get(request.thread.channel)
+        await _set_busy(channel, request.thread, True, request.reply_to)
+        task = asyncio.create_task(turn.run(), name=f"turn {thread_key}")
+        state.running = Running(task, turn)
+        watching = Stopper()
+        watcher = asyncio.create_task(self._watch(request.thread, state.running, watching))
+        try:
+            result = await task
+        finally:
+            watching.stop()
+            state.wake.set()
+            await asyncio.gather(watcher, return_exceptions=True)
+            state.running = None
+            await _set_busy(channel, request.thread, False, request.reply_to)
+        await self.ends.report(request, result)
+
+    def _steering(self, request: TurnRequest) -> Callable[[], Awaitable[int]] | None:
+        if self.config.inbox.busy_mode_for(request.thread.channel) != "steer" or request.child is not None:
+            return None
+
+        async def steer() -> int:
+            """Steer: messages that arrived during the turn join it at the round boundary."""
+            pending = await self.store.inbox.pending(str(request.thread))
+            if any(is_stop(i) for i in pending):
+                return 0  # the /stop drops them
+            items = [i for i in pending if i.kind in ("message", "report")]
+            items = [i for i in items if i.kind != "message" or await self.admitted(request.thread, i, request.fence)]
+            if not items:
+                return 0
+            ready = await self.readiness.ready(request.thread, items, request.session.id)
+            await self.store.consume_messages(request.session.id, ready, fence=request.fence)
+            return len(items)
+
+        return steer
+
+    async def _watch(self, thread: ThreadKey, running: Running, watching: Stopper) -> None:
+        """While a turn runs: answer status commands at once, cancel on /stop or /new, and
+        cancel on any new message in `interrupt` mode."""
+        state = self.state(str(thread))
+        interrupt = self.config.inbox.busy_mode_for(thread.channel) == "interrupt"
+        while not watching.stopped:
+            state.wake.clear()
+            for item in await self.store.inbox.pending(str(thread)):
+                command = parse_command(item.payload.get("text", "")) if item.kind == "command" else None
+                interrupting = command is not None and command.name in INTERRUPTING
+                if command is not None and command.name in IMMEDIATE:
+                    if await self.admitted(thread, item, None):
+                        await self.commands.answer(thread, item, command.name, running=True)
+                elif interrupting and await self.commands.refusal(thread, item, command.name):  # type: ignore[union-attr]
+                    continue  # refused when its turn comes; the running turn goes on
+                elif interrupting or (interrupt and item.kind == "message"):
+                    running.turn.request_stop(command.name if command else "interrupt")
+                    return
+            # Local submits wake it at once; polling (for other instances' events) can be slow.
+            try:
+                await asyncio.wait_for(state.wake.wait(), max(self.config.inbox.poll_interval_s, WATCH_POLL_S))
+            except TimeoutError:
+                pass
+
+
+async def _set_busy(channel, thread: ThreadKey, busy: bool, reply_to: str) -> None:  # noqa: ANN001
+    if channel is None:
+        return
+    try:
+        await channel.set_busy(thread, busy, reply_to)
+    except Exception as exc:  # noqa: BLE001 - presence is cosmetic
+        log.debug("set_busy on %s failed: %s", thread, exc)

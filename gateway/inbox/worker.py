@@ -1,0 +1,268 @@
+"""One thread's worker: while it holds the thread's lease it takes the next pending item and
+handles it (a message, a command, a decided prompt's resume, a run to continue, a background
+task), one at a time, in the order `next_item` gives. The turn itself runs in running.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from gateway.agent.messages import TurnRequest
+from gateway.agent.services import TurnServices
+from gateway.events import ThreadKey
+from gateway.inbox.attached import MessageReadiness
+from gateway.inbox.commands import Commands, is_stop
+from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
+from gateway.lifecycle import Stopper
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
+from gateway.store.items import ContinueRun, ResumePrompt, Said, resumed, started_task
+
+log = logging.getLogger("gateway.inbox.inbox")
+PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
+NOT_YOUR_QUESTION = "⏳ The question above is waiting for the person it was asked of; your message comes after it."
+WAITING_FOR_DECISION = (
+    "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
+)
+
+
+class Worker:
+    """Handles the items of the threads whose leases this instance holds (one task per thread)."""
+
+    def __init__(
+        self,
+        store: Store,
+        services: TurnServices,
+        *,
+        listeners: list[TurnListener],
+        stopper: Stopper,
+        slots: asyncio.Semaphore,
+    ):
+        self.store = store
+        self.services = services
+        self.config = services.config
+        self.stopper = stopper
+        self.slots = slots  # inbox.max_concurrent_turns
+        self.others_waiting = False  # set by the dispatcher when it is saturated
+        self.readiness = MessageReadiness(store, self.config.attachments, services.attachments)
+        ends = TurnEnds(store, services, listeners)
+        self.commands = Commands(store, services, ended=ends.report)
+        self.runner = TurnRunner(
+            store, services, self.readiness, ends, self.commands, admitted=self.admitted, stopper=stopper
+        )
+
+    async def work_thread(self, thread_key: str, lease: Lease) -> None:
+        holder = LeaseHolder(self.store, lease, self.config.inbox.lease_ttl_s)
+        renewer = asyncio.create_task(holder.keep(on_lost=lambda: self.runner.lost(thread_key)))
+        try:
+            async with self.slots:
+                while not self.stopper.stopped and holder.valid:
+                    items = await self.store.inbox.pending(thread_key, limit=50)
+                    if not items:
+                        break
+                    item = next_item(items)
+                    await self.handle(ThreadKey.parse(thread_key), item, holder.fence)
+                    if item.kind != "command" and self.others_waiting:
+                        break  # fairness: the oldest waiting message, maybe another thread's, goes next
+        except LeaseLost as exc:
+            log.warning("%s: %s", thread_key, exc)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: worker failed", thread_key)
+        finally:
+            holder.stopper.stop()
+            await asyncio.gather(renewer, return_exceptions=True)
+            if holder.valid:
+                await self.store.inbox.release(holder.lease)
+
+    async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        if item.kind in ("message", "command") and not await self.admitted(thread, item, fence):
+            return
+        if item.kind == "command":
+            await self.commands.handle(thread, item, fence)
+        elif item.kind == "resume":
+            await self.store.inbox.finish([item.id], fence=fence)
+            what = resumed(item)
+            if isinstance(what, ContinueRun):
+                await self._continue(thread, what, fence)
+            else:
+                await self._resume(thread, what, fence)
+        elif item.kind == "task":
+            await self._task(thread, item, fence)
+        else:
+            await self._message(thread, item, fence)
+
+    async def admitted(self, thread: ThreadKey, item: InboxItem, fence: Fence | None) -> bool:
+        """Whether the sender may talk here; if not, the item is held (pairing pending) or
+        dropped, and the sender told what the gatekeeper says (a pairing code, a refusal)."""
+        gatekeeper = self.services.gatekeeper
+        if gatekeeper is None:
+            return True
+        said = Said.of(item)
+        admission = await gatekeeper.admit(thread, said, command=item.kind == "command")
+        if admission.allowed:
+            return True
+        if admission.reply:
+            await self.services.outbox.send_text(
+                thread, admission.reply, key=f"access:{item.id}", reply_to=said.message_id
+            )
+        if admission.hold:
+            await self.store.inbox.hold(item.id)
+        else:
+            await self.store.inbox.finish([item.id], status="dropped", fence=fence)
+        return False
+
+    async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        said = Said.of(item)
+        pending = await self.store.prompts.pending(thread_key=str(thread))
+        questions = [p for p in pending if p.kind == "question"]
+        typed_answers = questions and questions[-1].payload.get("allow_free_text", True) and item.kind == "message"
+        theirs = bool(questions) and self.services.prompts.may_decide(questions[-1], said.sender.id)
+        if typed_answers and theirs and await self.services.prompts.answer_with_text(
+            questions[-1], said.text, sender_id=said.sender.id, sender_name=said.sender.name
+        ):
+            await self.store.inbox.finish([item.id], fence=fence)
+            return
+        if pending and self.services.delegation is not None:  # a background task's approval holds only the task
+            pending = await self.services.delegation.control.holding(pending)
+        if pending:  # an approval, a question that only takes a button, or someone else's: the turn waits
+            notice = waiting_notice(pending, question_is_theirs=theirs)
+            await self.store.inbox.hold(item.id)
+            await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
+            return
+        session = await self._session(thread, started_by=said.sender.id)
+        ready = await self.readiness.ready(thread, [item], session.id)
+        started = await self.store.start_turn(
+            session.id, str(thread), ready, model=self.config.llm.model, fence=fence
+        )
+        request = TurnRequest(
+            session,
+            thread,
+            requested_by=said.sender.id,
+            reply_to=said.message_id,
+            fence=fence,
+            turn_started_seq=started.rows[0].seq,
+            started_run=started.run,
+        )
+        await self.runner.run(request)
+
+    async def _resume(self, thread: ThreadKey, resume: ResumePrompt, fence: Fence) -> None:
+        """A decided prompt: its parked run continues (the turn applies the verdict)."""
+        prompt = await self.store.prompts.get(resume.prompt_id)
+        session = await self.store.sessions.get(prompt.session_id) if prompt else None
+        if prompt is None or session is None or prompt.run_id is None:
+            return
+        await self.services.prompts.close(prompt)
+        run_id, child = prompt.run_id, None
+        if session.kind == "child" and self.services.delegation is not None:  # the turn running it continues
+            routed = await self.services.delegation.control.route(session, run_id, thread, prompt.id)
+            if routed is None:
+                return  # handed over to its background task's thread
+            session, run_id, child = routed
+        run = await self.store.runs.get(run_id)
+        if run is None or run.stage != "AWAITING_INPUT":
+            return  # the turn was stopped or already resumed
+        request = TurnRequest(
+            session,
+            thread,
+            requested_by=prompt.requested_by,
+            run_id=run.id,
+            fence=fence,
+            turn_started_seq=await self._turn_start(session.id, run.id),
+            child=child,
+        )
+        await self.runner.run(request)
+
+    async def _task(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        """A background child's first turn, on its own thread (see gateway/agent/delegation.py)."""
+        await self.store.inbox.finish([item.id], fence=fence)
+        if self.services.delegation is None:
+            return
+        request = await self.services.delegation.control.start_background(started_task(item).task_id, thread)
+        if request is not None:
+            request.fence = fence
+            await self.runner.run(request)
+
+    async def _continue(self, thread: ThreadKey, left: ContinueRun, fence: Fence) -> None:
+        """A run a stopped worker left RUNNING ends failed; a new run continues its turn."""
+        run = await self.store.runs.get(left.run_id)
+        session = await self.store.sessions.get(run.session_id) if run else None
+        if run is None or session is None or run.stage != "RUNNING":
+            return
+        await self.store.runs.add_event(
+            run.id,
+            "RUN_ERROR",
+            {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"},
+        )
+        await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
+        delegation = self.services.delegation
+        child = await delegation.control.context_of(session) if delegation is not None else None
+        request = TurnRequest(
+            session,
+            thread,
+            requested_by=session.started_by,
+            fence=fence,
+            turn_started_seq=await self._turn_start(session.id, run.id),
+            continuing=True,
+            continued_run=run.id,
+            child=child,
+        )
+        await self.runner.run(request)
+
+    async def _turn_start(self, session_id: int, run_id: int) -> int:
+        history = await self.store.sessions.history(session_id)
+        first = next((m.seq for m in history if m.run_id == run_id), None)
+        if first is None:
+            return history[-1].seq if history else 1
+        previous_user = [m.seq for m in history if m.role == "user" and m.seq < first]
+        return previous_user[-1] if previous_user else first
+
+    async def _session(self, thread: ThreadKey, *, started_by: str) -> SessionRecord:
+        current = await self.store.sessions.current(str(thread))
+        if current is not None:
+            return current
+        return await self.store.sessions.open(str(thread), source=thread.channel, started_by=started_by)
+
+
+def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool) -> str:
+    if any(p.kind == "approval" for p in pending):
+        return WAITING_FOR_DECISION
+    return PICK_A_BUTTON if question_is_theirs else NOT_YOUR_QUESTION
+
+
+def next_item(items: list[InboxItem]) -> InboxItem:
+    """A /stop before anything queued ahead of it (which it drops unhandled); then resume items
+    (a decided prompt continues its turn); then arrival order."""
+    stop = next((i for i in items if is_stop(i)), None)
+    if stop is not None:
+        return stop
+    resumes = [i for i in items if i.kind == "resume"]
+    return resumes[0] if resumes else items[0]
+
+
+class LeaseHolder:
+    """Renews a lease while work runs; reports when it was lost (another instance took over)."""
+
+    def __init__(self, store: Store, lease: Lease, ttl_s: float):
+        self.store = store
+        self.lease = lease
+        self.ttl_s = ttl_s
+        self.valid = True
+        self.stopper = Stopper()
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.lease.name, self.lease.owner, self.lease.fence)
+
+    async def keep(self, *, on_lost: Callable[[], None]) -> None:
+        while not await self.stopper.sleep(self.ttl_s / 3):
+            try:
+                renewed = await self.store.inbox.renew(self.lease, self.ttl_s)
+            except Exception:  # noqa: BLE001 - a blip; the next renewal may succeed
+                log.warning("could not renew %s", self.lease.name, exc_info=True)
+                continue
+            if renewed is None:
+                self.valid = False
+                on_lost()
+                return
+            self.lease = renewed
