@@ -1,16 +1,18 @@
-"""Run records: one run per turn, its events, usage and cost.
+"""Run records: one run per turn, its events, usage and cost, and the one writer of its stage.
 
-A trace write that fails is logged and swallowed: observability must never fail a turn.
+A trace write that fails is logged and swallowed: observability must never fail a turn. The
+stage writes a caller builds on (reopening a parked run, abandoning a dead worker's) raise.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import ModelPrice, TracesConfig
-from gateway.store import Store
+from gateway.store import FinalStage, Store
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +60,14 @@ class LLMCallUsage:
 
 
 class RunTrace:
-    """The events of one run. Every method swallows store errors after logging them."""
+    """The events and the stage of one run. Event writes swallow store errors after logging them."""
 
     def __init__(self, store: Store, run_id: int, *, config: TracesConfig, prices: dict[str, ModelPrice]):
         self.store = store
         self.run_id = run_id
         self.limit = config.max_payload_chars
         self.prices = prices
+        self.ended = False  # the final stage is written: a later `end` writes nothing
 
     async def event(
         self, kind: str, payload: dict[str, Any], *, parent_seq: int | None = None, **totals: Any
@@ -132,11 +135,31 @@ class RunTrace:
     async def error(self, stage: str, message: str) -> None:
         await self.event("RUN_ERROR", {"stage": stage, "message": message})
 
-    async def set_stage(self, stage: str, *, end_reason: str | None = None, error: str | None = None) -> None:
+    # ---- the stage: written here only -----------------------------------------------------
+    async def reopen(self) -> None:
+        """A parked run goes on (its prompt was decided)."""
+        await self.store.runs.set_stage(self.run_id, "RUNNING")
+
+    async def end(self, stage: str, *, end_reason: str, error: str | None = None) -> None:
+        """The run's stage when its turn ends (RUNNING: it is continued after a restart)."""
+        if self.ended:
+            return
         try:
             await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error)
         except Exception:  # noqa: BLE001 - like a trace write, a stage write never fails the turn
             log.exception("run %s: could not set stage %s", self.run_id, stage)
+
+    async def end_with(self, stage: str, end_reason: str, write: Callable[[FinalStage], Awaitable[object]]) -> None:
+        """The final stage written by `write` in a write of its own: the reply's delivery, so
+        that a reply is never sent without its run being finished, nor the other way round."""
+        await write(FinalStage(self.run_id, stage, end_reason))
+        self.ended = True
+
+    async def abandon(self, why: str) -> None:
+        """The run's worker died mid-turn and the run is not continued in place: failed, saying why."""
+        await self.store.runs.add_event(self.run_id, "RUN_ERROR", {"stage": "restart", "message": why})
+        await self.store.runs.set_stage(self.run_id, "FAILED", end_reason="error", error="restart")
+        self.ended = True
 
 
 def format_nano_usd(value: int | None, unpriced: bool = False) -> str:

@@ -3,13 +3,12 @@ results their parents read, the reports of background tasks."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.agent.child import DELEGATE
-from gateway.agent.messages import TurnOutcome, placeholder_text, shorten
-from gateway.store import LeaseLost, NewItem, TaskRecord, ToolCallRecord, items
+from gateway.agent.messages import OpenCall, TurnOutcome, placeholder_text, shorten
+from gateway.store import LeaseLost, NewItem, TaskRecord, items
 from gateway.tools import ToolError, ToolSpec
 
 if TYPE_CHECKING:
@@ -78,11 +77,9 @@ def delegate_spec() -> ToolSpec:
     )
 
 
-def is_background(call: ToolCallRecord) -> bool:
-    try:
-        return bool(json.loads(call.arguments or "{}").get("background"))
-    except (ValueError, AttributeError):
-        return False
+def is_delegate_batch(calls: list[OpenCall]) -> bool:
+    """A reply made only of synchronous delegate calls: their children run together."""
+    return len(calls) >= 2 and all(c.name == DELEGATE and not c.args.get("background") for c in calls)
 
 
 @dataclass

@@ -16,7 +16,6 @@ to do (start, resume, continue, or take the result already there).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,16 +30,16 @@ from gateway.agent.delegate_tool import (
     call_result,
     child_max_tokens,
     done_line,
-    is_background,
     outcome_of,
     start_line,
     task_name,
 )
-from gateway.agent.messages import EndTurn, TurnRequest, placeholder_text
+from gateway.agent.messages import EndTurn, OpenCall, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import RESTART_NOT_RERUN
 from gateway.lifecycle import Interrupted
 from gateway.store import ChildSession, LeaseLost, NewTask, SessionRecord, TaskRecord, ToolCallRecord
+from gateway.traces import RunTrace
 
 if TYPE_CHECKING:
     from gateway.agent.turn import Turn
@@ -66,18 +65,13 @@ class Delegation:
         self.control = ChildControl(services, wake)  # what the inbox does with children
 
     # ---- what a turn offers and allows ----------------------------------------------------
-    def offered(self, turn: Turn, names: list[str]) -> list[str]:
+    def offered(self, child: ChildContext | None, names: list[str]) -> list[str]:
         """The tools of a turn, `delegate` only where it may delegate."""
-        child: ChildContext | None = turn.child
         depth = child.depth if child else 0
         return [n for n in names if n != DELEGATE or depth < self.cfg.agent.max_depth]
 
-    def is_batch(self, calls: list[ToolCallRecord]) -> bool:
-        """A reply made only of synchronous delegate calls: their children run together."""
-        return len(calls) >= 2 and all(c.name == DELEGATE and not is_background(c) for c in calls)
-
     # ---- running calls ---------------------------------------------------------------------
-    async def run_calls(self, turn: Turn, calls: list[ToolCallRecord]) -> list[tuple[str, str]]:
+    async def run_calls(self, turn: Turn, calls: list[OpenCall]) -> list[tuple[str, str]]:
         """Settle delegate calls; their children run concurrently, results in call order."""
         plans = [await self._plan(turn, call) for call in calls]
         background = [p for p in plans if not p.problem and p.tasks and p.tasks[0].background]
@@ -89,22 +83,22 @@ class Delegation:
         results = []
         for plan in plans:
             if plan.problem:
-                results.append(await turn._settle(plan.call, "failed", plan.problem))
+                results.append(await turn.calls.settle(plan.call, "failed", plan.problem))
             elif plan in background:
                 text = BACKGROUND_STARTED.format(tasks=", ".join(f"task #{t.id} ({t.name})" for t in plan.tasks))
-                results.append(await turn._settle(plan.call, "done", text))
+                results.append(await turn.calls.settle(plan.call, "done", text))
             else:
                 tasks = await self.store.delegations.for_call(plan.call.id)
-                results.append(await turn._settle(plan.call, *call_result(tasks)))
+                results.append(await turn.calls.settle(plan.call, *call_result(tasks)))
         return results
 
-    async def _plan(self, turn: Turn, call: ToolCallRecord) -> _Plan:
+    async def _plan(self, turn: Turn, opened: OpenCall) -> _Plan:
+        call, args = opened.record, opened.args
         existing = await self.store.delegations.for_call(call.id)
         if existing:
             stale = [t.id for t in existing if t.parent_run_id != turn.run_id and not t.background]
             await self.store.delegations.set_parent_run(stale, turn.run_id)  # the parent continues in a new run
             return _Plan(call, existing)
-        args = json.loads(call.arguments or "{}")
         problem, tasks = self._check(turn, args)
         if problem:
             return _Plan(
@@ -171,7 +165,7 @@ class Delegation:
         return "", tasks
 
     def _allowed(self, turn: Turn) -> list[str]:
-        return [tool["function"]["name"] for tool in turn._offered_tools()]
+        return turn.calls.offered_names()
 
     async def _run_children(self, turn: Turn, plans: list[_Plan]) -> None:
         tasks = [t for p in plans for t in p.tasks]
@@ -232,10 +226,8 @@ class Delegation:
         if len(dead) < 2:
             return
         for task, run in dead:
-            await self.store.runs.add_event(
-                run.id, "RUN_ERROR", {"stage": "restart", "message": "a parallel batch was interrupted; not re-run"}
-            )
-            await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
+            trace = RunTrace(self.store, run.id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+            await trace.abandon("a parallel batch was interrupted; not re-run")
             await self._end(
                 turn,
                 task,
@@ -270,8 +262,7 @@ class Delegation:
             request.started_run, request.continuing, request.continued_run = new_run, True, run.id
         else:  # it ended but the parent never saw it: the result is taken from the database
             return await self._end(turn, task, await self._outcome_of_ended(run.stage, run.error, session))
-        child = Turn(self.s, request, drain=None, stopping=turn.stopping)
-        child.stopper = turn.stopper  # /stop reaches every child at once
+        child = Turn(self.s, request, drain=None, stopping=turn.stopping, stopper=turn.stopper)  # /stop reaches all
         result = await child.run()
         return await self._end(turn, task, outcome_of(result))
 

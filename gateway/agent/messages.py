@@ -13,11 +13,12 @@ The names of endings, each for one job:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.agent.child import ChildContext
 from gateway.events import ThreadKey
-from gateway.store import Fence, RunRecord, SessionRecord
+from gateway.store import Fence, RunRecord, SessionRecord, ToolCallRecord
+from gateway.tools import ToolSpec
 
 # ---- the model's calls and their results ---------------------------------------------------
 
@@ -27,6 +28,20 @@ class DeclaredCall:
     id: str
     name: str
     arguments: str  # raw text as streamed; checked later by gateway.agent.arguments
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A stored call being processed, with what is derived from it once: its arguments parsed
+    (they were checked when the round was recorded) and its tool looked up."""
+
+    record: ToolCallRecord
+    args: dict[str, Any]
+    spec: ToolSpec | None  # None: the tool is gone since the call was recorded (its MCP server is down)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
 
 
 @dataclass(frozen=True)
@@ -87,13 +102,11 @@ class EndTurn(Exception):
         message: str = "",
         error: str = "",
         prompt_id: int | None = None,
-        recorded: bool = False,
     ):
         super().__init__(reason)
         self.stage: Stage = stage
         self.reason: EndReason = reason
         self.message, self.error, self.prompt_id = message, error, prompt_id
-        self.recorded = recorded  # the run's stage is already written (with the reply's delivery)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.agent.messages import END_MESSAGES, EndTurn
+from gateway.agent.messages import END_MESSAGES, EndTurn, TurnRequest
+from gateway.agent.rounds import RoundBuilder
+from gateway.agent.services import TurnServices
 from gateway.llm import ContextTooLong, LLMError, Refused
+from gateway.outbox import RecordedStream
+from gateway.traces import RunTrace
 
 NEAR_WINDOW = 0.5  # estimates err by this much: a refused request this near the target may be too long
 TOO_LONG = (
@@ -51,20 +55,19 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class RefusalSteps:
-    """A turn's answers to refusals and broken streams; a mixin of `Turn`, which provides the
-    services, the request, the trace and `overflow_retries`."""
+class Refusals:
+    """A turn's answers to refusals and broken streams, composed by `Turn` once its run is open."""
 
-    s: Any
-    cfg: Any
-    req: Any
-    session: Any
-    trace: Any
-    rounds: int
-    run_id: int
-    overflow_retries: int
+    def __init__(self, services: TurnServices, request: TurnRequest, trace: RunTrace):
+        self.s = services
+        self.req = request
+        self.trace = trace
+        self.model = services.config.llm.model
+        self.overflow_retries = 0
 
-    async def _after_llm_error(self, error: LLMError, built: Any, builder: Any, stream: Any) -> None:
+    async def after_llm_error(
+        self, error: LLMError, built: Any, builder: RoundBuilder, stream: RecordedStream, *, round_no: int
+    ) -> None:
         """Returns when the request should be sent again (smaller); raises to end the turn."""
         if isinstance(error, ContextTooLong):
             return await self._context_refused(built, error, error.prompt_tokens, error.context_window)
@@ -74,7 +77,7 @@ class RefusalSteps:
             return await self._context_refused(built, error, None, None)
         if shown := builder.draft().text.strip():
             # Shown text is finished honestly, never retried into a second copy.
-            await stream.finish(f"cut:{self.run_id}:{self.rounds + 1}", cut_off_text(shown, error))
+            await stream.finish(f"cut:{self.trace.run_id}:{round_no}", cut_off_text(shown, error))
             raise EndTurn("FAILED", "cut_off", error=str(error)) from error
         raise error
 
@@ -84,25 +87,27 @@ class RefusalSteps:
         """Shrink once; a second refusal ends the turn, setting aside the turn's own message when
         it is what does not fit (so the next message works)."""
         await self.trace.error("llm", f"context too long: {error}")
-        if self.overflow_retries >= 1 or self.s.context is None:
-            window = window or (self.s.context.window_of(self.cfg.llm.model) if self.s.context is not None else 0)
+        context = self.s.context
+        if self.overflow_retries >= 1 or context is None:
+            window = window or (context.window_of(self.model) if context is not None else 0)
             message = END_MESSAGES["overflow"]
-            if self.s.context is not None and await self._set_aside_request(window):
+            if context is not None and await self._set_aside_request(window):
                 message = too_long_message(window)
             raise EndTurn("FAILED", "overflow", message=message, error=str(error)) from error
         self.overflow_retries += 1
-        self.s.context.correct_from_refusal(self.cfg.llm.model, built.estimated_tokens, prompt_tokens, window)
+        context.correct_from_refusal(self.model, built.estimated_tokens, prompt_tokens, window)
 
     async def _set_aside_request(self, window: int) -> bool:
         """When the turn has nothing but its new user rows and they alone are near the window,
         mark them failed: kept in the database, left out of every later context."""
-        history = await self.s.store.sessions.history(self.session.id, after_seq=self.req.turn_started_seq - 1)
+        session_id = self.req.session.id
+        history = await self.s.store.sessions.history(session_id, after_seq=self.req.turn_started_seq - 1)
         if not history or any(row.role != "user" for row in history):
             return False
-        tokens = self.s.context.estimate(self.cfg.llm.model, sum(len(row.content) for row in history))
+        tokens = self.s.context.estimate(self.model, sum(len(row.content) for row in history))
         if not near_window(tokens, window):
             return False
         await self.s.store.sessions.mark_failed([row.id for row in history])
         if self.s.context is not None:
-            self.s.context.forget(self.session.id)
+            self.s.context.forget(session_id)
         return True

@@ -9,6 +9,7 @@ tool_calls.py settles each one with one result, a placeholder when the turn was 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.agent.guards import RepetitionCut, RepetitionGuard
 from gateway.agent.messages import DeclaredCall
@@ -48,6 +49,16 @@ class Round:
     def cut_off(self) -> bool:
         """The output limit ended the reply (a call's arguments may be incomplete)."""
         return self.finish_reason == "length"
+
+    def traced(self) -> dict[str, Any]:
+        """The round as its LLM_RESPONSE trace event describes it."""
+        return {
+            "finish_reason": self.finish_reason,
+            "text": self.text,
+            "reasoning_chars": len(self.reasoning),
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.calls],
+            "repetition": self.repetition.where if self.repetition else None,
+        }
 
 
 @dataclass

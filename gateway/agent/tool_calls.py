@@ -1,6 +1,9 @@
-"""The tool calls of a round, in declared order: gate each one (rules, bypasses, auto-deny),
-park the turn on an approval or a question, run the allowed ones, and settle every call with
-exactly one result. A mixin of `Turn` (see turn.py), which owns the loop around it.
+"""The tool calls of a round, in declared order: check each one as the round is recorded, gate
+it (roles, rules, bypasses, auto-deny), park the turn on an approval or a question, run the
+allowed ones, and settle every call with exactly one result.
+
+`ToolCalls` is composed by `Turn` (turn.py) once its run is open, and given what it needs:
+the services, the request, the run's trace, the stopper, the loop guard, the notice callback.
 """
 
 from __future__ import annotations
@@ -8,58 +11,154 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gateway import metrics
 from gateway.access import role_denial_text
+from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.child import DELEGATE
-from gateway.agent.guards import TOOL_LOOP_NOTICE
-from gateway.agent.messages import END_MESSAGES, DeclaredCall, EndTurn, ToolResult, placeholder_text, shorten
+from gateway.agent.delegate_tool import is_delegate_batch
+from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
+from gateway.agent.messages import (
+    END_MESSAGES,
+    DeclaredCall,
+    EndTurn,
+    OpenCall,
+    ToolResult,
+    TurnRequest,
+    placeholder_text,
+    shorten,
+)
+from gateway.agent.services import TurnServices
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
 from gateway.events import ThreadKey
-from gateway.lifecycle import interruptible
-from gateway.store import PromptRecord, ToolCallRecord
-from gateway.tools import NeedsAnswer, ToolContext, run_tool
+from gateway.lifecycle import Stopper, interruptible
+from gateway.store import NewToolCall, PromptRecord, ToolCallRecord
+from gateway.tools import NeedsAnswer, ToolContext, ToolSpec, run_tool
+from gateway.traces import RunTrace
 
 log = logging.getLogger("gateway.agent.turn")
 
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."
 RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
-class ToolCallSteps:
-    """Tool-call processing of a turn; expects the attributes `Turn` sets up."""
+Settled = tuple[str, str]  # (status, result text) of one call
+DelegateCalls = Callable[[list[OpenCall]], Awaitable[list[Settled]]]  # runs `delegate` calls (delegation.py)
 
-    _notes: dict[str, str] | None
 
-    async def _process_calls(self, calls: list[ToolCallRecord]) -> None:
+class ToolCalls:
+    def __init__(
+        self,
+        services: TurnServices,
+        request: TurnRequest,
+        trace: RunTrace,
+        *,
+        thread: ThreadKey,
+        stopper: Stopper,
+        loop_guard: ToolLoopGuard,
+        notice: Callable[[str], Awaitable[None]],
+        tool_ran: Callable[[], None],
+        auto_denied: list[str],
+        delegate: DelegateCalls | None = None,
+    ):
+        self.s = services
+        self.req = request
+        self.session = request.session
+        self.child = request.child
+        self.trace = trace
+        self.run_id = trace.run_id
+        self.thread = thread  # where prompts and progress are shown (a child's: its root's chat)
+        self.stopper = stopper
+        self.loop_guard = loop_guard
+        self.notice = notice
+        self.tool_ran = tool_ran  # a tool may change the session's notes: the turn reads them again
+        self.auto_denied = auto_denied
+        self.delegate = delegate
+        self.parent_seq: int | None = None  # the LLM response the calls being processed came from
+        self._checked: dict[str, dict[str, Any]] = {}  # call id -> arguments parsed when the round was recorded
+
+    # ---- what the model is offered and may call ------------------------------------------
+    def offered(self) -> list[ToolSpec]:
+        """The tools of this turn: the configured ones a child, the delegation depth, the
+        person's role and the approval rules leave it."""
+        specs = self.s.registry.specs(self.s.config.agent.tools)
+        if self.child is not None:
+            specs = [s for s in specs if self.child.may_use(s.name)]
+        if self.s.delegation is not None:
+            names = set(self.s.delegation.offered(self.child, [s.name for s in specs]))
+            specs = [s for s in specs if s.name in names]
+        if self.s.access is not None:  # the person's role: tools it does not allow are never offered
+            specs = self.s.access.offered(specs, self.thread.channel, self.req.requested_by)
+        hidden = self.s.policy.hidden_tools(specs, self.session.source)
+        return [
+            s
+            for s in specs
+            if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)
+        ]
+
+    def offered_names(self) -> list[str]:
+        return [s.name for s in self.offered()]
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return self.s.registry.get(name) if self.child is None or self.child.may_use(name) else None
+
+    def declare(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
+        """A call of a round about to be recorded: pending when its tool exists and its
+        arguments pass the schema (kept parsed for processing), else failed with a result that
+        tells the model what to fix. The one place where an unknown tool is answered."""
+        spec = self.tool(call.name)
+        if spec is None:
+            available = ", ".join(self.offered_names()) or "none"
+            args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
+            unknown = f"Unknown tool {call.name!r}. Available tools: {available}."
+            return NewToolCall(call.id, call.name, args.stored_arguments, status="failed", result=unknown)
+        checked = check_arguments(call.arguments, spec.parameters, cut_off=cut_off, tool_name=call.name)
+        if isinstance(checked, ArgumentsProblem):
+            return NewToolCall(
+                call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model
+            )
+        self._checked[call.id] = checked.args
+        return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
+
+    def _open(self, record: ToolCallRecord) -> OpenCall:
+        args = self._checked.pop(record.call_id, None)
+        if args is None:  # recorded by an earlier turn (parked, or cut short by a restart): checked then
+            args = json.loads(record.arguments or "{}")
+        return OpenCall(record, args, self.tool(record.name))
+
+    # ---- processing ------------------------------------------------------------------------
+    async def process(self, records: list[ToolCallRecord], *, parent_seq: int | None) -> None:
+        """Settle the open calls of the session in declared order; raises EndTurn to park or stop."""
+        self.parent_seq = parent_seq
+        calls = [self._open(record) for record in records]
+        # A reply of only delegate calls: the children run together.
+        delegated = await self.delegate(calls) if self.delegate is not None and is_delegate_batch(calls) else None
         results: list[ToolResult] = []
-        delegation = self.s.delegation  # a reply of only delegate calls: the children run together
-        delegated = await delegation.run_calls(self, calls) if delegation and delegation.is_batch(calls) else None
         for i, call in enumerate(calls):
-            status, text = delegated[i] if delegated is not None else await self._process_call(call)
-            results.append(ToolResult(call.call_id, call.name, text, "failed" if status == "failed" else "ok"))
-        declared = [DeclaredCall(c.call_id, c.name, c.arguments) for c in calls]
+            status, text = delegated[i] if delegated is not None else await self._process(call)
+            results.append(ToolResult(call.record.call_id, call.name, text, "failed" if status == "failed" else "ok"))
+        declared = [DeclaredCall(c.record.call_id, c.name, c.record.arguments) for c in calls]
         verdict = self.loop_guard.record(declared, results)
         if verdict == "stop":
             raise EndTurn("FAILED", "tool_loop", message=END_MESSAGES["tool_loop"])
         if verdict == "notice":
-            await self._notice(TOOL_LOOP_NOTICE)
+            await self.notice(TOOL_LOOP_NOTICE)
 
-    async def _process_call(self, call: ToolCallRecord) -> tuple[str, str]:
-        if call.name == DELEGATE and self.s.delegation is not None:  # sub-agents: gateway/agent/delegation.py
-            return (await self.s.delegation.run_calls(self, [call]))[0]
-        spec = self.s.registry.get(call.name)
-        if call.status == "running":  # a restart interrupted it mid-run
-            if spec is not None and not spec.side_effects:
+    async def _process(self, call: OpenCall) -> Settled:
+        if call.name == DELEGATE and self.delegate is not None:  # sub-agents: gateway/agent/delegation.py
+            return (await self.delegate([call]))[0]
+        if call.record.status == "running":  # a restart interrupted it mid-run
+            if call.spec is not None and not call.spec.side_effects:
                 return await self._execute(call)
-            return await self._settle(call, "failed", RESTART_NOT_RERUN)
-        prompt = await self.s.store.prompts.for_tool_call(call.id)
+            return await self.settle(call.record, "failed", RESTART_NOT_RERUN)
+        prompt = await self.s.store.prompts.for_tool_call(call.record.id)
         if prompt is not None:
             return await self._apply_prompt(call, prompt)
         return await self._gate(call)
 
-    async def _apply_prompt(self, call: ToolCallRecord, prompt: PromptRecord) -> tuple[str, str]:
+    async def _apply_prompt(self, call: OpenCall, prompt: PromptRecord) -> Settled:
         if prompt.status == "pending":
             await self._park(prompt)
         await self.s.prompts.close(prompt)
@@ -67,123 +166,122 @@ class ToolCallSteps:
             resume = {"state": prompt.payload["resume"], "status": prompt.status, "answer": prompt.answer}
             return await self._execute(call, resume=resume)
         if prompt.kind == "question":
-            if prompt.status == "answered":
-                return await self._settle(call, "done", f"The user answered: {prompt.answer}")
-            if prompt.status == "superseded":
-                return await self._settle(call, "done", "This question was superseded by a newer question.")
-            if prompt.status == "canceled":
-                return await self._settle(call, "cancelled", placeholder_text("canceled"))
-            return await self._settle(call, "done", NO_ANSWER)
+            return await self._answered(call.record, prompt)
         if prompt.status == "approved":
             return await self._execute(call)
         if prompt.status == "expired":
-            return await self._settle(call, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
+            return await self.settle(call.record, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
         if prompt.status == "canceled":
-            return await self._settle(
-                call, "cancelled", placeholder_text("canceled"), note=placeholder_text("canceled")
-            )
+            canceled = placeholder_text("canceled")
+            return await self.settle(call.record, "cancelled", canceled, note=canceled)
         text = rejection_text(prompt.answer)
-        return await self._settle(call, "rejected", text, note=text)
+        return await self.settle(call.record, "rejected", text, note=text)
 
-    async def _gate(self, call: ToolCallRecord) -> tuple[str, str]:
-        spec = self.s.registry.get(call.name)
-        if spec is None:
-            return await self._settle(call, "failed", f"Unknown tool {call.name!r}.")
-        args = json.loads(call.arguments or "{}")
+    async def _answered(self, call: ToolCallRecord, prompt: PromptRecord) -> Settled:
+        """An ask_user question, decided."""
+        if prompt.status == "answered":
+            return await self.settle(call, "done", f"The user answered: {prompt.answer}")
+        if prompt.status == "superseded":
+            return await self.settle(call, "done", "This question was superseded by a newer question.")
+        if prompt.status == "canceled":
+            return await self.settle(call, "cancelled", placeholder_text("canceled"))
+        return await self.settle(call, "done", NO_ANSWER)
+
+    async def _gate(self, call: OpenCall) -> Settled:
+        if call.spec is None:
+            return await self._execute(call)  # answers that the tool is gone
         access = self.s.access
         if access is not None and not access.tool_allowed(self.thread.channel, self.req.requested_by, call.name):
             text = role_denial_text(call.name, access.role_name(self.thread.channel, self.req.requested_by))
-            return await self._settle(call, "rejected", text, note=text)
+            return await self.settle(call.record, "rejected", text, note=text)
         if call.name == "ask_user":
-            return await self._ask_user(call, args)
+            return await self._ask_user(call)
         bypasses = [
             Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
             for b in await self.s.store.prompts.active_bypasses(str(self.thread))
         ]
         decision = self.s.policy.decide(
-            spec,
-            args,
+            call.spec,
+            call.args,
             source=self.session.source,
             interactive=self.session.interactive,
             bypasses=bypasses,
             thread=self.thread,
         )
         if decision.action == "allow":
-            return await self._execute(call, args)
+            return await self._execute(call)
         if decision.action == "deny":
-            return await self._settle(call, "rejected", decision.reason, note=decision.reason)
+            return await self.settle(call.record, "rejected", decision.reason, note=decision.reason)
         if decision.action == "auto_deny":
-            self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
-            metrics.APPROVALS.labels("auto_denied").inc()
-            await self.trace.event(
-                "AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments}
-            )  # type: ignore[union-attr]
-            return await self._settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
+            return await self._auto_deny(call.record)
         prompt = await self.s.prompts.request_approval(
             self.session,
             self.thread,
-            call,
+            call.record,
             run_id=self.run_id,
             requested_by=self.req.requested_by,
             reason=decision.reason,
-            grant=spec.grant_key,
+            grant=call.spec.grant_key,
             agent=self.child.name if self.child is not None else "",
         )
         await self._park(prompt)
-        raise AssertionError("unreachable")
 
-    async def _ask_user(self, call: ToolCallRecord, args: dict[str, Any]) -> tuple[str, str]:
+    async def _auto_deny(self, call: ToolCallRecord) -> Settled:
+        self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
+        metrics.APPROVALS.labels("auto_denied").inc()
+        await self.trace.event("AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments})
+        return await self.settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
+
+    async def _ask_user(self, call: OpenCall) -> Settled:
         if not self.session.interactive:
-            return await self._settle(call, "done", NO_ONE_TO_ASK)
+            return await self.settle(call.record, "done", NO_ONE_TO_ASK)
+        args = call.args
         prompt = await self.s.prompts.ask(
-            self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
+            self.session, self.thread, call.record, run_id=self.run_id, requested_by=self.req.requested_by,
             question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
             allow_free_text=bool(args.get("allow_free_text", True)),
             agent=self.child.name if self.child is not None else "",
         )
         await self._park(prompt)
-        raise AssertionError("unreachable")
 
-    async def _park(self, prompt: PromptRecord) -> None:
-        await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})  # type: ignore[union-attr]
+    async def _park(self, prompt: PromptRecord) -> NoReturn:
+        await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})
         raise EndTurn("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
 
-    async def _execute(
-        self, call: ToolCallRecord, args: dict[str, Any] | None = None, *, resume: dict[str, Any] | None = None
-    ) -> tuple[str, str]:
-        spec = self.s.registry.get(call.name)
-        if spec is None:  # an MCP server went away between the gate and the run
+    async def _execute(self, call: OpenCall, *, resume: dict[str, Any] | None = None) -> Settled:
+        if call.spec is None:  # e.g. an MCP server went away since the call was recorded or approved
             unavailable = f"The tool {call.name!r} is no longer available (its server is down)."
-            return await self._settle(call, "failed", unavailable)
-        args = args if args is not None else json.loads(call.arguments or "{}")
-        await self.s.store.sessions.set_tool_call(call.id, status="running", fence=self.req.fence)
-        await self._show_progress(call)
+            return await self.settle(call.record, "failed", unavailable)
+        record = call.record
+        await self.s.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)
+        await self._show_progress(record)
+        agent = self.s.config.agent
         ctx = ToolContext(
             session_id=self.session.id,
             thread=self.thread,
             source=self.session.source,
             interactive=self.session.interactive,
-            workspace=Path(self.cfg.agent.workspace).resolve(),
-            agent=self.cfg.agent,
+            workspace=Path(agent.workspace).resolve(),
+            agent=agent,
             notes=self.s.store.sessions,
             services=self.s.tool_services,
-            call_id=call.call_id,
+            call_id=record.call_id,
             run_id=self.run_id,
             resume=resume,
         )
         started = time.monotonic()
-        self._notes = None
-        outcome = await interruptible(run_tool(spec, args, ctx), self.stopper)
+        self.tool_ran()
+        outcome = await interruptible(run_tool(call.spec, call.args, ctx), self.stopper)
         if outcome.ask is not None:
-            await self._park_on_tool_question(call, outcome.ask)
+            await self._park_on_tool_question(record, outcome.ask)
         status = "failed" if outcome.failed else "done"
-        await self.trace.tool_call(  # type: ignore[union-attr]
-            name=call.name, call_id=call.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
-            parent_seq=self.last_response_seq, detail={"arguments": call.arguments, "result": outcome.text},
+        await self.trace.tool_call(
+            name=record.name, call_id=record.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
+            parent_seq=self.parent_seq, detail={"arguments": record.arguments, "result": outcome.text},
         )
-        return await self._settle(call, status, outcome.text)
+        return await self.settle(record, status, outcome.text)
 
-    async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> None:
+    async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> NoReturn:
         """The tool asked the user (an MCP elicitation): the call waits, pending, on a question
         prompt like ask_user's, and runs again with the answer."""
         await self.s.store.sessions.set_tool_call(call.id, status="pending", fence=self.req.fence)
@@ -206,9 +304,8 @@ class ToolCallSteps:
         except Exception as exc:  # noqa: BLE001 - progress is cosmetic
             log.info("%s: tool progress not shown: %s", self.thread, exc)
 
-    async def _settle(
-        self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None
-    ) -> tuple[str, str]:
+    async def settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> Settled:
+        """The call's one result."""
         await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
         metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text

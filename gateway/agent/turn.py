@@ -3,6 +3,10 @@
 The loop is driven by what the database says: open tool calls of the session are processed
 first (after a park or a restart), then a new LLM round starts. So resuming a parked turn,
 continuing after a crash and running a fresh turn are the same code.
+
+`Turn` owns the loop, the LLM rounds and the end; once its run is open it composes the two
+objects that do the rest: `ToolCalls` (tool_calls.py: check, gate, park, run, settle) and
+`Refusals` (refusals.py: what a refused request or a broken stream means).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gateway import metrics
-from gateway.agent.arguments import ArgumentsProblem, check_arguments
+from gateway.agent.ending import ending_of, record_end
 from gateway.agent.estimates import estimated_usage
 from gateway.agent.guards import (
     LENGTH_NOTICE,
@@ -28,23 +33,20 @@ from gateway.agent.guards import (
 )
 from gateway.agent.messages import (
     END_MESSAGES,
-    DeclaredCall,
     EndTurn,
+    PlaceholderReason,
     TurnOutcome,
     TurnRequest,
-    placeholder_text,
-    shorten,
 )
-from gateway.agent.refusals import RefusalSteps
+from gateway.agent.refusals import Refusals
 from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
-from gateway.agent.tool_calls import ToolCallSteps
+from gateway.agent.tool_calls import ToolCalls
 from gateway.budgets import Payer, current_payer
 from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import LLMError, ModelInfo, TextDelta, Usage
-from gateway.llm.gate import BudgetReached
 from gateway.outbox import RecordedStream
-from gateway.store import FinalStage, LeaseLost, NewToolCall, RecordedRound
+from gateway.store import LeaseLost, RecordedRound
 from gateway.traces import LLMCallUsage, RunTrace
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,10 @@ PERSIST_TIMEOUT_S = 10.0  # bound on persisting one round; a store write outlive
 REPLY_KEY_PREFIX = "reply:"  # + the message id: the outbox key of a round's shown text
 
 
-class Turn(ToolCallSteps, RefusalSteps):
+class Turn:
+    calls: ToolCalls  # composed when the run is open (they write under its id)
+    refusals: Refusals
+
     def __init__(
         self,
         services: TurnServices,
@@ -61,6 +66,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         *,
         drain: Callable[[], Awaitable[int]] | None = None,
         stopping: Callable[[], bool] = lambda: False,
+        stopper: Stopper | None = None,
     ):
         self.s = services
         self.req = request
@@ -72,7 +78,7 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.stopping = stopping
         self.cfg = services.config
         self.run_id = 0
-        self.trace: RunTrace | None = None
+        self.trace: RunTrace | None = None  # None until the run is open
         self.rounds = 0
         self.max_rounds = self.session.max_rounds or self.cfg.agent.max_rounds
         self.auto_denied: list[str] = []
@@ -82,8 +88,8 @@ class Turn(ToolCallSteps, RefusalSteps):
         self.repetition = RepetitionStreak()
         self.length = LengthGuard()
         self.loop_guard = ToolLoopGuard()
-        self.overflow_retries = 0
-        self.stopper = Stopper()  # reason: "stop", "new", "interrupt", "shutdown", "lease lost"
+        # reason: "stop", "new", "interrupt", "shutdown", "lease lost"; a child shares its parent's
+        self.stopper = stopper or Stopper()
         self._adopt: tuple[str, ...] = ()  # messages of a reply a restart interrupted
         self._notes: dict[str, str] | None = dict(self.session.notes)
 
@@ -96,12 +102,12 @@ class Turn(ToolCallSteps, RefusalSteps):
         paying = current_payer.set(self.payer())  # every LLM call of this turn is spent for them
         started = time.monotonic()
         try:
-            result = await self._run()
+            outcome = await self._run()
         finally:
             current_payer.reset(paying)
-        metrics.TURNS.labels(result.stage, result.end_reason).inc()
+        metrics.TURNS.labels(outcome.stage, outcome.end_reason).inc()
         metrics.TURN_SECONDS.observe(time.monotonic() - started)
-        return result
+        return outcome
 
     def payer(self) -> Payer:
         """Whom the spend caps count this turn's calls for: the person who started it, the
@@ -116,61 +122,63 @@ class Turn(ToolCallSteps, RefusalSteps):
         await self._open_run()
         try:
             await self._loop()
-        except EndTurn as end:
-            return await self._finish(end)
-        except BudgetReached as reached:
-            # "budget: " marks a spend cap (a scheduled run is then recorded skipped (budget))
-            budget = EndTurn("FAILED", "budget", message=f"⚠️ {reached.message}", error=f"budget: {reached.message}")
-            return await self._finish(budget)
-        except Interrupted:
-            if self.stopper.reason == "shutdown":
-                return TurnOutcome(self.run_id, "SUSPENDED", "shutdown")  # continued after the restart
-            if self.stopper.reason == "lease lost":
-                return TurnOutcome(self.run_id, "LOST", "error", error="lease lost")
-            return await self._finish(EndTurn("CANCELED", "canceled"), placeholder="canceled")
-        except LeaseLost as exc:
-            log.warning("%s: %s; stopping without further writes", self.thread, exc)
-            return TurnOutcome(self.run_id, "LOST", "error", error=str(exc))
-        except LLMError as exc:
-            log.warning("%s: LLM failed: %s", self.thread, exc)
-            return await self._finish(
-                EndTurn("FAILED", "error", error=str(exc)), placeholder="interrupted", apology=str(exc)
-            )
-        except Exception as exc:  # noqa: BLE001 - a crash in one turn must not stop the worker
-            log.exception("%s: turn crashed", self.thread)
-            return await self._finish(
-                EndTurn("FAILED", "error", error=f"{type(exc).__name__}: {exc}"),
-                placeholder="interrupted",
-                apology="an internal error",
-            )
-        raise AssertionError("the turn loop only ends by EndTurn")
+        except Exception as exc:  # noqa: BLE001 - the turn's one catch: a crash ends it like any other end
+            ending = ending_of(exc, self.stopper, self.run_id, self.thread)
+        if isinstance(ending, TurnOutcome):
+            return ending  # nothing more may be written (a lost lease), or the run goes on elsewhere
+        return await self._finish(*ending)
 
     async def _open_run(self) -> None:
         store = self.s.store
+        reopened = None
         if self.req.run_id is not None:
             run = await store.runs.get(self.req.run_id)
             if run is not None and run.stage in ("AWAITING_INPUT", "RUNNING"):
-                self.run_id, self.rounds = run.id, run.rounds
-                await store.runs.set_stage(run.id, "RUNNING")
-                # Tool calls run after the resume link to the response that asked for them.
-                self.last_response_seq = await store.runs.last_event_seq(run.id, "LLM_RESPONSE")
+                self.run_id, self.rounds, reopened = run.id, run.rounds, run.id
         if self.req.started_run is not None:
             self.run_id = self.req.started_run.id
         if not self.run_id:
             run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
             self.run_id = run.id
-        self.trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+        self.trace = trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+        if reopened == self.run_id:
+            await trace.reopen()
+            # Tool calls run after the resume link to the response that asked for them.
+            self.last_response_seq = await store.runs.last_event_seq(self.run_id, "LLM_RESPONSE")
+        delegation = self.s.delegation
+        self.calls = ToolCalls(
+            self.s,
+            self.req,
+            trace,
+            thread=self.thread,
+            stopper=self.stopper,
+            loop_guard=self.loop_guard,
+            notice=self._notice,
+            tool_ran=self._forget_notes,
+            auto_denied=self.auto_denied,
+            delegate=partial(delegation.run_calls, self) if delegation is not None else None,
+        )
+        self.refusals = Refusals(self.s, self.req, trace)
         if self.req.continued_run is not None:
-            partial = await store.outbox.get(partial_key(self.req.continued_run))
-            if partial is not None and partial.status == "pending" and partial.message_ids:
-                self._adopt = tuple(partial.message_ids)
-                # Adopted once, by this run, which records them as its own until it delivers.
-                mine = await store.outbox.record(partial_key(self.run_id), str(self.thread), "partial", {})
-                await store.outbox.remember_partial(mine.id, self._adopt)
-                await store.outbox.forget_partial(partial.id)
+            await self._adopt_partial_reply(self.req.continued_run)
+
+    async def _adopt_partial_reply(self, continued_run: int) -> None:
+        outbox = self.s.store.outbox
+        partial_reply = await outbox.get(partial_key(continued_run))
+        if partial_reply is not None and partial_reply.status == "pending" and partial_reply.message_ids:
+            self._adopt = tuple(partial_reply.message_ids)
+            # Adopted once, by this run, which records them as its own until it delivers.
+            mine = await outbox.record(partial_key(self.run_id), str(self.thread), "partial", {})
+            await outbox.remember_partial(mine.id, self._adopt)
+            await outbox.forget_partial(partial_reply.id)
+
+    @property
+    def _trace(self) -> RunTrace:
+        assert self.trace is not None, "the run is open"
+        return self.trace
 
     # ---- the loop ------------------------------------------------------------------------
-    async def _loop(self) -> None:
+    async def _loop(self) -> NoReturn:
         await self._deliver_undelivered_reply()
         # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
         # one, and every round after the first, may have calls to finish.
@@ -179,7 +187,7 @@ class Turn(ToolCallSteps, RefusalSteps):
             open_calls = await self.s.store.sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
             calls_may_be_open = True
             if open_calls:
-                await self._process_calls(open_calls)
+                await self.calls.process(open_calls, parent_seq=self.last_response_seq)
             if self.stopper.stopped:
                 raise Interrupted(self.stopper.reason)
             if self.stopping():
@@ -189,8 +197,7 @@ class Turn(ToolCallSteps, RefusalSteps):
             if self.rounds >= self.max_rounds:
                 raise EndTurn("FAILED", "max_rounds", message=END_MESSAGES["max_rounds"].format(rounds=self.rounds))
             await self._check_budget()
-            if await self._llm_round():
-                return
+            await self._llm_round()
 
     async def _deliver_undelivered_reply(self) -> None:
         """After a restart: a final reply persisted but not delivered is delivered once, and the
@@ -221,8 +228,8 @@ class Turn(ToolCallSteps, RefusalSteps):
         return self.s.outbox.stream(self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id))
 
     # ---- one LLM round -------------------------------------------------------------------
-    async def _llm_round(self) -> bool:
-        """One streamed LLM call, persisted. Returns True when the turn has its final reply."""
+    async def _llm_round(self) -> None:
+        """One streamed LLM call, persisted; raises EndTurn when the turn has its final reply."""
         stream = self._stream()
         try:
             round_, model, usage, latency, built = await self._call_llm(stream)
@@ -243,36 +250,39 @@ class Turn(ToolCallSteps, RefusalSteps):
         counted = not usage.estimated or usage.prompt_tokens != built.estimated_tokens  # not our own guess
         if self.s.context is not None and counted:
             self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
-        return await self._settle_round(round_, recorded, stream)
+        await self._settle_round(round_, recorded, stream)
 
-    async def _settle_round(self, round_: Round, recorded: RecordedRound, stream: RecordedStream) -> bool:
+    async def _settle_round(self, round_: Round, recorded: RecordedRound, stream: RecordedStream) -> None:
         """What a persisted round means for the turn: retry, go on with its tool calls, or end."""
         if round_.repetition is not None:
             await stream.abort()
             if self.repetition.record(True) == "repetition":
                 raise EndTurn("FAILED", "repetition", message=END_MESSAGES["repetition"])
             await self._notice(REPETITION_NOTICE)
-            return False
+            return
         self.repetition.record(False)
+        reply = recorded.reply
         if round_.calls:
-            if recorded.reply is not None:
-                await stream.deliver(recorded.reply, round_.text)
+            if reply is not None:
+                await stream.deliver(reply, round_.text)
             else:
                 await stream.abort()
-            return False
+            return
         if round_.cut_off:
-            if recorded.reply is not None:
-                await stream.deliver(recorded.reply, round_.text)
+            if reply is not None:
+                await stream.deliver(reply, round_.text)
             if self.length.record("length") == "overflow":
                 raise EndTurn("FAILED", "overflow", message=END_MESSAGES["overflow"])
             await self._notice(LENGTH_NOTICE)
-            return False
+            return
         self.reply = round_.text
-        if recorded.reply is None:
+        if reply is None:
             await stream.abort()
-            raise EndTurn("SUCCESS", "reply")
-        await stream.deliver(recorded.reply, round_.text, final_stage=FinalStage(self.run_id, "SUCCESS", "reply"))
-        raise EndTurn("SUCCESS", "reply", recorded=True)
+        else:  # the run is finished in the write that marks its reply delivered
+            await self._trace.end_with(
+                "SUCCESS", "reply", lambda final: stream.deliver(reply, round_.text, final_stage=final)
+            )
+        raise EndTurn("SUCCESS", "reply")
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
         while True:
@@ -282,8 +292,8 @@ class Turn(ToolCallSteps, RefusalSteps):
             tools = self._offered_tools()
             try:
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
-            except LLMError as exc:
-                await self._after_llm_error(exc, built, builder, stream)  # returns only to send again
+            except LLMError as exc:  # returns only to send again
+                await self.refusals.after_llm_error(exc, built, builder, stream, round_no=self.rounds + 1)
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
@@ -306,33 +316,22 @@ class Turn(ToolCallSteps, RefusalSteps):
     async def _build_context(self):  # noqa: ANN202
         if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
             self._notes = await self.s.store.sessions.get_notes(self.session.id)
-        notes = self._notes
         return await self.s.context.build(
             self.session,
             system_prompt=self.cfg.agent.system_prompt,
             turn_started_seq=self.req.turn_started_seq,
-            notes=notes,
+            notes=self._notes,
             now=datetime.now(UTC),
             timezone=self.cfg.agent.timezone,
             workspace=str(Path(self.cfg.agent.workspace).resolve()),
             model=self.cfg.llm.model,
         )
 
+    def _forget_notes(self) -> None:
+        self._notes = None
+
     def _offered_tools(self) -> list[dict[str, Any]]:
-        specs = self.s.registry.specs(self.cfg.agent.tools)
-        if self.child is not None:
-            specs = [s for s in specs if self.child.may_use(s.name)]
-        if self.s.delegation is not None:
-            names = set(self.s.delegation.offered(self, [s.name for s in specs]))
-            specs = [s for s in specs if s.name in names]
-        if self.s.access is not None:  # the person's role: tools it does not allow are never offered
-            specs = self.s.access.offered(specs, self.thread.channel, self.req.requested_by)
-        hidden = self.s.policy.hidden_tools(specs, self.session.source)
-        offered = [
-            s
-            for s in specs
-            if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)
-        ]
+        offered = self.calls.offered()
         tools = [s.openai() for s in offered]
         # MCP schemas come from servers we do not control: their prompt cost is traced on its own.
         self.mcp_schema_chars = sum(
@@ -345,7 +344,7 @@ class Turn(ToolCallSteps, RefusalSteps):
     ) -> RecordedRound:
         """The round's message, its trace and (when it shows text) the reply's delivery intent,
         in one write."""
-        calls = [self._checked_call(call, round_.cut_off) for call in round_.calls]
+        calls = [self.calls.declare(call, round_.cut_off) for call in round_.calls]
         usage_json = usage.__dict__ if usage is not None else None
         usage_json = {k: v for k, v in (usage_json or {}).items() if k != "kind"} or None
         events, totals = trace
@@ -364,28 +363,6 @@ class Turn(ToolCallSteps, RefusalSteps):
                 reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
             )
 
-    def _checked_call(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
-        spec = self.s.registry.get(call.name) if self._may_call(call.name) else None
-        if spec is None:
-            available = ", ".join(t["function"]["name"] for t in self._offered_tools()) or "none"
-            args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
-            return NewToolCall(
-                call.id,
-                call.name,
-                args.stored_arguments,
-                status="failed",
-                result=f"Unknown tool {call.name!r}. Available tools: {available}.",
-            )
-        checked = check_arguments(call.arguments, spec.parameters, cut_off=cut_off, tool_name=call.name)
-        if isinstance(checked, ArgumentsProblem):
-            return NewToolCall(
-                call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model
-            )
-        return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
-
-    def _may_call(self, name: str) -> bool:
-        return self.child is None or self.child.may_use(name)
-
     def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> tuple[list, dict]:  # noqa: ANN001
         u = usage or Usage()
         request = {
@@ -395,15 +372,8 @@ class Turn(ToolCallSteps, RefusalSteps):
             "round": self.rounds,
             "mcp_schema_chars": self.mcp_schema_chars,
         }
-        response = {
-            "finish_reason": round_.finish_reason,
-            "text": round_.text,
-            "reasoning_chars": len(round_.reasoning),
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in round_.calls],
-            "repetition": round_.repetition.where if round_.repetition else None,
-        }
-        return self.trace.llm_call(  # type: ignore[union-attr]
-            request=request, response=response, latency_ms=latency_ms,
+        return self._trace.llm_call(
+            request=request, response=round_.traced(), latency_ms=latency_ms,
             usage=LLMCallUsage(
                 model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens, u.estimated
             ),
@@ -415,49 +385,21 @@ class Turn(ToolCallSteps, RefusalSteps):
         )
 
     # ---- the end -------------------------------------------------------------------------
-    async def _finish(self, end: EndTurn, *, placeholder: str | None = None, apology: str | None = None) -> TurnOutcome:
+    async def _finish(
+        self, end: EndTurn, placeholder: PlaceholderReason | None = None, apology: str | None = None
+    ) -> TurnOutcome:
         try:
-            await asyncio.wait_for(self._record_end(end, placeholder, apology), PERSIST_TIMEOUT_S * 2)
+            recorded = record_end(
+                self.s, self.req, self._trace, end, thread=self.thread, placeholder=placeholder, apology=apology
+            )
+            await asyncio.wait_for(recorded, PERSIST_TIMEOUT_S * 2)
         except LeaseLost:
             return TurnOutcome(self.run_id, "LOST", end.reason, error=end.error)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the end is told even when it could not be recorded
             log.exception("%s: could not record the end of run %s", self.thread, self.run_id)
         return TurnOutcome(
             self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id
         )
-
-    async def _record_end(self, end: EndTurn, placeholder: str | None, apology: str | None) -> None:
-        store = self.s.store
-        if placeholder is not None:
-            for call in await store.sessions.open_tool_calls(self.session.id):
-                prompt = await store.prompts.for_tool_call(call.id)
-                if prompt is not None and prompt.status == "pending":
-                    for canceled in await store.prompts.cancel([prompt.id]):
-                        await self.s.prompts.close(canceled)
-                text = placeholder_text(placeholder)  # type: ignore[arg-type]
-                await store.sessions.set_tool_call(call.id, status="cancelled", result=text, note=text)
-        if end.stage == "FAILED" and end.reason == "error":
-            await self._mark_trailing_user_rows_failed()
-            await self.trace.error("turn", end.error)  # type: ignore[union-attr]
-        stage: str = "RUNNING" if end.stage == "SUSPENDED" else end.stage  # SUSPENDED: continued after the restart
-        if not end.recorded:
-            await self.trace.set_stage(stage, end_reason=end.reason, error=end.error or None)  # type: ignore[union-attr]
-        if end.message and self.child is None:  # a child's end is its parent's tool result
-            await self.s.outbox.send_text(
-                self.thread, end.message, key=f"end:{self.run_id}", reply_to=self.req.reply_to
-            )
-        if apology is not None and self.session.interactive and self.child is None:
-            text = f"Sorry, I couldn't finish that: {shorten(apology, 200)}. Please try again."
-            await self.s.outbox.send_text(self.thread, text, key=f"apology:{self.run_id}", reply_to=self.req.reply_to)
-
-    async def _mark_trailing_user_rows_failed(self) -> None:
-        history = await self.s.store.sessions.history(self.session.id, after_seq=self.req.turn_started_seq - 1)
-        trailing = []
-        for message in reversed(history):
-            if message.role != "user":
-                break
-            trailing.append(message.id)
-        await self.s.store.sessions.mark_failed(trailing)
 
 
 def partial_key(run_id: int) -> str:
