@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.agent.child import DELEGATE
-from gateway.agent.messages import OpenCall, TurnOutcome, placeholder_text, shorten
+from gateway.agent.messages import TurnOutcome, placeholder_text, shorten
 from gateway.store import LeaseLost, NewItem, TaskRecord, items
 from gateway.tools import ToolError, ToolSpec
 
@@ -75,11 +75,6 @@ def delegate_spec() -> ToolSpec:
         },
         func=never_run,
     )
-
-
-def is_delegate_batch(calls: list[OpenCall]) -> bool:
-    """A reply made only of synchronous delegate calls: their children run together."""
-    return len(calls) >= 2 and all(c.name == DELEGATE and not c.args.get("background") for c in calls)
 
 
 @dataclass

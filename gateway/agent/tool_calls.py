@@ -19,7 +19,6 @@ from gateway import metrics
 from gateway.access import role_denial_text
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.child import DELEGATE
-from gateway.agent.delegate_tool import is_delegate_batch
 from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
 from gateway.agent.messages import (
     END_MESSAGES,
@@ -46,6 +45,11 @@ NO_ANSWER = "No answer from the user."
 RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
 Settled = tuple[str, str]  # (status, result text) of one call
 DelegateCalls = Callable[[list[OpenCall]], Awaitable[list[Settled]]]  # runs `delegate` calls (delegation.py)
+
+
+def is_delegate_batch(calls: list[OpenCall]) -> bool:
+    """A reply made only of synchronous delegate calls: their children run together."""
+    return len(calls) >= 2 and all(c.name == DELEGATE and not c.args.get("background") for c in calls)
 
 
 class ToolCalls:
@@ -77,7 +81,8 @@ class ToolCalls:
         self.auto_denied = auto_denied
         self.delegate = delegate
         self.parent_seq: int | None = None  # the LLM response the calls being processed came from
-        self._checked: dict[str, dict[str, Any]] = {}  # call id -> arguments parsed when the round was recorded
+        # call id -> its arguments as parsed and its tool as found when the round was recorded
+        self._checked: dict[str, tuple[dict[str, Any], ToolSpec]] = {}
 
     # ---- what the model is offered and may call ------------------------------------------
     def offered(self) -> list[ToolSpec]:
@@ -119,14 +124,15 @@ class ToolCalls:
             return NewToolCall(
                 call.id, call.name, checked.stored_arguments, status="failed", result=checked.message_for_model
             )
-        self._checked[call.id] = checked.args
+        self._checked[call.id] = (checked.args, spec)
         return NewToolCall(call.id, call.name, checked.stored_arguments, status="pending")
 
     def _open(self, record: ToolCallRecord) -> OpenCall:
-        args = self._checked.pop(record.call_id, None)
-        if args is None:  # recorded by an earlier turn (parked, or cut short by a restart): checked then
-            args = json.loads(record.arguments or "{}")
-        return OpenCall(record, args, self.tool(record.name))
+        checked = self._checked.pop(record.call_id, None)
+        if checked is not None:
+            return OpenCall(record, *checked)
+        # Recorded by an earlier turn (parked, or cut short by a restart): checked then.
+        return OpenCall(record, json.loads(record.arguments or "{}"), self.tool(record.name))
 
     # ---- processing ------------------------------------------------------------------------
     async def process(self, records: list[ToolCallRecord], *, parent_seq: int | None) -> None:
