@@ -270,6 +270,7 @@ class RecordedStream:
         self._progress_key = progress_key
         self._progress_id: int | None = None
         self._recorded: tuple[str, ...] = ()
+        self._uncertain = False  # a message the stream posted timed out: it may be in the chat
 
     def message_ids(self) -> tuple[str, ...]:
         """The messages showing the reply so far (to be adopted after a restart)."""
@@ -297,19 +298,22 @@ class RecordedStream:
         self._text_so_far = text_so_far
         stream = self._open()
         wants = getattr(stream, "wants_update", None)
-        if stream is None or (wants is not None and not wants()):
+        if stream is None or self._uncertain or (wants is not None and not wants()):
             return
         await self.update(text_so_far())
 
     async def update(self, text: str) -> None:
         stream = self._open()
-        if stream is None or not text:
+        if stream is None or not text or self._uncertain:
             return
         try:
             await stream.update(text)
         except ChannelError as exc:  # progress is best effort; the final text is what counts
             if exc.retry_after is not None:
                 self.outbox.limiter.hold(self.thread, exc.retry_after)
+            # A new message that timed out may be in the chat: no more progress (each update
+            # could post it again); the final delivery is its one resend, recorded as such.
+            self._uncertain = self._uncertain or exc.ambiguous
             log.info("stream update to %s failed: %s", self.thread, exc)
         await self.note_progress()
 
@@ -348,6 +352,11 @@ class RecordedStream:
                 final = final_stage
                 await self.outbox.store.runs.set_stage(final.run_id, final.stage, end_reason=final.end_reason)
             return Delivered(tuple(record.message_ids))
+        if self._uncertain and record.uncertain is None:
+            await self.outbox.store.outbox.attempt_failed(
+                record.id, "a streamed message timed out", final=False, uncertain=AMBIGUOUS_RESENT
+            )
+            record = replace(record, uncertain=AMBIGUOUS_RESENT)
         stream = self._open()
         if stream is None:
             channel = self.outbox.channel(self.thread)

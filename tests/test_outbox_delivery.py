@@ -256,6 +256,44 @@ async def test_a_telegram_send_that_times_out_after_delivery_is_recorded_uncerta
     assert row.status == "sent" and row.uncertain == AMBIGUOUS_RESENT
 
 
+async def test_the_first_message_of_a_streamed_reply_timing_out_is_recorded_and_resent_once(
+    sqlite_store, telegram
+) -> None:
+    fake, channel = telegram
+    fake.timeout_delay_s = 1.5
+    fake.fail_next("sendMessage", "timeout")  # the stream's first message is posted, the answer comes too late
+    group = ThreadKey("telegram", "-100", "")
+    outbox = Outbox(sqlite_store, {"telegram": channel})
+    stream = outbox.stream(group, progress_key="partial:1")
+
+    await stream.update("Answer to M00001: the")
+    await stream.update("Answer to M00001: the fake model")  # would post it again without a message id
+    await stream.finish("reply:1", "Answer to M00001: the fake model has answered.")
+
+    assert len(fake.calls_to("sendMessage")) == 2  # the timed-out one and its one resend, nothing more
+    assert [m.text for m in fake.bot_messages(-100)][-1] == "Answer to M00001: the fake model has answered."
+    row = await sqlite_store.outbox.get("reply:1")
+    assert row.status == "sent" and row.uncertain == AMBIGUOUS_RESENT
+    assert [r.key for r in await sqlite_store.outbox.uncertain()] == ["reply:1"]
+
+
+async def test_a_streamed_reply_whose_resend_times_out_too_is_not_sent_a_third_time(sqlite_store, telegram) -> None:
+    fake, channel = telegram
+    fake.timeout_delay_s = 1.5
+    fake.fail_next("sendMessage", "timeout")
+    fake.fail_next("sendMessage", "timeout")
+    group = ThreadKey("telegram", "-100", "")
+    stream = Outbox(sqlite_store, {"telegram": channel}).stream(group)
+
+    await stream.update("Answer to M00002: the")
+    with pytest.raises(ChannelError):
+        await stream.finish("reply:2", "Answer to M00002: done.")
+
+    assert len(fake.calls_to("sendMessage")) == 2
+    row = await sqlite_store.outbox.get("reply:2")
+    assert row.status == "failed" and row.uncertain == AMBIGUOUS_GAVE_UP
+
+
 async def test_a_telegram_edit_that_times_out_is_retried_as_safe(sqlite_store, telegram) -> None:
     fake, channel = telegram
     fake.timeout_delay_s = 1.5

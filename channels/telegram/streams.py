@@ -143,6 +143,8 @@ class EditStream:
         try:
             await self._show(chunks_of(text), paced=False)
         except ChannelError as exc:
+            if exc.ambiguous:
+                raise  # a new message timed out and may be shown: the outbox decides what follows
             log.warning("telegram chat %s: progress edit failed: %s", chat, exc)
 
     async def finish(self, text: str) -> Delivered:
