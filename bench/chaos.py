@@ -59,13 +59,15 @@ LEASE_TTL_S = 6.0
 # ---- the fake LLM process --------------------------------------------------------------------
 
 
-def chaos_responder(request: dict[str, Any], rng: random.Random) -> Any:
+def chaos_responder(request: dict[str, Any], rng: random.Random, injected: dict[str, int]) -> Any:
     from fakes.llm import FakeToolCall, HttpError, Reply, Truncate
 
     roll = rng.random()
     if roll < 0.05:
+        injected["500"] += 1
         return HttpError(500, {"error": {"message": "injected server error", "type": "server_error"}})
     if roll < 0.07:
+        injected["429"] += 1
         return HttpError(429, {"error": {"message": "injected rate limit"}}, headers={"Retry-After": "1"})
     messages = request.get("messages", [])
     # The newest user message with a marker (context notes may come after it).
@@ -75,7 +77,10 @@ def chaos_responder(request: dict[str, Any], rng: random.Random) -> Any:
     marker = (MARKER.findall(str(last_user.get("content") or "")) or ["M?????"])[-1]
     answered_tool = messages and messages[-1].get("role") == "tool"
     if roll < 0.08:
-        return Truncate(f"Working on {marker}, ")  # cut mid-way: the client retries
+        injected["stream cut"] += 1
+        # Cut mid-way: the turn finishes what was shown with a cut-off notice (never a second copy),
+        # so this partial text is the message's one answer.
+        return Truncate(f"Answer to {marker}: the fake model was saying")
     if "TOOL" in str(last_user.get("content") or "") and not answered_tool:
         return Reply(tool_calls=(FakeToolCall("write_file", {"path": f"{marker}.txt", "content": marker}),))
     suffix = " (written)" if answered_tool else ""
@@ -86,15 +91,17 @@ async def serve_llm() -> None:
     from fakes.llm import FakeLLM
 
     rng = random.Random()
+    injected: dict[str, int] = defaultdict(int)
 
     class ChaosLLM(FakeLLM):
         async def _handle(self, request):  # noqa: ANN001, ANN202
             await asyncio.sleep(rng.uniform(0.05, 0.5))
             return await super()._handle(request)
 
-    async with ChaosLLM(responder=lambda r: chaos_responder(r, rng), chunk_chars=12, pings=False) as llm:
+    async with ChaosLLM(responder=lambda r: chaos_responder(r, rng, injected), chunk_chars=12, pings=False) as llm:
         print(json.dumps({"base_url": llm.base_url}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        print(json.dumps({"requests": len(llm.requests), **injected}), flush=True)
 
 
 # ---- the database --------------------------------------------------------------------------------
@@ -174,6 +181,7 @@ def instance_config(tmp: Path, name: str, port: int, llm_url: str, tg: FakeTeleg
         "agent": {"workspace": str(tmp / "ws"), "max_rounds": 6, "tools": ["write_file", "read_file", "clock"]},
         "inbox": {"busy_mode": "queue", "lease_ttl_s": LEASE_TTL_S, "max_concurrent_turns": 16},
         "outbox": {"sweep_after_s": 20},
+        "access": {"dm_policy": "open", "group_policy": "open"},  # strangers' chats, no pairing
         "serve": {"instance_id": name, "shutdown_grace": 5},
         "http": {"host": "127.0.0.1", "port": port},
         "scheduler": {"enabled": False},
@@ -231,6 +239,9 @@ class Drill:
         self.done = asyncio.Event()
         self.slack_posts = 0
         self.slack_refused = 0
+        self.kills = self.leader_kills = 0
+        self.takeovers: list[float] = []  # per thread held by a killed instance: seconds until picked up again
+        self.not_taken_over = 0  # threads a killed instance held that nobody needed to pick up
 
     # -- users --
     def build(self) -> None:
@@ -371,9 +382,11 @@ class Drill:
         for message in self.slack.thread(str(conversation.chat), conversation.root_ts):
             for block in message.get("blocks") or []:
                 for element in block.get("elements") or []:
+                    if element.get("type") != "button":
+                        continue  # context blocks hold mrkdwn texts, not buttons
                     label = (element.get("text") or {}).get("text", "")
                     key = f"slack:{message.get('ts')}"
-                    if element.get("type") == "button" and "Approve" in label and key not in self.tapped:
+                    if "Approve" in label and key not in self.tapped:
                         self.tapped.add(key)
                         payload = self.senders[0].block_actions(
                             user=str(conversation.user),
@@ -411,19 +424,34 @@ class Drill:
                 await asyncio.sleep(1)
                 continue
             was_leader = target.name == leader
+            held = await thread_leases(store, target.name)
             target.kill()
             at = time.monotonic()
             kills += 1
             leader_kills += was_leader
+            self.kills, self.leader_kills = kills, leader_kills
             self.events.append((at, "kill-leader" if was_leader else "kill", target.name))
             await target.proc.wait()  # type: ignore[union-attr]
+            asyncio.get_running_loop().create_task(self.time_takeovers(store, held, at))
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             await target.start()
             self.events.append((time.monotonic(), "restart", target.name))
             if was_leader:
                 asyncio.get_running_loop().create_task(self.time_failover(store, target.name, at))
             await asyncio.sleep(self.rng.uniform(6, 14))
-        self.kills, self.leader_kills = kills, leader_kills
+
+    async def time_takeovers(self, store, held: dict[str, Any], at: float) -> None:  # noqa: ANN001
+        """Each thread lease the dead instance held: how long until some instance holds it
+        anew (a dead process cannot extend it, so a later expiry is a new acquisition)."""
+        waiting = dict(held)
+        while waiting and time.monotonic() - at < 120:
+            now = await thread_leases(store, None, names=list(waiting))
+            for name, expires in list(waiting.items()):
+                if name in now and now[name] > expires:
+                    self.takeovers.append(time.monotonic() - at)
+                    del waiting[name]
+            await asyncio.sleep(0.1)
+        self.not_taken_over += len(waiting)
 
     async def time_failover(self, store, dead: str, at: float) -> None:  # noqa: ANN001
         for _ in range(600):
@@ -432,6 +460,23 @@ class Drill:
                 self.events.append((time.monotonic(), f"failover:{time.monotonic() - at:.2f}", owner))
                 return
             await asyncio.sleep(0.05)
+
+
+async def thread_leases(store, owner: str | None, *, names: list[str] | None = None) -> dict[str, Any]:  # noqa: ANN001
+    """Unexpired thread leases (of `owner`, or by `names`): name -> expiry."""
+    from sqlalchemy import select
+
+    from gateway.store.base import utcnow
+    from gateway.store.tables import leases
+
+    query = select(leases.c.name, leases.c.expires_at).where(
+        leases.c.name.like("thread:%"), leases.c.owner.is_not(None), leases.c.expires_at > utcnow()
+    )
+    if owner is not None:
+        query = query.where(leases.c.owner == owner)
+    if names is not None:
+        query = query.where(leases.c.name.in_(names))
+    return await store.db.read(lambda conn: {row.name: row.expires_at for row in conn.execute(query)})
 
 
 # ---- the report ------------------------------------------------------------------------------------
@@ -444,76 +489,128 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-async def report(drill: Drill, store, started: float) -> dict[str, Any]:  # noqa: ANN001
+def answers_shown(drill: Drill, conversation: Conversation) -> tuple[dict[str, int], list[str], int]:
+    """From what the chat shows after all edits: how many messages answer each marker, the
+    markers in the order their first answer appears, and how many answers say they were cut off."""
+    counts: dict[str, int] = defaultdict(int)
+    order: list[str] = []
+    cut = 0
+    for text in drill.chat_texts(conversation):
+        if not text.startswith("Answer to"):
+            continue  # approval prompts and notices name markers too; they are not answers
+        cut += "was cut off" in text
+        for marker in dict.fromkeys(MARKER.findall(text)):
+            counts[marker] += 1
+            if marker not in order:
+                order.append(marker)
+    return counts, order, cut
+
+
+def timed_out_sends(drill: Drill, uncertain_rows: list[Any]) -> tuple[int, list[str]]:
+    """Every new message the fake Bot API carried out but answered too late, and those no
+    outbox row of that chat (naming the same marker) records as uncertain."""
+    recorded = [(row.thread_key, json.dumps(row.payload)) for row in uncertain_rows]
+    injected = drill.tg.injected
+    timeouts = [params for method, kind, _, params in injected if kind == "timeout" and method == "sendMessage"]
+    unrecorded = []
+    for params in timeouts:
+        chat, text = str(params.get("chat_id")), str(params.get("text") or "")
+        markers = MARKER.findall(text)
+        if not any(
+            thread.split(":")[1] == chat and all(m in payload for m in markers) for thread, payload in recorded
+        ):
+            unrecorded.append(f"{chat}: {text[:60]}")
+    return len(timeouts), unrecorded
+
+
+async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]) -> dict[str, Any]:  # noqa: ANN001
     from sqlalchemy import func, select
 
     from gateway.store.tables import prompts
 
-    lost, twice, out_of_order = [], [], []
+    lost, twice, out_of_order, cut = [], [], [], 0
     for conversation in drill.conversations:
-        shown = drill.chat_texts(conversation)
-        counts: dict[str, int] = defaultdict(int)
-        order: list[str] = []
-        for text in shown:
-            if not text.startswith("Answer to"):
-                continue
-            for marker in dict.fromkeys(MARKER.findall(text)):
-                counts[marker] += 1
-                if marker not in order:
-                    order.append(marker)
+        counts, order, cut_here = answers_shown(drill, conversation)
+        cut += cut_here
         mine = [s.marker for s in conversation.sent]
         lost += [m for m in mine if counts[m] == 0]
         twice += [m for m in mine if counts[m] > 1]
-        expected = [m for m in mine if m in order]
-        if order != expected:
+        if order != [m for m in mine if m in order]:
             out_of_order.append(conversation.key)
 
-    async def scalar(query) -> int:  # noqa: ANN001
+    async def count(*where) -> int:  # noqa: ANN002
+        query = select(func.count()).select_from(prompts).where(prompts.c.kind == "approval", *where)
         return await store.db.read(lambda conn: conn.execute(query).scalar_one())
 
-    approvals = await scalar(select(func.count()).select_from(prompts).where(prompts.c.kind == "approval"))
-    approved = await scalar(
-        select(func.count()).select_from(prompts).where(prompts.c.kind == "approval", prompts.c.status == "approved")
-    )
+    approvals, approved = await count(), await count(prompts.c.status == "approved")
     uncertain_rows = await store.outbox.uncertain(limit=10_000)
     undelivered = await store.outbox.undelivered(limit=10_000)
-    twice_on_uncertain = 0
     uncertain_texts = " ".join(json.dumps(r.payload) for r in uncertain_rows)
-    for marker in twice:
-        twice_on_uncertain += marker in uncertain_texts
+    twice_explained = [m for m in twice if m in uncertain_texts]
+    timeouts, unrecorded = timed_out_sends(drill, uncertain_rows)
     injected = drill.tg.injected
-    timeouts_on_sends = sum(1 for method, kind, _ in injected if kind == "timeout" and method == "sendMessage")
     latencies = [s.answered_at - s.at for s in drill.by_marker.values() if s.answered_at is not None]
     failovers = [float(what.split(":")[1]) for _, what, _ in drill.events if what.startswith("failover:")]
-    waits = thread_waits(drill)
-    total = len(drill.by_marker)
+    takeovers = sorted(drill.takeovers)
     return {
-        "messages": total,
+        "messages": len(drill.by_marker),
         "threads": len(drill.conversations),
-        "tool messages": sum(1 for s in drill.by_marker.values() if s.tool),
+        "messages needing an approval": sum(1 for s in drill.by_marker.values() if s.tool),
         "lost": len(lost),
         "answered twice": len(twice),
-        "answered twice on rows recorded uncertain": twice_on_uncertain,
+        "answered twice, all on sends recorded uncertain": len(twice_explained) == len(twice),
+        "answered twice, not explained by a recorded ambiguous send": len(twice) - len(twice_explained),
         "order kept": f"{100 * (1 - len(out_of_order) / max(1, len(drill.conversations))):.1f}%",
         "approvals resolved": f"{approved}/{approvals}",
+        "answers cut off (LLM stream cut, notice shown)": cut,
         "telegram faults injected": {
-            "429": sum(1 for _, kind, _ in injected if kind == "429"),
-            "timeout": sum(1 for _, kind, _ in injected if kind == "timeout"),
-            "timeout on sendMessage": timeouts_on_sends,
+            "429": sum(1 for _, kind, _, _ in injected if kind == "429"),
+            "timeout after delivering": sum(1 for _, kind, _, _ in injected if kind == "timeout"),
+            "timeout on a new message (sendMessage)": timeouts,
         },
+        "llm faults injected": llm_faults,
+        "timed-out new messages not recorded uncertain": len(unrecorded),
         "outbox rows recorded uncertain": len(uncertain_rows),
         "outbox rows undelivered at the end": len(undelivered),
-        "latency p50 s": round(pct(latencies, 50), 2),
-        "latency p95 s": round(pct(latencies, 95), 2),
-        "kills": getattr(drill, "kills", 0),
-        "leader kills": getattr(drill, "leader_kills", 0),
+        "latency message to reply p50 s": round(pct(latencies, 50), 2),
+        "latency message to reply p95 s": round(pct(latencies, 95), 2),
+        "kills": drill.kills,
+        "leader kills": drill.leader_kills,
         "leader failover s (each)": [round(f, 2) for f in failovers],
-        "thread wait after its instance died s (p50, max)": waits,
-        "slack posts refused by a dead instance": drill.slack_refused,
+        "inbox.lease_ttl_s": LEASE_TTL_S,
+        "thread picked up again after its instance died s (n, p50, max)": (
+            len(takeovers), round(pct(takeovers, 50), 2), round(max(takeovers, default=float("nan")), 2)
+        ),
+        "threads a killed instance held that nobody had to pick up": drill.not_taken_over,
+        "thread wait from kill to answer s (p50, max)": thread_waits(drill),
+        "slack deliveries refused by a dead instance (retried elsewhere)": drill.slack_refused,
         "wall s": round(time.monotonic() - started, 1),
         "lost markers": lost[:20],
         "twice markers": twice[:20],
+        "unrecorded timeouts": unrecorded[:10],
+        "threads out of order": out_of_order[:10],
     }
+
+
+def verdict(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """What does not hold: the drill's promises, and that it really did the kills and faults."""
+    approved, approvals = (int(n) for n in figures["approvals resolved"].split("/"))
+    failed = {
+        "messages lost": figures["lost"] != 0,
+        "answers twice not explained by a recorded ambiguous send": (
+            figures["answered twice, not explained by a recorded ambiguous send"] != 0
+        ),
+        "order broken": figures["order kept"] != "100.0%",
+        "approvals unresolved": approved != approvals,
+        "no approvals exercised": approvals == 0 and args.tool_share > 0,
+        "timed-out sends not recorded": figures["timed-out new messages not recorded uncertain"] != 0,
+        "fewer kills than asked": figures["kills"] < args.kills,
+        "leader killed fewer than 3 times": figures["leader kills"] < min(3, args.kills),
+        "a leader kill without a failover measured": len(figures["leader failover s (each)"]) < figures["leader kills"],
+        "no Telegram faults injected": sum(figures["telegram faults injected"].values()) == 0,
+        "no LLM faults injected": not any(n for k, n in figures["llm faults injected"].items() if k != "requests"),
+    }
+    return [what for what, bad in failed.items() if bad]
 
 
 def thread_waits(drill: Drill) -> tuple[float, float] | None:
@@ -543,6 +640,13 @@ async def start_llm() -> tuple[asyncio.subprocess.Process, str]:
     )
     line = await proc.stdout.readline()  # type: ignore[union-attr]
     return proc, json.loads(line)["base_url"]
+
+
+async def llm_faults(proc: asyncio.subprocess.Process) -> dict[str, int]:
+    """Ends the fake LLM and reads the faults it injected."""
+    proc.stdin.close()  # type: ignore[union-attr]
+    line = await proc.stdout.readline()  # type: ignore[union-attr]
+    return json.loads(line) if line else {}
 
 
 def free_port() -> int:
@@ -607,22 +711,21 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.sleep(3)  # late duplicates would show up now
             drill.done.set()
             await asyncio.gather(watcher, killer, progress, return_exceptions=True)
-            figures = await report(drill, store, started)
+            figures = await report(drill, store, started, await llm_faults(llm_proc))
             for sender in drill.senders:
                 await sender.__aexit__(None, None, None)
             for instance in instances:
                 await instance.stop()
+            print(f"python bench/chaos.py {' '.join(sys.argv[1:])}")
             print(json.dumps(figures, indent=2))
             print(f"logs: {tmp}")
-            ok = (
-                figures["lost"] == 0
-                and figures["answered twice"] == figures["answered twice on rows recorded uncertain"]
-            )
-            return 0 if ok else 1
+            broken = verdict(figures, args)
+            print("all promises held" if not broken else f"DOES NOT HOLD: {', '.join(broken)}")
+            return 0 if not broken else 1
     finally:
         for instance in instances:
             instance.kill()
-        if llm_proc.stdin is not None:
+        if llm_proc.stdin is not None and not llm_proc.stdin.is_closing():
             llm_proc.stdin.close()
         await llm_proc.wait()
         await store.close()
@@ -658,7 +761,12 @@ def main() -> int:
     if args.serve_llm:
         asyncio.run(serve_llm())
         return 0
+    signal.signal(signal.SIGTERM, _interrupted)  # a plain kill still stops the instances it started
     return asyncio.run(run(args))
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

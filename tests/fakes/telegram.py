@@ -102,7 +102,8 @@ class FakeTelegram:
         self._faults: dict[str, list[list[Any]]] = {}  # method -> [kind, retry_after, calls to let through first]
         self._random: _RandomFaults | None = None
         self.timeout_delay_s = 3.0
-        self.injected: list[tuple[str, Fault, int]] = []  # (method, kind, retry_after) of every fault served
+        # (method, kind, retry_after, params) of every fault served
+        self.injected: list[tuple[str, Fault, int, dict[str, Any]]] = []
         self._new_update = asyncio.Event()
         self._poll_generation = 0
         self._polls_open = asyncio.Event()
@@ -291,7 +292,7 @@ class FakeTelegram:
         self.calls.append(Call(method, params, time.monotonic()))
         kind, retry_after = self._draw_fault(method)
         if kind is not None:
-            self.injected.append((method, kind, retry_after))
+            self.injected.append((method, kind, retry_after, params))
         if kind is not None and kind != "timeout":
             return self._fault_response(kind, retry_after)
         handler = getattr(self, f"_api_{method}", None)
