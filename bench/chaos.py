@@ -70,12 +70,12 @@ def chaos_responder(request: dict[str, Any], rng: random.Random, injected: dict[
         injected["429"] += 1
         return HttpError(429, {"error": {"message": "injected rate limit"}}, headers={"Retry-After": "1"})
     messages = request.get("messages", [])
-    # The newest user message with a marker (context notes may come after it).
-    last_user = next(
-        (m for m in reversed(messages) if m.get("role") == "user" and MARKER.search(str(m.get("content")))), {}
-    )
+    # The newest user message with a marker (context notes may come after it, and after the tool results).
+    asked = max((n for n, m in enumerate(messages) if m.get("role") == "user" and MARKER.search(str(m.get("content")))),
+                default=-1)
+    last_user = messages[asked] if asked >= 0 else {}
     marker = (MARKER.findall(str(last_user.get("content") or "")) or ["M?????"])[-1]
-    answered_tool = messages and messages[-1].get("role") == "tool"
+    answered_tool = any(m.get("role") == "tool" for m in messages[asked + 1:])
     if roll < 0.08:
         injected["stream cut"] += 1
         # Cut mid-way: the turn finishes what was shown with a cut-off notice (never a second copy),
@@ -353,6 +353,10 @@ class Drill:
                 file=sys.stderr,
                 flush=True,
             )
+            late = [s for s in self.by_marker.values() if s.answered_at is None and time.monotonic() - s.at > 60]
+            if late:
+                print(f"    waiting over 60 s: {', '.join(f'{s.marker} ({s.thread})' for s in late[:8])}",
+                      file=sys.stderr, flush=True)
             if self.args.verbose:
                 for conversation in self.conversations[:3]:
                     print(f"    {conversation.key}: {self.chat_texts(conversation)[-3:]}", file=sys.stderr, flush=True)
