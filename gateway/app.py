@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
 from gateway.access import AccessPolicy, Gatekeeper
+from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
 from gateway.agent.services import TurnServices
@@ -21,7 +23,7 @@ from gateway.attachments import AttachmentPreparer
 from gateway.budgets import SpendGate
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
-from gateway.events import Channel, Delivered, Outbound, Prompt, ThreadKey
+from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.http import HttpServer, webhook_routes
 from gateway.inbox.inbox import Inbox
 from gateway.lifecycle import Stopper
@@ -29,7 +31,10 @@ from gateway.llm import LLMClient
 from gateway.mcp import McpManager
 from gateway.outbox import ChatRateLimiter, Outbox, RetryPolicy
 from gateway.store import RetentionDays, Store
+from gateway.store.console import HEARTBEAT_PREFIX
+from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
+from scheduler import control as job_control
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
@@ -79,6 +84,46 @@ def build_registry(config: Config, store: Store) -> ToolRegistry:
         if matches_any(spec.name, config.agent.tools):
             registry.register(spec)
     return registry
+
+
+class GatewayOperations:
+    """What the web console sees and does in this gateway (gateway/admin/operations.py)."""
+
+    def __init__(self, gateway: Gateway):
+        self.gateway = gateway
+        self.store = gateway.store
+        self.config = gateway.config
+
+    @property
+    def instance_id(self) -> str:
+        return self.gateway.inbox.instance_id
+
+    async def submit(self, events: Sequence[InboundEvent]) -> list[SubmitResult]:
+        return await self.gateway.inbox.submit(events)
+
+    def channel_states(self) -> dict[str, str]:
+        started = self.gateway.started_channels
+        return {name: "running" if name in started else "not started" for name in self.gateway.channels}
+
+    def mcp_summary(self) -> dict[str, dict[str, Any]]:
+        return self.gateway.mcp.summary()
+
+    def next_firing(self, schedule: ScheduleRecord) -> datetime | None:
+        try:
+            return job_control.next_firing(schedule, utcnow())
+        except job_control.TriggerError:
+            return None
+
+    async def run_job(self, schedule: ScheduleRecord) -> str:
+        return (await job_control.run_now(self.gateway.scheduler, schedule, utcnow()))[1]
+
+    async def kill_job(self, schedule: ScheduleRecord) -> str:
+        return await job_control.kill(self.gateway.scheduler, schedule)
+
+    async def set_job_enabled(self, schedule: ScheduleRecord, enabled: bool) -> str:
+        text = await job_control.switch(self.gateway.scheduler, schedule, enabled, utcnow())
+        await self.gateway.scheduler.reload()
+        return text
 
 
 class Gateway:
@@ -166,6 +211,8 @@ class Gateway:
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
         self.http = HttpServer(self, config.http, webhook_routes(self.channels.values())) if serve_http else None
+        if self.http is not None:
+            mount_admin(self.http.app, GatewayOperations(self))
         self._leader_task: asyncio.Task | None = None
         self._leading = Stopper()
         self._clock_running = False
@@ -308,11 +355,19 @@ class Gateway:
                     log.warning("leadership lost; stopping polling and the scheduler clock")
                     await self._stop_duties(duties)
                     duties = []
+                await self._heartbeat(ttl)
                 await self._leading.sleep(ttl / 3)
         finally:
             await self._stop_duties(duties)
             if lease is not None:
                 await self.store.inbox.release(lease)
+
+    async def _heartbeat(self, ttl: float) -> None:
+        """Every instance renews its own lease: the console lists instances by it."""
+        try:
+            await self.store.inbox.acquire(f"{HEARTBEAT_PREFIX}{self.inbox.instance_id}", self.inbox.instance_id, ttl)
+        except Exception:  # noqa: BLE001 - only the console's view depends on it
+            log.debug("heartbeat failed", exc_info=True)
 
     async def _start_duties(self) -> list[asyncio.Task]:
         duties = []

@@ -91,6 +91,9 @@ class ButtonPress:
     event_id: str
     received_at: datetime = field(default_factory=utcnow)
     message_id: str = ""  # the prompt message that carried the button
+    # Pressed in the web console by someone holding the admin token: decides as an admin would.
+    # Channels never set it (a platform event cannot claim it).
+    operator: bool = False
     kind: Literal["button"] = "button"
 
 

@@ -17,9 +17,10 @@ from gateway.config import Config, SchedulerConfig
 from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
 from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, ScheduleExists, ScheduleRecord
+from scheduler import control
 from scheduler.definitions import DefinitionError, check_not_past, job_config, to_schedule
 from scheduler.jobs import Scheduler
-from scheduler.triggers import TriggerError, timetable, zone
+from scheduler.triggers import TriggerError, zone
 
 SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill")
 
@@ -148,17 +149,8 @@ class _JobsCli:
         return 0
 
     def _next(self, schedule: ScheduleRecord) -> str:
-        if not schedule.enabled:
-            return "-"
         try:
-            table = timetable(
-                schedule.kind,
-                schedule.spec,
-                schedule.timezone,
-                anchor=schedule.updated_at,
-                active_hours=schedule.active_hours,
-            )
-            fire = table.next_after(self.now)
+            fire = control.next_firing(schedule, self.now)
             return _local(fire, schedule.timezone) if fire else "-"
         except TriggerError as exc:
             return f"invalid: {exc}"
@@ -204,9 +196,7 @@ class _JobsCli:
         return 0
 
     async def switch(self, schedule: ScheduleRecord, enabled: bool) -> int:
-        changed = await self.repo.set_enabled(schedule.id, enabled, reason="disabled by operator", now=self.now)
-        word = "enabled" if enabled else "disabled"
-        self.say(f"{schedule.name} {word}" if changed else f"{schedule.name} was already {word}")
+        self.say(await control.switch(self.scheduler, schedule, enabled, self.now))
         return 0
 
     async def remove(self, schedule: ScheduleRecord) -> int:
@@ -220,25 +210,14 @@ class _JobsCli:
         return 0
 
     async def run_now(self, schedule: ScheduleRecord) -> int:
-        run = await self.scheduler.fire(schedule.id, self.now, origin="manual")
-        if run is None:
-            return self.fail(f"{schedule.name} was already fired at {self.now.isoformat()}")
-        if run.status == "skipped":
-            return self.fail(f"{schedule.name} is {run.error}; not started")
-        if run.status != "running":
-            return self.fail(f"{schedule.name}: {run.error}")
-        self.say(
-            f"{schedule.name}: job run #{run.id} queued"
-            f"; the serving gateway runs it and delivers to {schedule.deliver_to}"
-        )
+        ok, text = await control.run_now(self.scheduler, schedule, self.now)
+        if not ok:
+            return self.fail(text)
+        self.say(text)
         return 0
 
     async def kill(self, schedule: ScheduleRecord) -> int:
-        runs = await self.scheduler.kill(schedule.name) or []
-        if not runs:
-            self.say(f"{schedule.name} is not running")
-            return 0
-        self.say(f"{schedule.name}: stop requested for job run(s) {', '.join(f'#{r.id}' for r in runs)}")
+        self.say(await control.kill(self.scheduler, schedule))
         return 0
 
 

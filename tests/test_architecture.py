@@ -77,6 +77,8 @@ SDK_HOMES = {
     "slack_sdk": ("channels/slack/",),
     "apscheduler": ("scheduler/",),
     "markdown_it": ("channels/markdown.py",),
+    "jinja2": ("gateway/admin/",),
+    "aiohttp": ("gateway/http.py", "gateway/admin/", "channels/"),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
     "mcp": ("gateway/mcp/sdk.py",),
@@ -198,3 +200,26 @@ def test_the_import_graph_sees_type_checking_relative_and_submodule_imports(tmp_
 
 def test_there_is_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+# The web console reads through the store and acts through the paths the chat and the CLI use
+# (a decision is a button press submitted to the inbox); the running gateway reaches it only
+# through the Operations protocol the composition root provides.
+ADMIN_ALLOWED = (
+    "gateway.admin", "gateway.store", "gateway.config", "gateway.events", "gateway.approvals.prompts",
+    "gateway.budgets", "gateway.cli.reports", "gateway.traces", "gateway.access.cli", "gateway.access.policy",
+)
+
+
+@pytest.mark.parametrize("path", modules("gateway/admin"), ids=rel)
+def test_the_console_reads_through_the_store_and_acts_through_the_inbox(path):
+    bad = {
+        name for name in project_imports(path)
+        if not any(name == a or name.startswith(a + ".") for a in ADMIN_ALLOWED)
+    }
+    assert not bad, f"{rel(path)} imports {bad}"
+
+
+def test_only_the_composition_root_and_the_http_server_know_the_console():
+    users = {rel(p) for p in modules("gateway") if any(n.startswith("gateway.admin") for n in project_imports(p))}
+    assert users - {"gateway/app.py"} == {r for r in users if r.startswith("gateway/admin/")}

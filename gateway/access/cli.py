@@ -84,7 +84,7 @@ async def _access(args: argparse.Namespace, store: Store, config: Config, out: T
         return 0
     policy = AccessPolicy(config)
     print(f"dm_policy: {config.access.dm_policy}   group_policy: {config.access.group_policy}", file=out)
-    for kind, who, where in _configured(config, policy):
+    for kind, who, where in configured(config, policy):
         print(f"   -  {kind:<4}  {who:<33} {where}", file=out)
     for grant in await store.access.grants():
         role = policy.role_name(grant.channel, grant.subject) if grant.kind == "user" else ""
@@ -97,7 +97,7 @@ async def _access(args: argparse.Namespace, store: Store, config: Config, out: T
     return 0
 
 
-def _configured(config: Config, policy: AccessPolicy) -> list[tuple[str, str, str]]:
+def configured(config: Config, policy: AccessPolicy) -> list[tuple[str, str, str]]:
     """People and chats the configuration lets in (kind, who, which key)."""
     found = [
         ("user", f"{channel}:{user}", "admin (approvals.admins)")

@@ -160,13 +160,12 @@ class Gatekeeper:
         request = await self.store.access.find(token=token)
         if request is None or action not in (APPROVE, DENY):
             return SubmitResult(press.event_id, answer=UNKNOWN, alert=True), None
-        if not self.policy.is_admin(request.channel, press.sender.id):
+        if not press.operator and not self.policy.is_admin(request.channel, press.sender.id):
             return SubmitResult(press.event_id, answer=NOT_AN_ADMIN, alert=True), None
         event = button_item(press.event_id, str(press.thread), press.token, press.sender.id)
         by = press.sender.name or press.sender.username or press.sender.id
-        result = await self.store.access.decide(
-            request.id, approve=action == APPROVE, decided_by=f"{request.channel}:{press.sender.id}", event=event
-        )
+        decider = press.sender.id if press.operator else f"{request.channel}:{press.sender.id}"
+        result = await self.store.access.decide(request.id, approve=action == APPROVE, decided_by=decider, event=event)
         return await self._answer(press.event_id, result, by)
 
     async def _answer(self, event_id: str, result: DecideOutcome, by: str) -> tuple[SubmitResult, str | None]:

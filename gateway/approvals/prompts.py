@@ -177,7 +177,7 @@ class PromptService:
         action = parsed[1]
         if prompt.status != "pending" and prompt.kind != "rerun":
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
-        if not self.may_decide(prompt, press.sender.id):
+        if not press.operator and not self.may_decide(prompt, press.sender.id):
             return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
         if prompt.kind == "rerun":
             return await self._rerun(press, prompt)

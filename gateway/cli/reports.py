@@ -51,7 +51,7 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
     for event in events:
         offset = (event.at - run.started_at).total_seconds()
         link = f" <- #{event.parent_seq}" if event.parent_seq else ""
-        print(f"  #{event.seq:<4} +{offset:8.3f}s  {event.kind:<14}{link}  {_summary(event.kind, event.payload)}")
+        print(f"  #{event.seq:<4} +{offset:8.3f}s  {event.kind:<14}{link}  {event_summary(event.kind, event.payload)}")
 
 
 def print_children(tree: Sequence[tuple[int, TaskRecord, RunRecord | None]]) -> None:
@@ -67,7 +67,7 @@ def print_children(tree: Sequence[tuple[int, TaskRecord, RunRecord | None]]) -> 
         print(line + (f"  → {preview}" if preview else ""))
 
 
-def _summary(kind: str, payload: dict[str, Any]) -> str:
+def event_summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == "LLM_REQUEST":
         return (
             f"model {payload.get('model')}  {payload.get('messages')} messages"

@@ -185,6 +185,17 @@ class HttpConfig(Section):
     port: int = 8080
 
 
+class AdminConfig(Section):
+    """The web console (`/admin`) and the JSON admin API (`/admin/api/`)."""
+
+    enabled: bool = True
+    token: str = ""  # empty: the console and the admin API are off
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and bool(self.token)
+
+
 class ServeConfig(Section):
     shutdown_grace: float = 20.0
     instance_id: str = ""  # defaults to host:pid

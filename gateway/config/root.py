@@ -8,6 +8,7 @@ from gateway.config.access import AccessConfig, BudgetsConfig
 from gateway.config.base import Section
 from gateway.config.connections import McpConfig, SlackConfig, TelegramConfig
 from gateway.config.core import (
+    AdminConfig,
     AgentConfig,
     ApprovalsConfig,
     AttachmentsConfig,
@@ -38,6 +39,7 @@ class Config(Section):
     approvals: ApprovalsConfig = ApprovalsConfig()
     questions: QuestionsConfig = QuestionsConfig()
     http: HttpConfig = HttpConfig()
+    admin: AdminConfig = AdminConfig()
     serve: ServeConfig = ServeConfig()
     telegram: TelegramConfig = TelegramConfig()
     slack: SlackConfig = SlackConfig()
@@ -57,6 +59,7 @@ SECRETS: dict[tuple[str, ...], str] = {
     ("slack", "bot_token"): "SLACK_BOT_TOKEN",
     ("slack", "signing_secret"): "SLACK_SIGNING_SECRET",
     ("slack", "app_token"): "SLACK_APP_TOKEN",
+    ("admin", "token"): "GATEWAY_ADMIN_TOKEN",
 }
 # Plain settings the environment overrides (handy for containers and tests).
 ENV_OVERRIDES: dict[tuple[str, ...], str] = {

@@ -14,6 +14,7 @@ from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRec
 from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, redact_arguments
 from gateway.store.base import Fence, LeaseLost
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
+from gateway.store.console import ConsoleRepo, InstanceBeat, OverviewCounts
 from gateway.store.db import (
     Database,
     StoreError,
@@ -96,6 +97,7 @@ class Store:
         self.access = AccessRepo(self.db)
         self.budgets = BudgetRepo(self.db)
         self.audit = AuditRepo(self.db)
+        self.console = ConsoleRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -218,4 +220,7 @@ __all__ = [
     "AuditRepo",
     "redact",
     "redact_arguments",
+    "ConsoleRepo",
+    "InstanceBeat",
+    "OverviewCounts",
 ]

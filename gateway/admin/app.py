@@ -1,0 +1,104 @@
+"""The console's aiohttp application, mounted at /admin on the gateway's HTTP server: the
+login, the session and CSRF checks (pages), the bearer check (API), templates and the stylesheet."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from gateway.admin.auth import COOKIE, ConsoleSession, LoginLimiter, Sessions, bearer, csrf_matches, token_matches
+from gateway.admin.operations import Operations
+
+log = logging.getLogger(__name__)
+HERE = Path(__file__).parent
+PREFIX = "/admin"
+OPEN_PATHS = {f"{PREFIX}/login", f"{PREFIX}/static/console.css"}
+API_USER_HEADER = "X-Admin-User"  # who is acting, for the records (the token says only that they may)
+
+OPS: web.AppKey[Operations] = web.AppKey("ops", Operations)
+SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+LIMITER: web.AppKey[LoginLimiter] = web.AppKey("limiter", LoginLimiter)
+USER: web.RequestKey[str] = web.RequestKey("user", str)
+SESSION: web.RequestKey[ConsoleSession] = web.RequestKey("session", ConsoleSession)
+TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+
+
+def client_of(request: web.Request) -> str:
+    return request.remote or "?"
+
+
+def render(request: web.Request, name: str, status: int = 200, **context: Any) -> web.Response:
+    session = request.get(SESSION)
+    page = request.app[TEMPLATES].get_template(name).render(
+        prefix=PREFIX, user=session.user if session else None, csrf=session.csrf if session else "",
+        notice=request.query.get("notice", ""), **context,
+    )
+    return web.Response(text=page, status=status, content_type="text/html")
+
+
+def _api_user(request: web.Request) -> str:
+    return (request.headers.get(API_USER_HEADER) or "api").strip()[:64] or "api"
+
+
+@web.middleware
+async def guard(request: web.Request, handler):  # noqa: ANN001, ANN201
+    app = request.app
+    expected = app[OPS].config.admin.token
+    if request.path.startswith(f"{PREFIX}/api/"):
+        if not token_matches(bearer(request.headers.get("Authorization", "")), expected):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        request[USER] = _api_user(request)
+        return await handler(request)
+    if request.path in OPEN_PATHS:
+        return await handler(request)
+    session = app[SESSIONS].get(request.cookies.get(COOKIE))
+    if session is None:
+        if request.method == "GET":
+            raise web.HTTPSeeOther(f"{PREFIX}/login")
+        return web.Response(text="not logged in", status=403)
+    request[SESSION] = session
+    request[USER] = session.user
+    if request.method == "POST":
+        form = await request.post()
+        if not csrf_matches(session, str(form.get("csrf", ""))):
+            return web.Response(text="missing or wrong CSRF token: reload the page and try again", status=403)
+    return await handler(request)
+
+
+def build_admin(ops: Operations) -> web.Application:
+    from gateway.admin import api, pages
+
+    app = web.Application(middlewares=[guard])
+    app[OPS] = ops
+    app[SESSIONS] = Sessions()
+    app[LIMITER] = LoginLimiter()
+    app[TEMPLATES] = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    app.router.add_static("/static", HERE / "static")
+    pages.add_routes(app)
+    api.add_routes(app)
+    return app
+
+
+async def _to_overview(request: web.Request) -> web.Response:
+    raise web.HTTPFound(f"{PREFIX}/")
+
+
+def mount(root: web.Application, ops: Operations) -> bool:
+    """Mount the console at /admin when `admin.enabled` and a token is set; say why not otherwise."""
+    admin = ops.config.admin
+    if not admin.enabled:
+        log.info("admin console off (admin.enabled is false)")
+        return False
+    if not admin.token:
+        log.warning("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
+        return False
+    root.router.add_get(PREFIX, _to_overview)
+    root.add_subapp(PREFIX, build_admin(ops))
+    log.info("admin console on /admin (admin API on /admin/api/)")
+    return True

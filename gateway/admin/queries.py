@@ -1,0 +1,230 @@
+"""The data of each console page, read through the store: plain dicts, the same for the HTML
+pages and the JSON API."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gateway.access.cli import configured
+from gateway.access.policy import AccessPolicy
+from gateway.admin.operations import Operations
+from gateway.budgets import budgets_report
+from gateway.cli.reports import event_summary
+from gateway.config import SECRETS, Config, parse_duration
+from gateway.store import RunEventRecord, RunRecord
+from gateway.traces import format_nano_usd
+
+REDACTED = "•••• (redacted)"
+LEADER_LEASE = "leader"
+
+
+def jsonable(value: Any) -> Any:
+    """Records and datetimes as JSON values (ISO 8601 times)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def redacted_config(config: Config) -> dict[str, Any]:
+    """The effective configuration with every secret replaced (set or not, it is never shown)."""
+    data = config.model_dump(mode="json")
+    for path in SECRETS:
+        node = data
+        for part in path[:-1]:
+            node = node.get(part, {})
+        if path[-1] in node:
+            node[path[-1]] = REDACTED if node[path[-1]] else ""
+    return data
+
+
+def cost_text(run: RunRecord) -> str:
+    cost = format_nano_usd(run.cost_nano_usd, run.unpriced and run.cost_nano_usd is not None)
+    return f"~{cost}" if run.usage_estimated and run.cost_nano_usd is not None else cost
+
+
+def took_s(run: RunRecord) -> float | None:
+    return (run.finished_at - run.started_at).total_seconds() if run.finished_at else None
+
+
+async def overview(ops: Operations) -> dict[str, Any]:
+    store, config = ops.store, ops.config
+    now = datetime.now(UTC)
+    leader = await store.inbox.lease_holder(LEADER_LEASE)
+    ttl = timedelta(seconds=config.inbox.lease_ttl_s)
+    instances = [
+        {
+            "id": beat.instance_id,
+            "role": "leader" if leader and leader.owner == beat.instance_id else "follower",
+            "last_heartbeat": beat.expires_at - ttl,
+            "alive": beat.expires_at > now,
+            "this": beat.instance_id == ops.instance_id,
+        }
+        for beat in await store.console.instances()
+    ]
+    pending, oldest = await store.inbox.pending_summary()
+    counts = await store.console.counts(stuck_after=timedelta(seconds=config.outbox.sweep_after_s), now=now)
+    return {
+        "now": now,
+        "instance": ops.instance_id,
+        "leader": leader.owner if leader else None,
+        "instances": instances,
+        "channels": ops.channel_states(),
+        "mcp": ops.mcp_summary(),
+        "inbox": {"pending": pending, "oldest_age_s": (now - oldest).total_seconds() if oldest else 0.0},
+        "stuck_outbox": counts.stuck_outbox,
+        "turns_running": counts.turns_running,
+        "awaiting_input": counts.awaiting_input,
+        "errors_last_hour": counts.errors_last_hour,
+        "spend": await budgets_report(store, config, now),
+    }
+
+
+def _timeline(run: RunRecord, events: list[RunEventRecord]) -> list[dict[str, Any]]:
+    rows = []
+    for event in events:
+        payload = event.payload
+        usage = payload.get("usage") or {}
+        rows.append(
+            {
+                "seq": event.seq,
+                "kind": event.kind,
+                "at": event.at,
+                "offset_s": (event.at - run.started_at).total_seconds(),
+                "duration_ms": payload.get("duration_ms", payload.get("latency_ms")),
+                "parent_seq": event.parent_seq,
+                "context_tokens": usage.get("input_tokens") if event.kind == "LLM_RESPONSE" else None,
+                "summary": event_summary(event.kind, payload),
+            }
+        )
+    return rows
+
+
+async def run_detail(ops: Operations, run_id: int) -> dict[str, Any] | None:
+    store = ops.store
+    run = await store.runs.get(run_id)
+    if run is None:
+        return None
+    events = await store.runs.events(run.id)
+    children = []
+    for level, task in await store.delegations.tree(run.id):
+        child = await store.runs.get(task.child_run_id or 0)
+        children.append({"level": level, "task": task, "run": child})
+    rounds = [
+        {"round": i + 1, "context_tokens": (e.payload.get("usage") or {}).get("input_tokens"),
+         "estimated_tokens": None}
+        for i, e in enumerate(e for e in events if e.kind == "LLM_RESPONSE")
+    ]
+    estimates = [e.payload.get("estimated_tokens") for e in events if e.kind == "LLM_REQUEST"]
+    for row, estimate in zip(rounds, estimates, strict=False):
+        row["estimated_tokens"] = estimate
+    return {
+        "run": run,
+        "cost": cost_text(run),
+        "took_s": took_s(run),
+        "timeline": _timeline(run, events),
+        "rounds": rounds,
+        "children": children,
+    }
+
+
+async def approvals(ops: Operations) -> dict[str, Any]:
+    store = ops.store
+    return {
+        "pending": await store.prompts.pending(kind="approval"),
+        "decided": await store.console.decided_prompts(kind="approval"),
+    }
+
+
+async def sessions(ops: Operations, search: str = "") -> dict[str, Any]:
+    return {"search": search, "sessions": await ops.store.console.search_sessions(search.strip())}
+
+
+async def session_detail(ops: Operations, session_id: int) -> dict[str, Any] | None:
+    store = ops.store
+    session = await store.sessions.get(session_id)
+    if session is None:
+        return None
+    runs = await store.runs.list(session_id=session.id, limit=100)
+    return {
+        "session": session,
+        "history": await store.sessions.history(session.id),
+        "runs": [{"run": run, "cost": cost_text(run), "took_s": took_s(run)} for run in runs],
+        "totals": await store.runs.session_totals(session.id),
+    }
+
+
+async def jobs(ops: Operations) -> dict[str, Any]:
+    repo = ops.store.schedules
+    rows = []
+    for schedule in await repo.list():
+        rows.append(
+            {
+                "schedule": schedule,
+                "next_firing": ops.next_firing(schedule),
+                "history": await repo.recent_runs(schedule.id, limit=10),
+                "running": [run.id for run in await repo.running(schedule.id)],
+            }
+        )
+    return {"jobs": rows}
+
+
+async def access(ops: Operations) -> dict[str, Any]:
+    store, config = ops.store, ops.config
+    policy = AccessPolicy(config)
+    grants = [
+        {"grant": grant, "role": policy.role_name(grant.channel, grant.subject) if grant.kind == "user" else ""}
+        for grant in await store.access.grants()
+    ]
+    return {
+        "dm_policy": config.access.dm_policy,
+        "group_policy": config.access.group_policy,
+        "pending": await store.access.pending(),
+        "grants": grants,
+        "configured": [{"kind": k, "who": w, "where": where} for k, w, where in configured(config, policy)],
+        "roles": {name: role.model_dump() for name, role in config.access.roles.items()},
+    }
+
+
+AUDIT_FILTERS = ("since", "user", "tool", "kind")
+
+
+def parse_since(text: str, now: datetime) -> datetime | None:
+    """`1h`, `2d`, `90m` back from now, or an ISO time; empty: no bound."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return now - timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"since: expected a duration like 1h or 2d, or an ISO time, got {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def empty_audit(query: Mapping[str, str]) -> dict[str, Any]:
+    return {"filters": {name: query.get(name, "") for name in AUDIT_FILTERS}, "entries": []}
+
+
+async def audit(ops: Operations, query: Mapping[str, str]) -> dict[str, Any]:
+    filters = {name: query.get(name, "").strip() for name in AUDIT_FILTERS}
+    limit = int(query.get("limit", "200") or 200)
+    entries = await ops.store.audit.list_audit(
+        since=parse_since(filters["since"], datetime.now(UTC)),
+        user=filters["user"] or None,
+        tool=filters["tool"] or None,
+        kind=filters["kind"] or None,
+        limit=min(max(limit, 1), 1000),
+    )
+    return {"filters": filters, "entries": entries}
