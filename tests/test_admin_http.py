@@ -74,7 +74,7 @@ async def test_the_api_wants_the_bearer_token(store, llm, tmp_path):
 
 
 async def test_without_a_token_the_console_is_off(store, llm, tmp_path, caplog):
-    caplog.set_level("WARNING")
+    caplog.set_level("INFO")
     async with serving(store, admin_config(llm.base_url, str(tmp_path / "ws"), token="")) as h:
         async with aiohttp.ClientSession() as http:
             for path in ("/login", "/api/overview"):

@@ -96,7 +96,7 @@ def mount(root: web.Application, ops: Operations) -> bool:
         log.info("admin console off (admin.enabled is false)")
         return False
     if not admin.token:
-        log.warning("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
+        log.info("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
         return False
     root.router.add_get(PREFIX, _to_overview)
     root.add_subapp(PREFIX, build_admin(ops))
