@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.admin import actions, queries
-from gateway.admin.app import OPS, USER
+from gateway.admin.keys import OPS, USER
 
 
 def reply(data: Any, status: int = 200) -> web.Response:

@@ -7,8 +7,8 @@ from urllib.parse import quote
 from aiohttp import web
 
 from gateway.admin import actions, queries
-from gateway.admin.app import LIMITER, OPS, PREFIX, SESSIONS, USER, client_of, render
 from gateway.admin.auth import COOKIE, SESSION_TTL_S, token_matches
+from gateway.admin.keys import LIMITER, OPS, PREFIX, SESSIONS, USER, client_of, render
 
 
 def _back(path: str, outcome: actions.Outcome) -> web.HTTPSeeOther:
