@@ -189,6 +189,10 @@ class Pacer:
 
 # Calls that post a new message: after a timeout they may have been delivered all the same.
 POSTING = frozenset({"sendMessage", "sendDocument", "sendPhoto"})
+# Connections to the Bot API for calls (getUpdates has its own). Calls beyond these wait on
+# `BotCaller`'s semaphore, not in httpcore's pool: its queue is scanned on every hand-over, which
+# costs O(waiting) per call and, with a thousand streams, most of a core.
+CONNECTIONS = 16
 
 
 class BotCaller:
@@ -198,8 +202,9 @@ class BotCaller:
     with jitter, and decides what an ambiguous failure of a new message means), so a flood
     wait is handed back at once instead of being slept through here and retried again there."""
 
-    def __init__(self, pacer: Pacer) -> None:
+    def __init__(self, pacer: Pacer, connections: int = CONNECTIONS) -> None:
         self._pacer = pacer
+        self._slots = asyncio.Semaphore(connections)
 
     async def call(self, what: str, chat_id: int, request: Callable[[], Awaitable[T]], *, paced: bool = True) -> T:
         """Raises ChannelError: `Rejected` for a 400 (not logged here: callers decide on parse
@@ -207,7 +212,8 @@ class BotCaller:
         if paced:
             await self._pacer.wait(chat_id)
         try:
-            return await request()
+            async with self._slots:
+                return await request()
         except TelegramError as exc:
             error = translate(f"{what} to chat {chat_id}", exc, posting=what in POSTING)
             if not isinstance(error, Rejected):

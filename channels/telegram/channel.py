@@ -30,7 +30,7 @@ from telegram.constants import ChatAction
 from telegram.request import HTTPXRequest
 
 from channels.telegram import files
-from channels.telegram.api import BotCaller, Conflicted, Pacer, Rejected, TokenRejected, translated
+from channels.telegram.api import CONNECTIONS, BotCaller, Conflicted, Pacer, Rejected, TokenRejected, translated
 from channels.telegram.inbound import (
     ALLOWED_UPDATES,
     BotIdentity,
@@ -118,6 +118,7 @@ class TelegramChannel:
             request=HTTPXRequest(
                 read_timeout=self.config.request_timeout_s, write_timeout=self.config.request_timeout_s,
                 connect_timeout=self.config.request_timeout_s, httpx_kwargs={"verify": tls},
+                connection_pool_size=CONNECTIONS + 4,  # room for calls made outside BotCaller
             ),
             get_updates_request=HTTPXRequest(connection_pool_size=1, httpx_kwargs={"verify": tls}),
         )
