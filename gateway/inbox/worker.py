@@ -125,9 +125,10 @@ class Worker:
             return
         if pending and self.services.delegation is not None:  # a background task's approval holds only the task
             pending = await self.services.delegation.control.holding(pending)
-        if pending:  # an approval, a question that only takes a button, or someone else's: the turn waits
+        # An approval, a question that only takes a button, or someone else's: the turn waits
+        # (unless it was decided since it was read: then the message is handled now).
+        if pending and await self.store.inbox.hold_while_waiting(item.id, [p.id for p in pending]):
             notice = waiting_notice(pending, question_is_theirs=theirs)
-            await self.store.inbox.hold(item.id)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
         session = await self._session(thread, started_by=said.sender.id)

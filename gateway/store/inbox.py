@@ -26,7 +26,7 @@ from gateway.events import utcnow
 from gateway.store import notify
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import InboxItem, Lease
-from gateway.store.tables import counters, cursors, inbox, leases
+from gateway.store.tables import counters, cursors, inbox, leases, prompts
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,25 @@ class InboxRepo(Repo):
                 update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held")
             )
         )
+
+    async def hold_while_waiting(self, item_id: int, prompt_ids: Sequence[int]) -> bool:
+        """Hold the item while one of these prompts is still pending; False (not held) when
+        they were all decided meanwhile. The prompt rows are locked first, so a decision
+        committing at the same moment either sees the item held (and releases it with the
+        others) or was already written (and the item is not held: it is handled now)."""
+
+        def work(conn: Connection) -> bool:
+            waiting = conn.execute(
+                select(prompts.c.id)
+                .where(prompts.c.id.in_(list(prompt_ids)), prompts.c.status == "pending")
+                .with_for_update()
+            ).all()
+            if not waiting:
+                return False
+            conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
+            return True
+
+        return await self.db.write(work)
 
     # ---- consumption -----------------------------------------------------------------------
     async def pending_threads(self, *, limit: int = 100, exclude: Sequence[str] = ()) -> list[str]:

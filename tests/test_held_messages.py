@@ -1,0 +1,44 @@
+"""A message that arrives while an approval is pending is held, and goes back to the queue when
+the approval is decided, also when the decision lands between reading the pending prompts and
+holding the message (another instance handled the button): it is never held for a decided prompt."""
+
+from __future__ import annotations
+
+from gateway.store import NewItem
+
+THREAD = "slack:C1:1700000000.000001"
+
+
+async def waiting_prompt_and_message(store):  # noqa: ANN001, ANN201
+    session = await store.sessions.open(THREAD, source="fake")
+    prompt, _ = await store.prompts.create(
+        kind="approval", session_id=session.id, thread_key=THREAD, payload={}, requested_by="U1", expires_at=None
+    )
+    await store.inbox.add([NewItem("e1", THREAD, "message", {"text": "next question"})])
+    return prompt, (await store.inbox.pending(THREAD))[0]
+
+
+async def approve(store, prompt_id: int) -> None:  # noqa: ANN001
+    decision = await store.prompts.decide(prompt_id, status="approved", decision="a", decided_by="U1")
+    assert decision.outcome == "decided"
+
+
+async def test_a_message_held_for_a_pending_approval_goes_back_to_the_queue_when_it_is_decided(store):
+    prompt, item = await waiting_prompt_and_message(store)
+
+    assert await store.inbox.hold_while_waiting(item.id, [prompt.id])
+    assert (await store.inbox.get_by_event("e1")).status == "held"
+    await approve(store, prompt.id)
+
+    assert (await store.inbox.get_by_event("e1")).status == "pending"
+
+
+async def test_a_message_is_not_held_for_an_approval_decided_after_the_worker_read_it(store):
+    prompt, item = await waiting_prompt_and_message(store)
+    seen = await store.prompts.pending(thread_key=THREAD)  # the worker sees the approval pending ...
+    await approve(store, prompt.id)  # ... the button is handled meanwhile (it releases nothing yet)
+
+    held = await store.inbox.hold_while_waiting(item.id, [p.id for p in seen])
+
+    assert not held  # so the worker handles the message now
+    assert (await store.inbox.get_by_event("e1")).status == "pending"
