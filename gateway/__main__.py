@@ -1,5 +1,5 @@
 """Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`, and
-`gateway pairing | access | budgets`."""
+`gateway pairing | access | budgets | audit`."""
 
 from __future__ import annotations
 
@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_access_parsers(sub, parents=[common], handler=cmd_access)
     budgets = sub.add_parser("budgets", parents=[common], help="the spend caps and their use this period")
     budgets.set_defaults(handler=cmd_budgets)
+    from gateway.cli.audit import add_parser as add_audit_parser
+
+    add_audit_parser(sub, parents=[common], handler=cmd_audit)
     return parser
 
 
@@ -227,31 +230,11 @@ async def cmd_outbox(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_approvals(args: argparse.Namespace, config: Config) -> int:
-    from gateway.approvals.prompts import resume_item
+    from gateway.cli.approvals import run
 
     store = await _store(config)
     try:
-        if args.action == "list":
-            pending = await store.prompts.pending(kind="approval")
-            for prompt in pending:
-                print(
-                    f"{prompt.id:>6}  {prompt.thread_key:<40} {prompt.payload.get('tool', '')}"
-                    f"  expires {prompt.expires_at:%Y-%m-%d %H:%M}"
-                )
-            if not pending:
-                print("no pending approvals")
-            return 0
-        asked = await store.prompts.get(args.id)
-        if asked is None or asked.kind != "approval":
-            print(f"no approval request {args.id}", file=sys.stderr)
-            return 1
-        status = "approved" if args.action == "approve" else "rejected"
-        decision = await store.prompts.decide(
-            asked.id, status=status, decision="a" if status == "approved" else "d", decided_by="cli",
-            decided_by_name="operator", answer=args.reason or None, resume=resume_item(asked),
-        )
-        print(f"request {asked.id}: {decision.outcome}")
-        return 0 if decision.outcome == "decided" else 1
+        return await run(args, store)
     finally:
         await store.close()
 
@@ -273,6 +256,16 @@ async def cmd_budgets(args: argparse.Namespace, config: Config) -> int:
     try:
         print("\n".join(await budgets_report(store, config)))
         return 0
+    finally:
+        await store.close()
+
+
+async def cmd_audit(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.audit import run
+
+    store = await _store(config)
+    try:
+        return await run(args, store)
     finally:
         await store.close()
 

@@ -95,6 +95,9 @@ async def test_a_strangers_dm_gets_a_code_and_is_answered_once_an_admin_approves
         assert texts(tg, STRANGER) == [notice, "re: hello there", "re: and now?"]
         status, listing = await cli(store, gateway.config, "access", "list")
         assert status == 0 and "telegram:43" in listing and "approved by telegram:7" in listing
+    approved, requested = await store.audit.list_audit(kind="access")  # the trail, newest first
+    assert (requested.action, requested.actor, requested.decided_by) == ("pairing_requested", "telegram:43", None)
+    assert (approved.action, approved.decided_by, approved.via) == ("pairing_approved", "telegram:7", "button")
 
 
 async def test_one_pending_code_per_person_and_only_admins_decide(store, llm, tg, tmp_path) -> None:
@@ -143,6 +146,11 @@ async def test_approval_by_the_cli_answers_the_held_message(store, llm, tg, tmp_
         tg.private_message(STRANGER, "still there?", user_id=STRANGER)
         await settle(gateway, lambda: len(texts(tg, STRANGER)) == 3)
         assert "pairing code" in texts(tg, STRANGER)[-1] and len(llm.requests) == 1
+    trail = [(r.action, r.decided_by, r.via) for r in await store.audit.list_audit(user=f"telegram:{STRANGER}")]
+    assert trail == [
+        ("pairing_requested", None, None), ("revoked", "cli", "cli"),
+        ("pairing_approved", "cli", "cli"), ("pairing_requested", None, None),
+    ]
 
 
 async def test_a_denied_request_drops_the_held_message(store, llm, tg, tmp_path) -> None:

@@ -162,6 +162,12 @@ async def test_a_users_daily_cap_reached_mid_conversation_through_telegram(store
         assert texts(tg, FRIEND) == ["answer"]
         alerts = [t for t in texts(tg, ADMIN) if "telegram:43" in t]  # once per share, not at every refusal
         assert len(alerts) == 2 and "used 50%" in alerts[0] and "used 100%" in alerts[1]
+    full, half = await store.audit.list_audit(kind="budget_alert", user="telegram:43")  # with each claim
+    assert (half.action, half.actor, half.detail["share"]) == ("alert", "telegram:43", 0.5)
+    assert half.detail["scope"] == "user"
+    assert (full.action, full.detail["share"], full.detail["used_nano_usd"]) == ("alert", 1.0, 2 * 10**9)
+    (clock,) = await store.audit.list_audit(tool="clock")
+    assert (clock.actor, clock.action, clock.outcome) == ("telegram:43", "allowed", "done")
 
 
 async def test_a_users_daily_cap_through_slack(store, llm, slack, tmp_path) -> None:

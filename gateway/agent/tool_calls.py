@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from gateway import metrics
 from gateway.access import role_denial_text
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
+from gateway.agent.audit_trail import Decided, by_policy, by_prompt, by_role, tool_call_entry
 from gateway.agent.child import DELEGATE
 from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
 from gateway.agent.messages import (
@@ -43,6 +44,7 @@ log = logging.getLogger("gateway.agent.turn")
 NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."
 RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
+RESTART_RERUN = "interrupted by a restart; run again (the tool has no side effects)"
 Settled = tuple[str, str]  # (status, result text) of one call
 DelegateCalls = Callable[[list[OpenCall]], Awaitable[list[Settled]]]  # runs `delegate` calls (delegation.py)
 
@@ -157,8 +159,8 @@ class ToolCalls:
             return (await self.delegate([call]))[0]
         if call.record.status == "running":  # a restart interrupted it mid-run
             if call.spec is not None and not call.spec.side_effects:
-                return await self._execute(call)
-            return await self.settle(call.record, "failed", RESTART_NOT_RERUN)
+                return await self._execute(call, decided=Decided("rerun", via="policy", reason=RESTART_RERUN))
+            return await self.settle(call.record, "failed", RESTART_NOT_RERUN, decided=Decided("not_rerun"))
         prompt = await self.s.store.prompts.for_tool_call(call.record.id)
         if prompt is not None:
             return await self._apply_prompt(call, prompt)
@@ -168,38 +170,42 @@ class ToolCalls:
         if prompt.status == "pending":
             await self._park(prompt)
         await self.s.prompts.close(prompt)
+        decided = by_prompt(prompt)
         if prompt.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
             resume = {"state": prompt.payload["resume"], "status": prompt.status, "answer": prompt.answer}
-            return await self._execute(call, resume=resume)
+            return await self._execute(call, resume=resume, decided=decided)
         if prompt.kind == "question":
-            return await self._answered(call.record, prompt)
+            return await self._answered(call.record, prompt, decided)
         if prompt.status == "approved":
-            return await self._execute(call)
+            return await self._execute(call, decided=decided)
         if prompt.status == "expired":
-            return await self.settle(call.record, "rejected", rejection_text(EXPIRED), note=rejection_text(EXPIRED))
-        if prompt.status == "canceled":
+            text = rejection_text(EXPIRED)
+        elif prompt.status == "canceled":
             canceled = placeholder_text("canceled")
-            return await self.settle(call.record, "cancelled", canceled, note=canceled)
-        text = rejection_text(prompt.answer)
-        return await self.settle(call.record, "rejected", text, note=text)
+            return await self.settle(call.record, "cancelled", canceled, note=canceled, decided=decided)
+        else:
+            text = rejection_text(prompt.answer)
+        return await self.settle(call.record, "rejected", text, note=text, decided=decided)
 
-    async def _answered(self, call: ToolCallRecord, prompt: PromptRecord) -> Settled:
+    async def _answered(self, call: ToolCallRecord, prompt: PromptRecord, decided: Decided) -> Settled:
         """An ask_user question, decided."""
         if prompt.status == "answered":
-            return await self.settle(call, "done", f"The user answered: {prompt.answer}")
+            return await self.settle(call, "done", f"The user answered: {prompt.answer}", decided=decided)
         if prompt.status == "superseded":
-            return await self.settle(call, "done", "This question was superseded by a newer question.")
+            superseded = "This question was superseded by a newer question."
+            return await self.settle(call, "done", superseded, decided=decided)
         if prompt.status == "canceled":
-            return await self.settle(call, "cancelled", placeholder_text("canceled"))
-        return await self.settle(call, "done", NO_ANSWER)
+            return await self.settle(call, "cancelled", placeholder_text("canceled"), decided=decided)
+        return await self.settle(call, "done", NO_ANSWER, decided=decided)
 
     async def _gate(self, call: OpenCall) -> Settled:
         if call.spec is None:
             return await self._execute(call)  # answers that the tool is gone
         access = self.s.access
         if access is not None and not access.tool_allowed(self.thread.channel, self.req.requested_by, call.name):
-            text = role_denial_text(call.name, access.role_name(self.thread.channel, self.req.requested_by))
-            return await self.settle(call.record, "rejected", text, note=text)
+            role = access.role_name(self.thread.channel, self.req.requested_by)
+            text = role_denial_text(call.name, role)
+            return await self.settle(call.record, "rejected", text, note=text, decided=by_role(role))
         if call.name == "ask_user":
             return await self._ask_user(call)
         bypasses = [
@@ -215,11 +221,12 @@ class ToolCalls:
             thread=self.thread,
         )
         if decision.action == "allow":
-            return await self._execute(call)
+            return await self._execute(call, decided=by_policy(decision))
         if decision.action == "deny":
-            return await self.settle(call.record, "rejected", decision.reason, note=decision.reason)
+            reason = decision.reason
+            return await self.settle(call.record, "rejected", reason, note=reason, decided=by_policy(decision))
         if decision.action == "auto_deny":
-            return await self._auto_deny(call.record)
+            return await self._auto_deny(call.record, by_policy(decision))
         prompt = await self.s.prompts.request_approval(
             self.session,
             self.thread,
@@ -232,11 +239,11 @@ class ToolCalls:
         )
         await self._park(prompt)
 
-    async def _auto_deny(self, call: ToolCallRecord) -> Settled:
+    async def _auto_deny(self, call: ToolCallRecord, decided: Decided) -> Settled:
         self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")
         metrics.APPROVALS.labels("auto_denied").inc()
         await self.trace.event("AUTO_DENIED", {"tool": call.name, "call_id": call.call_id, "arguments": call.arguments})
-        return await self.settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED)
+        return await self.settle(call, "rejected", AUTO_DENIED, note=AUTO_DENIED, decided=decided)
 
     async def _ask_user(self, call: OpenCall) -> Settled:
         if not self.session.interactive:
@@ -254,10 +261,12 @@ class ToolCalls:
         await self.trace.event("AWAITING_INPUT", {"prompt_id": prompt.id, "kind": prompt.kind})
         raise EndTurn("AWAITING_INPUT", "awaiting_input", prompt_id=prompt.id)
 
-    async def _execute(self, call: OpenCall, *, resume: dict[str, Any] | None = None) -> Settled:
+    async def _execute(
+        self, call: OpenCall, *, resume: dict[str, Any] | None = None, decided: Decided | None = None
+    ) -> Settled:
         if call.spec is None:  # e.g. an MCP server went away since the call was recorded or approved
             unavailable = f"The tool {call.name!r} is no longer available (its server is down)."
-            return await self.settle(call.record, "failed", unavailable)
+            return await self.settle(call.record, "failed", unavailable, decided=decided)
         record = call.record
         await self.s.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)
         await self._show_progress(record)
@@ -285,7 +294,7 @@ class ToolCalls:
             name=record.name, call_id=record.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
             parent_seq=self.parent_seq, detail={"arguments": record.arguments, "result": outcome.text},
         )
-        return await self.settle(record, status, outcome.text)
+        return await self.settle(record, status, outcome.text, decided=decided)
 
     async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> NoReturn:
         """The tool asked the user (an MCP elicitation): the call waits, pending, on a question
@@ -310,8 +319,16 @@ class ToolCalls:
         except Exception as exc:  # noqa: BLE001 - progress is cosmetic
             log.info("%s: tool progress not shown: %s", self.thread, exc)
 
-    async def settle(self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None) -> Settled:
-        """The call's one result."""
-        await self.s.store.sessions.set_tool_call(call.id, status=status, result=text, note=note, fence=self.req.fence)
+    async def settle(
+        self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None, decided: Decided | None = None
+    ) -> Settled:
+        """The call's one result, with its row of the audit trail in the same write."""
+        audit = tool_call_entry(
+            call, status, decided, thread=self.thread, requested_by=self.req.requested_by, run_id=self.run_id,
+            agent=self.child.name if self.child is not None else None,
+        )
+        await self.s.store.sessions.set_tool_call(
+            call.id, status=status, result=text, note=note, fence=self.req.fence, audit=audit
+        )
         metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text

@@ -18,7 +18,7 @@ from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_
 from gateway.config import Config
 from gateway.llm import Usage
 from gateway.llm.gate import BudgetReached
-from gateway.store import CounterKey, CounterRecord, Refused, Store
+from gateway.store import AuditEntry, CounterKey, CounterRecord, Refused, Store
 from gateway.traces import cost_nano_usd
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,8 @@ class SpendGate:
         if not crossed or self.alert is None:
             return
         permille = round(crossed[-1] * 1000)
-        if await self.store.budgets.claim_alert(counter.id, permille):
+        audit = _audit("alert", counter, applied.cap, permille)
+        if await self.store.budgets.claim_alert(counter.id, permille, audit=audit):
             await self._send(
                 applied.cap.scope,
                 counter,
@@ -137,7 +138,9 @@ class SpendGate:
             )
 
     async def _alert_reached(self, cap, counter: CounterRecord) -> None:  # noqa: ANN001
-        if self.alert is not None and await self.store.budgets.claim_alert(counter.id, 1000):
+        if self.alert is not None and await self.store.budgets.claim_alert(
+            counter.id, 1000, audit=_audit("reached", counter, cap, 1000)
+        ):
             await self._send(
                 cap.scope,
                 counter,
@@ -165,6 +168,20 @@ def _share(applied: AppliedCap, counter: CounterRecord) -> float:
     if applied.limit.tokens:
         shares.append(counter.used_tokens / applied.limit.tokens)
     return max(shares, default=0.0)
+
+
+def _audit(action: str, counter: CounterRecord, cap, permille: int) -> AuditEntry:  # noqa: ANN001
+    """The trail's row of a budget alert: whose counter, which cap and share, the use then."""
+    return AuditEntry(
+        kind="budget_alert",
+        action=action,
+        actor=counter.subject or None,
+        detail={
+            "scope": counter.scope, "period": counter.period, "period_key": counter.period_key,
+            "share": permille / 1000, "cap": limit_text(cap),
+            "used_nano_usd": counter.used_nano_usd, "used_tokens": counter.used_tokens,
+        },
+    )
 
 
 def _who(counter: CounterRecord) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.agent.audit_trail import Decided, tool_call_entry
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
 from gateway.budgets import Payer, cost_lines
@@ -207,7 +208,8 @@ class Commands:
         session = await self.store.sessions.get(run.session_id)
         for call in await self.store.sessions.open_tool_calls(run.session_id):
             note = placeholder_text("canceled")
-            await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note)
+            audit = tool_call_entry(call, "cancelled", Decided("canceled", reason="/stop"), thread=thread)
+            await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note, audit=audit)
         await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
         if session is not None and report:
             delegation = self.services.delegation

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from gateway.events import utcnow
+from gateway.store.audit import AuditEntry, AuditRepo, Via, via_of
 from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InboxRepo, InsertIgnoring, NewItem
 from gateway.store.tables import access_grants, access_requests, counters, inbox
@@ -104,6 +105,18 @@ def _lock_channel(conn: Connection, channel: str, now: datetime) -> None:
     conn.execute(select(counters.c.value).where(counters.c.name == name).with_for_update()).first()
 
 
+def _audit(action: str, row: Any, decided_by: str | None = None, via: Via | None = None) -> AuditEntry:
+    """The trail's row of a pairing or access change (`row` a request or a grant)."""
+    return AuditEntry(
+        kind="access",
+        action=action,
+        actor=f"{row.channel}:{row.subject}",
+        decided_by=decided_by,
+        via=via if via is not None else (via_of(decided_by) if decided_by is not None else None),
+        detail={"kind": row.kind, "name": row.name, "id": row.id},
+    )
+
+
 class AccessRepo(Repo):
     # ---- requests --------------------------------------------------------------------------
     async def request(
@@ -145,7 +158,9 @@ class AccessRepo(Repo):
                 )
                 .returning(access_requests.c.id)
             ).scalar_one()
-            return RequestOutcome("created", self._get_in(conn, request_id))
+            created = self._get_in(conn, request_id)
+            AuditRepo.record_in(conn, _audit("pairing_requested", created))
+            return RequestOutcome("created", created)
 
         try:
             return await self.db.write(work)
@@ -167,6 +182,7 @@ class AccessRepo(Repo):
         ).all()
         for row in rows:  # the held messages of an expired request are not answered
             conn.execute(update(inbox).where(_held_of(row)).values(status="dropped", done_at=now))
+        AuditRepo.record_in(conn, *(_audit("pairing_expired", row, via="expiry") for row in rows))
         return [to_record(AccessRequestRecord, r) for r in rows]
 
     async def expire_due(self) -> list[AccessRequestRecord]:
@@ -230,6 +246,7 @@ class AccessRepo(Repo):
             )
             if changed.rowcount != 1:
                 return DecideOutcome("not_pending", row)
+            AuditRepo.record_in(conn, _audit("pairing_approved" if approve else "pairing_denied", row, decided_by))
             if approve:
                 self._grant_in(conn, row.kind, row.channel, row.subject, row.name, decided_by, row.id)
                 conn.execute(update(inbox).where(_held_of(row)).values(status="pending"))
@@ -250,7 +267,7 @@ class AccessRepo(Repo):
             )
         ).first()
         if existing is None:
-            conn.execute(
+            grant_id = conn.execute(
                 insert(access_grants).values(
                     kind=kind,
                     channel=channel,
@@ -259,8 +276,13 @@ class AccessRepo(Repo):
                     granted_by=granted_by,
                     request_id=request_id,
                     created_at=utcnow(),
-                )
-            )
+                ).returning(access_grants.c.id)
+            ).scalar_one()
+            if request_id is None:  # a pairing approval is recorded as such
+                AuditRepo.record_in(conn, AuditEntry(
+                    kind="access", action="granted", actor=f"{channel}:{subject}", decided_by=granted_by,
+                    via=via_of(granted_by), detail={"kind": kind, "name": name, "id": grant_id},
+                ))
 
     async def grant(self, *, kind: Kind, channel: str, subject: str, name: str = "", granted_by: str) -> None:
         await self.db.write(lambda conn: self._grant_in(conn, kind, channel, subject, name, granted_by, None))
@@ -280,7 +302,7 @@ class AccessRepo(Repo):
         query = select(access_grants).order_by(access_grants.c.id)
         return await self.db.read(lambda conn: [to_record(AccessGrantRecord, r) for r in conn.execute(query).all()])
 
-    async def revoke(self, ident: str) -> AccessGrantRecord | None:
+    async def revoke(self, ident: str, *, revoked_by: str = "cli") -> AccessGrantRecord | None:
         """By grant id, or by `channel:subject` (a person or a chat)."""
 
         def work(conn: Connection) -> AccessGrantRecord | None:
@@ -293,6 +315,7 @@ class AccessRepo(Repo):
             if row is None:
                 return None
             conn.execute(delete(access_grants).where(access_grants.c.id == row.id))
+            AuditRepo.record_in(conn, _audit("revoked", row, revoked_by))
             return to_record(AccessGrantRecord, row)
 
         return await self.db.write(work)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from sqlalchemy import insert, or_, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
@@ -78,6 +79,27 @@ def redact_arguments(arguments: Any) -> Any:
     return redact(arguments)
 
 
+def via_of(decided_by: str | None) -> Via | None:
+    """How a prompt or a pairing request was decided, from who decided it: the CLI decides as
+    "cli", the console as "console" or "console:<user>", a button or a typed answer as the
+    person's id; an expiry has no one."""
+    if not decided_by:
+        return "expiry"
+    if decided_by == "cli":
+        return "cli"
+    if decided_by == "console" or decided_by.startswith("console:"):
+        return "console"
+    return "button"
+
+
+def person(channel: str, ident: str | None) -> str | None:
+    """A person as the trail names them, "<channel>:<id>" (ids that name their origin already,
+    like "cli" or "console:ann" or "telegram:42", are kept)."""
+    if not ident:
+        return None
+    return ident if ":" in ident or ident in ("cli", "console") else f"{channel}:{ident}"
+
+
 @dataclass(frozen=True)
 class AuditEntry:
     """One row to append. `arguments` and `detail` are redacted when written."""
@@ -132,6 +154,14 @@ def _values(entry: AuditEntry, at: datetime) -> dict[str, Any]:
     }
 
 
+def _is_user(user: str) -> ColumnElement[bool]:
+    exact = or_(audit.c.actor == user, audit.c.decided_by == user)
+    if ":" in user:
+        return exact
+    pattern = "%:" + user.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return or_(exact, audit.c.actor.like(pattern, escape="\\"), audit.c.decided_by.like(pattern, escape="\\"))
+
+
 class AuditRepo(Repo):
     @staticmethod
     def record_in(conn: Connection, *entries: AuditEntry) -> None:
@@ -171,13 +201,14 @@ class AuditRepo(Repo):
         limit: int = 200,
         before_id: int | None = None,
     ) -> list[AuditRecord]:
-        """The newest rows first, at most `limit`; `user` matches who asked or who decided.
-        `before_id` pages further back (the smallest id of the previous page)."""
+        """The newest rows first, at most `limit`; `user` matches who asked or who decided,
+        as "telegram:42" or as the bare id "42". `before_id` pages further back (the smallest
+        id of the previous page)."""
         query = select(audit).order_by(audit.c.id.desc()).limit(max(1, limit))
         if since is not None:
             query = query.where(audit.c.at >= since)
         if user is not None:
-            query = query.where(or_(audit.c.actor == user, audit.c.decided_by == user))
+            query = query.where(_is_user(user))
         if tool is not None:
             query = query.where(audit.c.tool == tool)
         if kind is not None:

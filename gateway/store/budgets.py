@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, delete, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
+from gateway.store.audit import AuditEntry, AuditRepo
 from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InsertIgnoring
 from gateway.store.tables import budget_counters, budget_reservations
@@ -226,18 +227,21 @@ class BudgetRepo(Repo):
 
         return await self.db.write(work)
 
-    async def claim_alert(self, counter_id: int, permille: int) -> bool:
-        """True once per counter and share: the instance that moves the mark sends the alert."""
-        changed = await self.db.write(
-            lambda conn: (
-                conn.execute(
-                    update(budget_counters)
-                    .where(_C.id == counter_id, _C.alerted_permille < permille)
-                    .values(alerted_permille=permille)
-                ).rowcount
-            )
-        )
-        return changed == 1
+    async def claim_alert(self, counter_id: int, permille: int, *, audit: AuditEntry | None = None) -> bool:
+        """True once per counter and share: the instance that moves the mark sends the alert
+        (and writes its `audit` row in the same transaction)."""
+
+        def work(conn: Connection) -> bool:
+            changed = conn.execute(
+                update(budget_counters)
+                .where(_C.id == counter_id, _C.alerted_permille < permille)
+                .values(alerted_permille=permille)
+            ).rowcount
+            if changed == 1 and audit is not None:
+                AuditRepo.record_in(conn, audit)
+            return changed == 1
+
+        return await self.db.write(work)
 
     async def counter(self, key: CounterKey) -> CounterRecord | None:
         def work(conn: Connection) -> CounterRecord | None:

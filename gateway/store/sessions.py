@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
+from gateway.store.audit import AuditEntry, AuditRepo
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import (
     MessageRecord,
@@ -283,7 +284,9 @@ class SessionRepo(Repo):
         result: str | None = None,
         note: str | None = None,
         fence: Fence | None = None,
+        audit: AuditEntry | None = None,
     ) -> None:
+        """`audit`: the trail's row of the call's outcome, written in the same transaction."""
         values: dict[str, Any] = {"status": status}
         if result is not None:
             values["result"] = result
@@ -295,6 +298,8 @@ class SessionRepo(Repo):
         def work(conn: Connection) -> None:
             check_fence(conn, fence)
             conn.execute(update(tool_calls).where(tool_calls.c.id == tool_call_id).values(**values))
+            if audit is not None:
+                AuditRepo.record_in(conn, audit)
 
         await self.db.write(work)
 

@@ -1,0 +1,74 @@
+"""What the audit trail records of a tool call: who asked, who or which rule decided and how,
+the arguments (redacted by the store) and the outcome. The row is written with the call's
+final status, in the same transaction (`SessionRepo.set_tool_call(audit=...)`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.approvals.policy import Decision
+from gateway.events import ThreadKey
+from gateway.store import AuditEntry, PromptRecord, ToolCallRecord
+from gateway.store.audit import Via, person, via_of
+
+
+@dataclass(frozen=True)
+class Decided:
+    """Who or what let a call run or stopped it. `action` names the decision."""
+
+    action: str  # allowed | approved | rejected | denied | auto_denied | expired | answered | ...
+    by: str | None = None  # a person ("telegram:42", "cli", "console:ann") or a rule ("approvals.rules[2]")
+    via: Via | None = None
+    reason: str = ""
+
+
+def by_policy(decision: Decision) -> Decided:
+    """The approval policy's verdict on a call (a rule, the defaults, a bypass, auto-deny)."""
+    rule = f"approvals.rules[{decision.rule_index}]" if decision.rule_index is not None else "approvals defaults"
+    if decision.bypassed:
+        return Decided("allowed", "bypass", "bypass", decision.reason)
+    if decision.action == "auto_deny":
+        return Decided("auto_denied", "auto-deny", "auto", decision.reason)
+    action = {"allow": "allowed", "deny": "denied"}.get(decision.action, decision.action)
+    return Decided(action, rule, "policy", decision.reason)
+
+
+def by_role(role: str) -> Decided:
+    return Decided("denied", f"role:{role}", "policy", f"the role {role!r} may not use this tool")
+
+
+def by_prompt(prompt: PromptRecord) -> Decided:
+    """A person's (or the clock's) answer to the call's approval or question prompt."""
+    channel = ThreadKey.parse(prompt.thread_key).channel
+    via = via_of(prompt.decided_by) if prompt.status != "canceled" else None
+    return Decided(prompt.status, person(channel, prompt.decided_by), via, prompt.answer or "")
+
+
+def tool_call_entry(
+    call: ToolCallRecord,
+    status: str,
+    decided: Decided | None,
+    *,
+    thread: ThreadKey,
+    requested_by: str = "",
+    run_id: int | None = None,
+    agent: str | None = None,
+) -> AuditEntry:
+    detail: dict = {"call_id": call.call_id}
+    if decided is not None and decided.reason:
+        detail["reason"] = decided.reason
+    if agent:
+        detail["agent"] = agent  # a sub-agent's call
+    return AuditEntry(
+        kind="tool_call",
+        action=decided.action if decided is not None else "settled",
+        actor=person(thread.channel, requested_by),
+        decided_by=decided.by if decided is not None else None,
+        via=decided.via if decided is not None else None,
+        tool=call.name,
+        thread_key=str(thread),
+        run_id=run_id or call.run_id,
+        arguments=call.arguments,
+        outcome=status,
+        detail=detail,
+    )
