@@ -29,13 +29,15 @@ def parse_deliver_to(text: str) -> ThreadKey | None:
     value = (text or "").strip()
     if value.lower() in ("", "none"):
         return None
-    channel, _, rest = value.partition(":")
-    chat, _, sub = rest.partition(":")
-    if channel not in DELIVER_CHANNELS or not chat or ":" in sub:
+    try:
+        key: ThreadKey | None = ThreadKey.parse(value)
+    except ValueError:
+        key = None
+    if key is None or key.channel not in DELIVER_CHANNELS or ":" in key.thread:
         raise DefinitionError(
             f"deliver_to {text!r}: use telegram:<chat>[:<topic>], slack:<channel>[:<thread_ts>] or none"
         )
-    return ThreadKey(channel, chat, sub)
+    return key
 
 
 def deliver_to_text(thread: ThreadKey) -> str:

@@ -16,13 +16,13 @@ from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
-from gateway.store import AccessRequestRecord, Store
+from gateway.store import AccessRequestRecord, Action, Store
 from gateway.store.access import TOKEN_PREFIX, DecideOutcome, Kind
 from gateway.store.items import Said, button_item
 
 log = logging.getLogger(__name__)
 
-APPROVE, DENY = "a", "d"
+APPROVE, DENY = Action.APPROVE, Action.DENY
 PAIRING_CODE = (
     "🔐 This assistant only talks to people its admins approved. Your pairing code is {code}: "
     "an admin will approve it (it expires in {ttl}). Your message will be answered then."

@@ -53,7 +53,6 @@ BYPASS_MINUTES = 15
 
 AUTO_DENIED = "Tool call auto-denied: this session cannot ask for approval."
 EXPIRED = "approval expired"
-NOT_AN_APPROVER = "You are not allowed to decide on this request."
 
 _PATHLIKE = re.compile(r"(^|_)(path|file|filename|dir|directory|cwd)$")
 
@@ -100,7 +99,7 @@ class Bypass:
 
 
 @dataclass(frozen=True)
-class Decision:
+class PolicyDecision:
     action: Outcome
     reason: str
     rule_index: int | None = None
@@ -269,7 +268,7 @@ class ApprovalPolicy:
         bypasses: Iterable[Bypass] = (),
         thread: ThreadKey | None = None,
         now: datetime | None = None,
-    ) -> Decision:
+    ) -> PolicyDecision:
         """The gate for one call. Without `thread`, the bypasses are taken as the thread's own."""
         decision = self._by_rules(spec, args, source)
         if decision.action != "require":
@@ -278,33 +277,33 @@ class ApprovalPolicy:
         for bypass in bypasses:
             # keyed on `grant_key`: an MCP tool whose server or schema changed is asked about again
             if bypass.covers(spec.grant_key, thread, moment):
-                return Decision("allow", _bypass_reason(bypass), decision.rule_index, bypassed=True)
+                return PolicyDecision("allow", _bypass_reason(bypass), decision.rule_index, bypassed=True)
         if not interactive:
-            return Decision("auto_deny", AUTO_DENIED, decision.rule_index)
+            return PolicyDecision("auto_deny", AUTO_DENIED, decision.rule_index)
         return decision
 
     def hidden_tools(self, specs: Iterable[ToolSpec], source: str) -> set[str]:
         """Names the model must not be offered: denied for this source whatever the arguments."""
         return {spec.name for spec in specs if self._always_denied(spec, source)}
 
-    def _by_rules(self, spec: ToolSpec, args: Mapping[str, Any], source: str) -> Decision:
+    def _by_rules(self, spec: ToolSpec, args: Mapping[str, Any], source: str) -> PolicyDecision:
         rule = next((r for r in self.rules if r.applies(spec, args, source, self.root)), None)
         if rule is not None and rule.action == "deny":
-            return Decision("deny", denied_by_rule_text(rule.index), rule.index)
+            return PolicyDecision("deny", denied_by_rule_text(rule.index), rule.index)
         if rule is not None and rule.action == "require":
-            return Decision("require", f"approvals.rules[{rule.index}] requires approval", rule.index)
+            return PolicyDecision("require", f"approvals.rules[{rule.index}] requires approval", rule.index)
         broken = next((b for b in self.broken if b.names(spec)), None)
         if broken is not None:
-            return Decision("require", f"approvals.rules[{broken.index}] could not be loaded; "
+            return PolicyDecision("require", f"approvals.rules[{broken.index}] could not be loaded; "
                             "approval required (fail closed)", broken.index)
         if rule is not None:
-            return Decision("allow", f"allowed by approvals.rules[{rule.index}]", rule.index)
+            return PolicyDecision("allow", f"allowed by approvals.rules[{rule.index}]", rule.index)
         if spec.side_effects:
-            return Decision("require", "no rule matched and the tool has side effects")
+            return PolicyDecision("require", "no rule matched and the tool has side effects")
         reason = spec.needs_approval(args) if spec.needs_approval is not None else None
         if reason:
-            return Decision("require", f"no rule matched and {reason}")
-        return Decision("allow", "no rule matched and the tool has no side effects")
+            return PolicyDecision("require", f"no rule matched and {reason}")
+        return PolicyDecision("allow", "no rule matched and the tool has no side effects")
 
     def _always_denied(self, spec: ToolSpec, source: str) -> bool:
         for rule in self.rules:

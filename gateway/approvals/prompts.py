@@ -4,7 +4,8 @@ A button token is `<prompt token>.<action>`: the prompt token is 128 random bits
 the database, so tokens are unguessable, at most 64 bytes, and keep working after a restart
 and on any instance. Actions: a approve, d deny, t allow 15 min, c allow in this chat,
 q<N> choice N, r run again (scheduled job). A press is decided in one transaction with its
-inbox event (dedupe) and the resume item that continues the parked turn.
+inbox event (dedupe) and the resume item that continues the parked turn. The action codes are
+`Action` (store/records.py), shared with the access requests' buttons and `gateway approvals`.
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
-from gateway.store import NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord
+from gateway.store import Action, NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord, choice_action, chosen
 from gateway.store.items import ResumePrompt, SenderRef, button_item, rerun_message
 from gateway.tools import ToolError, ToolSpec
 
 log = logging.getLogger(__name__)
 
-APPROVE, DENY, ALLOW_15M, ALLOW_THREAD, RERUN = "a", "d", "t", "c", "r"
 APPROVAL_BUTTONS = (
-    ((APPROVE, "✅ Approve"), (DENY, "❌ Deny")),
-    ((ALLOW_15M, f"⏱ Allow {BYPASS_MINUTES} min"), (ALLOW_THREAD, "🔁 Allow in this chat")),
+    ((Action.APPROVE, "✅ Approve"), (Action.DENY, "❌ Deny")),
+    ((Action.ALLOW_15M, f"⏱ Allow {BYPASS_MINUTES} min"), (Action.ALLOW_THREAD, "🔁 Allow in this chat")),
 )
+APPROVAL_VERDICTS: dict[str, str] = {  # the approval button pressed -> the prompt's status
+    Action.APPROVE: "approved",
+    Action.ALLOW_15M: "approved",
+    Action.ALLOW_THREAD: "approved",
+    Action.DENY: "rejected",
+}
 FREE_TEXT_HINT = "You can also type your answer."
 NOT_PENDING = "This request is no longer pending."
 NOT_YOURS = "You can't decide this request."
@@ -56,9 +62,11 @@ def resume_item(prompt: PromptRecord) -> NewItem:
 def outcome_text(prompt: PromptRecord) -> str:
     who = prompt.decided_by_name or prompt.decided_by or "someone"
     if prompt.status == "approved":
-        scope = {ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)", ALLOW_THREAD: " (allowed in this chat)"}.get(
-            prompt.decision or "", ""
-        )
+        scopes: dict[str, str] = {
+            Action.ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)",
+            Action.ALLOW_THREAD: " (allowed in this chat)",
+        }
+        scope = scopes.get(prompt.decision or "", "")
         return f"✅ Approved by {who}{scope}"
     if prompt.status == "rejected":
         return f"❌ Denied by {who}" + (f": {prompt.answer}" if prompt.answer else "")
@@ -145,7 +153,9 @@ class PromptService:
         )
         for old in superseded:
             await self.close(old)
-        buttons = tuple((Button(choice[:60], button_token(prompt.token, f"q{i}")),) for i, choice in enumerate(choices))
+        buttons = tuple(
+            (Button(choice[:60], button_token(prompt.token, choice_action(i))),) for i, choice in enumerate(choices)
+        )
         hint = FREE_TEXT_HINT if allow_free_text or not choices else ""
         text = f"🤖 {agent} asks: {question}" if agent else question
         await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", text, buttons, hint=hint))
@@ -168,8 +178,8 @@ class PromptService:
 
     # ---- answering ------------------------------------------------------------------------
     async def press(self, press: ButtonPress) -> SubmitResult:
-        if await self.store.inbox.get_by_event(press.event_id) is not None:
-            return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap
+        """A tap not seen before (the inbox checked); its event is recorded with the decision,
+        in one transaction, so a concurrent redelivery still comes out a duplicate."""
         parsed = parse_token(press.token)
         prompt = await self.store.prompts.by_token(parsed[0]) if parsed else None
         if prompt is None or parsed is None:
@@ -200,15 +210,12 @@ class PromptService:
 
     def _decision(self, prompt: PromptRecord, action: str) -> tuple[str, str | None] | None:
         if prompt.kind == "approval":
-            return {
-                APPROVE: ("approved", None),
-                ALLOW_15M: ("approved", None),
-                ALLOW_THREAD: ("approved", None),
-                DENY: ("rejected", None),
-            }.get(action)
+            status = APPROVAL_VERDICTS.get(action)
+            return (status, None) if status else None
         choices = prompt.payload.get("choices", [])
-        if action.startswith("q") and action[1:].isdigit() and int(action[1:]) < len(choices):
-            return "answered", choices[int(action[1:])]
+        choice = chosen(action)
+        if choice is not None and choice < len(choices):
+            return "answered", choices[choice]
         return None
 
     async def _answer(self, press: ButtonPress, outcome: str, prompt: PromptRecord | None) -> SubmitResult:
@@ -221,9 +228,9 @@ class PromptService:
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
         if prompt.kind == "approval":
             metrics.APPROVALS.labels("approved" if prompt.status == "approved" else "denied").inc()
-        if prompt.decision in (ALLOW_15M, ALLOW_THREAD):
+        if prompt.decision in (Action.ALLOW_15M, Action.ALLOW_THREAD):
             tool = prompt.payload.get("grant") or prompt.payload.get("tool", "")
-            expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == ALLOW_15M else None
+            expires = utcnow() + timedelta(minutes=BYPASS_MINUTES) if prompt.decision == Action.ALLOW_15M else None
             await self.store.prompts.add_bypass(
                 thread_key=prompt.thread_key,
                 tool=tool,
@@ -239,8 +246,8 @@ class PromptService:
         schedule_id = prompt.payload.get("schedule_id")
         message = rerun_message(f"rerun:{prompt.id}", prompt.thread_key, text, sender, schedule_id)
         result = await self.store.prompts.decide(
-            prompt.id, status="answered", decision=RERUN, decided_by=press.sender.id, decided_by_name=press.sender.name,
-            event=self._event_item(press), resume=message, enforce_expiry=False,
+            prompt.id, status="answered", decision=Action.RERUN, decided_by=press.sender.id,
+            decided_by_name=press.sender.name, event=self._event_item(press), resume=message, enforce_expiry=False,
         )
         if result.outcome == "duplicate":
             return SubmitResult(press.event_id, duplicate=True)
@@ -278,7 +285,7 @@ class PromptService:
         result = await self.store.prompts.decide(
             prompt.id,
             status="answered",
-            decision="text",
+            decision=Action.TEXT,
             decided_by=sender_id,
             decided_by_name=sender_name,
             answer=text,
@@ -290,7 +297,7 @@ class PromptService:
         result = await self.store.prompts.decide(
             prompt.id,
             status="expired",
-            decision="expired",
+            decision=Action.EXPIRED,
             decided_by="",
             answer=None,
             resume=resume_item(prompt),
@@ -309,10 +316,6 @@ class PromptService:
 def _one_line(arguments: str, limit: int = 120) -> str:
     text = " ".join(arguments.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def prompt_summary(payload: dict[str, Any]) -> str:
-    return str(payload.get("tool") or payload.get("question") or "")
 
 
 ASK_USER_DESCRIPTION = (

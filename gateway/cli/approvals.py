@@ -8,7 +8,7 @@ import sys
 from typing import TextIO
 
 from gateway.approvals.prompts import resume_item
-from gateway.store import Store
+from gateway.store import Action, Store
 
 
 async def run(args: argparse.Namespace, store: Store, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -29,7 +29,7 @@ async def run(args: argparse.Namespace, store: Store, out: TextIO = sys.stdout, 
         return 1
     status = "approved" if args.action == "approve" else "rejected"
     decision = await store.prompts.decide(
-        asked.id, status=status, decision="a" if status == "approved" else "d", decided_by="cli",
+        asked.id, status=status, decision=Action.APPROVE if status == "approved" else Action.DENY, decided_by="cli",
         decided_by_name="operator", answer=args.reason or None, resume=resume_item(asked),
     )
     print(f"request {asked.id}: {decision.outcome}", file=out)

@@ -112,6 +112,8 @@ class Inbox:
         self._poke(thread_key)
 
     async def _press(self, press: ButtonPress) -> SubmitResult:
+        if await self.store.inbox.get_by_event(press.event_id) is not None:
+            return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap (prompt or pairing)
         gatekeeper = self.services.gatekeeper
         if gatekeeper is None or not gatekeeper.handles(press):
             return await self.services.prompts.press(press)

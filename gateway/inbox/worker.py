@@ -148,12 +148,12 @@ class Worker:
         await self.runner.run(request)
 
     async def _resume(self, thread: ThreadKey, resume: ResumePrompt, fence: Fence) -> None:
-        """A decided prompt: its parked run continues (the turn applies the verdict)."""
+        """A decided prompt: its parked run continues. The turn applies the verdict to the call
+        and closes the prompt (its message shows the outcome), once, wherever the run goes on."""
         prompt = await self.store.prompts.get(resume.prompt_id)
         session = await self.store.sessions.get(prompt.session_id) if prompt else None
         if prompt is None or session is None or prompt.run_id is None:
             return
-        await self.services.prompts.close(prompt)
         run_id, child = prompt.run_id, None
         if session.kind == "child" and self.services.delegation is not None:  # the turn running it continues
             routed = await self.services.delegation.control.route(session, run_id, thread, prompt.id)

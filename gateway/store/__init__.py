@@ -26,7 +26,7 @@ from gateway.store.delegations import ChildSession, DelegationRepo, NewTask, Tas
 from gateway.store.history import HistoryRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
-from gateway.store.prompts import Decision, PromptRepo
+from gateway.store.prompts import DecideResult, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
 from gateway.store.retention import RetentionDays, RetentionRepo
 from gateway.store.runs import RunRepo
@@ -199,7 +199,7 @@ __all__ = [
     "Fence",
     "LeaseLost",
     "NewItem",
-    "Decision",
+    "DecideResult",
     "ChildSession",
     "NewTask",
     "TaskRecord",

@@ -360,4 +360,3 @@ class InboxRepo(Repo):
             ).scalar_one()
 
         return await self.db.write(work)
-

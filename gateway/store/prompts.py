@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InboxRepo, NewItem
-from gateway.store.records import BypassRecord, PromptRecord
+from gateway.store.records import BypassRecord, PromptKind, PromptRecord
 from gateway.store.tables import bypasses, prompts
 
 DecideOutcome = Literal["decided", "duplicate", "unknown", "not_pending", "expired"]
@@ -37,7 +37,7 @@ _ACTIVE_BYPASSES = select(bypasses).where(
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecideResult:
     outcome: DecideOutcome
     prompt: PromptRecord | None
 
@@ -46,7 +46,7 @@ class PromptRepo(Repo):
     async def create(
         self,
         *,
-        kind: str,
+        kind: PromptKind,
         session_id: int,
         thread_key: str,
         payload: dict[str, Any],
@@ -133,22 +133,22 @@ class PromptRepo(Repo):
         now: datetime | None = None,
         enforce_expiry: bool = True,
         reason_from_held: bool = False,
-    ) -> Decision:
+    ) -> DecideResult:
         """Compare-and-set pending -> `status`, in one transaction with the inbound event (dedupe)
         and the resume item that continues the turn. Only one decision ever wins."""
         now = now or utcnow()
 
-        def work(conn: Connection) -> Decision:
+        def work(conn: Connection) -> DecideResult:
             if event is not None and not InboxRepo.add_in(conn, event):
-                return Decision("duplicate", None)
+                return DecideResult("duplicate", None)
             row = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
             if row is None:
-                return Decision("unknown", None)
+                return DecideResult("unknown", None)
             if row.status != "pending":
-                return Decision("not_pending", to_record(PromptRecord, row))
+                return DecideResult("not_pending", to_record(PromptRecord, row))
             expired = enforce_expiry and row.expires_at is not None and row.expires_at <= now
             if expired:
-                return Decision("expired", to_record(PromptRecord, row))
+                return DecideResult("expired", to_record(PromptRecord, row))
             changed = conn.execute(
                 update(prompts)
                 .where(prompts.c.id == prompt_id, prompts.c.status == "pending")
@@ -162,7 +162,7 @@ class PromptRepo(Repo):
                 )
             )
             if changed.rowcount != 1:
-                return Decision("not_pending", to_record(PromptRecord, row))
+                return DecideResult("not_pending", to_record(PromptRecord, row))
             # Messages held while the prompt was pending go back to the queue; on a denial the
             # latest of them may be the reason the person typed.
             reason = InboxRepo.release_held_in(
@@ -173,7 +173,7 @@ class PromptRepo(Repo):
             if resume is not None:
                 InboxRepo.add_in(conn, resume)
             decided = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
-            return Decision("decided", to_record(PromptRecord, decided))
+            return DecideResult("decided", to_record(PromptRecord, decided))
 
         return await self.db.write(work)
 

@@ -4,11 +4,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 SessionKind = Literal["interactive", "cron", "tick"]
 ToolStatus = Literal["running", "pending", "done", "failed", "cancelled", "rejected"]
 RunStage = Literal["RUNNING", "AWAITING_INPUT", "SUCCESS", "FAILED", "CANCELED"]
+# An approval of a tool call, a question (ask_user, a tool's own), a scheduled job's "run again" button.
+PromptKind = Literal["approval", "question", "rerun"]
+
+
+class Action(StrEnum):
+    """How a prompt was decided: the action code of its button (`<token>.<code>`, at most 64
+    bytes in all, so one letter), recorded as the prompt's `decision`. A question's choice N is
+    `q<N>` (`choice_action`)."""
+
+    APPROVE = "a"
+    DENY = "d"
+    ALLOW_15M = "t"  # approve, and allow the tool in this chat for approvals.BYPASS_MINUTES
+    ALLOW_THREAD = "c"  # approve, and allow the tool in this chat from now on
+    RERUN = "r"  # a scheduled job run again where the button was pressed
+    TEXT = "text"  # a question answered by a typed message (no button)
+    EXPIRED = "expired"  # nobody decided in time (no button)
+
+
+def choice_action(index: int) -> str:
+    return f"q{index}"
+
+
+def chosen(action: str) -> int | None:
+    """The choice index of a `q<N>` action, None for any other."""
+    return int(action[1:]) if action.startswith("q") and action[1:].isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -130,7 +156,7 @@ class Lease:
 class PromptRecord:
     id: int
     token: str
-    kind: Literal["approval", "question"]
+    kind: PromptKind
     session_id: int
     thread_key: str
     run_id: int | None
