@@ -8,8 +8,9 @@ import secrets
 from dataclasses import dataclass
 
 from gateway.admin.operations import Operations
-from gateway.approvals.prompts import APPROVE, DENY, button_token
+from gateway.approvals.prompts import button_token
 from gateway.events import ButtonPress, Sender, ThreadKey
+from gateway.store import Action
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ async def decide_prompt(ops: Operations, prompt_id: int, approve: bool, user: st
     if prompt is None or prompt.kind != "approval":
         outcome = Outcome(False, f"no approval request {prompt_id}")
     else:
-        outcome = await _press(ops, prompt.thread_key, button_token(prompt.token, APPROVE if approve else DENY), user)
+        outcome = await _press(ops, prompt.thread_key, button_token(prompt.token, _verdict(approve)), user)
     return await recorded(ops, user, "approve" if approve else "deny", f"prompt:{prompt_id}", outcome)
 
 
@@ -58,7 +59,7 @@ async def decide_pairing(ops: Operations, request_id: int, approve: bool, user: 
     if request is None:
         outcome = Outcome(False, f"no pairing request {request_id}")
     else:
-        outcome = await _press(ops, request.thread_key, f"{request.token}.{APPROVE if approve else DENY}", user)
+        outcome = await _press(ops, request.thread_key, button_token(request.token, _verdict(approve)), user)
     verb = "approve_pairing" if approve else "deny_pairing"
     return await recorded(ops, user, verb, f"pairing:{request.code if request else request_id}", outcome)
 
@@ -88,3 +89,7 @@ async def _job(ops: Operations, name: str, action: str) -> Outcome:
     if action in ("enable", "disable"):
         return Outcome(True, await ops.set_job_enabled(schedule, action == "enable"))
     return Outcome(False, f"unknown action {action!r}")
+
+
+def _verdict(approve: bool) -> Action:
+    return Action.APPROVE if approve else Action.DENY

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.approvals.policy import Decision
+from gateway.approvals.policy import PolicyDecision
 from gateway.events import ThreadKey
 from gateway.store import AuditEntry, PromptRecord, ToolCallRecord
 from gateway.store.audit import Via, person, via_of
@@ -22,7 +22,7 @@ class Decided:
     reason: str = ""
 
 
-def by_policy(decision: Decision) -> Decided:
+def by_policy(decision: PolicyDecision) -> Decided:
     """The approval policy's verdict on a call (a rule, the defaults, a bypass, auto-deny)."""
     rule = f"approvals.rules[{decision.rule_index}]" if decision.rule_index is not None else "approvals defaults"
     if decision.bypassed:
