@@ -8,11 +8,12 @@ import gc
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
+from gateway import metrics
 from gateway.access import AccessPolicy, Gatekeeper
 from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
@@ -214,12 +215,22 @@ class Gateway:
             room_for_job=self.spend.room_for_job,
         )
         self.services.tool_services["scheduler"] = self.scheduler
+        self.store.schedules.on_status = _count_firings
         if matches_any("schedule", config.agent.tools):
             spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
-        self.http = HttpServer(self, config.http, webhook_routes(self.channels.values())) if serve_http else None
+        self.http = (
+            HttpServer(
+                self,
+                config.http,
+                webhook_routes(self.channels.values()),
+                stuck_after=timedelta(seconds=config.outbox.sweep_after_s),
+            )
+            if serve_http
+            else None
+        )
         if self.http is not None:
             mount_admin(self.http.app, GatewayOperations(self))
         self._leader_task: asyncio.Task | None = None
@@ -359,14 +370,18 @@ class Gateway:
                     lease = None
                 if lease is not None and not duties:
                     log.info("this instance is the leader (fence %s)", lease.fence)
+                    _count_leadership("acquired", taken_over=lease.taken_over)
                     duties = await self._start_duties()
                 elif lease is None and duties:
                     log.warning("leadership lost; stopping polling and the scheduler clock")
+                    _count_leadership("lost")
                     await self._stop_duties(duties)
                     duties = []
                 await self._heartbeat(ttl)
                 await self._leading.sleep(ttl / 3)
         finally:
+            if duties:
+                metrics.IS_LEADER.set(0)
             await self._stop_duties(duties)
             if lease is not None:
                 await self.store.inbox.release(lease)
@@ -422,3 +437,14 @@ class Gateway:
         await stop.wait()
         log.info("stopping: finishing running turns (up to %.0fs)", self.config.serve.shutdown_grace)
         await self.stop()
+
+
+def _count_leadership(event: str, *, taken_over: bool = False) -> None:
+    metrics.LEADER_CHANGES.labels(event).inc()
+    metrics.IS_LEADER.set(1 if event == "acquired" else 0)
+    if taken_over:
+        metrics.LEASE_TAKEOVERS.labels("leader").inc()
+
+
+def _count_firings(status: str, count: int) -> None:
+    metrics.SCHEDULER_FIRINGS.labels(status).inc(count)

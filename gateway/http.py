@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -40,9 +40,17 @@ def webhook_routes(channels: Iterable[object]) -> list[Route]:
 
 
 class HttpServer:
-    def __init__(self, gateway: Readiness, config: HttpConfig, routes: Iterable[Route] = ()):
+    def __init__(
+        self,
+        gateway: Readiness,
+        config: HttpConfig,
+        routes: Iterable[Route] = (),
+        *,
+        stuck_after: timedelta = timedelta(seconds=60),
+    ):
         self.gateway = gateway
         self.config = config
+        self.stuck_after = stuck_after  # an outbox row unsent for longer counts as stuck
         self.accepting = True
         self.app = web.Application(middlewares=[self._intake_guard])
         self.app.router.add_get("/healthz", self.healthz)
@@ -99,12 +107,15 @@ class HttpServer:
         return web.json_response({"ready": ready, **body}, status=200 if ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Counters live in memory; the inbox gauges cost one aggregate query per scrape,
-        whatever the inbox holds."""
+        """Counters live in memory; the inbox and outbox gauges cost one aggregate query per
+        scrape, whatever the tables hold."""
         store = self.gateway.store
-        pending, oldest = await store.inbox.pending_summary()
-        metrics.INBOX_DEPTH.set(pending)
+        gauges = await store.gauges.read(self.stuck_after)
+        oldest = gauges.inbox_oldest
+        metrics.INBOX_DEPTH.set(gauges.inbox_pending)
         metrics.INBOX_OLDEST.set((datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0)
+        metrics.OUTBOX_RETRYING.set(gauges.outbox_retrying)
+        metrics.OUTBOX_STUCK.set(gauges.outbox_stuck)
         count = store.db.count
         lines = [
             "# HELP gateway_db_statements_total Statements sent to the database.",

@@ -34,6 +34,32 @@ APPROVALS = Counter("gateway_approvals", "Approval prompts: requested, auto-deni
                     registry=REGISTRY)
 OUTBOX = Counter("gateway_outbox_sends", "Outbox deliveries to a platform, by channel.", ["channel"],
                  registry=REGISTRY)
+COST = Counter("gateway_llm_cost_usd", "What the LLM calls of turns cost, in USD (llm.prices), by model.", ["model"],
+               registry=REGISTRY)
+OUTBOX_RETRIES = Counter("gateway_outbox_retries", "Failed delivery attempts tried again, by why.",
+                         ["channel", "reason"], registry=REGISTRY)  # backoff | retry_after | ambiguous
+OUTBOX_AMBIGUOUS = Counter("gateway_outbox_ambiguous", "Sends that failed ambiguously (may be in the chat).",
+                           ["channel", "decision"], registry=REGISTRY)  # resent | gave_up
+OUTBOX_RETRYING = Gauge("gateway_outbox_retrying", "Sends pending after at least one failed attempt.",
+                        registry=REGISTRY)
+OUTBOX_STUCK = Gauge("gateway_outbox_stuck", "Sends pending longer than outbox.sweep_after_s that nobody is sending.",
+                     registry=REGISTRY)
+RATE_LIMIT_WAITS = Counter("gateway_rate_limit_waits", "Sends that waited for a chat's pacing or retry_after hold.",
+                           ["channel"], registry=REGISTRY)
+RATE_LIMIT_SECONDS = Counter("gateway_rate_limit_wait_seconds", "Time sends spent waiting for a chat's pacing or hold.",
+                             ["channel"], registry=REGISTRY)
+LEASE_TAKEOVERS = Counter("gateway_lease_takeovers", "Leases taken over after their holder let them expire.", ["lease"],
+                          registry=REGISTRY)  # thread | leader
+LEADER_CHANGES = Counter("gateway_leader_changes", "This instance became the leader or lost leadership.", ["event"],
+                         registry=REGISTRY)  # acquired | lost
+IS_LEADER = Gauge("gateway_leader", "1 while this instance is the leader.", registry=REGISTRY)
+SCHEDULER_FIRINGS = Counter("gateway_scheduler_firings", "Scheduled job runs recorded, by status.", ["status"],
+                            registry=REGISTRY)  # running | success | failed | canceled | skipped | missed
+BUDGET_SPENT = Counter("gateway_budget_spent_usd", "Spend settled against the spend caps, by payer kind.", ["scope"],
+                       registry=REGISTRY)  # user | chat | job | global
+BUDGET_USE = Gauge("gateway_budget_use_ratio",
+                   "The highest share of its cap a payer of this kind used this period (as this instance settled it).",
+                   ["scope", "period"], registry=REGISTRY)
 INBOX_DEPTH = Gauge("gateway_inbox_pending", "Inbox items waiting to be processed.", registry=REGISTRY)
 INBOX_OLDEST = Gauge("gateway_inbox_oldest_pending_age_seconds",
                      "Age of the oldest pending inbox item (0 when the inbox is empty).", registry=REGISTRY)

@@ -53,8 +53,13 @@ class ChatRateLimiter:
         key = (thread.channel, thread.chat)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            waited = 0.0
             while (delay := max(self._next.get(key, 0.0), self._held.get(key, 0.0)) - self._clock()) > 0:
                 await self._sleep(delay)  # again: a hold may have been extended meanwhile
+                waited += delay
+            if waited:
+                metrics.RATE_LIMIT_WAITS.labels(thread.channel).inc()
+                metrics.RATE_LIMIT_SECONDS.labels(thread.channel).inc(waited)
             if self.interval_s > 0:
                 self._next[key] = self._clock() + self.interval_s
 
@@ -188,6 +193,7 @@ class Outbox:
             except ChannelError as exc:
                 done = exc.delivered or done
                 step = self._next_step(exc, state)
+                _count_failure(thread.channel, exc, step)
                 if exc.retry_after is not None and not step.final:
                     self.limiter.hold(thread, step.wait)
                 if record is not None:
@@ -228,6 +234,14 @@ class Outbox:
             return _Step(uncertain=AMBIGUOUS_RESENT)
         state.failures += 1
         return _Step(wait=self.policy.backoff(state.failures))
+
+
+def _count_failure(channel: str, exc: ChannelError, step: _Step) -> None:
+    if step.uncertain is not None:
+        metrics.OUTBOX_AMBIGUOUS.labels(channel, "gave_up" if step.final else "resent").inc()
+    if not step.final:
+        reason = "retry_after" if exc.retry_after is not None else "ambiguous" if exc.ambiguous else "backoff"
+        metrics.OUTBOX_RETRIES.labels(channel, reason).inc()
 
 
 @dataclass

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import metrics
 from gateway.config import ModelPrice, TracesConfig
 from gateway.store import FinalStage, Store
 
@@ -95,6 +96,8 @@ class RunTrace:
             cached_tokens=usage.cached_tokens,
             output_tokens=usage.output_tokens,
         )
+        if cost:
+            metrics.COST.labels(usage.model).inc(cost / 1e9)
         events = [
             ("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)}, None),
             ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),

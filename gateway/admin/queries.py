@@ -70,7 +70,8 @@ async def overview(ops: Operations) -> dict[str, Any]:
         }
         for beat in await store.console.instances()
     ]
-    pending, oldest = await store.inbox.pending_summary()
+    gauges = await store.gauges.read(timedelta(seconds=config.outbox.sweep_after_s))
+    pending, oldest = gauges.inbox_pending, gauges.inbox_oldest
     counts = await store.console.counts(stuck_after=timedelta(seconds=config.outbox.sweep_after_s), now=now)
     return {
         "now": now,

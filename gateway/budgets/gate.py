@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from gateway import metrics
 from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_payer, limit_text, usd_text
 from gateway.config import Config
 from gateway.llm import Usage
@@ -52,6 +53,7 @@ class SpendGate:
         self.caps = Caps(config)
         self.alert = alert
         self._worst: dict[int, tuple[int, int]] = {}
+        self._highest: dict[tuple[str, str], tuple[str, float]] = {}  # (scope, period) -> (period key, share)
 
     async def open(self, model: str, request_bytes: int, max_tokens: int | None) -> _Ticket | None:
         if not self.caps.any:
@@ -100,10 +102,23 @@ class SpendGate:
             log.exception("could not settle budget reservation %s", ticket.reservation)
             return
         by_key = {CounterKey(c.scope, c.subject, c.period, c.period_key): c for c in counters}
+        for scope in {applied.cap.scope for applied in ticket.applied}:
+            metrics.BUDGET_SPENT.labels(scope).inc(nano / 1e9)
         for applied in ticket.applied:
             counter = by_key.get(applied.key)
             if counter is not None:
+                self._show_use(applied, counter)
                 await self._alert_share(applied, counter)
+
+    def _show_use(self, applied: AppliedCap, counter: CounterRecord) -> None:
+        """The use gauge of the cap's kind and period: the highest share a payer of that kind
+        has used in the current period (a new period starts from the first payer's share)."""
+        label = (counter.scope, counter.period)
+        period_key, highest = self._highest.get(label, ("", 0.0))
+        share = _share(applied, counter)
+        if period_key != counter.period_key or share > highest:
+            self._highest[label] = (counter.period_key, share)
+            metrics.BUDGET_USE.labels(*label).set(share)
 
     async def room_for_job(self, schedule_id: int) -> str | None:
         """Why a scheduled run must not start (a cap of the job, or everyone's, is used up);

@@ -240,6 +240,8 @@ class Inbox:
             )
             if lease is None:
                 continue  # another instance holds it
+            if lease.taken_over:
+                metrics.LEASE_TAKEOVERS.labels("thread").inc()
             task = asyncio.create_task(self.worker.work_thread(thread_key, lease), name=f"thread {thread_key}")
             self._workers[thread_key] = task
             task.add_done_callback(functools.partial(self._worker_done, thread_key))

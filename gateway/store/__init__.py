@@ -23,6 +23,7 @@ from gateway.store.db import (
     upgrade,
 )
 from gateway.store.delegations import ChildSession, DelegationRepo, NewTask, TaskRecord
+from gateway.store.gauges import GaugeRepo, Gauges
 from gateway.store.history import HistoryRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
@@ -98,6 +99,7 @@ class Store:
         self.budgets = BudgetRepo(self.db)
         self.audit = AuditRepo(self.db)
         self.console = ConsoleRepo(self.db)
+        self.gauges = GaugeRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -215,6 +217,7 @@ __all__ = [
     "Limit",
     "Refused",
     "Reserved",
+    "Gauges",
     "AuditEntry",
     "AuditRecord",
     "AuditRepo",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -94,12 +94,16 @@ _EXTEND_OWN_LEASE = update(leases).where(
     leases.c.owner == bindparam("lease_owner"),
     leases.c.expires_at > bindparam("now"),
 )
+# A free lease (released, or never held) first; an expired one only when that fails, so a
+# takeover from a holder that stopped renewing is known without reading the row first.
+_TAKE_FREE_LEASE = (
+    update(leases)
+    .where(leases.c.name == bindparam("lease_name"), or_(leases.c.owner.is_(None), leases.c.expires_at.is_(None)))
+    .values(fence=leases.c.fence + 1)
+)
 _TAKE_OVER_LEASE = (
     update(leases)
-    .where(
-        leases.c.name == bindparam("lease_name"),
-        or_(leases.c.owner.is_(None), leases.c.expires_at.is_(None), leases.c.expires_at <= bindparam("now")),
-    )
+    .where(leases.c.name == bindparam("lease_name"), leases.c.expires_at <= bindparam("now"))
     .values(fence=leases.c.fence + 1)
 )
 _LEASE_BY_NAME = select(leases).where(leases.c.name == bindparam("lease_name"))
@@ -273,14 +277,6 @@ class InboxRepo(Repo):
             query = query.where(inbox.c.thread_key == thread_key)
         return await self.db.read(lambda conn: conn.execute(query).scalar_one())
 
-    async def pending_summary(self) -> tuple[int, datetime | None]:
-        """How many items are pending and when the oldest arrived, in one aggregate query."""
-        query = select(func.count(), func.min(inbox.c.created_at)).where(inbox.c.status == "pending")
-        count, oldest = await self.db.read(lambda conn: conn.execute(query).one())
-        if oldest is not None and oldest.tzinfo is None:  # SQLite returns naive UTC
-            oldest = oldest.replace(tzinfo=UTC)
-        return count, oldest
-
     async def get_by_event(self, event_id: str) -> InboxItem | None:
         def work(conn: Connection) -> InboxItem | None:
             row = conn.execute(select(inbox).where(inbox.c.event_id == event_id)).first()
@@ -299,14 +295,15 @@ class InboxRepo(Repo):
             mine = conn.execute(
                 _EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires}
             )
+            taken_over = False
             if mine.rowcount != 1:
-                taken = conn.execute(
-                    _TAKE_OVER_LEASE, {"lease_name": name, "now": now, "owner": owner, "expires_at": expires}
-                )
-                if taken.rowcount != 1:
-                    return None
+                params = {"lease_name": name, "now": now, "owner": owner, "expires_at": expires}
+                if conn.execute(_TAKE_FREE_LEASE, params).rowcount != 1:
+                    if conn.execute(_TAKE_OVER_LEASE, params).rowcount != 1:
+                        return None
+                    taken_over = True
             row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).one()
-            return Lease(name=row.name, owner=row.owner, fence=row.fence, expires_at=row.expires_at)
+            return Lease(row.name, row.owner, row.fence, row.expires_at, taken_over=taken_over)
 
         return await self.db.write(work)
 

@@ -150,6 +150,7 @@ class Lease:
     owner: str
     fence: int
     expires_at: datetime
+    taken_over: bool = False  # taken from a holder that let it expire (a dead or paused instance)
 
 
 @dataclass(frozen=True)

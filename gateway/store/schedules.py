@@ -8,7 +8,7 @@ both think they lead still run a job once.
 from __future__ import annotations
 
 import builtins  # the repositories have a `list` method, which hides the type in their signatures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -110,6 +110,14 @@ class JobRunRecord:
 
 
 class ScheduleRepo(Repo):
+    # Told (status, how many) after a job run is written with a status: the composition root
+    # counts firings for /metrics (the scheduler package knows nothing of metrics).
+    on_status: Callable[[str, int], None] | None = None
+
+    def _told(self, status: str, count: int = 1) -> None:
+        if self.on_status is not None and count:
+            self.on_status(status, count)
+
     # ---- schedules -------------------------------------------------------------------------
     async def create(self, new: NewSchedule, *, now: datetime | None = None) -> ScheduleRecord:
         now = now or utcnow()
@@ -226,7 +234,10 @@ class ScheduleRepo(Repo):
             ).first()
             return to_record(JobRunRecord, row) if row is not None else None
 
-        return await self.db.write(work)
+        claimed = await self.db.write(work)
+        if claimed is not None:
+            self._told(claimed.status)
+        return claimed
 
     async def record_missed(
         self, schedule_id: int, times: Sequence[datetime], *, error: str, now: datetime | None = None
@@ -248,7 +259,9 @@ class ScheduleRepo(Repo):
                 added += result.rowcount
             return added
 
-        return await self.db.write(work)
+        added = await self.db.write(work)
+        self._told("missed", added)
+        return added
 
     async def attach_session(self, job_run_id: int, session_id: int) -> None:
         await self.db.write(
@@ -284,7 +297,10 @@ class ScheduleRepo(Repo):
             row = conn.execute(select(job_runs).where(job_runs.c.id == job_run_id)).first()
             return to_record(JobRunRecord, row)
 
-        return await self.db.write(work)
+        finished = await self.db.write(work)
+        if finished is not None:
+            self._told(finished.status)
+        return finished
 
     async def note(self, job_run_id: int, error: str) -> None:
         """Remember something about a run (a kill request, a failed delivery) without closing it."""
