@@ -48,6 +48,24 @@ async def llm():
         yield server
 
 
+@pytest.fixture
+async def tg():
+    """The fake Telegram Bot API (tests/fakes/telegram.py) on a random local port."""
+    from fakes.telegram import FakeTelegram
+
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def slack():
+    """The fake Slack Web API with signed event delivery (tests/fakes/slack.py)."""
+    from fakes.slack import FakeSlack
+
+    async with FakeSlack() as server:
+        yield server
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_kind(request) -> str:
     return request.param

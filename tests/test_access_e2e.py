@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import io
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from fakes.llm import FakeLLM, Reply
-from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 from helpers import echo
 from test_slack_e2e import DM as SLACK_DM
@@ -40,18 +37,6 @@ from gateway.access import cli as access_cli
 STRANGER, ADMIN, FRIEND = 43, 7, 44
 PAIRING = {"dm_policy": "pairing", "group_policy": "allowlist"}
 CODE = re.compile(r"pairing code is ([A-Z0-9]{4}-[A-Z0-9]{4})")
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
 
 
 def paired_config(llm: FakeLLM, tg: FakeTelegram, tmp_path, **access: Any):  # noqa: ANN201

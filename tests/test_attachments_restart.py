@@ -24,12 +24,6 @@ from gateway.store import Store
 
 
 @pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
 async def database_url(db_kind: str, tmp_path: Path) -> AsyncIterator[str]:
     """A database of its own (the gateway process migrates it like a fresh install)."""
     if db_kind == "sqlite":

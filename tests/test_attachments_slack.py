@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.llm import FakeLLM
 from fakes.slack import FakeSlack
 from harness import make_config
@@ -18,12 +17,6 @@ from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, u
 from test_slack_e2e import ANN, CHANNEL, DM, running, slack_config, texts
 
 from gateway.config import Config
-
-
-@pytest.fixture
-async def slack():
-    async with FakeSlack() as server:
-        yield server
 
 
 def config(model: FakeLLM, slack: FakeSlack, tmp_path: Path, **sections: Any) -> Config:

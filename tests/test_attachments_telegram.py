@@ -22,12 +22,6 @@ from gateway.config import Config
 pytestmark = pytest.mark.asyncio
 
 
-@pytest.fixture
-async def tg():
-    async with FakeTelegram() as server:
-        yield server
-
-
 def config(
     llm: FakeLLM,
     tg: FakeTelegram,

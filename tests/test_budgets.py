@@ -6,7 +6,6 @@ two instances racing at a cap, a job cap skipping a scheduled run, an unpriced m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -14,8 +13,6 @@ from zoneinfo import ZoneInfo
 import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import FakeLLM, Reply
-from fakes.slack import FakeSlack
-from fakes.telegram import FakeTelegram
 from harness import ALICE, BOB, make_config, running_gateway
 from test_slack_e2e import running as slack_running
 from test_slack_e2e import slack_config
@@ -35,18 +32,6 @@ DOLLAR = {"prompt_tokens": 900, "completion_tokens": 100}  # $1.00 a call
 USER_CAP = {"caps": [{"scope": "user", "period": "day", "usd": 2.00}]}
 NO_TOOLS = {"tools": []}  # small requests: the reservation's prompt bound stays small
 REACHED = "⚠️ Daily budget for you reached ($2.00); it resets at 00:00 UTC."
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
 
 
 def priced(config):  # noqa: ANN001, ANN201

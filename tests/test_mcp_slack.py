@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 from fakes.llm import Reply
-from fakes.slack import FakeSlack
 from mcp_support import http_server, mcp_section, notes, offered, stdio_server, until_running
 from test_slack_e2e import (
     CHANNEL,
@@ -24,12 +23,6 @@ from test_slack_e2e import (
 )
 
 from gateway.approvals.policy import AUTO_DENIED, rejection_text
-
-
-@pytest.fixture
-async def slack():
-    async with FakeSlack() as server:
-        yield server
 
 
 @pytest.fixture

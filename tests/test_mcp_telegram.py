@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC
 
-import pytest
 from fakes.llm import Reply
-from fakes.telegram import FakeTelegram
 from mcp_support import mcp_section, notes, offered, stdio_server, until_running
 from test_telegram_e2e import (
     PRIVATE,
@@ -24,12 +22,6 @@ from test_telegram_e2e import (
 )
 
 from gateway.approvals.policy import AUTO_DENIED, rejection_text
-
-
-@pytest.fixture
-async def tg():
-    async with FakeTelegram() as server:
-        yield server
 
 
 def config(llm, tg, tmp_path, **server):

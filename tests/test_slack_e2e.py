@@ -35,12 +35,6 @@ POSTS = ("chat.postMessage", "chat.startStream", "chat.postEphemeral")
 
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
-
-
 def slack_config(
     llm: FakeLLM, slack: FakeSlack, tmp_path, settings: dict[str, Any] | None = None, **sections: Any
 ) -> Config:

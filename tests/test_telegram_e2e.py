@@ -35,12 +35,6 @@ UNPACED = {"rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min
 SECRET = "e2e-secret_1"
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
 
 def tg_config(
     llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any
