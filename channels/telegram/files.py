@@ -1,4 +1,5 @@
-"""Files in and out: getFile and the download from `api_file_url`, sendPhoto / sendDocument.
+"""Files in and out: getFile and the download from `api_file_url`, sendPhoto / sendDocument
+(a file from the workspace, or a long text sent as a document).
 
 Downloads are not retried here: the core retries them with backoff and records each attempt,
 so this module only says whether a failure is worth retrying.
@@ -85,3 +86,15 @@ async def send_file(
         )
         ids.append(sent_rest.message_id)
     return ids
+
+
+async def send_text_document(bot: Bot, caller: BotCaller, target: Target, name: str, content: str) -> int:
+    """A text attached in full as a file (an outbound document, an approval's long arguments)."""
+    sent: Message = await caller.call(
+        "sendDocument",
+        target.chat_id,
+        lambda: bot.send_document(
+            target.chat_id, InputFile(content.encode(), filename=name), message_thread_id=target.thread_id
+        ),
+    )
+    return sent.message_id
