@@ -23,17 +23,17 @@ from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.attachments import AttachmentPreparer
 from gateway.budgets import SpendGate
+from gateway.channel_state import StoreChannelState
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.http import HttpServer, webhook_routes
 from gateway.inbox.inbox import Inbox
-from gateway.lifecycle import Stopper
+from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.mcp import McpManager
 from gateway.outbox import ChatRateLimiter, Outbox, RetryPolicy
-from gateway.store import RetentionDays, Store
-from gateway.store.console import HEARTBEAT_PREFIX
+from gateway.store import Store
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
 from scheduler import control as job_control
@@ -42,26 +42,6 @@ from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
 log = logging.getLogger(__name__)
-LEADER_LEASE = "leader"
-
-
-class StoreChannelState:
-    """What channels may keep, backed by the store (they never import it)."""
-
-    def __init__(self, store: Store):
-        self.store = store
-
-    async def load_cursor(self, name: str) -> str | None:
-        return await self.store.inbox.load_cursor(name)
-
-    async def bump_counter(self, name: str) -> int:
-        return await self.store.inbox.bump_counter(name)
-
-    async def knows_thread(self, thread: ThreadKey) -> bool:
-        """A session exists, or the thread's first message is still waiting in the inbox
-        (a quick follow-up must not be dropped because the first turn has not started)."""
-        key = str(thread)
-        return await self.store.sessions.thread_exists(key) or await self.store.inbox.count_pending(key) > 0
 
 
 def settle_garbage_collector() -> None:
@@ -233,8 +213,14 @@ class Gateway:
         )
         if self.http is not None:
             mount_admin(self.http.app, GatewayOperations(self))
+        self.leadership = Leadership(
+            self.store,
+            self.inbox.instance_id,
+            config.inbox.lease_ttl_s,
+            start_duties=self._start_duties,
+            stop_duties=self._stop_duties,
+        )
         self._leader_task: asyncio.Task | None = None
-        self._leading = Stopper()
         self._clock_running = False
         self.started_channels: set[str] = set()
 
@@ -330,10 +316,10 @@ class Gateway:
         await self.inbox.start()
         if self.http is not None:
             await self.http.start()
-        self._leader_task = asyncio.create_task(self._lead_forever(), name="leader")
+        self._leader_task = asyncio.create_task(self.leadership.run(), name="leader")
 
     async def stop(self) -> None:
-        self._leading.stop()
+        self.leadership.stop()
         if self._leader_task is not None:
             await asyncio.gather(self._leader_task, return_exceptions=True)
         if self.http is not None:
@@ -352,47 +338,7 @@ class Gateway:
         if self._owns["store"]:
             await self.store.close()
 
-    # ---- leadership: Telegram polling and the scheduler clock run on one instance --------
-    async def _lead_forever(self) -> None:
-        ttl = self.config.inbox.lease_ttl_s
-        duties: list[asyncio.Task] = []
-        lease = None
-        try:
-            while not self._leading.stopped:
-                try:
-                    lease = await (
-                        self.store.inbox.renew(lease, ttl)
-                        if lease
-                        else self.store.inbox.acquire(LEADER_LEASE, self.inbox.instance_id, ttl)
-                    )
-                except Exception:  # noqa: BLE001 - the leader's supervisor loop: the lease lapses, it tries again
-                    log.warning("leader lease check failed", exc_info=True)
-                    lease = None
-                if lease is not None and not duties:
-                    log.info("this instance is the leader (fence %s)", lease.fence)
-                    _count_leadership("acquired", taken_over=lease.taken_over)
-                    duties = await self._start_duties()
-                elif lease is None and duties:
-                    log.warning("leadership lost; stopping polling and the scheduler clock")
-                    _count_leadership("lost")
-                    await self._stop_duties(duties)
-                    duties = []
-                await self._heartbeat(ttl)
-                await self._leading.sleep(ttl / 3)
-        finally:
-            if duties:
-                metrics.IS_LEADER.set(0)
-            await self._stop_duties(duties)
-            if lease is not None:
-                await self.store.inbox.release(lease)
-
-    async def _heartbeat(self, ttl: float) -> None:
-        """Every instance renews its own lease: the console lists instances by it."""
-        try:
-            await self.store.inbox.acquire(f"{HEARTBEAT_PREFIX}{self.inbox.instance_id}", self.inbox.instance_id, ttl)
-        except Exception:  # noqa: BLE001 - only the console's view depends on it
-            log.debug("heartbeat failed", exc_info=True)
-
+    # ---- the leader's duties: Telegram polling, the scheduler clock, retention --------
     async def _start_duties(self) -> list[asyncio.Task]:
         duties = []
         telegram = self.channels.get("telegram")
@@ -401,21 +347,8 @@ class Gateway:
         if self.config.scheduler.enabled:
             await self.scheduler.start()
             self._clock_running = True
-        duties.append(asyncio.create_task(self._prune_forever(), name="retention"))
+        duties.append(asyncio.create_task(prune_forever(self.store, self.config.retention), name="retention"))
         return duties
-
-    async def _prune_forever(self) -> None:
-        """Retention, on the leader only: one instance deletes, in batches."""
-        cfg = self.config.retention
-        days = RetentionDays(cfg.inbox_days, cfg.outbox_days, cfg.prompts_days, cfg.run_events_days, cfg.audit_days)
-        while True:
-            try:
-                pruned = await self.store.retention.prune(days, batch=cfg.batch)
-                if any(pruned.values()):
-                    log.info("retention: pruned %s", ", ".join(f"{n} {k}" for k, n in pruned.items() if n))
-            except Exception:  # noqa: BLE001 - the next round tries again
-                log.warning("retention pruning failed", exc_info=True)
-            await asyncio.sleep(cfg.every_s)
 
     async def _stop_duties(self, duties: list[asyncio.Task]) -> None:
         for task in duties:
@@ -437,13 +370,6 @@ class Gateway:
         await stop.wait()
         log.info("stopping: finishing running turns (up to %.0fs)", self.config.serve.shutdown_grace)
         await self.stop()
-
-
-def _count_leadership(event: str, *, taken_over: bool = False) -> None:
-    metrics.LEADER_CHANGES.labels(event).inc()
-    metrics.IS_LEADER.set(1 if event == "acquired" else 0)
-    if taken_over:
-        metrics.LEASE_TAKEOVERS.labels("leader").inc()
 
 
 def _count_firings(status: str, count: int) -> None:

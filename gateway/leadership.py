@@ -1,0 +1,100 @@
+"""The leader lease: one instance at a time runs the leader's duties; every instance heartbeats.
+
+The duties are the work that must not run twice across instances (Telegram long polling, the
+scheduler clock, retention pruning). The composition root says what they are and how they
+start and stop; this module decides when this instance holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from gateway import metrics
+from gateway.config import RetentionConfig
+from gateway.lifecycle import Stopper
+from gateway.store import RetentionDays, Store
+from gateway.store.console import HEARTBEAT_PREFIX
+
+log = logging.getLogger(__name__)
+LEADER_LEASE = "leader"
+
+StartDuties = Callable[[], Awaitable[list[asyncio.Task]]]
+StopDuties = Callable[[list[asyncio.Task]], Awaitable[None]]
+
+
+class Leadership:
+    def __init__(
+        self, store: Store, instance_id: str, ttl: float, *, start_duties: StartDuties, stop_duties: StopDuties
+    ) -> None:
+        self.store = store
+        self.instance_id = instance_id
+        self.ttl = ttl
+        self._start_duties = start_duties
+        self._stop_duties = stop_duties
+        self._stopper = Stopper()
+
+    def stop(self) -> None:
+        """`run` gives up its duties and the lease, and returns."""
+        self._stopper.stop()
+
+    async def run(self) -> None:
+        ttl = self.ttl
+        duties: list[asyncio.Task] = []
+        lease = None
+        try:
+            while not self._stopper.stopped:
+                try:
+                    lease = await (
+                        self.store.inbox.renew(lease, ttl)
+                        if lease
+                        else self.store.inbox.acquire(LEADER_LEASE, self.instance_id, ttl)
+                    )
+                except Exception:  # noqa: BLE001 - the leader's supervisor loop: the lease lapses, it tries again
+                    log.warning("leader lease check failed", exc_info=True)
+                    lease = None
+                if lease is not None and not duties:
+                    log.info("this instance is the leader (fence %s)", lease.fence)
+                    _count_leadership("acquired", taken_over=lease.taken_over)
+                    duties = await self._start_duties()
+                elif lease is None and duties:
+                    log.warning("leadership lost; stopping polling and the scheduler clock")
+                    _count_leadership("lost")
+                    await self._stop_duties(duties)
+                    duties = []
+                await self._heartbeat(ttl)
+                await self._stopper.sleep(ttl / 3)
+        finally:
+            if duties:
+                metrics.IS_LEADER.set(0)
+            await self._stop_duties(duties)
+            if lease is not None:
+                await self.store.inbox.release(lease)
+
+    async def _heartbeat(self, ttl: float) -> None:
+        """Every instance renews its own lease: the console lists instances by it."""
+        try:
+            await self.store.inbox.acquire(f"{HEARTBEAT_PREFIX}{self.instance_id}", self.instance_id, ttl)
+        except Exception:  # noqa: BLE001 - only the console's view depends on it
+            log.debug("heartbeat failed", exc_info=True)
+
+
+async def prune_forever(store: Store, cfg: RetentionConfig) -> None:
+    """Retention, a leader's duty: one instance deletes, in batches."""
+    days = RetentionDays(cfg.inbox_days, cfg.outbox_days, cfg.prompts_days, cfg.run_events_days, cfg.audit_days)
+    while True:
+        try:
+            pruned = await store.retention.prune(days, batch=cfg.batch)
+            if any(pruned.values()):
+                log.info("retention: pruned %s", ", ".join(f"{n} {k}" for k, n in pruned.items() if n))
+        except Exception:  # noqa: BLE001 - the next round tries again
+            log.warning("retention pruning failed", exc_info=True)
+        await asyncio.sleep(cfg.every_s)
+
+
+def _count_leadership(event: str, *, taken_over: bool = False) -> None:
+    metrics.LEADER_CHANGES.labels(event).inc()
+    metrics.IS_LEADER.set(1 if event == "acquired" else 0)
+    if taken_over:
+        metrics.LEASE_TAKEOVERS.labels("leader").inc()
