@@ -1,51 +1,41 @@
 """The Slack channel: bolt's AsyncApp in, slack_sdk's AsyncWebClient out.
 
-Events arrive over Socket Mode (when an app token is set) or at POST /slack/events; either
-way bolt runs our listeners *before* it acknowledges (`process_before_response=True`), so an
-event is committed through `submit` before Slack hears 200 (or the socket ack). A failing
-submit answers 500 / no ack, and Slack redelivers.
-
-Replies always go into the conversation's thread. The Web API side is `slack_client`,
-rendering `slack_render`, Block Kit `slack_blocks`, payload translation `slack_inbound`,
-streaming `slack_stream`.
+Events arrive over Socket Mode (when an app token is set) or at POST /slack/events and are
+submitted before Slack is acknowledged (`intake.py`). Replies always go into the
+conversation's thread. The Web API side is `api.py`, rendering `render.py`, Block Kit
+`blocks.py`, payload translation `inbound.py`, streaming `stream.py`, the busy sign
+`presence.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.app.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
 
 from gateway.config import SlackConfig
 from gateway.events import (
     Attachment,
-    ButtonPress,
     ChannelError,
     ChannelState,
     Delivered,
     Fetched,
-    InboundEvent,
-    InboundMessage,
     Outbound,
     Prompt,
     ReplyStream,
     Submit,
-    SubmitResult,
     ThreadKey,
 )
 
-from .api import Lru, SlackWeb, signature_ok
+from .api import Lru, SlackWeb
 from .blocks import closed_blocks, prompt_blocks
-from .inbound import Candidate, Identity, candidate, press
+from .inbound import Identity
+from .intake import SlackIntake
+from .presence import Presence
 from .render import escape, render_chunks
 from .stream import (
     UNSUPPORTED,
@@ -61,11 +51,6 @@ log = logging.getLogger(__name__)
 
 Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
 EVENTS_PATH = "/slack/events"
-STATUS_TEXT = "is thinking…"
-BUSY_REACTION = "eyes"
-REFUSE_USER = "Sorry, you are not allowed to use this assistant."
-REFUSE_CHANNEL = "Sorry, this assistant is not enabled in this channel."
-_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "request_timeout", "service_unavailable"})
 
 
 class SlackChannel:
@@ -75,33 +60,24 @@ class SlackChannel:
 
     def __init__(self, config: SlackConfig, state: ChannelState, *, clock: Callable[[], float] = time.monotonic):
         self._config = config
-        self._state = state
         self._clock = clock
         self._web = SlackWeb(config, clock=clock)
-        self._app = AsyncApp(
-            client=self._web.client,
-            signing_secret=config.signing_secret,
-            process_before_response=True,  # listeners (our submit) run before the ack
-            logger=log,
-        )
-        self._app.event(re.compile(r".*"))(self._on_event)
-        self._app.action(re.compile(r"^gw:"))(self._on_action)
-        self._submit: Submit | None = None
+        self._recipients: Lru[ThreadKey, tuple[str, str]] = Lru()  # who a streamed answer is for
+        self._intake = SlackIntake(config, state, self._web, self._recipients)
+        self._presence = Presence(self._web, self._team)
         self._me: Identity | None = None
         self._dms: dict[str, str] = {}  # user id -> their DM channel with the bot
         self._socket: AsyncSocketModeHandler | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._recipients: Lru[ThreadKey, tuple[str, str]] = Lru()  # who a streamed answer is for
         self._no_native_stream: set[str] = set()  # teams that refused chat.startStream
-        self._no_status: set[str] = set()  # teams where assistant.threads.setStatus is refused
 
     # ---- lifecycle -------------------------------------------------------------------
 
     async def start(self, submit: Submit) -> None:
-        self._submit = submit
+        self._intake.submit = submit
         await self._web.open()
         auth = await self._web("auth_test")
         self._me = Identity(str(auth.get("user_id", "")), str(auth.get("bot_id") or ""), str(auth.get("team_id") or ""))
+        self._intake.me = self._me
         log.info("slack: signed in as %s in team %s", self._me.bot_user_id, self._me.team_id)
         if self._config.app_token:
             await self._connect_socket()
@@ -110,7 +86,9 @@ class SlackChannel:
         """Socket Mode: no public URL. The first URL is fetched here so a bad app token fails
         start() clearly instead of retrying in the background."""
         opened = await self._web("apps_connections_open", app_token=self._config.app_token)
-        handler = AsyncSocketModeHandler(self._app, app_token=self._config.app_token, web_client=self._web.client)
+        handler = AsyncSocketModeHandler(
+            self._intake.app, app_token=self._config.app_token, web_client=self._web.client
+        )
         handler.client.wss_uri = str(opened["url"])
         self._socket = handler
         await handler.connect_async()
@@ -119,129 +97,14 @@ class SlackChannel:
         if self._socket is not None:
             await self._socket.close_async()
             self._socket = None
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=5.0)
+        await self._intake.drain()
         await self._web.close()
 
     def routes(self) -> list[Route]:
         return [("POST", EVENTS_PATH, self.handle_http)]
 
-    # ---- HTTP Events API -------------------------------------------------------------
-
     async def handle_http(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        body = raw.decode("utf-8", errors="replace")
-        if not self._signature_ok(body, request):
-            return web.json_response({"ok": False, "error": "invalid or stale signature"}, status=401)
-        try:
-            bolt_request = AsyncBoltRequest(body=body, query=request.query_string, headers=dict(request.headers))
-        except (ValueError, TypeError, AttributeError):  # bolt parses the body here
-            return web.json_response({"ok": False, "error": "malformed body"}, status=400)
-        if not isinstance(bolt_request.body, dict) or not bolt_request.body:
-            return web.json_response({"ok": False, "error": "malformed body"}, status=400)
-        return await to_aiohttp_response(await self._app.async_dispatch(bolt_request))
-
-    def _signature_ok(self, body: str, request: web.Request) -> bool:
-        headers = request.headers
-        return signature_ok(
-            self._config.signing_secret,
-            body,
-            headers.get("X-Slack-Request-Timestamp"),
-            headers.get("X-Slack-Signature"),
-        )
-
-    # ---- inbound ---------------------------------------------------------------------
-
-    async def _on_event(self, body: dict[str, Any]) -> None:
-        found = candidate(body.get("event"), self._identity())
-        if found is None:
-            return
-        if found.route == "followup" and not await self._continues_thread(found):
-            return
-        refusal = self._refusal(found.user, found.channel, dm=found.route == "dm")
-        if refusal:
-            if found.route != "followup" or await self._first_refusal(found):
-                self._later(self._ephemeral(found.channel, found.user, refusal, found.thread.thread))
-            return
-        self._recipients.put(found.thread, (found.user, found.team))
-        message = InboundMessage(
-            thread=found.thread,
-            sender=await self._web.sender(found.user),
-            text=found.text,
-            event_id=found.event_id,
-            attachments=found.attachments,
-            message_id=found.ts,
-            private=found.route == "dm",
-        )
-        await self._submit_one(message)
-
-    async def _on_action(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
-        await ack()  # the response still waits for this listener: the press is committed first
-        pressed = press(body)
-        if pressed is None:
-            return
-        refusal = self._refusal(pressed.user, pressed.channel, dm=pressed.channel.startswith("D"))
-        if refusal:
-            self._later(self._ephemeral(pressed.channel, pressed.user, refusal, pressed.thread.thread))
-            return
-        event = ButtonPress(
-            thread=pressed.thread,
-            sender=await self._web.sender(pressed.user, pressed.username),
-            token=pressed.token,
-            event_id=pressed.event_id,
-            message_id=pressed.message_ts,
-        )
-        result = await self._submit_one(event)
-        if result.alert and result.answer:
-            self._later(self._ephemeral(pressed.channel, pressed.user, result.answer, pressed.thread.thread))
-
-    def _identity(self) -> Identity:
-        if self._me is None:
-            raise RuntimeError("the Slack channel received an event before start()")
-        return self._me
-
-    async def _continues_thread(self, found: Candidate) -> bool:
-        return self._config.thread_followups and await self._state.knows_thread(found.thread)
-
-    def _refusal(self, user: str, channel: str, *, dm: bool) -> str:
-        if self._config.allowed_users and user not in self._config.allowed_users:
-            return REFUSE_USER
-        if not dm and self._config.allowed_channels and channel not in self._config.allowed_channels:
-            return REFUSE_CHANNEL
-        return ""
-
-    async def _first_refusal(self, found: Candidate) -> bool:
-        """Thread chatter by someone not allowed is refused once per thread, not per message."""
-        return await self._state.bump_counter(f"slack:refused:{found.thread}:{found.user}") == 1
-
-    async def _submit_one(self, event: InboundEvent) -> SubmitResult:
-        if self._submit is None:
-            raise RuntimeError("the Slack channel received an event before start()")
-        results = await self._submit([event])
-        return results[0] if results else SubmitResult(event.event_id)
-
-    def _later(self, work: Awaitable[None]) -> None:
-        """Work that must not hold up the ack (ephemeral notes); stop() waits for it."""
-
-        async def run() -> None:
-            try:
-                await work
-            except Exception:  # the one outer catch of this background task: logged, never left unretrieved
-                log.exception("slack: background call failed")
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _ephemeral(self, channel: str, user: str, text: str, thread_ts: str) -> None:
-        await self._web(
-            "chat_postEphemeral",
-            pace=channel,
-            channel=channel,
-            user=user,
-            text=escape(text),
-            thread_ts=thread_ts or None,
-        )
+        return await self._intake.handle_http(request)
 
     # ---- outbound --------------------------------------------------------------------
 
@@ -420,37 +283,5 @@ class SlackChannel:
             self._no_native_stream.add(self._team())
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
-        """A status line in the thread where the app may set one, else 👀 on the message.
-        Presence is cosmetic: failures are logged, never raised."""
-        try:
-            if thread.thread and self._team() not in self._no_status and await self._set_status(thread, busy):
-                return
-            await self._react(thread.chat, reply_to, busy)
-        except ChannelError as exc:
-            log.info("slack: presence update failed in %s: %s", thread, exc)
-
-    async def _set_status(self, thread: ThreadKey, busy: bool) -> bool:
-        try:
-            await self._web(
-                "assistant_threads_setStatus",
-                channel_id=thread.chat,
-                thread_ts=thread.thread,
-                status=STATUS_TEXT if busy else "",
-            )
-        except SlackCallError as exc:
-            if exc.code in _TRANSIENT or exc.retry_after is not None:
-                raise
-            log.info("slack: thread status refused (%s); using a reaction from now on", exc.code or exc)
-            self._no_status.add(self._team())
-            return False
-        return True
-
-    async def _react(self, channel: str, ts: str, busy: bool) -> None:
-        if not ts:
-            return
-        method = "reactions_add" if busy else "reactions_remove"
-        try:
-            await self._web(method, channel=channel, timestamp=ts, name=BUSY_REACTION)
-        except SlackCallError as exc:
-            if exc.code not in ("already_reacted", "no_reaction"):
-                raise
+        """A status line in the thread where the app may set one, else 👀 on the message."""
+        await self._presence.set_busy(thread, busy, reply_to)
