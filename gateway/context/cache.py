@@ -59,12 +59,17 @@ class SessionCache:
     lod_seq: int = 0  # tool results of rows before this seq are stubbed (moves forward only)
     failed: set[int] = field(default_factory=set)  # seqs of cached rows that are not shown
     stamp: int = 0  # bumped by anything but an append
-    memo: Any = None  # the last assembled history (builder._Memo), extended while only appends happen
+    memo: Any = None  # the last assembled history (assembly.Memo), extended while only appends happen
     _visible: list[Entry] | None = None
 
     @property
     def base_seq(self) -> int:
         return self.marker.last_seq if self.marker else 0
+
+    @property
+    def summary(self) -> str | None:
+        """The summary of what was folded, shown in the system block."""
+        return self.marker.summary if self.marker else None
 
     def visible(self) -> list[Entry]:
         if self._visible is None:
