@@ -1,9 +1,10 @@
-"""Schedules -> runs: claims, ephemeral sessions, outcomes, missed firings and recovery.
+"""Schedules -> runs: the clock's plan, missed firings, claims and ephemeral sessions.
 
 A firing is claimed once in `job_runs`, then becomes an ephemeral, non-interactive session
 whose prompt enters the inbox like any message (sender "scheduler"). The core runs the turn
-(approvals auto-denied) and reports `TurnEnded`; `on_turn_ended` closes the run and delivers
-the outcome. Every firing leaves a row: running, success, failed, canceled, skipped, missed.
+(approvals auto-denied) and reports `TurnEnded`; `on_turn_ended` (`outcomes.py`) closes the
+run and delivers the outcome; `supervision.py` stops runs (kill, timeout) and recovers those a
+crash left. Every firing leaves a row: running, success, failed, canceled, skipped, missed.
 """
 
 from __future__ import annotations
@@ -15,53 +16,25 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from gateway.config import SchedulerConfig
-from gateway.events import Delivered, InboundMessage, Outbound, Prompt, Sender, Submit, ThreadKey, TurnEnded, utcnow
+from gateway.events import InboundMessage, Submit, TurnEnded, utcnow
 from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
 from scheduler.clock import Clock
-from scheduler.definitions import DefinitionError, parse_deliver_to
-from scheduler.delivery import (
-    BUDGET_PREFIX,
-    failure_message,
-    failure_text,
-    job_text,
-    plan_outcome,
-    rerun_notice,
-    result_message,
-    skipped_text,
-)
+from scheduler.delivery import BUDGET_PREFIX, job_text
+from scheduler.outcomes import Deliver, Outcomes
+from scheduler.supervision import ONE_SHOT_DONE, Supervision
 from scheduler.sync import SyncReport, sync_config
+from scheduler.threads import SCHEDULER, run_thread, session_kind
 from scheduler.triggers import LATE_OK, TriggerError, catch_up, timetable
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[Outbound | Prompt], Awaitable[Delivered]]
-SCHEDULER = Sender("scheduler", "scheduler")
-STATUS_BY_STAGE = {"SUCCESS": "success", "FAILED": "failed", "CANCELED": "canceled"}
-ONE_SHOT_DONE = "one-shot done"
-RESTART_ERROR = "restart: the gateway stopped during the run"
-HANDOFF_GRACE = timedelta(seconds=60)  # from the claim to the prompt entering the inbox
 MAX_CONCURRENT_FIRINGS = 8  # a burst (many jobs at 09:00) queues here, not on the connection pool
 
 
 def schedule_repo(store: Store) -> ScheduleRepo:
     """The store's schedule repository."""
     return store.schedules
-
-
-def session_kind(schedule: ScheduleRecord) -> str:
-    return "tick" if schedule.kind == "tick" else "cron"
-
-
-def run_thread(schedule: ScheduleRecord, job_run_id: int) -> ThreadKey:
-    return ThreadKey(session_kind(schedule), schedule.name, str(job_run_id))
-
-
-def job_run_id_of(thread: ThreadKey) -> int | None:
-    """The job run a scheduled session's thread belongs to (None for other threads)."""
-    if thread.channel not in ("cron", "tick") or not thread.thread.isdigit():
-        return None
-    return int(thread.thread)
 
 
 class Scheduler:
@@ -79,7 +52,6 @@ class Scheduler:
         self.config = config
         self.repo = schedule_repo(store)
         self._submit = submit
-        self._deliver = deliver
         self._now = now or utcnow
         self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
         self._clock = Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
@@ -89,6 +61,11 @@ class Scheduler:
         self._firing = asyncio.Semaphore(MAX_CONCURRENT_FIRINGS)
         self._fingerprint: int | None = None
         self._dirty = False
+        self.outcomes = Outcomes(store, self.repo, deliver, self._now)
+        self.supervision = Supervision(
+            store, self.repo, config, submit=submit, now=self._now, outcomes=self.outcomes, grace=self._grace,
+            retry=lambda schedule_id: self.fire(schedule_id, self._now(), origin="retry"),
+        )
 
     @property
     def clock(self) -> Clock:
@@ -237,9 +214,7 @@ class Scheduler:
         if full:
             log.info("job %s: firing at %s skipped at a spend cap: %s", schedule.name, scheduled_for.isoformat(), full)
             closed = await self.repo.finish(run.id, status="skipped", error=f"{BUDGET_PREFIX}{full}", now=self._now())
-            target = self._target(schedule)
-            if closed is not None and target is not None and schedule.notify_on_failure:
-                await self._send(run.id, failure_message(target, run.id, skipped_text(schedule, closed.error or "")))
+            await self.outcomes.notify_skipped(schedule, run.id, closed)
             return closed
         return await self._start_run(schedule, run)
 
@@ -269,154 +244,26 @@ class Scheduler:
             log.exception("job %s: run %s could not start", schedule.name, run.id)
             closed = await self.repo.finish(run.id, status="failed", error=f"could not start: {exc}", now=self._now())
             if closed is not None:
-                await self._notify_failure(schedule, closed)
+                await self.outcomes.notify_failure(schedule, closed)
             return closed
         return await self.repo.get_run(run.id)
 
-    # ---- outcomes --------------------------------------------------------------------------
+    # ---- outcomes and supervision (outcomes.py, supervision.py) -------------------------------
     async def on_turn_ended(self, event: TurnEnded) -> None:
         """Close the job run of a scheduled session's turn and deliver its outcome."""
-        job_run_id = job_run_id_of(event.thread)
-        if job_run_id is None or event.stage not in STATUS_BY_STAGE:
-            return  # not a scheduled session, or a turn that parked (headless turns should not)
-        status = STATUS_BY_STAGE[event.stage]
-        error = event.error or (event.end_reason if status == "failed" else None)
-        if event.end_reason == "budget" and event.error.startswith(BUDGET_PREFIX):
-            status = "skipped"  # stopped at a spend cap, before the call that would pass it
-        closed = await self.repo.finish(
-            job_run_id, status=status, error=error or None, run_id=event.run_id, tokens=event.tokens,  # type: ignore[arg-type]
-            cost_nano_usd=event.cost_nano_usd, now=self._now(),
-        )
-        if closed is None:
-            return  # already closed (timeout, restart) or unknown: say nothing twice
-        schedule = await self.repo.get(closed.schedule_id)
-        if schedule is not None:
-            await self._deliver_outcome(schedule, closed, event)
+        await self.outcomes.on_turn_ended(event)
 
-    async def _deliver_outcome(self, schedule: ScheduleRecord, run: JobRunRecord, event: TurnEnded) -> None:
-        target = self._target(schedule)
-        plan = plan_outcome(schedule, run, event)
-        if target is None or plan.kind == "none":
-            return
-        if plan.kind == "notice":
-            # Who may tap "Run again": as for any prompt there, the chat's approvers and admins,
-            # or else the person whose conversation the chat is (its session's starter).
-            chat_session = await self.store.sessions.current(str(target))
-            prompt, _ = await self.store.prompts.create(
-                kind="rerun", session_id=run.session_id or event.session_id, thread_key=str(target),
-                payload={"text": schedule.prompt, "schedule_id": schedule.id, "job_run_id": run.id},
-                requested_by=chat_session.started_by if chat_session else "", expires_at=None,
-            )
-            delivered = await self._send(run.id, rerun_notice(target, run.id, plan.text, prompt.token))
-            if delivered:
-                await self.store.prompts.set_message_ids(prompt.id, delivered)
-            return
-        build = result_message if run.status == "success" else failure_message
-        await self._send(run.id, build(target, run.id, plan.text))
-
-    async def _notify_failure(self, schedule: ScheduleRecord, run: JobRunRecord) -> None:
-        target = self._target(schedule)
-        if target is not None and schedule.notify_on_failure:
-            await self._send(run.id, failure_message(target, run.id, failure_text(schedule, run.error or "")))
-
-    def _target(self, schedule: ScheduleRecord) -> ThreadKey | None:
-        try:
-            return parse_deliver_to(schedule.deliver_to)
-        except DefinitionError as exc:
-            log.error("job %s: %s", schedule.name, exc)
-            return None
-
-    async def _send(self, job_run_id: int, message: Outbound | Prompt) -> tuple[str, ...]:
-        try:
-            delivered = await self._deliver(message)
-        except Exception as exc:  # the outcome is recorded; the failed delivery is noted on it
-            log.exception("job run %s: delivery to %s failed", job_run_id, message.thread)
-            await self.repo.note(job_run_id, f"delivery failed: {exc}")
-            return ()
-        await self.repo.add_delivered(job_run_id, delivered.message_ids)
-        return delivered.message_ids
-
-    # ---- stopping runs ---------------------------------------------------------------------
     async def kill(self, name: str) -> list[JobRunRecord] | None:
-        """Stop the job's running runs; None when there is no such job.
-
-        A run whose prompt is still queued is dropped and closed `canceled` here; a run in
-        progress gets "/stop" and becomes `canceled` when its turn reports back."""
+        """Stop the job's running runs; None when there is no such job."""
         schedule = await self.repo.by_name(name)
         if schedule is None:
             return None
-        runs = await self.repo.running(schedule.id)
-        for run in runs:
-            thread = await self._thread_of(schedule, run)
-            item = await self.store.inbox.get_by_event(f"job:{run.id}")
-            if (
-                item is not None
-                and item.status in ("pending", "held")
-                and await self.store.inbox.drop_pending(str(thread))
-            ):
-                await self.repo.finish(run.id, status="canceled", error="killed before it started", now=self._now())
-                continue
-            await self.repo.note(run.id, "killed by operator")
-            await self._send_stop(thread, f"job:{run.id}:kill:{int(self._now().timestamp() * 1e6)}")
-        return runs
+        return await self.supervision.kill(schedule)
 
     async def check_timeouts(self) -> list[JobRunRecord]:
         """Runs past their timeout become `failed` (timeout) and their session gets "/stop"."""
-        now, stopped = self._now(), []
-        for run in await self.repo.running():
-            schedule = await self.repo.get(run.schedule_id)
-            limit = schedule.timeout_s if schedule and schedule.timeout_s else self.config.timeout
-            if schedule is None or run.started_at is None or now - run.started_at < timedelta(seconds=limit):
-                continue
-            closed = await self.repo.finish(
-                run.id, status="failed", error=f"timeout: still running after {int(limit)}s", now=now
-            )
-            if closed is None:
-                continue
-            await self._send_stop(await self._thread_of(schedule, run), f"job:{run.id}:timeout")
-            await self._notify_failure(schedule, closed)
-            stopped.append(closed)
-        return stopped
+        return await self.supervision.check_timeouts()
 
-    async def _thread_of(self, schedule: ScheduleRecord, run: JobRunRecord) -> ThreadKey:
-        session = await self.store.sessions.get(run.session_id) if run.session_id else None
-        return ThreadKey.parse(session.thread_key) if session else run_thread(schedule, run.id)
-
-    async def _send_stop(self, thread: ThreadKey, event_id: str) -> None:
-        await self._submit([InboundMessage(thread=thread, sender=SCHEDULER, text="/stop", event_id=event_id)])
-
-    # ---- restart ---------------------------------------------------------------------------
     async def recover_running(self) -> list[JobRunRecord]:
-        """Runs left `running` by a crash become `failed` (restart); within the grace the job
-        runs once more in a fresh session. Runs the core will still finish are left alone: the
-        prompt is queued, a worker holds the thread, or an interrupted turn will be continued."""
-        recovered = []
-        for run in await self.repo.running():
-            schedule = await self.repo.get(run.schedule_id)
-            if schedule is None or await self._still_alive(schedule, run):
-                continue
-            closed = await self.repo.finish(run.id, status="failed", error=RESTART_ERROR, now=self._now())
-            if closed is None:
-                continue
-            recovered.append(closed)
-            wanted = schedule.enabled or schedule.disabled_reason == ONE_SHOT_DONE
-            if wanted and self._now() - run.scheduled_for <= self._grace(schedule):
-                await self.fire(schedule.id, self._now(), origin="retry")
-            else:
-                await self._notify_failure(schedule, closed)
-        return recovered
-
-    async def _still_alive(self, schedule: ScheduleRecord, run: JobRunRecord) -> bool:
-        run = await self.repo.get_run(run.id) or run  # the claimer may have moved it on meanwhile
-        item = await self.store.inbox.get_by_event(f"job:{run.id}")
-        young = run.started_at is not None and self._now() - run.started_at < HANDOFF_GRACE
-        if item is None and young:
-            return True  # just claimed (by this or another instance): its prompt is on its way
-        if item is not None and item.status in ("pending", "held"):
-            return True  # its prompt is still queued: the core will run it
-        if run.session_id is not None:
-            turns = await self.store.runs.list(session_id=run.session_id, limit=5)
-            if any(turn.stage in ("RUNNING", "AWAITING_INPUT") for turn in turns):
-                return True  # an interrupted turn: the core continues it and reports the end
-        thread = await self._thread_of(schedule, run)
-        return await self.store.inbox.lease_holder(f"thread:{thread}") is not None
+        """Runs a crash left `running` become `failed`, and run once more within the grace."""
+        return await self.supervision.recover_running()
