@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
 from gateway.admin.queries import REDACTED, redacted_config
 from gateway.config import Config
-
-
-@pytest.fixture
-def db_kind() -> str:
-    # SQLite only for now: on PostgreSQL these tests hang now and then (about one run in three, past
-    # the 120 s timeout) and the cause is not found yet; the browser tests still cover PostgreSQL.
-    return "sqlite"
-
 
 
 class Clock:

@@ -4,18 +4,9 @@ approval decided from the console that resumes the turn in its chat."""
 from __future__ import annotations
 
 import aiohttp
-import pytest
 from admin_support import TOKEN, admin_config, base_url, csrf_of, logged_in, serving
 
 from gateway.admin.auth import LOGIN_FAILURES
-
-
-@pytest.fixture
-def db_kind() -> str:
-    # SQLite only for now: on PostgreSQL these tests hang now and then (about one run in three, past
-    # the 120 s timeout) and the cause is not found yet; the browser tests still cover PostgreSQL.
-    return "sqlite"
-
 
 
 def jar() -> aiohttp.CookieJar:

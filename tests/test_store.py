@@ -149,3 +149,32 @@ async def test_a_cancelled_write_still_commits_and_the_cancel_arrives_after(sqli
     finally:
         other.close()
     assert [m.content for m in await sqlite_store.sessions.history(session.id)] == ["kept"]
+
+
+async def test_a_cancel_arriving_as_the_transaction_finishes_is_not_lost():
+    # The caller's cancel and the transaction's completion land in the same loop iteration:
+    # the caller must still see CancelledError (a lost cancel left a stopping gateway waiting
+    # forever on its retention task, asleep again after "finishing" its write).
+    from gateway.store.db import _uninterrupted
+
+    transaction = asyncio.get_running_loop().create_future()
+    caller = asyncio.ensure_future(_uninterrupted(transaction))
+    await asyncio.sleep(0)
+    transaction.set_result("committed")
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+async def test_a_cancelled_caller_is_cancelled_even_when_its_transaction_then_fails():
+    from gateway.store.db import _uninterrupted
+
+    transaction = asyncio.get_running_loop().create_future()
+    caller = asyncio.ensure_future(_uninterrupted(transaction))
+    await asyncio.sleep(0)
+    caller.cancel()
+    await asyncio.sleep(0)
+    assert not caller.done()  # it waits for the transaction to end
+    transaction.set_exception(ConnectionResetError("server closed the connection"))
+    with pytest.raises(asyncio.CancelledError):
+        await caller

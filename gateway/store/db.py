@@ -324,21 +324,18 @@ async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
 
 
 async def _uninterrupted(awaitable: Awaitable[T]) -> T:
-    """Await to completion even if the caller is cancelled meanwhile (the cancel is re-raised
-    after), so a transaction is never abandoned half way."""
+    """Await to completion even if the caller is cancelled meanwhile, so a transaction is never
+    abandoned half way. A cancel that arrived meanwhile is re-raised after, whatever the
+    transaction's outcome: losing it leaves the canceller waiting on a task that goes on."""
     task = asyncio.ensure_future(awaitable)
     cancelled = False
-    while True:
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-            break
+            await asyncio.wait({task})  # unlike shield, raises only the caller's own cancel
         except asyncio.CancelledError:
-            if task.done() and task.cancelled():
-                raise
-            if task.done():
-                result = task.result()
-                break
             cancelled = True
     if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancel supersedes the outcome
         raise asyncio.CancelledError
-    return result
+    return task.result()
