@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from helpers import until
 from tooling import call, make_ctx
 
 from gateway.tools.builtin_http import is_public
@@ -31,11 +34,11 @@ def alive(pid: int) -> bool:
 
 
 async def wait_for(condition, what: str) -> None:
-    for _ in range(200):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"gave up waiting for {what}")
+    # Process starts and deaths take seconds when the machine is loaded: a generous deadline.
+    try:
+        await until(condition, timeout=30)
+    except TimeoutError:
+        raise AssertionError(f"gave up waiting for {what}") from None
 
 
 def read_pids(folder: Path, *names: str) -> list[int] | None:
@@ -123,6 +126,36 @@ async def test_shell_cancel_kills_the_whole_process_group(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
+
+
+async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too(tmp_path):
+    # The cancel lands inside create_subprocess_exec (forked, pipes not connected yet): asyncio
+    # then kills only the shell, so the gateway must kill the group itself.
+    import time
+
+    task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
+    for _ in range(100):  # step the loop until the shell is forked: its pipes take more steps to connect
+        await asyncio.sleep(0)
+        if Path(f"/proc/self/task/{os.getpid()}/children").read_text().split():
+            break
+    deadline = time.monotonic() + 30
+    while read_pids(tmp_path, "child.pid", "shell.pid") is None:  # the loop held: the start cannot finish
+        assert time.monotonic() < deadline, "the command did not start"
+        time.sleep(0.01)
+    pids = read_pids(tmp_path, "child.pid", "shell.pid")
+    assert pids is not None
+    task.cancel()
+    try:
+        # asyncio alone kills the shell and then waits for the pipe its orphan keeps open: 60 s
+        done, _ = await asyncio.wait({task}, timeout=15)
+        assert task in done, "the cancel waited for the shell's orphaned children"
+        with pytest.raises(asyncio.CancelledError):
+            task.result()
+        await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_shell_timeout_kills_and_reports_partial_output(tmp_path):

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import fnmatch
 import os
 import shutil
 import signal
 from collections import deque
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from gateway.config import SECRETS
 from gateway.tools.paths import workspace_root
@@ -89,17 +92,19 @@ async def run_command(
     command: str, cwd: os.PathLike[str] | str, timeout: float, output: TailText, *, sandbox: str = "none"
 ) -> int | None:
     """Run `command`, feeding `output`; the exit code, or None on timeout. Cancel kills it."""
-    proc = await asyncio.create_subprocess_exec(
-        *sandbox_prefix(sandbox, Path(cwd)),
-        shutil.which("bash") or "/bin/sh",
-        "-c",
-        command,
-        cwd=cwd,
-        env=_clean_environment(),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so the whole tree can be killed
+    proc = await _started(
+        asyncio.create_subprocess_exec(
+            *sandbox_prefix(sandbox, Path(cwd)),
+            shutil.which("bash") or "/bin/sh",
+            "-c",
+            command,
+            cwd=cwd,
+            env=_clean_environment(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so the whole tree can be killed
+        )
     )
     try:
         async with asyncio.timeout(timeout):
@@ -111,6 +116,21 @@ async def run_command(
         _kill_group(proc.pid)
         await proc.wait()
         output.feed(b"", final=True)
+
+
+async def _started(start: Coroutine[Any, Any, asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
+    """The process, once started. A cancel during the start (forked, pipes not yet connected) is
+    held until it is done and then kills the whole group: asyncio itself would kill only the
+    shell and wait for the pipe its children keep open."""
+    starting = asyncio.ensure_future(start)
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await starting
+            _kill_group(proc.pid)
+            await proc.wait()
+        raise
 
 
 async def _drain(stream: asyncio.StreamReader | None, output: TailText) -> None:
