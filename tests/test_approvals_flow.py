@@ -13,6 +13,8 @@ from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 from gateway.approvals.policy import AUTO_DENIED
 from gateway.approvals.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
 from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
+from gateway.store import NewItem
+from gateway.store.items import Verdict, resumed
 
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")
@@ -60,6 +62,50 @@ async def test_deny_tells_the_model_and_a_typed_message_is_the_reason(store, llm
         assert tool_results(llm.requests[1]) == ["User rejected this tool call. Reason: not that file, it is shared"]
         assert any("❌ Denied by Alice" in text for text in h.channel.closes())
         assert len(llm.requests) == 2  # the reason was not also sent as a new turn
+
+
+async def test_the_resume_item_carries_the_verdict_with_the_held_reason(store, llm, tmp_path):
+    write_call(llm, "v.txt")
+    llm.reply("Understood.")
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path / "ws"))) as h:
+        await h.say("write v")
+        await h.idle()
+        await h.say("use another name")  # held, then the denial's reason
+        await h.idle()
+        await h.tap(h.token(0, "❌"))
+        await h.idle()
+    session = await store.sessions.current(str(T1))
+    (call,) = (await store.sessions.history(session.id))[1].tool_calls
+    prompt = await store.prompts.for_tool_call(call.id)
+    item = await store.inbox.get_by_event(f"resume:{prompt.id}")
+    verdict = resumed(item).verdict
+    assert verdict == Verdict.of(prompt)
+    assert (verdict.kind, verdict.status, verdict.decision) == ("approval", "rejected", "d")
+    assert (verdict.answer, verdict.decided_by_name) == ("use another name", "Alice")
+
+
+async def test_a_resume_item_written_before_items_carried_the_verdict_still_resumes(store, llm, tmp_path):
+    write_call(llm, "old.txt")
+    llm.reply("Written after all.")
+    config = make_config(llm.base_url, str(tmp_path / "ws"))
+    async with running_gateway(store, config) as first:
+        await first.say("write old")
+        await first.idle()
+    (prompt,) = await store.prompts.pending(thread_key=str(T1))
+
+    def old_shape(decided):  # noqa: ANN001, ANN202 - the payload of a resume item before the verdict
+        return NewItem(f"resume:{decided.id}", decided.thread_key, "resume", {"prompt_id": decided.id})
+
+    decided = await store.prompts.decide(
+        prompt.id, status="approved", decision="a", decided_by="100", decided_by_name="Alice", resume=old_shape
+    )
+    assert decided.outcome == "decided"
+    assert resumed(await store.inbox.get_by_event(f"resume:{prompt.id}")).verdict is None
+    async with running_gateway(store, config) as second:
+        await second.idle()
+        assert (tmp_path / "ws" / "old.txt").read_text() == "hi"
+        assert second.channel.messages()[-1] == "Written after all."
+        assert any("✅ Approved by Alice" in text for text in second.channel.closes())
 
 
 async def test_double_tap_and_foreign_tapper_change_nothing(store, llm, tmp_path):

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from gateway.approvals.policy import PolicyDecision
 from gateway.events import ThreadKey
-from gateway.store import AuditEntry, PromptRecord, ToolCallRecord
+from gateway.store import AuditEntry, ToolCallRecord
 from gateway.store.audit import Via, person, via_of
+from gateway.store.items import Verdict
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ def by_role(role: str) -> Decided:
     return Decided("denied", f"role:{role}", "policy", f"the role {role!r} may not use this tool")
 
 
-def by_prompt(prompt: PromptRecord) -> Decided:
+def by_prompt(verdict: Verdict, channel: str) -> Decided:
     """A person's (or the clock's) answer to the call's approval or question prompt."""
-    channel = ThreadKey.parse(prompt.thread_key).channel
-    via = via_of(prompt.decided_by) if prompt.status != "canceled" else None
-    return Decided(prompt.status, person(channel, prompt.decided_by), via, prompt.answer or "")
+    decided_by = verdict.decided_by or None
+    via = via_of(decided_by) if verdict.status != "canceled" else None
+    return Decided(verdict.status, person(channel, decided_by), via, verdict.answer or "")
 
 
 def tool_call_entry(

@@ -83,7 +83,7 @@ class ChildControl:
         return self.context(task, ThreadKey.parse(task.thread_key))
 
     async def route(
-        self, session: SessionRecord, run_id: int, thread: ThreadKey, prompt_id: int
+        self, session: SessionRecord, run_id: int, thread: ThreadKey, resume: ResumePrompt
     ) -> tuple[SessionRecord, int, ChildContext | None] | None:
         """A decided prompt of a child continues the turn that runs it: the root of its chain of
         synchronous parents (on this thread) or the background task it belongs to (on the
@@ -95,7 +95,7 @@ class ChildControl:
             if task.background:
                 if str(thread) != task.task_thread:
                     await self.store.inbox.add(
-                        [ResumePrompt(prompt_id).item(task.task_thread, handed_over=True)]
+                        [resume.item(task.task_thread, handed_over=True)]
                     )
                     self.wake(task.task_thread)
                     return None

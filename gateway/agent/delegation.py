@@ -255,8 +255,8 @@ class Delegation:
             await self.control.show(
                 turn.thread, f"child-start:{task.id}", start_line(turn, task), interactive=turn.session.interactive
             )
-        elif run.stage == "AWAITING_INPUT":
-            request.run_id = run.id
+        elif run.stage == "AWAITING_INPUT":  # parked: the prompt resuming the root may be its own
+            request.parked_run, request.decided = run, turn.req.decided
         elif run.stage == "RUNNING":  # its worker died (or the gateway shut down): continue it
             new_run = await self.store.delegations.restart(task, run.id, model=self.cfg.llm.model)
             request.started_run, request.continuing, request.continued_run = new_run, True, run.id

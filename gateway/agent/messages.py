@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from gateway.agent.child import ChildContext
 from gateway.events import ThreadKey
-from gateway.store import Fence, RunRecord, SessionRecord, ToolCallRecord
+from gateway.store import Fence, PromptRecord, RunRecord, SessionRecord, ToolCallRecord
+from gateway.store.items import Verdict
 from gateway.tools import ToolSpec
 
 # ---- the model's calls and their results ---------------------------------------------------
@@ -122,13 +123,24 @@ class TurnOutcome:
     prompt_id: int | None = None
 
 
+@dataclass(frozen=True)
+class DecidedPrompt:
+    """The decided prompt a resumed turn goes on with, read once by the worker: its verdict, and
+    its row (closed by the turn; a tool's question keeps the tool's saved state in it). The call
+    it decides uses them; any other open call reads its own prompt."""
+
+    verdict: Verdict
+    prompt: PromptRecord
+
+
 @dataclass
 class TurnRequest:
     session: SessionRecord
     thread: ThreadKey
     requested_by: str = ""  # who started the turn (default approver)
     reply_to: str = ""  # platform id of the triggering message
-    run_id: int | None = None  # continue this parked run
+    parked_run: RunRecord | None = None  # continue this parked run (as whoever resumes it read it)
+    decided: DecidedPrompt | None = None  # the prompt whose decision resumes it
     started_run: RunRecord | None = None  # a fresh turn's run, created with its first rows
     fence: Fence | None = None
     turn_started_seq: int = 1

@@ -36,6 +36,7 @@ from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_tex
 from gateway.events import ThreadKey
 from gateway.lifecycle import Stopper, interruptible
 from gateway.store import NewToolCall, PromptRecord, ToolCallRecord
+from gateway.store.items import Verdict
 from gateway.tools import NeedsAnswer, ToolContext, ToolSpec, run_tool
 from gateway.traces import RunTrace
 
@@ -161,40 +162,43 @@ class ToolCalls:
             if call.spec is not None and not call.spec.side_effects:
                 return await self._execute(call, decided=Decided("rerun", via="policy", reason=RESTART_RERUN))
             return await self.settle(call.record, "failed", RESTART_NOT_RERUN, decided=Decided("not_rerun"))
+        resumed_by = self.req.decided
+        if resumed_by is not None and resumed_by.verdict.tool_call_id == call.record.id:
+            return await self._apply_verdict(call, resumed_by.prompt, resumed_by.verdict)  # read on resume
         prompt = await self.s.store.prompts.for_tool_call(call.record.id)
         if prompt is not None:
-            return await self._apply_prompt(call, prompt)
+            return await self._apply_verdict(call, prompt, Verdict.of(prompt))
         return await self._gate(call)
 
-    async def _apply_prompt(self, call: OpenCall, prompt: PromptRecord) -> Settled:
-        if prompt.status == "pending":
+    async def _apply_verdict(self, call: OpenCall, prompt: PromptRecord, verdict: Verdict) -> Settled:
+        if verdict.status == "pending":
             await self._park(prompt)
         await self.s.prompts.close(prompt)
-        decided = by_prompt(prompt)
-        if prompt.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
-            resume = {"state": prompt.payload["resume"], "status": prompt.status, "answer": prompt.answer}
+        decided = by_prompt(verdict, ThreadKey.parse(prompt.thread_key).channel)
+        if verdict.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
+            resume = {"state": prompt.payload["resume"], "status": verdict.status, "answer": verdict.answer}
             return await self._execute(call, resume=resume, decided=decided)
-        if prompt.kind == "question":
-            return await self._answered(call.record, prompt, decided)
-        if prompt.status == "approved":
+        if verdict.kind == "question":
+            return await self._answered(call.record, verdict, decided)
+        if verdict.status == "approved":
             return await self._execute(call, decided=decided)
-        if prompt.status == "expired":
+        if verdict.status == "expired":
             text = rejection_text(EXPIRED)
-        elif prompt.status == "canceled":
+        elif verdict.status == "canceled":
             canceled = placeholder_text("canceled")
             return await self.settle(call.record, "cancelled", canceled, note=canceled, decided=decided)
         else:
-            text = rejection_text(prompt.answer)
+            text = rejection_text(verdict.answer)
         return await self.settle(call.record, "rejected", text, note=text, decided=decided)
 
-    async def _answered(self, call: ToolCallRecord, prompt: PromptRecord, decided: Decided) -> Settled:
+    async def _answered(self, call: ToolCallRecord, verdict: Verdict, decided: Decided) -> Settled:
         """An ask_user question, decided."""
-        if prompt.status == "answered":
-            return await self.settle(call, "done", f"The user answered: {prompt.answer}", decided=decided)
-        if prompt.status == "superseded":
+        if verdict.status == "answered":
+            return await self.settle(call, "done", f"The user answered: {verdict.answer}", decided=decided)
+        if verdict.status == "superseded":
             superseded = "This question was superseded by a newer question."
             return await self.settle(call, "done", superseded, decided=decided)
-        if prompt.status == "canceled":
+        if verdict.status == "canceled":
             return await self.settle(call, "cancelled", placeholder_text("canceled"), decided=decided)
         return await self.settle(call, "done", NO_ANSWER, decided=decided)
 

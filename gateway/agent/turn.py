@@ -131,10 +131,9 @@ class Turn:
     async def _open_run(self) -> None:
         store = self.s.store
         reopened = None
-        if self.req.run_id is not None:
-            run = await store.runs.get(self.req.run_id)
-            if run is not None and run.stage in ("AWAITING_INPUT", "RUNNING"):
-                self.run_id, self.rounds, reopened = run.id, run.rounds, run.id
+        parked = self.req.parked_run
+        if parked is not None and parked.stage in ("AWAITING_INPUT", "RUNNING"):
+            self.run_id, self.rounds, reopened = parked.id, parked.rounds, parked.id
         if self.req.started_run is not None:
             self.run_id = self.req.started_run.id
         if not self.run_id:
@@ -182,7 +181,7 @@ class Turn:
         await self._deliver_undelivered_reply()
         # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
         # one, and every round after the first, may have calls to finish.
-        calls_may_be_open = self.req.run_id is not None or self.req.continuing
+        calls_may_be_open = self.req.parked_run is not None or self.req.continuing
         while True:
             open_calls = await self.s.store.sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
             calls_may_be_open = True

@@ -22,7 +22,7 @@ from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
 from gateway.store import Action, NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord, choice_action, chosen
-from gateway.store.items import ResumePrompt, SenderRef, button_item, rerun_message
+from gateway.store.items import SenderRef, button_item, rerun_message, resume_item
 from gateway.tools import ToolError, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,6 @@ def parse_token(token: str) -> tuple[str, str] | None:
     if not sep or not prompt_token or not action or len(token.encode()) > 64:
         return None
     return prompt_token, action
-
-
-def resume_item(prompt: PromptRecord) -> NewItem:
-    return ResumePrompt(prompt.id).item(prompt.thread_key)
 
 
 def outcome_text(prompt: PromptRecord) -> str:
@@ -203,7 +199,7 @@ class PromptService:
             decided_by_name=press.sender.name or press.sender.username,
             answer=answer,
             event=self._event_item(press),
-            resume=resume_item(prompt),
+            resume=resume_item,
             reason_from_held=status == "rejected",
         )
         return await self._answer(press, result.outcome, result.prompt)
@@ -247,7 +243,8 @@ class PromptService:
         message = rerun_message(f"rerun:{prompt.id}", prompt.thread_key, text, sender, schedule_id)
         result = await self.store.prompts.decide(
             prompt.id, status="answered", decision=Action.RERUN, decided_by=press.sender.id,
-            decided_by_name=press.sender.name, event=self._event_item(press), resume=message, enforce_expiry=False,
+            decided_by_name=press.sender.name, event=self._event_item(press), resume=lambda _decided: message,
+            enforce_expiry=False,
         )
         if result.outcome == "duplicate":
             return SubmitResult(press.event_id, duplicate=True)
@@ -289,7 +286,7 @@ class PromptService:
             decided_by=sender_id,
             decided_by_name=sender_name,
             answer=text,
-            resume=resume_item(prompt),
+            resume=resume_item,
         )
         return result.prompt if result.outcome == "decided" else None
 
@@ -300,7 +297,7 @@ class PromptService:
             decision=Action.EXPIRED,
             decided_by="",
             answer=None,
-            resume=resume_item(prompt),
+            resume=resume_item,
             enforce_expiry=False,
         )
         if result.outcome == "decided" and prompt.kind == "approval":

@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from gateway.approvals.prompts import resume_item
 from gateway.store import Action, Store
+from gateway.store.items import resume_item
 
 
 async def run(args: argparse.Namespace, store: Store, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -30,7 +30,7 @@ async def run(args: argparse.Namespace, store: Store, out: TextIO = sys.stdout, 
     status = "approved" if args.action == "approve" else "rejected"
     decision = await store.prompts.decide(
         asked.id, status=status, decision=Action.APPROVE if status == "approved" else Action.DENY, decided_by="cli",
-        decided_by_name="operator", answer=args.reason or None, resume=resume_item(asked),
+        decided_by_name="operator", answer=args.reason or None, resume=resume_item,
     )
     print(f"request {asked.id}: {decision.outcome}", file=out)
     return 0 if decision.outcome == "decided" else 1

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from gateway.agent.messages import TurnRequest
+from gateway.agent.messages import DecidedPrompt, TurnRequest
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
 from gateway.inbox.attached import MessageReadiness
@@ -17,7 +17,7 @@ from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
-from gateway.store.items import ContinueRun, ResumePrompt, Said, resumed, started_task
+from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
 
 log = logging.getLogger("gateway.inbox.inbox")
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
@@ -148,15 +148,18 @@ class Worker:
         await self.runner.run(request)
 
     async def _resume(self, thread: ThreadKey, resume: ResumePrompt, fence: Fence) -> None:
-        """A decided prompt: its parked run continues. The turn applies the verdict to the call
-        and closes the prompt (its message shows the outcome), once, wherever the run goes on."""
+        """A decided prompt: its parked run continues. The prompt and the run are read here, once,
+        and handed to the turn, which applies the verdict to the call and closes the prompt (its
+        message shows the outcome), once, wherever the run goes on."""
         prompt = await self.store.prompts.get(resume.prompt_id)
         session = await self.store.sessions.get(prompt.session_id) if prompt else None
         if prompt is None or session is None or prompt.run_id is None:
             return
+        verdict = resume.verdict or Verdict.of(prompt)  # None: an item written before items carried it
         run_id, child = prompt.run_id, None
         if session.kind == "child" and self.services.delegation is not None:  # the turn running it continues
-            routed = await self.services.delegation.control.route(session, run_id, thread, prompt.id)
+            handed = ResumePrompt(prompt.id, verdict)
+            routed = await self.services.delegation.control.route(session, run_id, thread, handed)
             if routed is None:
                 return  # handed over to its background task's thread
             session, run_id, child = routed
@@ -167,7 +170,8 @@ class Worker:
             session,
             thread,
             requested_by=prompt.requested_by,
-            run_id=run.id,
+            parked_run=run,
+            decided=DecidedPrompt(verdict, prompt),
             fence=fence,
             turn_started_seq=await self._turn_start(session.id, run.id),
             child=child,

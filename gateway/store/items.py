@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.events import InboundMessage
 from gateway.store.inbox import NewItem
-from gateway.store.records import InboxItem
+from gateway.store.records import InboxItem, PromptKind, PromptRecord
 
 
 @dataclass(frozen=True)
@@ -58,15 +58,58 @@ class Said:
 
 
 @dataclass(frozen=True)
-class ResumePrompt:
-    """A decided (or expired) prompt continues the turn parked on it."""
+class Verdict:
+    """How a prompt was decided, as its decision wrote it: what the parked call goes on with."""
 
     prompt_id: int
+    kind: PromptKind
+    tool_call_id: int | None
+    status: str  # approved | rejected | answered | expired | canceled | superseded (pending: not yet)
+    decision: str  # the Action code (a button, typed text, expiry, the cli)
+    decided_by: str  # "" for the clock
+    decided_by_name: str
+    answer: str | None  # a question's answer, or a denial's reason
+
+    @classmethod
+    def of(cls, prompt: PromptRecord) -> Verdict:
+        return cls(
+            prompt.id, prompt.kind, prompt.tool_call_id, prompt.status, prompt.decision or "",
+            prompt.decided_by or "", prompt.decided_by_name or "", prompt.answer,
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Verdict:
+        return cls(
+            int(payload["prompt_id"]), payload["kind"], payload.get("tool_call_id"), str(payload["status"]),
+            str(payload.get("decision") or ""), str(payload.get("decided_by") or ""),
+            str(payload.get("decided_by_name") or ""), payload.get("answer"),
+        )
+
+
+@dataclass(frozen=True)
+class ResumePrompt:
+    """A decided (or expired) prompt continues the turn parked on it. `verdict` is None for an
+    item written before resume items carried it: the worker takes it from the prompt's row."""
+
+    prompt_id: int
+    verdict: Verdict | None = None
 
     def item(self, thread_key: str, *, handed_over: bool = False) -> NewItem:
         """`handed_over`: a background child's resume passed on to its task's own thread."""
         suffix = ":task" if handed_over else ""
-        return NewItem(f"resume:{self.prompt_id}{suffix}", thread_key, "resume", {"prompt_id": self.prompt_id})
+        payload: dict[str, Any] = {"prompt_id": self.prompt_id}
+        if self.verdict is not None:
+            payload["verdict"] = self.verdict.to_payload()
+        return NewItem(f"resume:{self.prompt_id}{suffix}", thread_key, "resume", payload)
+
+
+def resume_item(decided: PromptRecord) -> NewItem:
+    """The resume item a decision queues, carrying its verdict (built from the decided row, in
+    the deciding transaction: a denial's reason may be a held message's text)."""
+    return ResumePrompt(decided.id, Verdict.of(decided)).item(decided.thread_key)
 
 
 @dataclass(frozen=True)
@@ -93,7 +136,8 @@ def resumed(item: InboxItem) -> ResumePrompt | ContinueRun:
     """What a `resume` item continues."""
     if "continue_run" in item.payload:
         return ContinueRun(int(item.payload["continue_run"]))
-    return ResumePrompt(int(item.payload["prompt_id"]))
+    verdict = item.payload.get("verdict")
+    return ResumePrompt(int(item.payload["prompt_id"]), Verdict.from_payload(verdict) if verdict else None)
 
 
 def started_task(item: InboxItem) -> StartTask:

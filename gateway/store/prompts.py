@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -129,13 +129,14 @@ class PromptRepo(Repo):
         decided_by_name: str = "",
         answer: str | None = None,
         event: NewItem | None = None,
-        resume: NewItem | None = None,
+        resume: Callable[[PromptRecord], NewItem] | None = None,
         now: datetime | None = None,
         enforce_expiry: bool = True,
         reason_from_held: bool = False,
     ) -> DecideResult:
         """Compare-and-set pending -> `status`, in one transaction with the inbound event (dedupe)
-        and the resume item that continues the turn. Only one decision ever wins."""
+        and the item that continues the turn (`resume`, built from the decided prompt: a resume
+        item carries the verdict). Only one decision ever wins."""
         now = now or utcnow()
 
         def work(conn: Connection) -> DecideResult:
@@ -170,10 +171,10 @@ class PromptRepo(Repo):
             )
             if reason:
                 conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(answer=reason))
+            decided = to_record(PromptRecord, conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first())
             if resume is not None:
-                InboxRepo.add_in(conn, resume)
-            decided = conn.execute(_PROMPT_BY_ID, {"id": prompt_id}).first()
-            return DecideResult("decided", to_record(PromptRecord, decided))
+                InboxRepo.add_in(conn, resume(decided))
+            return DecideResult("decided", decided)
 
         return await self.db.write(work)
 
