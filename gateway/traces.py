@@ -1,7 +1,10 @@
 """Run records: one run per turn, its events, usage and cost, and the one writer of its stage.
 
 A trace write that fails is logged and swallowed: observability must never fail a turn. The
-stage writes a caller builds on (reopening a parked run, abandoning a dead worker's) raise.
+stage writes a caller builds on (reopening a parked run, canceling a parked one, abandoning a
+dead worker's) raise. Outside this class a run's stage is written only in the store's own
+transactions that need it whole: a new run beside the one it continues (`DelegationRepo.restart`)
+and the reply's delivery with the `FinalStage` given by `end_with` (`gateway/outbox.py`).
 """
 
 from __future__ import annotations
@@ -156,6 +159,11 @@ class RunTrace:
         """The final stage written by `write` in a write of its own: the reply's delivery, so
         that a reply is never sent without its run being finished, nor the other way round."""
         await write(FinalStage(self.run_id, stage, end_reason))
+        self.ended = True
+
+    async def cancel(self) -> None:
+        """A parked run canceled by /stop (its open calls were canceled first)."""
+        await self.store.runs.set_stage(self.run_id, "CANCELED", end_reason="canceled")
         self.ended = True
 
     async def abandon(self, why: str) -> None:

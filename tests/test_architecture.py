@@ -223,3 +223,15 @@ def test_the_console_reads_through_the_store_and_acts_through_the_inbox(path):
 def test_only_the_composition_root_and_the_http_server_know_the_console():
     users = {rel(p) for p in modules("gateway") if any(n.startswith("gateway.admin") for n in project_imports(p))}
     assert users - {"gateway/app.py"} == {r for r in users if r.startswith("gateway/admin/")}
+
+
+def test_a_runs_stage_is_written_by_run_trace():
+    """`RunTrace` (gateway/traces.py) is the one writer of a run's stage; the reply stream writes
+    only the `FinalStage` RunTrace gave it, and the store's own transactions use `set_stage_in`."""
+    writers = {
+        rel(p)
+        for package in PROJECT
+        for p in modules(package)
+        if ".set_stage(" in p.read_text(encoding="utf-8")
+    }
+    assert writers == {"gateway/traces.py", "gateway/outbox.py"}

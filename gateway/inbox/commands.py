@@ -14,7 +14,7 @@ from gateway.events import ThreadKey, utcnow
 from gateway.mcp.manager import state_line
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
-from gateway.traces import format_nano_usd
+from gateway.traces import RunTrace, format_nano_usd
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
@@ -210,7 +210,7 @@ class Commands:
             note = placeholder_text("canceled")
             audit = tool_call_entry(call, "cancelled", Decided("canceled", reason="/stop"), thread=thread)
             await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note, audit=audit)
-        await self.store.runs.set_stage(run_id, "CANCELED", end_reason="canceled")
+        await RunTrace(self.store, run_id, config=self.config.traces, prices=self.config.llm.prices).cancel()
         if session is not None and report:
             delegation = self.services.delegation
             child = await delegation.control.context_of(session) if delegation is not None else None

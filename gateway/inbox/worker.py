@@ -18,6 +18,7 @@ from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
+from gateway.traces import RunTrace
 
 log = logging.getLogger("gateway.inbox.inbox")
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
@@ -194,12 +195,8 @@ class Worker:
         session = await self.store.sessions.get(run.session_id) if run else None
         if run is None or session is None or run.stage != "RUNNING":
             return
-        await self.store.runs.add_event(
-            run.id,
-            "RUN_ERROR",
-            {"stage": "restart", "message": "the worker running this turn stopped; continuing in a new run"},
-        )
-        await self.store.runs.set_stage(run.id, "FAILED", end_reason="error", error="restart")
+        trace = RunTrace(self.store, run.id, config=self.config.traces, prices=self.config.llm.prices)
+        await trace.abandon("the worker running this turn stopped; continuing in a new run")
         delegation = self.services.delegation
         child = await delegation.control.context_of(session) if delegation is not None else None
         request = TurnRequest(

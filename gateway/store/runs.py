@@ -129,6 +129,9 @@ class RunRepo(Repo):
     async def set_stage(
         self, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None
     ) -> None:
+        """Called by `gateway.traces.RunTrace`, the one writer of a run's stage (and by the reply
+        stream for the `FinalStage` RunTrace gave it, when the reply was already sent); the store's
+        own transactions that write the stage with something else use `set_stage_in`."""
         await self.db.write(lambda conn: self.set_stage_in(conn, run_id, stage, end_reason=end_reason, error=error))
 
     @staticmethod
