@@ -19,7 +19,7 @@ log = logging.getLogger("gateway.agent.delegation")
 
 class ChildControl:
     def __init__(self, services: TurnServices, wake: Callable[[str], None]):
-        self.s = services
+        self.services = services
         self.store = services.store
         self.cfg = services.config
         self.wake = wake  # the inbox's poke, so what was queued for a thread is looked at at once
@@ -160,9 +160,9 @@ class ChildControl:
 
     async def show(self, thread: ThreadKey, key: str, text: str, *, interactive: bool = True) -> None:
         """A progress line in the chat (nobody watches a scheduled run: nothing there)."""
-        if not self.cfg.agent.show_children or not interactive or thread.channel not in self.s.outbox.channels:
+        if not self.cfg.agent.show_children or not interactive or thread.channel not in self.services.outbox.channels:
             return
         try:
-            await self.s.outbox.send_text(thread, text, key=key)
+            await self.services.outbox.send_text(thread, text, key=key)
         except Exception as exc:  # noqa: BLE001 - progress lines are cosmetic
             log.info("%s: child progress not shown: %s", thread, exc)

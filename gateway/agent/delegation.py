@@ -58,7 +58,7 @@ class Delegation:
     """Runs `delegate` calls for a turn; one per gateway (see TurnServices.delegation)."""
 
     def __init__(self, services: TurnServices, *, wake: Callable[[str], None] = lambda _key: None):
-        self.s = services
+        self.services = services
         self.store = services.store
         self.cfg = services.config
         self.wake = wake  # the inbox's poke, so a new background task starts at once
@@ -262,7 +262,8 @@ class Delegation:
             request.started_run, request.continuing, request.continued_run = new_run, True, run.id
         else:  # it ended but the parent never saw it: the result is taken from the database
             return await self._end(turn, task, await self._outcome_of_ended(run.stage, run.error, session))
-        child = Turn(self.s, request, drain=None, stopping=turn.stopping, stopper=turn.stopper)  # /stop reaches all
+        # /stop reaches all: the child shares its parent's stopper
+        child = Turn(self.services, request, drain=None, stopping=turn.stopping, stopper=turn.stopper)
         result = await child.run()
         return await self._end(turn, task, outcome_of(result))
 

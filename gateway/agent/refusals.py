@@ -59,7 +59,7 @@ class Refusals:
     """A turn's answers to refusals and broken streams, composed by `Turn` once its run is open."""
 
     def __init__(self, services: TurnServices, request: TurnRequest, trace: RunTrace):
-        self.s = services
+        self.services = services
         self.req = request
         self.trace = trace
         self.model = services.config.llm.model
@@ -87,7 +87,7 @@ class Refusals:
         """Shrink once; a second refusal ends the turn, setting aside the turn's own message when
         it is what does not fit (so the next message works)."""
         await self.trace.error("llm", f"context too long: {error}")
-        context = self.s.context
+        context = self.services.context
         if self.overflow_retries >= 1 or context is None:
             window = window or (context.window_of(self.model) if context is not None else 0)
             message = END_MESSAGES["overflow"]
@@ -101,13 +101,13 @@ class Refusals:
         """When the turn has nothing but its new user rows and they alone are near the window,
         mark them failed: kept in the database, left out of every later context."""
         session_id = self.req.session.id
-        history = await self.s.store.sessions.history(session_id, after_seq=self.req.turn_started_seq - 1)
+        history = await self.services.store.sessions.history(session_id, after_seq=self.req.turn_started_seq - 1)
         if not history or any(row.role != "user" for row in history):
             return False
-        tokens = self.s.context.estimate(self.model, sum(len(row.content) for row in history))
+        tokens = self.services.context.estimate(self.model, sum(len(row.content) for row in history))
         if not near_window(tokens, window):
             return False
-        await self.s.store.sessions.mark_failed([row.id for row in history])
-        if self.s.context is not None:
-            self.s.context.forget(session_id)
+        await self.services.store.sessions.mark_failed([row.id for row in history])
+        if self.services.context is not None:
+            self.services.context.forget(session_id)
         return True

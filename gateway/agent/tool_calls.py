@@ -70,7 +70,7 @@ class ToolCalls:
         auto_denied: list[str],
         delegate: DelegateCalls | None = None,
     ):
-        self.s = services
+        self.services = services
         self.req = request
         self.session = request.session
         self.child = request.child
@@ -91,15 +91,15 @@ class ToolCalls:
     def offered(self) -> list[ToolSpec]:
         """The tools of this turn: the configured ones a child, the delegation depth, the
         person's role and the approval rules leave it."""
-        specs = self.s.registry.specs(self.s.config.agent.tools)
+        specs = self.services.registry.specs(self.services.config.agent.tools)
         if self.child is not None:
             specs = [s for s in specs if self.child.may_use(s.name)]
-        if self.s.delegation is not None:
-            names = set(self.s.delegation.offered(self.child, [s.name for s in specs]))
+        if self.services.delegation is not None:
+            names = set(self.services.delegation.offered(self.child, [s.name for s in specs]))
             specs = [s for s in specs if s.name in names]
-        if self.s.access is not None:  # the person's role: tools it does not allow are never offered
-            specs = self.s.access.offered(specs, self.thread.channel, self.req.requested_by)
-        hidden = self.s.policy.hidden_tools(specs, self.session.source)
+        if self.services.access is not None:  # the person's role: tools it does not allow are never offered
+            specs = self.services.access.offered(specs, self.thread.channel, self.req.requested_by)
+        hidden = self.services.policy.hidden_tools(specs, self.session.source)
         return [
             s
             for s in specs
@@ -110,7 +110,7 @@ class ToolCalls:
         return [s.name for s in self.offered()]
 
     def tool(self, name: str) -> ToolSpec | None:
-        return self.s.registry.get(name) if self.child is None or self.child.may_use(name) else None
+        return self.services.registry.get(name) if self.child is None or self.child.may_use(name) else None
 
     def declare(self, call: DeclaredCall, cut_off: bool) -> NewToolCall:
         """A call of a round about to be recorded: pending when its tool exists and its
@@ -165,7 +165,7 @@ class ToolCalls:
         resumed_by = self.req.decided
         if resumed_by is not None and resumed_by.verdict.tool_call_id == call.record.id:
             return await self._apply_verdict(call, resumed_by.prompt, resumed_by.verdict)  # read on resume
-        prompt = await self.s.store.prompts.for_tool_call(call.record.id)
+        prompt = await self.services.store.prompts.for_tool_call(call.record.id)
         if prompt is not None:
             return await self._apply_verdict(call, prompt, Verdict.of(prompt))
         return await self._gate(call)
@@ -173,7 +173,7 @@ class ToolCalls:
     async def _apply_verdict(self, call: OpenCall, prompt: PromptRecord, verdict: Verdict) -> Settled:
         if verdict.status == "pending":
             await self._park(prompt)
-        await self.s.prompts.close(prompt)
+        await self.services.prompts.close(prompt)
         decided = by_prompt(verdict, ThreadKey.parse(prompt.thread_key).channel)
         if verdict.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
             resume = {"state": prompt.payload["resume"], "status": verdict.status, "answer": verdict.answer}
@@ -205,7 +205,7 @@ class ToolCalls:
     async def _gate(self, call: OpenCall) -> Settled:
         if call.spec is None:
             return await self._execute(call)  # answers that the tool is gone
-        access = self.s.access
+        access = self.services.access
         if access is not None and not access.tool_allowed(self.thread.channel, self.req.requested_by, call.name):
             role = access.role_name(self.thread.channel, self.req.requested_by)
             text = role_denial_text(call.name, role)
@@ -214,9 +214,9 @@ class ToolCalls:
             return await self._ask_user(call)
         bypasses = [
             Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
-            for b in await self.s.store.prompts.active_bypasses(str(self.thread))
+            for b in await self.services.store.prompts.active_bypasses(str(self.thread))
         ]
-        decision = self.s.policy.decide(
+        decision = self.services.policy.decide(
             call.spec,
             call.args,
             source=self.session.source,
@@ -231,7 +231,7 @@ class ToolCalls:
             return await self.settle(call.record, "rejected", reason, note=reason, decided=by_policy(decision))
         if decision.action == "auto_deny":
             return await self._auto_deny(call.record, by_policy(decision))
-        prompt = await self.s.prompts.request_approval(
+        prompt = await self.services.prompts.request_approval(
             self.session,
             self.thread,
             call.record,
@@ -253,7 +253,7 @@ class ToolCalls:
         if not self.session.interactive:
             return await self.settle(call.record, "done", NO_ONE_TO_ASK)
         args = call.args
-        prompt = await self.s.prompts.ask(
+        prompt = await self.services.prompts.ask(
             self.session, self.thread, call.record, run_id=self.run_id, requested_by=self.req.requested_by,
             question=str(args.get("question", "")), choices=[str(c) for c in args.get("choices") or []],
             allow_free_text=bool(args.get("allow_free_text", True)),
@@ -272,9 +272,9 @@ class ToolCalls:
             unavailable = f"The tool {call.name!r} is no longer available (its server is down)."
             return await self.settle(call.record, "failed", unavailable, decided=decided)
         record = call.record
-        await self.s.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)
+        await self.services.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)
         await self._show_progress(record)
-        agent = self.s.config.agent
+        agent = self.services.config.agent
         ctx = ToolContext(
             session_id=self.session.id,
             thread=self.thread,
@@ -282,8 +282,8 @@ class ToolCalls:
             interactive=self.session.interactive,
             workspace=Path(agent.workspace).resolve(),
             agent=agent,
-            notes=self.s.store.sessions,
-            services=self.s.tool_services,
+            notes=self.services.store.sessions,
+            services=self.services.tool_services,
             call_id=record.call_id,
             run_id=self.run_id,
             resume=resume,
@@ -303,8 +303,8 @@ class ToolCalls:
     async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> NoReturn:
         """The tool asked the user (an MCP elicitation): the call waits, pending, on a question
         prompt like ask_user's, and runs again with the answer."""
-        await self.s.store.sessions.set_tool_call(call.id, status="pending", fence=self.req.fence)
-        prompt = await self.s.prompts.ask(
+        await self.services.store.sessions.set_tool_call(call.id, status="pending", fence=self.req.fence)
+        prompt = await self.services.prompts.ask(
             self.session, self.thread, call, run_id=self.run_id, requested_by=self.req.requested_by,
             question=ask.question, choices=ask.choices, allow_free_text=ask.allow_free_text, resume=ask.state,
         )
@@ -313,11 +313,11 @@ class ToolCalls:
     async def _show_progress(self, call: ToolCallRecord) -> None:
         """A "🔧 tool args" line, for channels that ask for it (the console; Telegram's
         `show_tool_progress`)."""
-        channel = self.s.outbox.channels.get(self.thread.channel)
+        channel = self.services.outbox.channels.get(self.thread.channel)
         if not self.session.interactive or not getattr(channel, "show_tool_progress", False):
             return
         try:
-            await self.s.outbox.send_text(
+            await self.services.outbox.send_text(
                 self.thread, f"🔧 {call.name} {shorten(call.arguments, 80)}", key=f"progress:{call.id}"
             )
         except Exception as exc:  # noqa: BLE001 - progress is cosmetic
@@ -331,7 +331,7 @@ class ToolCalls:
             call, status, decided, thread=self.thread, requested_by=self.req.requested_by, run_id=self.run_id,
             agent=self.child.name if self.child is not None else None,
         )
-        await self.s.store.sessions.set_tool_call(
+        await self.services.store.sessions.set_tool_call(
             call.id, status=status, result=text, note=note, fence=self.req.fence, audit=audit
         )
         metrics.TOOL_CALLS.labels(call.name, status).inc()

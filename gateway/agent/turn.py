@@ -68,7 +68,7 @@ class Turn:
         stopping: Callable[[], bool] = lambda: False,
         stopper: Stopper | None = None,
     ):
-        self.s = services
+        self.services = services
         self.req = request
         self.session = request.session
         self.child = request.child
@@ -129,7 +129,7 @@ class Turn:
         return await self._finish(*ending)
 
     async def _open_run(self) -> None:
-        store = self.s.store
+        store = self.services.store
         reopened = None
         parked = self.req.parked_run
         if parked is not None and parked.stage in ("AWAITING_INPUT", "RUNNING"):
@@ -144,9 +144,9 @@ class Turn:
             await trace.reopen()
             # Tool calls run after the resume link to the response that asked for them.
             self.last_response_seq = await store.runs.last_event_seq(self.run_id, "LLM_RESPONSE")
-        delegation = self.s.delegation
+        delegation = self.services.delegation
         self.calls = ToolCalls(
-            self.s,
+            self.services,
             self.req,
             trace,
             thread=self.thread,
@@ -157,12 +157,12 @@ class Turn:
             auto_denied=self.auto_denied,
             delegate=partial(delegation.run_calls, self) if delegation is not None else None,
         )
-        self.refusals = Refusals(self.s, self.req, trace)
+        self.refusals = Refusals(self.services, self.req, trace)
         if self.req.continued_run is not None:
             await self._adopt_partial_reply(self.req.continued_run)
 
     async def _adopt_partial_reply(self, continued_run: int) -> None:
-        outbox = self.s.store.outbox
+        outbox = self.services.store.outbox
         partial_reply = await outbox.get(partial_key(continued_run))
         if partial_reply is not None and partial_reply.status == "pending" and partial_reply.message_ids:
             self._adopt = tuple(partial_reply.message_ids)
@@ -182,8 +182,9 @@ class Turn:
         # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
         # one, and every round after the first, may have calls to finish.
         calls_may_be_open = self.req.parked_run is not None or self.req.continuing
+        sessions = self.services.store.sessions
         while True:
-            open_calls = await self.s.store.sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
+            open_calls = await sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
             calls_may_be_open = True
             if open_calls:
                 await self.calls.process(open_calls, parent_seq=self.last_response_seq)
@@ -203,7 +204,8 @@ class Turn:
         turn ends there (never re-generated, never sent twice)."""
         if not self.req.continuing:
             return
-        history = await self.s.store.sessions.history(self.session.id, after_seq=max(self.session.next_seq - 2, 0))
+        after_seq = max(self.session.next_seq - 2, 0)
+        history = await self.services.store.sessions.history(self.session.id, after_seq=after_seq)
         last = history[-1] if history else None
         if last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
             return
@@ -215,7 +217,7 @@ class Turn:
     async def _check_budget(self) -> None:
         if not self.session.max_tokens:
             return
-        run = await self.s.store.runs.get(self.run_id)
+        run = await self.services.store.runs.get(self.run_id)
         if run and run.input_tokens + run.output_tokens >= self.session.max_tokens:
             raise EndTurn("FAILED", "budget", message=END_MESSAGES["budget"])
 
@@ -224,7 +226,7 @@ class Turn:
         turn that continues after a stop of any kind (shutdown, kill -9, a lost lease) edits
         them into the complete reply: one reply, not a stale half beside a whole one."""
         adopt, self._adopt = self._adopt, ()
-        return self.s.outbox.stream(self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id))
+        return self.services.outbox.stream(self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id))
 
     # ---- one LLM round -------------------------------------------------------------------
     async def _llm_round(self) -> None:
@@ -239,7 +241,7 @@ class Turn:
         self.rounds += 1
         if usage is None:
             usage = await estimated_usage(
-                self.s.llm, self.s.context, model, built.messages, built.estimated_tokens, round_
+                self.services.llm, self.services.context, model, built.messages, built.estimated_tokens, round_
             )
         shows_text = round_.repetition is None and bool(round_.text.strip()) and self.child is None
         recorded = await self._persist_round(
@@ -247,8 +249,8 @@ class Turn:
         )
         self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
         counted = not usage.estimated or usage.prompt_tokens != built.estimated_tokens  # not our own guess
-        if self.s.context is not None and counted:
-            self.s.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
+        if self.services.context is not None and counted:
+            self.services.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
         await self._settle_round(round_, recorded, stream)
 
     async def _settle_round(self, round_: Round, recorded: RecordedRound, stream: RecordedStream) -> None:
@@ -300,7 +302,7 @@ class Turn:
         """Read one LLM stream into the builder, showing text as it grows. No database work
         happens here, so a stop may cancel it at any point (which closes the HTTP request)."""
         model, usage = self.cfg.llm.model, None
-        async for event in self.s.llm.stream(messages, tools or None):
+        async for event in self.services.llm.stream(messages, tools or None):
             if isinstance(event, ModelInfo):
                 model = event.model
                 continue
@@ -314,8 +316,8 @@ class Turn:
 
     async def _build_context(self):  # noqa: ANN202
         if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
-            self._notes = await self.s.store.sessions.get_notes(self.session.id)
-        return await self.s.context.build(
+            self._notes = await self.services.store.sessions.get_notes(self.session.id)
+        return await self.services.context.build(
             self.session,
             system_prompt=self.cfg.agent.system_prompt,
             turn_started_seq=self.req.turn_started_seq,
@@ -349,7 +351,7 @@ class Turn:
         events, totals = trace
         # A store write runs to completion even if this task is cancelled; waiting for it is bounded.
         async with asyncio.timeout(PERSIST_TIMEOUT_S):
-            return await self.s.store.record_round(
+            return await self.services.store.record_round(
                 self.session.id,
                 round_.text,
                 reasoning=round_.reasoning or None,
@@ -379,7 +381,7 @@ class Turn:
         )
 
     async def _notice(self, text: str) -> None:
-        await self.s.store.sessions.append(
+        await self.services.store.sessions.append(
             self.session.id, "user", text, synthetic=True, run_id=self.run_id, fence=self.req.fence
         )
 
@@ -389,7 +391,7 @@ class Turn:
     ) -> TurnOutcome:
         try:
             recorded = record_end(
-                self.s, self.req, self._trace, end, thread=self.thread, placeholder=placeholder, apology=apology
+                self.services, self.req, self._trace, end, thread=self.thread, placeholder=placeholder, apology=apology
             )
             await asyncio.wait_for(recorded, PERSIST_TIMEOUT_S * 2)
         except LeaseLost:
