@@ -24,20 +24,8 @@ from typing import Any, NoReturn
 from gateway import metrics
 from gateway.agent.ending import ending_of, record_end
 from gateway.agent.estimates import estimated_usage
-from gateway.agent.guards import (
-    LENGTH_NOTICE,
-    REPETITION_NOTICE,
-    LengthGuard,
-    RepetitionStreak,
-    ToolLoopGuard,
-)
-from gateway.agent.messages import (
-    END_MESSAGES,
-    EndTurn,
-    PlaceholderReason,
-    TurnOutcome,
-    TurnRequest,
-)
+from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, LengthGuard, RepetitionStreak, ToolLoopGuard
+from gateway.agent.messages import END_MESSAGES, EndTurn, PlaceholderReason, TurnOutcome, TurnRequest
 from gateway.agent.refusals import Refusals
 from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
