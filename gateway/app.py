@@ -32,7 +32,7 @@ from gateway.inbox.inbox import Inbox
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.mcp import McpManager
-from gateway.outbox import ChatRateLimiter, Outbox, RetryPolicy
+from gateway.outbox import ChatPacer, Outbox, RetryPolicy
 from gateway.store import Store
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
@@ -138,7 +138,7 @@ class Gateway:
         for name in ("cron", "tick"):
             self.channels.setdefault(name, HeadlessChannel(name))
         self.outbox = Outbox(
-            self.store, self.channels, limiter=ChatRateLimiter(), policy=RetryPolicy.from_config(config.outbox)
+            self.store, self.channels, pacer=ChatPacer(), policy=RetryPolicy.from_config(config.outbox)
         )
         self.access = AccessPolicy(config)
         self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access)

@@ -234,11 +234,11 @@ class ReplyStream(Protocol):
     """A reply being generated: shown progressively where the channel can.
 
     A stream may also have `wants_update() -> bool` (False when an update now would not be
-    shown: throttled, or nothing is shown before the end), so callers need not build the text,
+    shown: paced, or nothing is shown before the end), so callers need not build the text,
     and `note(text)` (the newest text, kept without showing it, for `abort` to show)."""
 
     async def update(self, text: str) -> None:
-        """The whole text so far (not a delta). Channels throttle as they need."""
+        """The whole text so far (not a delta). Channels pace updates as they need."""
 
     async def finish(self, text: str) -> Delivered:
         """The final text; returns the ids of the messages that now hold it."""

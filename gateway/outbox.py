@@ -1,4 +1,4 @@
-"""Recorded, rate-limited, idempotent delivery.
+"""Recorded, paced, idempotent delivery.
 
 Every outbound message, prompt and prompt update is recorded under an idempotency key before it
 is sent and marked with its platform message ids after; sending a key that is already marked
@@ -36,7 +36,7 @@ Attempt = Callable[[tuple[str, ...]], Awaitable[T]]  # called with the parts alr
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class ChatRateLimiter:
+class ChatPacer:
     """Per chat: at most one send per `interval_s` (0: no pacing of its own; channels pace),
     and nothing at all while the platform's `retry_after` holds the chat, however long."""
 
@@ -104,12 +104,12 @@ class Outbox:
         store: Store,
         channels: Mapping[str, Channel],
         *,
-        limiter: ChatRateLimiter | None = None,
+        pacer: ChatPacer | None = None,
         policy: RetryPolicy | None = None,
     ):
         self.store = store
         self.channels = channels
-        self.limiter = limiter or ChatRateLimiter()
+        self.pacer = pacer or ChatPacer()
         self.policy = policy or RetryPolicy()
 
     def channel(self, thread: ThreadKey) -> Channel:
@@ -187,7 +187,7 @@ class Outbox:
         state = _Attempts(resent_once=record is not None and record.uncertain is not None)
         done = tuple(record.message_ids) if record is not None else ()
         while True:
-            await self.limiter.wait(thread)
+            await self.pacer.wait(thread)
             try:
                 return await call(done)
             except ChannelError as exc:
@@ -195,7 +195,7 @@ class Outbox:
                 step = self._next_step(exc, state)
                 _count_failure(thread.channel, exc, step)
                 if exc.retry_after is not None and not step.final:
-                    self.limiter.hold(thread, step.wait)
+                    self.pacer.hold(thread, step.wait)
                 if record is not None:
                     retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
                     await self.store.outbox.attempt_failed(
@@ -213,7 +213,7 @@ class Outbox:
                     raise
                 log.warning("delivery to %s: %s; next attempt in %.1fs", thread, exc, step.wait)
                 if exc.retry_after is None and step.wait:
-                    await self.limiter.sleep(step.wait)  # a hold is waited out by limiter.wait
+                    await self.pacer.sleep(step.wait)  # a hold is waited out by pacer.wait
 
     def _next_step(self, exc: ChannelError, state: _Attempts) -> _Step:
         """- permanent: the row fails at once;
@@ -324,7 +324,7 @@ class RecordedStream:
             await stream.update(text)
         except ChannelError as exc:  # progress is best effort; the final text is what counts
             if exc.retry_after is not None:
-                self.outbox.limiter.hold(self.thread, exc.retry_after)
+                self.outbox.pacer.hold(self.thread, exc.retry_after)
             # A new message that timed out may be in the chat: no more progress (each update
             # could post it again); the final delivery is its one resend, recorded as such.
             self._uncertain = self._uncertain or exc.ambiguous

@@ -17,7 +17,7 @@ from fakes.telegram_core import RecordingCore
 from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
 from gateway.events import Button, ChannelError, Delivered, Outbound, Prompt, ThreadKey, utcnow
-from gateway.outbox import AMBIGUOUS_GAVE_UP, AMBIGUOUS_RESENT, ChatRateLimiter, Outbox, RetryPolicy
+from gateway.outbox import AMBIGUOUS_GAVE_UP, AMBIGUOUS_RESENT, ChatPacer, Outbox, RetryPolicy
 
 CHAT = ThreadKey("fake", "c1", "")
 TG_CHAT = ThreadKey("telegram", "42", "")
@@ -25,7 +25,7 @@ TG_CHAT = ThreadKey("telegram", "42", "")
 
 @dataclass
 class VirtualTime:
-    """A clock the limiter and the backoff share: sleeping advances it at once."""
+    """A clock the pacer and the backoff share: sleeping advances it at once."""
 
     now: float = 1000.0
     sleeps: list[float] = field(default_factory=list)
@@ -57,8 +57,8 @@ class ScriptedChannel(FakeChannel):
 
 
 def outbox_for(store, channel, *, time_source: VirtualTime | None = None, policy: RetryPolicy | None = None) -> Outbox:
-    limiter = ChatRateLimiter(clock=time_source.clock, sleep=time_source.sleep) if time_source else ChatRateLimiter()
-    return Outbox(store, {channel.name: channel}, limiter=limiter, policy=policy or RetryPolicy())
+    pacer = ChatPacer(clock=time_source.clock, sleep=time_source.sleep) if time_source else ChatPacer()
+    return Outbox(store, {channel.name: channel}, pacer=pacer, policy=policy or RetryPolicy())
 
 
 async def test_retry_after_holds_the_chat_before_the_next_attempt(sqlite_store) -> None:
@@ -84,7 +84,7 @@ async def test_a_flood_wait_of_minutes_is_waited_out_and_shown_on_the_row(sqlite
     waiting = await sqlite_store.outbox.get("k1")
     assert waiting.status == "pending" and waiting.retry_at is not None
     assert timedelta(seconds=140) < waiting.retry_at - utcnow() <= timedelta(seconds=150)
-    assert outbox.limiter.held_for(CHAT) > 140
+    assert outbox.pacer.held_for(CHAT) > 140
     assert [r.key for r in await sqlite_store.outbox.undelivered(str(CHAT))] == ["k1"]
 
     await asyncio.wait_for(sending, 5)
@@ -97,7 +97,7 @@ async def test_a_hold_also_delays_other_messages_to_that_chat(sqlite_store) -> N
     virtual = VirtualTime()
     channel = ScriptedChannel([])
     outbox = outbox_for(sqlite_store, channel, time_source=virtual)
-    outbox.limiter.hold(CHAT, 40)
+    outbox.pacer.hold(CHAT, 40)
 
     await outbox.send_text(CHAT, "later", key="k1")
     await outbox.send_text(ThreadKey("fake", "other", ""), "at once", key="k2")
@@ -200,7 +200,7 @@ async def test_a_telegram_flood_wait_longer_than_a_minute_still_delivers(sqlite_
     fake, channel = telegram
     virtual = VirtualTime()
     outbox = Outbox(
-        sqlite_store, {"telegram": channel}, limiter=ChatRateLimiter(clock=virtual.clock, sleep=virtual.sleep)
+        sqlite_store, {"telegram": channel}, pacer=ChatPacer(clock=virtual.clock, sleep=virtual.sleep)
     )
     fake.fail_next("sendMessage", "429", retry_after=75)
 
@@ -219,7 +219,7 @@ async def test_telegram_failures_are_retried_by_the_outbox_alone(sqlite_store, t
     outbox = Outbox(
         sqlite_store,
         {"telegram": channel},
-        limiter=ChatRateLimiter(clock=virtual.clock, sleep=virtual.sleep),
+        pacer=ChatPacer(clock=virtual.clock, sleep=virtual.sleep),
         policy=RetryPolicy(max_attempts=3),
     )
     with pytest.raises(ChannelError):
@@ -233,7 +233,7 @@ async def test_a_long_telegram_reply_continues_after_the_parts_already_posted(sq
     fake.fail_next("sendMessage", "500", after=1)  # the first part goes out, the second fails
     virtual = VirtualTime()
     outbox = Outbox(
-        sqlite_store, {"telegram": channel}, limiter=ChatRateLimiter(clock=virtual.clock, sleep=virtual.sleep)
+        sqlite_store, {"telegram": channel}, pacer=ChatPacer(clock=virtual.clock, sleep=virtual.sleep)
     )
 
     delivered = await outbox.send_text(TG_CHAT, text, key="k1")

@@ -42,7 +42,7 @@ class ChildControl:
         request = TurnRequest(session, lease_thread, requested_by=session.started_by, child=self.context(task, chat))
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is not None:
-            return None  # already started: resume items and crash recovery continue it
+            return None  # already started: resume items and continue items go on with it
         run, row = await self.store.delegations.begin(task, model=self.cfg.llm.model)
         request.started_run, request.turn_started_seq = run, row.seq
         return request

@@ -1,4 +1,4 @@
-"""Sub-agents: the `delegate` tool, child sessions and their turns, and their recovery.
+"""Sub-agents: the `delegate` tool, child sessions and their turns, and continuing them after a stop.
 
 Each task of a `delegate` call is a child session with its own history and run, recorded in the
 `delegations` table with its parent's session, run and tool call. A synchronous child runs inside

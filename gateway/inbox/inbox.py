@@ -132,7 +132,7 @@ class Inbox:
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        await self.recover()
+        await self.continue_stopped_runs()
         self._dispatcher = asyncio.create_task(self._dispatch_forever(), name="inbox-dispatcher")
         self._listener = asyncio.create_task(
             notify.listen(self.store.db, self._poke, self._listening), name="inbox-listener"
@@ -164,7 +164,7 @@ class Inbox:
             await asyncio.gather(*workers, return_exceptions=True)
         await self.store.inbox.release_all(self.instance_id)
 
-    async def recover(self) -> int:
+    async def continue_stopped_runs(self) -> int:
         """Runs left RUNNING by a dead worker are continued: a continue item per run whose
         thread lease is free (a live instance's runs are left alone)."""
         count = 0
@@ -213,7 +213,7 @@ class Inbox:
             await self.services.gatekeeper.expire_due()
         if self.services.spend is not None:
             await self.services.spend.sweep()
-        await self.recover()
+        await self.continue_stopped_runs()
         if self._sweeping is None or self._sweeping.done():  # off the dispatcher: a send may wait
             self._sweeping = asyncio.create_task(self._sweep(), name="outbox-sweeper")
 
