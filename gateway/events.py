@@ -22,6 +22,7 @@ class ThreadKey:
     """One conversation: Telegram chat + topic, Slack channel + thread_ts, a DM, a cron run.
 
     `thread` is "" when the platform has no sub-thread (a private chat, the general topic).
+    Keys are written (`str`, `format`) and read (`parse`, `channel_of`) here only.
     """
 
     channel: str
@@ -29,12 +30,26 @@ class ThreadKey:
     thread: str = ""
 
     def __str__(self) -> str:
-        return f"{self.channel}:{self.chat}:{self.thread}"
+        return self.format(self.channel, self.chat, self.thread)
+
+    @staticmethod
+    def format(channel: str, chat: str, thread: str = "") -> str:
+        return f"{channel}:{chat}:{thread}"
+
+    @staticmethod
+    def _parts(text: str) -> tuple[str, str, str]:
+        channel, _, rest = text.partition(":")
+        chat, _, thread = rest.partition(":")
+        return channel, chat, thread
+
+    @classmethod
+    def channel_of(cls, text: str) -> str:
+        """The channel of a stored key, checked no further (any key a session was opened with)."""
+        return cls._parts(text)[0]
 
     @classmethod
     def parse(cls, text: str) -> ThreadKey:
-        channel, _, rest = text.partition(":")
-        chat, _, thread = rest.partition(":")
+        channel, chat, thread = cls._parts(text)
         if not channel or not chat:
             raise ValueError(f"not a thread key: {text!r} (expected channel:chat[:thread])")
         return cls(channel, chat, thread)

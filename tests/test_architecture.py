@@ -235,3 +235,18 @@ def test_a_runs_stage_is_written_by_run_trace():
         if ".set_stage(" in p.read_text(encoding="utf-8")
     }
     assert writers == {"gateway/traces.py", "gateway/outbox.py"}
+
+
+def test_thread_keys_are_written_and_read_by_thread_key():
+    """`ThreadKey` (gateway/events.py) owns the key's format: no module splits a thread key by hand."""
+    hand_split = (
+        'thread_key.split(":"', 'thread_key.partition(":"', 'thread_key.startswith("task:',
+        'thread_key.rpartition(":"', 'thread_key.rsplit(":"',
+    )
+    offenders = {
+        rel(p)
+        for package in PROJECT
+        for p in modules(package)
+        if any(pattern in p.read_text(encoding="utf-8") for pattern in hand_split)
+    }
+    assert not offenders

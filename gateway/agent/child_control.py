@@ -12,6 +12,7 @@ from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text, s
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
 from gateway.store import PromptRecord, SessionRecord, TaskRecord
+from gateway.store.delegations import TASK_CHANNEL
 from gateway.store.items import ResumePrompt, command_item
 
 log = logging.getLogger("gateway.agent.delegation")
@@ -147,7 +148,7 @@ class ChildControl:
         held = []
         for prompt in prompts:
             session = await self.store.sessions.get(prompt.session_id)
-            if session is None or not session.thread_key.startswith("task:"):
+            if session is None or ThreadKey.channel_of(session.thread_key) != TASK_CHANNEL:
                 held.append(prompt)
         return held
 

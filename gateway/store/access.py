@@ -18,7 +18,7 @@ from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from gateway.events import utcnow
+from gateway.events import ThreadKey, utcnow
 from gateway.store.audit import AuditEntry, AuditRepo, Via, via_of
 from gateway.store.base import Repo, to_record
 from gateway.store.inbox import InboxRepo, InsertIgnoring, NewItem
@@ -89,7 +89,7 @@ def open_key(channel: str, kind: str, subject: str) -> str:
 def _held_of(request: Any) -> Any:
     """The inbox items a request holds: the person's DM thread, or every thread of the chat."""
     if request.kind == "chat":
-        prefix = f"{request.channel}:{request.subject}:"
+        prefix = ThreadKey.format(request.channel, request.subject)  # every thread of the chat
         return and_(inbox.c.status == "held", func.substr(inbox.c.thread_key, 1, len(prefix)) == prefix)
     return and_(inbox.c.status == "held", inbox.c.thread_key == request.thread_key)
 

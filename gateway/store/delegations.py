@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.events import utcnow
+from gateway.events import ThreadKey, utcnow
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.items import StartTask
@@ -77,13 +77,16 @@ class ChildSession:
     max_tokens: int | None
 
 
+TASK_CHANNEL = "task"  # the channel part of a background task's thread key
+
+
 def task_item(task_id: int) -> NewItem:
     return StartTask(task_id).item(task_thread_key(task_id))
 
 
 def task_thread_key(task_id: int) -> str:
-    """A background task's thread, written as ThreadKey writes keys ("task:<id>:")."""
-    return f"task:{task_id}:"
+    """A background task's thread ("task:<id>:")."""
+    return ThreadKey.format(TASK_CHANNEL, str(task_id))
 
 
 class DelegationRepo(Repo):

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from gateway.events import utcnow
+from gateway.events import ThreadKey, utcnow
 from gateway.store.audit import AuditEntry, AuditRepo
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import (
@@ -102,7 +102,7 @@ class SessionRepo(Repo):
             if row is None:
                 conn.execute(
                     insert(threads).values(
-                        key=thread_key, channel=thread_key.split(":", 1)[0], session_id=session_id, created_at=now
+                        key=thread_key, channel=ThreadKey.channel_of(thread_key), session_id=session_id, created_at=now
                     )
                 )
             else:
