@@ -24,6 +24,7 @@ from gateway.approvals.prompts import PromptService, ask_user_spec
 from gateway.attachments import AttachmentPreparer
 from gateway.budgets import SpendGate
 from gateway.channel_state import StoreChannelState
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
@@ -126,7 +127,9 @@ class Gateway:
         serve_http: bool = True,
         llm: LLMClient | None = None,
         store: Store | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
+        """`clock`: what prompts expire by (a test's advances by hand)."""
         self.config = config
         self._owns = {"store": store is None, "llm": llm is None}
         self.store = store or Store(config.database.url, echo=config.database.echo)
@@ -141,10 +144,10 @@ class Gateway:
             self.store, self.channels, pacer=ChatPacer(), policy=RetryPolicy.from_config(config.outbox)
         )
         self.access = AccessPolicy(config)
-        self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access)
+        self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access, clock=clock)
         self.spend = SpendGate(self.store, config, alert=self._alert_admins)
         self.llm.gate = self.spend  # every request, retries and summaries included, is checked first
-        self.prompts = PromptService(self.store, self.outbox, config, access=self.access)
+        self.prompts = PromptService(self.store, self.outbox, config, access=self.access, clock=clock)
         self.registry = build_registry(config, self.store)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
         for problem in self.policy.errors:

@@ -40,6 +40,15 @@ async def make_store(kind: str, tmp_path) -> tuple[Store, object]:
 
 
 @pytest.fixture
+def clock():
+    """A clock the test advances by hand (`clock.advance(seconds)`), for expiries and timeouts;
+    hand it to the code under test (`running_gateway(..., clock=clock)`)."""
+    from helpers import ManualClock
+
+    return ManualClock()
+
+
+@pytest.fixture
 async def llm():
     """The scripted OpenAI-compatible server (tests/fakes/llm.py) on a random local port."""
     from fakes.llm import FakeLLM

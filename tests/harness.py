@@ -11,6 +11,7 @@ from typing import Any
 from fakes.channel import FakeChannel
 
 from gateway.app import Gateway
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.events import ButtonPress, InboundMessage, Sender, SubmitResult, ThreadKey
 from gateway.llm import LLMClient
@@ -38,12 +39,23 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    store: Store, config: Config, channel: FakeChannel | None = None, *, instance_id: str | None = None
+    store: Store,
+    config: Config,
+    channel: FakeChannel | None = None,
+    *,
+    instance_id: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[Harness]:
     channel = channel or FakeChannel()
     llm = LLMClient(config.llm, backoff_base_s=0.01)
     gateway = Gateway(
-        config, channels={channel.name: channel}, serve_http=False, store=store, llm=llm, instance_id=instance_id
+        config,
+        channels={channel.name: channel},
+        serve_http=False,
+        store=store,
+        llm=llm,
+        instance_id=instance_id,
+        clock=clock,
     )
     await gateway.start()
     try:

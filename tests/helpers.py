@@ -1,13 +1,16 @@
-"""Helpers the end-to-end and flow tests share: waiting for a condition, and reading what the
-gateway sent to the model."""
+"""Helpers the end-to-end and flow tests share: waiting for a condition, reading what the
+gateway sent to the model, and a clock the test moves by hand."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from fakes.llm import Reply, user_texts
+
+from gateway.events import utcnow
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -28,3 +31,23 @@ def tool_results(request: dict[str, Any]) -> list[str]:
 def echo(request: dict[str, Any]) -> Reply:
     """A model that answers "re: " and the last thing the user said."""
     return Reply(f"re: {user_texts(request)[-1]}")
+
+
+class ManualClock:
+    """A `gateway.clock.Clock` that stands still until the test advances it: an expiry or a
+    timeout is reached by `advance`, not by sleeping past a timer. Starts at the real time, so
+    the rows it dates sort among the others."""
+
+    def __init__(self, start: datetime | None = None):
+        self._now = start or utcnow()
+        self._monotonic = 1000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._monotonic += seconds

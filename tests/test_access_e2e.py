@@ -4,7 +4,6 @@ commands, and the fixed `allowed_users` lists of earlier set-ups."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import re
 from typing import Any
@@ -149,14 +148,14 @@ async def test_a_denied_request_drops_the_held_message(store, llm, tg, tmp_path)
         assert not llm.requests and await store.inbox.count_pending() == 0
 
 
-async def test_an_expired_code_is_not_approved_and_a_new_one_is_given(store, llm, tg, tmp_path) -> None:
-    async with running(store, paired_config(llm, tg, tmp_path, pairing_ttl="1s")) as gateway:
+async def test_an_expired_code_is_not_approved_and_a_new_one_is_given(store, llm, tg, tmp_path, clock) -> None:
+    async with running(store, paired_config(llm, tg, tmp_path, pairing_ttl="1s"), clock=clock) as gateway:
         tg.private_message(STRANGER, "hello", user_id=STRANGER)
         await settle(gateway, lambda: bool(texts(tg, STRANGER)) and has_prompt(tg, ADMIN))
         old_code = code_in(texts(tg, STRANGER)[0])
         assert "expires in 1 s" in texts(tg, STRANGER)[0]
         prompt = prompt_message(tg, ADMIN)
-        await asyncio.sleep(1.2)  # past the code's expiry
+        clock.advance(1)  # the code's expiry
         tg.press(ADMIN, prompt.message_id, button(prompt, "Approve"), user_id=ADMIN)
         await until(lambda: bool(tg.calls_to("answerCallbackQuery")))
         await gateway.inbox.wait_until_idle(10)

@@ -142,16 +142,16 @@ async def test_configured_approvers_decide_instead_of_the_requester(store, llm, 
         assert (tmp_path / "ws" / "z.txt").exists()
 
 
-async def test_expiry_rejects_with_approval_expired(store, llm, tmp_path):
+async def test_expiry_rejects_with_approval_expired(store, llm, tmp_path, clock):
     write_call(llm, "late.txt")
     llm.reply("It expired.")
-    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"expire_after": "0.05s"})
-    async with running_gateway(store, config) as h:
+    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"expire_after": "1h"})
+    async with running_gateway(store, config, clock=clock) as h:
         await h.say("write late")
         await h.idle()
-        import asyncio
-
-        await asyncio.sleep(0.1)
+        clock.advance(3599)
+        assert await h.gateway.prompts.expire_due() == 0  # not yet
+        clock.advance(1)
         tapped = await h.tap(h.token(0, "✅"))
         assert tapped.alert and "expired" in tapped.answer
         await h.idle()
@@ -276,16 +276,16 @@ async def test_a_newer_question_supersedes_the_older_one(store, llm, tmp_path):
         assert any("Superseded" in text for text in h.channel.closes())
 
 
-async def test_question_timeout_and_non_interactive_answers(store, llm, tmp_path):
+async def test_question_timeout_and_non_interactive_answers(store, llm, tmp_path, clock):
     llm.tool_call("ask_user", {"question": "Anyone?"}, id="q1")
     llm.reply("No answer then.")
-    config = make_config(llm.base_url, str(tmp_path), questions={"timeout": "0.05s"})
-    async with running_gateway(store, config) as h:
+    config = make_config(llm.base_url, str(tmp_path), questions={"timeout": "10m"})
+    async with running_gateway(store, config, clock=clock) as h:
         await h.say("ask")
         await h.idle()
-        import asyncio
-
-        await asyncio.sleep(0.1)
+        clock.advance(599)
+        assert await h.gateway.prompts.expire_due() == 0  # not yet
+        clock.advance(1)
         assert await h.gateway.prompts.expire_due() == 1
         await h.idle()
         assert tool_results(llm.requests[1]) == [NO_ANSWER]

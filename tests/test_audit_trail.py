@@ -4,7 +4,6 @@ and `gateway audit` reading it back."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 
@@ -45,13 +44,13 @@ async def test_a_call_approved_by_button_and_one_allowed_by_the_defaults(store, 
     assert (tmp_path / "ws" / "n.txt").read_text() == "Authorization: Bearer abcdefghijklmnop"  # only the trail
 
 
-async def test_a_denial_by_the_cli_and_an_expiry(store, llm, tmp_path):
+async def test_a_denial_by_the_cli_and_an_expiry(store, llm, tmp_path, clock):
     llm.tool_call("write_file", {"path": "a.txt", "content": "a"}, id="w1")
     llm.reply("Denied, fine.")
     llm.tool_call("write_file", {"path": "b.txt", "content": "b"}, id="w2")
     llm.reply("Expired, fine.")
-    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"expire_after": "1s"})
-    async with running_gateway(store, config) as h:
+    config = make_config(llm.base_url, str(tmp_path / "ws"), approvals={"expire_after": "1h"})
+    async with running_gateway(store, config, clock=clock) as h:
         await h.say("write a")
         await h.idle()
         (pending,) = await store.prompts.pending(kind="approval")
@@ -61,8 +60,8 @@ async def test_a_denial_by_the_cli_and_an_expiry(store, llm, tmp_path):
         await h.idle()
         await h.say("write b")
         await h.idle()
-        await asyncio.sleep(1.2)
-        await h.gateway.prompts.expire_due()
+        clock.advance(3600)
+        assert await h.gateway.prompts.expire_due() == 1
         await h.idle()
 
     expired, denied = await store.audit.list_audit(tool="write_file")

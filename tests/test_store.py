@@ -52,13 +52,14 @@ async def test_inbox_ignores_duplicate_event_ids_and_commits_cursor(store):
     assert len(await store.inbox.pending("telegram:5:")) == 1
 
 
-async def test_lease_takeover_bumps_fence_and_old_holder_cannot_write(store):
+async def test_lease_takeover_bumps_fence_and_old_holder_cannot_write(store, clock):
     session = await store.sessions.open("console:x:", source="console")
-    first = await store.inbox.acquire("thread:console:x:", "a", ttl_s=0.05)
+    first = await store.inbox.acquire("thread:console:x:", "a", ttl_s=30, now=clock.now())
     assert first is not None
-    assert await store.inbox.acquire("thread:console:x:", "b", ttl_s=10) is None
-    await asyncio.sleep(0.1)
-    second = await store.inbox.acquire("thread:console:x:", "b", ttl_s=10)
+    clock.advance(29)
+    assert await store.inbox.acquire("thread:console:x:", "b", ttl_s=10, now=clock.now()) is None
+    clock.advance(1)
+    second = await store.inbox.acquire("thread:console:x:", "b", ttl_s=10, now=clock.now())
     assert second is not None and second.fence == first.fence + 1
     with pytest.raises(LeaseLost):
         await store.sessions.append(session.id, "user", "late", fence=Fence(first.name, first.owner, first.fence))

@@ -24,6 +24,7 @@ from helpers import echo, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.llm import LLMClient
 from gateway.store import Store
@@ -46,11 +47,16 @@ def tg_config(
 
 @contextlib.asynccontextmanager
 async def running(
-    store: Store, config: Config, *, serve_http: bool = False, instance_id: str | None = None
+    store: Store,
+    config: Config,
+    *,
+    serve_http: bool = False,
+    instance_id: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[Gateway]:
     """The whole gateway, with the Telegram channel built from `config.telegram`."""
     llm = LLMClient(config.llm, backoff_base_s=0.01)
-    gateway = Gateway(config, store=store, llm=llm, serve_http=serve_http, instance_id=instance_id)
+    gateway = Gateway(config, store=store, llm=llm, serve_http=serve_http, instance_id=instance_id, clock=clock)
     gateway.channels["telegram"].poll_backoff_s = 0.05  # type: ignore[attr-defined]
     await gateway.start()
     try:

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
@@ -73,11 +74,14 @@ def ttl_text(seconds: float) -> str:
 
 
 class Gatekeeper:
-    def __init__(self, store: Store, outbox: Outbox, config: Config, policy: AccessPolicy):
+    def __init__(
+        self, store: Store, outbox: Outbox, config: Config, policy: AccessPolicy, *, clock: Clock = SYSTEM_CLOCK
+    ):
         self.store = store
         self.outbox = outbox
         self.config = config
         self.policy = policy
+        self.clock = clock  # pairing requests expire by it (access.pairing_ttl)
 
     # ---- every message ---------------------------------------------------------------------
     async def admit(self, thread: ThreadKey, said: Said, *, command: bool) -> Admission:
@@ -111,6 +115,7 @@ class Gatekeeper:
             thread_key=str(thread),
             ttl_s=access.pairing_ttl,
             max_pending=access.max_pending_per_channel,
+            now=self.clock.now(),
         )
         if outcome.request is None:
             return Admission(False, reply=PAIRING_FULL)
@@ -165,7 +170,9 @@ class Gatekeeper:
         event = button_item(press.event_id, str(press.thread), press.token, press.sender.id)
         by = press.sender.name or press.sender.username or press.sender.id
         decider = press.sender.id if press.operator else f"{request.channel}:{press.sender.id}"
-        result = await self.store.access.decide(request.id, approve=action == APPROVE, decided_by=decider, event=event)
+        result = await self.store.access.decide(
+            request.id, approve=action == APPROVE, decided_by=decider, event=event, now=self.clock.now()
+        )
         return await self._answer(press.event_id, result, by)
 
     async def _answer(self, event_id: str, result: DecideOutcome, by: str) -> tuple[SubmitResult, str | None]:
@@ -196,7 +203,7 @@ class Gatekeeper:
                 log.warning("could not update the prompt of access request %s: %s", request.id, exc)
 
     async def expire_due(self) -> int:
-        expired = await self.store.access.expire_due()
+        expired = await self.store.access.expire_due(self.clock.now())
         for request in expired:
             await self.close(request, "")
         return len(expired)

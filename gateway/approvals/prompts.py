@@ -18,6 +18,7 @@ from typing import Any
 from gateway import metrics
 from gateway.access.policy import AccessPolicy
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
@@ -76,11 +77,20 @@ def outcome_text(prompt: PromptRecord) -> str:
 
 
 class PromptService:
-    def __init__(self, store: Store, outbox: Outbox, config: Config, *, access: AccessPolicy | None = None):
+    def __init__(
+        self,
+        store: Store,
+        outbox: Outbox,
+        config: Config,
+        *,
+        access: AccessPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         self.store = store
         self.outbox = outbox
         self.config = config
         self.access = access  # roles that may approve; approvals.separate_requester
+        self.clock = clock  # prompts expire by it (approvals.expire_after, questions.timeout)
 
     # ---- asking --------------------------------------------------------------------------
     async def request_approval(
@@ -109,7 +119,7 @@ class PromptService:
             thread_key=str(thread),
             payload=payload,
             requested_by=requested_by,
-            expires_at=utcnow() + timedelta(seconds=self.config.approvals.expire_after),
+            expires_at=self.clock.now() + timedelta(seconds=self.config.approvals.expire_after),
             run_id=run_id,
             tool_call_id=call.id,
         )
@@ -144,7 +154,8 @@ class PromptService:
             payload["resume"] = resume  # a tool asked (MCP elicitation): it continues with the answer
         prompt, superseded = await self.store.prompts.create(
             kind="question", session_id=session.id, thread_key=str(thread), payload=payload, requested_by=requested_by,
-            expires_at=utcnow() + timedelta(seconds=self.config.questions.timeout), run_id=run_id, tool_call_id=call.id,
+            expires_at=self.clock.now() + timedelta(seconds=self.config.questions.timeout), run_id=run_id,
+            tool_call_id=call.id,
             supersede_questions=True,
         )
         for old in superseded:
@@ -200,6 +211,7 @@ class PromptService:
             answer=answer,
             event=self._event_item(press),
             resume=resume_item,
+            now=self.clock.now(),
             reason_from_held=status == "rejected",
         )
         return await self._answer(press, result.outcome, result.prompt)
@@ -287,6 +299,7 @@ class PromptService:
             decided_by_name=sender_name,
             answer=text,
             resume=resume_item,
+            now=self.clock.now(),
         )
         return result.prompt if result.outcome == "decided" else None
 
@@ -298,13 +311,14 @@ class PromptService:
             decided_by="",
             answer=None,
             resume=resume_item,
+            now=self.clock.now(),
             enforce_expiry=False,
         )
         if result.outcome == "decided" and prompt.kind == "approval":
             metrics.APPROVALS.labels("expired").inc()
 
     async def expire_due(self) -> int:
-        due = await self.store.prompts.due()
+        due = await self.store.prompts.due(self.clock.now())
         for prompt in due:
             await self.expire(prompt)
         return len(due)

@@ -120,14 +120,25 @@ def _audit(action: str, row: Any, decided_by: str | None = None, via: Via | None
 class AccessRepo(Repo):
     # ---- requests --------------------------------------------------------------------------
     async def request(
-        self, *, kind: Kind, channel: str, subject: str, name: str, thread_key: str, ttl_s: float, max_pending: int
+        self,
+        *,
+        kind: Kind,
+        channel: str,
+        subject: str,
+        name: str,
+        thread_key: str,
+        ttl_s: float,
+        max_pending: int,
+        now: datetime | None = None,
     ) -> RequestOutcome:
         """The person's (or chat's) pending request, a new one, or `full` when the channel has
-        `max_pending` requests waiting already."""
+        `max_pending` requests waiting already. `now` (here, in `decide` and `expire_due`): the
+        time expiry is judged at (a `Clock`'s; the system's by default)."""
         key = open_key(channel, kind, subject)
+        asked_at = now
 
         def work(conn: Connection) -> RequestOutcome:
-            now = utcnow()
+            now = asked_at or utcnow()
             _lock_channel(conn, channel, now)  # count-then-insert below is one step per channel
             self._expire_in(conn, now)
             row = conn.execute(select(access_requests).where(access_requests.c.open_key == key)).first()
@@ -185,8 +196,8 @@ class AccessRepo(Repo):
         AuditRepo.record_in(conn, *(_audit("pairing_expired", row, via="expiry") for row in rows))
         return [to_record(AccessRequestRecord, r) for r in rows]
 
-    async def expire_due(self) -> list[AccessRequestRecord]:
-        return await self.db.write(lambda conn: self._expire_in(conn, utcnow()))
+    async def expire_due(self, now: datetime | None = None) -> list[AccessRequestRecord]:
+        return await self.db.write(lambda conn: self._expire_in(conn, now or utcnow()))
 
     async def get(self, request_id: int) -> AccessRequestRecord | None:
         return await self.db.read(lambda conn: self._get_in(conn, request_id))
@@ -222,13 +233,21 @@ class AccessRepo(Repo):
         )
 
     async def decide(
-        self, request_id: int, *, approve: bool, decided_by: str, event: NewItem | None = None
+        self,
+        request_id: int,
+        *,
+        approve: bool,
+        decided_by: str,
+        event: NewItem | None = None,
+        now: datetime | None = None,
     ) -> DecideOutcome:
         """pending -> approved (the grant, the held messages queued again) or denied (the held
         messages dropped), with the button's inbox event, in one transaction."""
 
+        decided_at = now
+
         def work(conn: Connection) -> DecideOutcome:
-            now = utcnow()
+            now = decided_at or utcnow()
             if event is not None and not InboxRepo.add_in(conn, event):
                 return DecideOutcome("duplicate", None)
             row = self._get_in(conn, request_id)

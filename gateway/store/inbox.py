@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import ModuleType
 from typing import Any
 
@@ -285,9 +285,10 @@ class InboxRepo(Repo):
         return await self.db.read(work)
 
     # ---- leases ----------------------------------------------------------------------------
-    async def acquire(self, name: str, owner: str, ttl_s: float) -> Lease | None:
-        """Take or renew a lease. A takeover (expired or free) bumps the fencing token."""
-        now = utcnow()
+    async def acquire(self, name: str, owner: str, ttl_s: float, *, now: datetime | None = None) -> Lease | None:
+        """Take or renew a lease. A takeover (expired or free) bumps the fencing token. `now`:
+        the time expiry is judged at (a `Clock`'s; the system's by default)."""
+        now = now or utcnow()
         expires = now + timedelta(seconds=ttl_s)
 
         def work(conn: Connection) -> Lease | None:
