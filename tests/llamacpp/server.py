@@ -101,15 +101,23 @@ def start_server(directory: Path) -> LlamaServer:
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=directory)
     server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log)
+    try:
+        wait_until_serving(server)
+    except BaseException:  # a failed start, and also pytest-timeout's exception: never leave it running
+        server.stop()
+        raise
+    return server
+
+
+def wait_until_serving(server: LlamaServer) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the llama.cpp server exited with {process.returncode}:\n{server.log_tail()}")
+        if server.process.poll() is not None:
+            raise RuntimeError(f"the llama.cpp server exited with {server.process.returncode}:\n{server.log_tail()}")
         try:
             if httpx.get(f"{server.base_url}/models", timeout=2).status_code == 200:
-                return server
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    server.stop()
     raise RuntimeError(f"the llama.cpp server did not start in {START_TIMEOUT_S:.0f}s:\n{server.log_tail()}")
