@@ -129,6 +129,23 @@ class RunTrace:
         parent_seq: int | None,
         detail: dict[str, Any] | None = None,
     ) -> None:
+        events, totals = self.tool_call_trace(
+            name=name, call_id=call_id, status=status, duration_ms=duration_ms, parent_seq=parent_seq, detail=detail
+        )
+        await self._events(events, **totals)
+
+    def tool_call_trace(
+        self,
+        *,
+        name: str,
+        call_id: str,
+        status: str,
+        duration_ms: float,
+        parent_seq: int | None,
+        detail: dict[str, Any] | None = None,
+    ) -> tuple[list[tuple[str, dict[str, Any], int | None]], dict[str, Any]]:
+        """The TOOL_CALL event and the run's totals, for the write of the call's result to
+        carry (Store.settle_tool_call)."""
         payload = {
             "name": name,
             "call_id": call_id,
@@ -136,7 +153,7 @@ class RunTrace:
             "duration_ms": round(duration_ms, 2),
             **(detail or {}),
         }
-        await self.event("TOOL_CALL", payload, parent_seq=parent_seq, tool_calls=1)
+        return [("TOOL_CALL", cap_payload(payload, self.limit), parent_seq)], {"tool_calls": 1}
 
     async def error(self, stage: str, message: str) -> None:
         await self.event("RUN_ERROR", {"stage": stage, "message": message})

@@ -138,15 +138,16 @@ class ToolCalls:
         return OpenCall(record, json.loads(record.arguments or "{}"), self.tool(record.name))
 
     # ---- processing ------------------------------------------------------------------------
-    async def process(self, records: list[ToolCallRecord], *, parent_seq: int | None) -> None:
-        """Settle the open calls of the session in declared order; raises EndTurn to park or stop."""
+    async def process(self, records: list[ToolCallRecord], *, parent_seq: int | None, fresh: bool = False) -> None:
+        """Settle the open calls of the session in declared order; raises EndTurn to park or stop.
+        `fresh`: the round just recorded them, so no prompt can be about them yet."""
         self.parent_seq = parent_seq
         calls = [self._open(record) for record in records]
         # A reply of only delegate calls: the children run together.
         delegated = await self.delegate(calls) if self.delegate is not None and is_delegate_batch(calls) else None
         results: list[ToolResult] = []
         for i, call in enumerate(calls):
-            status, text = delegated[i] if delegated is not None else await self._process(call)
+            status, text = delegated[i] if delegated is not None else await self._process(call, fresh)
             results.append(ToolResult(call.record.call_id, call.name, text, "failed" if status == "failed" else "ok"))
         declared = [DeclaredCall(c.record.call_id, c.name, c.record.arguments) for c in calls]
         verdict = self.loop_guard.record(declared, results)
@@ -155,7 +156,7 @@ class ToolCalls:
         if verdict == "notice":
             await self.notice(TOOL_LOOP_NOTICE)
 
-    async def _process(self, call: OpenCall) -> Settled:
+    async def _process(self, call: OpenCall, fresh: bool) -> Settled:
         if call.name == DELEGATE and self.delegate is not None:  # sub-agents: gateway/agent/delegation.py
             return (await self.delegate([call]))[0]
         if call.record.status == "running":  # a restart interrupted it mid-run
@@ -165,7 +166,7 @@ class ToolCalls:
         resumed_by = self.req.decided
         if resumed_by is not None and resumed_by.verdict.tool_call_id == call.record.id:
             return await self._apply_verdict(call, resumed_by.prompt, resumed_by.verdict)  # read on resume
-        prompt = await self.services.store.prompts.for_tool_call(call.record.id)
+        prompt = None if fresh else await self.services.store.prompts.for_tool_call(call.record.id)
         if prompt is not None:
             return await self._apply_verdict(call, prompt, Verdict.of(prompt))
         return await self._gate(call)
@@ -294,11 +295,11 @@ class ToolCalls:
         if outcome.ask is not None:
             await self._park_on_tool_question(record, outcome.ask)
         status = "failed" if outcome.failed else "done"
-        await self.trace.tool_call(
+        traced = self.trace.tool_call_trace(
             name=record.name, call_id=record.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
             parent_seq=self.parent_seq, detail={"arguments": record.arguments, "result": outcome.text},
         )
-        return await self.settle(record, status, outcome.text, decided=decided)
+        return await self.settle(record, status, outcome.text, decided=decided, traced=traced)
 
     async def _park_on_tool_question(self, call: ToolCallRecord, ask: NeedsAnswer) -> NoReturn:
         """The tool asked the user (an MCP elicitation): the call waits, pending, on a question
@@ -324,15 +325,25 @@ class ToolCalls:
             log.info("%s: tool progress not shown: %s", self.thread, exc)
 
     async def settle(
-        self, call: ToolCallRecord, status: str, text: str, *, note: str | None = None, decided: Decided | None = None
+        self,
+        call: ToolCallRecord,
+        status: str,
+        text: str,
+        *,
+        note: str | None = None,
+        decided: Decided | None = None,
+        traced: tuple[list[tuple[str, dict[str, Any], int | None]], dict[str, Any]] | None = None,
     ) -> Settled:
-        """The call's one result, with its row of the audit trail in the same write."""
+        """The call's one result, with its row of the audit trail (and `traced`, the run's
+        trace of it) in the same write."""
         audit = tool_call_entry(
             call, status, decided, thread=self.thread, requested_by=self.req.requested_by, run_id=self.run_id,
             agent=self.child.name if self.child is not None else None,
         )
-        await self.services.store.sessions.set_tool_call(
-            call.id, status=status, result=text, note=note, fence=self.req.fence, audit=audit
+        events, totals = traced or ([], None)
+        await self.services.store.settle_tool_call(
+            call.id, status=status, result=text, note=note, fence=self.req.fence, audit=audit,
+            run_id=self.run_id, events=events, totals=totals,
         )
         metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text

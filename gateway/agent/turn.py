@@ -34,7 +34,7 @@ from gateway.budgets import Payer, current_payer
 from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import LLMError, ModelInfo, TextDelta, Usage
 from gateway.outbox import RecordedStream
-from gateway.store import LeaseLost, RecordedRound
+from gateway.store import LeaseLost, RecordedRound, ToolCallRecord
 from gateway.traces import LLMCallUsage, RunTrace
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ class Turn:
         # reason: "stop", "new", "interrupt", "shutdown", "lease lost"; a child shares its parent's
         self.stopper = stopper or Stopper()
         self._adopt: tuple[str, ...] = ()  # messages of a reply a restart interrupted
+        self._declared: list[ToolCallRecord] | None = None  # open calls the last round recorded
         self._notes: dict[str, str] | None = dict(self.session.notes)
 
     def request_stop(self, reason: str) -> None:
@@ -172,10 +173,12 @@ class Turn:
         calls_may_be_open = self.req.parked_run is not None or self.req.continuing
         sessions = self.services.store.sessions
         while True:
-            open_calls = await sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
+            open_calls, self._declared = self._declared, None  # the last round's open calls: not read again
+            if read_back := open_calls is None:
+                open_calls = await sessions.open_tool_calls(self.session.id) if calls_may_be_open else []
             calls_may_be_open = True
             if open_calls:
-                await self.calls.process(open_calls, parent_seq=self.last_response_seq)
+                await self.calls.process(open_calls, parent_seq=self.last_response_seq, fresh=not read_back)
             if self.stopper.stopped:
                 raise Interrupted(self.stopper.reason)
             if self.stopping():
@@ -236,6 +239,8 @@ class Turn:
             round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None
         )
         self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
+        # Calls open before this round were settled first (or the turn parked): now open are its own.
+        self._declared = [c for c in recorded.message.tool_calls if c.status in ("pending", "running")]
         counted = not usage.estimated or usage.prompt_tokens != built.estimated_tokens  # not our own guess
         if self.services.context is not None and counted:
             self.services.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)

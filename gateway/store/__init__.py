@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
@@ -36,6 +37,7 @@ from gateway.store.sessions import SessionRepo
 from gateway.store.tables import inbox
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _MARK_DONE = update(inbox).where(inbox.c.id == bindparam("item_id")).values(status="done")
 
@@ -80,7 +82,16 @@ def _consume_in(
 
 
 class _TraceFailed(Exception):
-    """The trace part of a round's write failed (the transaction is rolled back and retried)."""
+    """The trace part of a write failed (the transaction is rolled back and retried)."""
+
+
+def _add_trace(
+    conn: Connection, run_id: int, events: Sequence[tuple[str, dict, int | None]], totals: dict | None
+) -> list[int]:
+    try:
+        return RunRepo.add_events_in(conn, run_id, list(events), **(totals or {}))
+    except Exception as exc:  # whatever the trace write raised: the caller retries without it
+        raise _TraceFailed from exc
 
 
 class Store:
@@ -162,20 +173,47 @@ class Store:
                 calls=calls,
                 fence=fence,
             )
-            seqs = None
-            if with_trace:
-                try:
-                    seqs = RunRepo.add_events_in(conn, run_id, list(events), **(totals or {}))
-                except Exception as exc:  # whatever the trace write raised: the caller retries without it
-                    raise _TraceFailed from exc
+            seqs = _add_trace(conn, run_id, events, totals) if with_trace else None
             record = None
             if reply is not None:
                 prefix, thread_key, payload = reply
                 record = OutboxRepo.record_in(conn, f"{prefix}{message.id}", thread_key, "message", payload)
             return RecordedRound(message, seqs, record)
 
+        return await self._write_traced(work, run_id, events)
+
+    async def settle_tool_call(
+        self,
+        tool_call_id: int,
+        *,
+        status: str,
+        result: str,
+        note: str | None = None,
+        fence: Fence | None = None,
+        audit: AuditEntry | None = None,
+        run_id: int,
+        events: Sequence[tuple[str, dict, int | None]] = (),
+        totals: dict | None = None,
+    ) -> None:
+        """A tool call's result, its row of the audit trail and its trace (`events` and `totals`
+        of run `run_id`) in one transaction; a failing trace part as in `record_round`."""
+
+        def work(conn: Connection, with_trace: bool) -> None:
+            SessionRepo.set_tool_call_in(
+                conn, tool_call_id, status=status, result=result, note=note, fence=fence, audit=audit
+            )
+            if with_trace and (events or totals):
+                _add_trace(conn, run_id, events, totals)
+
+        await self._write_traced(work, run_id, events)
+
+    async def _write_traced(
+        self, work: Callable[[Connection, bool], T], run_id: int, events: Sequence[tuple[str, dict, int | None]]
+    ) -> T:
+        """`work(conn, with_trace=True)` in one write; if its trace part fails, the write again
+        without it: observability must never fail a turn."""
         try:
-            return await self.db.write(lambda conn: work(conn, with_trace=True))
+            return await self.db.write(lambda conn: work(conn, True))
         except _TraceFailed as failed:
             log.error(
                 "run %s: could not record %s",
@@ -183,7 +221,7 @@ class Store:
                 ", ".join(kind for kind, _, _ in events),
                 exc_info=failed.__cause__,
             )
-            return await self.db.write(lambda conn: work(conn, with_trace=False))
+            return await self.db.write(lambda conn: work(conn, False))
 
     async def migrate(self, *, auto: bool = True) -> None:
         await ensure_migrated(self.db, auto_migrate=auto)

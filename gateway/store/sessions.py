@@ -32,6 +32,11 @@ _NEXT_SEQ = (
 )
 _INSERT_MESSAGE = insert(messages).returning(messages.c.id)
 _INSERT_TOOL_CALL = insert(tool_calls).returning(tool_calls.c.id)
+_CURRENT_SESSION = (
+    select(sessions).join(threads, threads.c.session_id == sessions.c.id).where(threads.c.key == bindparam("key"))
+)
+# SET columns come with each execute (status, and result, note, finished_at when given).
+_SET_TOOL_CALL = update(tool_calls).where(tool_calls.c.id == bindparam("tool_call_id"))
 _NOTES = select(sessions.c.notes).where(sessions.c.id == bindparam("id"))
 _OPEN_TOOL_CALLS = (
     select(tool_calls)
@@ -44,9 +49,7 @@ class SessionRepo(Repo):
     # ---- sessions -------------------------------------------------------------------------
     async def current(self, thread_key: str) -> SessionRecord | None:
         def work(conn: Connection) -> SessionRecord | None:
-            row = conn.execute(
-                select(sessions).join(threads, threads.c.session_id == sessions.c.id).where(threads.c.key == thread_key)
-            ).first()
+            row = conn.execute(_CURRENT_SESSION, {"key": thread_key}).first()
             return to_record(SessionRecord, row) if row else None
 
         return await self.db.read(work)
@@ -287,6 +290,24 @@ class SessionRepo(Repo):
         audit: AuditEntry | None = None,
     ) -> None:
         """`audit`: the trail's row of the call's outcome, written in the same transaction."""
+        await self.db.write(
+            lambda conn: self.set_tool_call_in(
+                conn, tool_call_id, status=status, result=result, note=note, fence=fence, audit=audit
+            )
+        )
+
+    @staticmethod
+    def set_tool_call_in(
+        conn: Connection,
+        tool_call_id: int,
+        *,
+        status: str,
+        result: str | None = None,
+        note: str | None = None,
+        fence: Fence | None = None,
+        audit: AuditEntry | None = None,
+    ) -> None:
+        """`set_tool_call` inside the caller's transaction."""
         values: dict[str, Any] = {"status": status}
         if result is not None:
             values["result"] = result
@@ -294,14 +315,10 @@ class SessionRepo(Repo):
             values["note"] = note
         if status not in ("running", "pending"):
             values["finished_at"] = utcnow()
-
-        def work(conn: Connection) -> None:
-            check_fence(conn, fence)
-            conn.execute(update(tool_calls).where(tool_calls.c.id == tool_call_id).values(**values))
-            if audit is not None:
-                AuditRepo.record_in(conn, audit)
-
-        await self.db.write(work)
+        check_fence(conn, fence)
+        conn.execute(_SET_TOOL_CALL, {"tool_call_id": tool_call_id, **values})
+        if audit is not None:
+            AuditRepo.record_in(conn, audit)
 
     async def get_tool_call(self, tool_call_id: int) -> ToolCallRecord | None:
         def work(conn: Connection) -> ToolCallRecord | None:
