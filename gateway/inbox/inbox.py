@@ -123,7 +123,7 @@ class Inbox:
         return result
 
     def _poke(self, thread_key: str) -> None:
-        self._turns.state(thread_key).wake.set()
+        self._turns.state(thread_key).poke()
         self._wake.set()
 
     def running_turn(self, session_id: int) -> Turn | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,27 @@ class Running:
 class ThreadState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: Running | None = None
+    pokes: int = 0  # work queued here so far, as this instance was told (its submits, notifications)
+    # (pokes, when) of a read that found nothing pending beyond what was being handled
+    quiet: tuple[int, float] | None = None
+
+    def poke(self) -> None:
+        self.pokes += 1
+        self.wake.set()
+
+    def found(self, pokes_before: int, others_pending: bool) -> None:
+        """A pending read that started at `pokes_before` found `others_pending`, or not."""
+        self.quiet = None if others_pending else (pokes_before, time.monotonic())
+
+    def known_quiet(self, within_s: float) -> bool:
+        """Nothing can be pending that a read would find: none was at the last read, nothing
+        was queued since, and it is recent enough that another instance's work (which polling
+        finds) need not be looked for yet."""
+        return (
+            self.quiet is not None
+            and self.quiet[0] == self.pokes
+            and time.monotonic() - self.quiet[1] < within_s
+        )
 
 
 class TurnEnds:
@@ -140,9 +162,15 @@ class TurnRunner:
         if self.config.inbox.busy_mode_for(request.thread.channel) != "steer" or request.child is not None:
             return None
 
+        state = self.state(str(request.thread))
+
         async def steer() -> int:
             """Steer: messages that arrived during the turn join it at the round boundary."""
+            if state.known_quiet(self.config.inbox.poll_interval_s):
+                return 0
+            before = state.pokes
             pending = await self.store.inbox.pending(str(request.thread))
+            state.found(before, bool(pending))
             if any(is_stop(i) for i in pending):
                 return 0  # the /stop drops them
             items = [i for i in pending if i.kind in ("message", "report")]
@@ -162,7 +190,7 @@ class TurnRunner:
         interrupt = self.config.inbox.busy_mode_for(thread.channel) == "interrupt"
         while not watching.stopped:
             state.wake.clear()
-            for item in await self.store.inbox.pending(str(thread)):
+            for item in await self._pending(state, str(thread)):
                 command = parse_command(item.payload.get("text", "")) if item.kind == "command" else None
                 interrupting = command is not None and command.name in INTERRUPTING
                 if command is not None and command.name in IMMEDIATE:
@@ -178,6 +206,15 @@ class TurnRunner:
                 await asyncio.wait_for(state.wake.wait(), max(self.config.inbox.poll_interval_s, WATCH_POLL_S))
             except TimeoutError:
                 pass
+
+
+    async def _pending(self, state: ThreadState, thread_key: str) -> list[InboxItem]:
+        if state.known_quiet(self.config.inbox.poll_interval_s):
+            return []  # the read that found nothing is recent, and nothing was queued since
+        before = state.pokes
+        items = await self.store.inbox.pending(thread_key)
+        state.found(before, bool(items))
+        return items
 
 
 async def _set_busy(channel, thread: ThreadKey, busy: bool, reply_to: str) -> None:  # noqa: ANN001

@@ -58,11 +58,14 @@ class Worker:
         renewer = asyncio.create_task(holder.keep(on_lost=lambda: self.runner.lost(thread_key)))
         try:
             async with self.slots:
+                state = self.runner.state(thread_key)
                 while not self.stopper.stopped and holder.valid:
+                    before = state.pokes
                     items = await self.store.inbox.pending(thread_key, limit=50)
                     if not items:
                         break
                     item = next_item(items)
+                    state.found(before, others_pending=len(items) > 1)  # the turn's steer and watch need not read again
                     await self.handle(ThreadKey.parse(thread_key), item, holder.fence)
                     if item.kind != "command" and self.others_waiting:
                         break  # fairness: the oldest waiting message, maybe another thread's, goes next
