@@ -16,7 +16,7 @@ from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.lifecycle import Stopper
-from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
 from gateway.traces import RunTrace
 
@@ -118,7 +118,7 @@ class Worker:
 
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         said = Said.of(item)
-        pending = await self.store.prompts.pending(thread_key=str(thread))
+        pending, current = await self.store.before_message(str(thread))
         questions = [p for p in pending if p.kind == "question"]
         typed_answers = questions and questions[-1].payload.get("allow_free_text", True) and item.kind == "message"
         theirs = bool(questions) and self.services.prompts.may_decide(questions[-1], said.sender.id)
@@ -135,7 +135,9 @@ class Worker:
             notice = waiting_notice(pending, question_is_theirs=theirs)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
-        session = await self._session(thread, started_by=said.sender.id)
+        session = current or await self.store.sessions.open(
+            str(thread), source=thread.channel, started_by=said.sender.id
+        )
         ready = await self.readiness.ready(thread, [item], session.id)
         started = await self.store.start_turn(
             session.id, str(thread), ready, model=self.config.llm.model, fence=fence
@@ -221,12 +223,6 @@ class Worker:
             return history[-1].seq if history else 1
         previous_user = [m.seq for m in history if m.role == "user" and m.seq < first]
         return previous_user[-1] if previous_user else first
-
-    async def _session(self, thread: ThreadKey, *, started_by: str) -> SessionRecord:
-        current = await self.store.sessions.current(str(thread))
-        if current is not None:
-            return current
-        return await self.store.sessions.open(str(thread), source=thread.channel, started_by=started_by)
 
 
 def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool) -> str:

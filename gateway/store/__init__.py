@@ -116,6 +116,15 @@ class Store:
     def is_sqlite(self) -> bool:
         return self.db.is_sqlite
 
+    async def before_message(self, thread_key: str) -> tuple[list[PromptRecord], SessionRecord | None]:  # noqa: F405
+        """What handling an inbound message starts from, in one read: the thread's pending
+        prompts and its current session."""
+
+        def work(conn: Connection) -> tuple[list[PromptRecord], SessionRecord | None]:  # noqa: F405
+            return PromptRepo.pending_in_thread_in(conn, thread_key), SessionRepo.current_in(conn, thread_key)
+
+        return await self.db.read(work)
+
     async def consume_messages(
         self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None
     ) -> list[MessageRecord]:  # noqa: F405

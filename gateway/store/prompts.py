@@ -101,6 +101,10 @@ class PromptRepo(Repo):
             lambda conn: _one(conn.execute(_LATEST_FOR_TOOL_CALL, {"tool_call_id": tool_call_id}).first())
         )
 
+    @staticmethod
+    def pending_in_thread_in(conn: Connection, thread_key: str) -> list[PromptRecord]:
+        return _all(conn.execute(_PENDING_IN_THREAD, {"thread_key": thread_key}))
+
     async def set_message_ids(self, prompt_id: int, message_ids: Sequence[str]) -> None:
         statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
         await self.db.write(lambda conn: conn.execute(statement))
@@ -109,7 +113,7 @@ class PromptRepo(Repo):
         self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None
     ) -> list[PromptRecord]:
         if thread_key is not None and session_id is None and kind is None:  # every inbound message asks this
-            return await self.db.read(lambda conn: _all(conn.execute(_PENDING_IN_THREAD, {"thread_key": thread_key})))
+            return await self.db.read(lambda conn: self.pending_in_thread_in(conn, thread_key))
         query = select(prompts).where(prompts.c.status == "pending").order_by(prompts.c.id)
         if thread_key is not None:
             query = query.where(prompts.c.thread_key == thread_key)

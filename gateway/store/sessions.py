@@ -48,11 +48,12 @@ _OPEN_TOOL_CALLS = (
 class SessionRepo(Repo):
     # ---- sessions -------------------------------------------------------------------------
     async def current(self, thread_key: str) -> SessionRecord | None:
-        def work(conn: Connection) -> SessionRecord | None:
-            row = conn.execute(_CURRENT_SESSION, {"key": thread_key}).first()
-            return to_record(SessionRecord, row) if row else None
+        return await self.db.read(lambda conn: self.current_in(conn, thread_key))
 
-        return await self.db.read(work)
+    @staticmethod
+    def current_in(conn: Connection, thread_key: str) -> SessionRecord | None:
+        row = conn.execute(_CURRENT_SESSION, {"key": thread_key}).first()
+        return to_record(SessionRecord, row) if row else None
 
     async def get(self, session_id: int) -> SessionRecord | None:
         def work(conn: Connection) -> SessionRecord | None:
