@@ -124,7 +124,8 @@ class Inbox:
 
     def _poke(self, thread_key: str) -> None:
         self._turns.state(thread_key).poke()
-        self._wake.set()
+        if thread_key not in self._workers:  # else its worker reads it next, or wakes us when it ends
+            self._wake.set()
 
     def running_turn(self, session_id: int) -> Turn | None:
         """The turn this instance is running for a session, if any."""
