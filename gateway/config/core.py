@@ -114,6 +114,8 @@ BusyMode = Literal["steer", "queue", "interrupt"]
 class InboxConfig(Section):
     busy_mode: BusyMode = "steer"
     busy_mode_by_channel: dict[str, BusyMode] = {}
+    # Peak messages/s x seconds per turn, at most what the LLM endpoint serves at once; one
+    # instance is one event loop, one core (docs/operations.md, "Sizing").
     max_concurrent_turns: int = Field(8, ge=1)
     lease_ttl_s: float = 30.0
     poll_interval_s: float = 1.0
