@@ -119,21 +119,6 @@ class RunTrace:
         )
         return [(kind, cap_payload(payload, self.limit), parent) for kind, payload, parent in events], totals
 
-    async def tool_call(
-        self,
-        *,
-        name: str,
-        call_id: str,
-        status: str,
-        duration_ms: float,
-        parent_seq: int | None,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
-        events, totals = self.tool_call_trace(
-            name=name, call_id=call_id, status=status, duration_ms=duration_ms, parent_seq=parent_seq, detail=detail
-        )
-        await self._events(events, **totals)
-
     def tool_call_trace(
         self,
         *,
