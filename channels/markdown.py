@@ -9,17 +9,20 @@ and the layout of a table as aligned monospaced columns.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
-from markdown_it.rules_inline import StateInline
-from markdown_it.tree import SyntaxTreeNode
-
-Node = SyntaxTreeNode
+if TYPE_CHECKING:  # markdown-it is imported with the first reply rendered, not at a start
+    from markdown_it import MarkdownIt
+    from markdown_it.rules_inline import StateInline
+    from markdown_it.tree import SyntaxTreeNode as Node
 
 
 def _commonmark() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     parser = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
     # Every link destination is a link here; each renderer decides which schemes it may show
     # as links (a `javascript:` one is shown as text with its URL, not dropped).
@@ -45,20 +48,28 @@ def _slack_mention(state: StateInline, silent: bool) -> bool:
     return True
 
 
-_PARSER = _commonmark()
-_SLACK_PARSER = _commonmark()
-_SLACK_PARSER.inline.ruler.before("autolink", "slack_mention", _slack_mention)
+@functools.cache
+def _parser(slack: bool) -> tuple[MarkdownIt, type[Node]]:
+    """The parser (Slack's knows its mention syntax) and the tree's node class, made once."""
+    from markdown_it.tree import SyntaxTreeNode
+
+    parser = _commonmark()
+    if slack:
+        parser.inline.ruler.before("autolink", "slack_mention", _slack_mention)
+    return parser, SyntaxTreeNode
 
 
 def parse(markdown: str, *, slack: bool = False) -> Node:
     """The document's syntax tree (block nodes under the root)."""
-    return SyntaxTreeNode((_SLACK_PARSER if slack else _PARSER).parse(markdown))
+    parser, node = _parser(slack)
+    return node(parser.parse(markdown))
 
 
 def parse_inline(text: str, *, slack: bool = False) -> Node:
     """`text` as inline content only (no blocks: line starts like `#` or `-` stay text); the
     returned node is an `inline` node (newlines are soft breaks)."""
-    root = SyntaxTreeNode((_SLACK_PARSER if slack else _PARSER).parseInline(text))
+    parser, node = _parser(slack)
+    root = node(parser.parseInline(text))
     return root.children[0] if root.children else root
 
 

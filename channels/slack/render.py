@@ -9,9 +9,9 @@ splitter can close a block at a chunk end and reopen it in the next chunk.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from channels.markdown import (
-    Node,
     aligned_table,
     blocks,
     code_text,
@@ -21,6 +21,9 @@ from channels.markdown import (
     plain_inline,
     table_rows,
 )
+
+if TYPE_CHECKING:
+    from channels.markdown import Node
 
 # Section text and chat.postMessage text are kept at 3,000 characters (Block Kit section
 # limit); Slack truncates message text only at 40,000, so this is the safe common bound.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
@@ -83,8 +84,10 @@ class TelegramChannel:
 
     def _make_bot(self) -> Bot:
         """PTB's Bot with its two connections (updates, everything else) sharing one TLS
-        context: loading the trust store costs tens of milliseconds a client."""
-        tls = httpx.create_ssl_context()
+        context: loading the trust store costs tens of milliseconds a client. A plain-HTTP Bot
+        API server (a local one) never uses TLS: a context without roots, refusing any certificate."""
+        https = any(httpx.URL(url).scheme == "https" for url in (self.config.api_base_url, self.config.api_file_url))
+        tls = httpx.create_ssl_context() if https else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         return Bot(
             self.config.token, base_url=self.config.api_base_url, base_file_url=self.config.api_file_url,
             request=HTTPXRequest(

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from channels.markdown import (
-    Node,
     aligned_table,
     blocks,
     code_text,
@@ -26,6 +25,9 @@ from channels.markdown import (
     plain_inline,
     table_rows,
 )
+
+if TYPE_CHECKING:
+    from channels.markdown import Node
 
 EntityType = Literal[
     "bold", "italic", "underline", "strikethrough", "code", "pre", "text_link", "blockquote"

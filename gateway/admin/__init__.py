@@ -1,6 +1,34 @@
 """The web console (/admin) and the JSON admin API (/admin/api/); see docs/operations.md."""
 
-from gateway.admin.app import build_admin, mount
-from gateway.admin.operations import Operations
+from __future__ import annotations
 
-__all__ = ["Operations", "build_admin", "mount"]
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from gateway.admin.operations import Operations
+
+log = logging.getLogger(__name__)
+
+
+def mount(root: web.Application, ops: Operations) -> bool:
+    """Mount the console at /admin when `admin.enabled` and a token is set; say why not otherwise.
+    The console (its pages, templates, jinja2) is imported only then: a start without it
+    does not load them."""
+    admin = ops.config.admin
+    if not admin.enabled:
+        log.info("admin console off (admin.enabled is false)")
+        return False
+    if not admin.token:
+        log.info("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
+        return False
+    from gateway.admin.app import mount_console
+
+    mount_console(root, ops)
+    log.info("admin console on /admin (admin API on /admin/api/)")
+    return True
+
+
+__all__ = ["mount"]

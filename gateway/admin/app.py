@@ -73,16 +73,6 @@ async def _to_overview(request: web.Request) -> web.Response:
     raise web.HTTPFound(f"{PREFIX}/")
 
 
-def mount(root: web.Application, ops: Operations) -> bool:
-    """Mount the console at /admin when `admin.enabled` and a token is set; say why not otherwise."""
-    admin = ops.config.admin
-    if not admin.enabled:
-        log.info("admin console off (admin.enabled is false)")
-        return False
-    if not admin.token:
-        log.info("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
-        return False
+def mount_console(root: web.Application, ops: Operations) -> None:
     root.router.add_get(PREFIX, _to_overview)
     root.add_subapp(PREFIX, build_admin(ops))
-    log.info("admin console on /admin (admin API on /admin/api/)")
-    return True

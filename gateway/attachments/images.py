@@ -8,12 +8,28 @@ import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-from PIL import Image, UnidentifiedImageError
+from typing import TYPE_CHECKING
 
 from gateway.attachments.sniff import IMAGE_MIMES_FOR_MODELS
 
-Image.MAX_IMAGE_PIXELS = 64_000_000  # a decompression bomb is refused, not decoded
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+MAX_IMAGE_PIXELS = 64_000_000  # a decompression bomb is refused, not decoded
+
+
+def _pillow():  # noqa: ANN202 - PIL.Image, imported with the first image: a start does not wait for it
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    return Image
+
+
+def _unreadable(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """What Pillow raises on a file it cannot (or must not) decode."""
+    from PIL import Image, UnidentifiedImageError
+
+    return (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError, *more)
 
 
 @dataclass(frozen=True)
@@ -24,11 +40,12 @@ class ImageInfo:
 
 def image_info(data: bytes) -> ImageInfo | None:
     """Dimensions, or None when Pillow cannot read it (corrupt, or not really an image)."""
+    pillow = _pillow()
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with pillow.open(io.BytesIO(data)) as image:
             image.verify()
             return ImageInfo(*image.size)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+    except _unreadable(SyntaxError):
         return None
 
 
@@ -44,22 +61,24 @@ def fitted(width: int, height: int, max_side: int) -> tuple[int, int]:
 def data_url(path: Path, mime: str, max_side: int) -> str | None:
     """`data:<mime>;base64,...` of the image downscaled to `max_side`, re-encoded when the
     model would not accept its format; None when it cannot be read."""
+    pillow = _pillow()
     try:
         raw = path.read_bytes()
-        with Image.open(io.BytesIO(raw)) as image:
-            size = fitted(*image.size, max_side)
+        with pillow.open(io.BytesIO(raw)) as image:
+            width, height = image.size
+            size = fitted(width, height, max_side)
             if size == image.size and mime in IMAGE_MIMES_FOR_MODELS:
                 encoded, out_mime = raw, mime
             else:
                 encoded, out_mime = _reencode(image, size, mime)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+    except _unreadable():
         return None
     return f"data:{out_mime};base64,{base64.b64encode(encoded).decode('ascii')}"
 
 
-def _reencode(image: Image.Image, size: tuple[int, int], mime: str) -> tuple[bytes, str]:
+def _reencode(image: PILImage, size: tuple[int, int], mime: str) -> tuple[bytes, str]:
     image.seek(0)  # the first frame of an animation
-    frame = image.resize(size, Image.Resampling.LANCZOS) if size != image.size else image.copy()
+    frame = image.resize(size, _pillow().Resampling.LANCZOS) if size != image.size else image.copy()
     out = io.BytesIO()
     if mime == "image/jpeg" or (frame.mode in ("RGB", "L", "CMYK") and mime != "image/png"):
         frame.convert("RGB").save(out, "JPEG", quality=85)

@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import json
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -95,8 +96,9 @@ class LLMClient:
         # pool smaller than that would make turns wait for a connection, then time out.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         headers = self._headers()
+        verify = _tls_for(self.url)
         self._new_client: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
-            transport=transport, timeout=timeout, headers=headers, limits=limits
+            transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
         )
         self._client: httpx.AsyncClient | None = None
         self._on_retry = on_retry
@@ -105,7 +107,7 @@ class LLMClient:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
-        self.server = ServerInfo(self._http, config.base_url)
+        self.server = ServerInfo(lambda: self._http, config.base_url)
         self._windows: dict[str, Window] = {}
         self._ask_again: dict[str, float] = {}  # when to ask again after a fallback
         self._tokenizer: Tokenizer | None = None
@@ -364,6 +366,16 @@ def _count_tokens(event: StreamEvent) -> None:
     if isinstance(event, Usage):
         metrics.TOKENS.labels("in").inc(event.prompt_tokens)
         metrics.TOKENS.labels("out").inc(event.completion_tokens)
+
+
+def _tls_for(url: str) -> ssl.SSLContext | bool:
+    """Every request goes to `llm.base_url`'s server. Over plain HTTP (a local llama.cpp or
+    vLLM) TLS is never used, so the client gets a context without the trust store, whose
+    loading is most of the cost of making a client; it verifies like the default and, having
+    no trusted roots, refuses any certificate it is shown."""
+    if httpx.URL(url).scheme == "https":
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and host names checked, no roots
 
 
 def _encode(body: dict[str, Any]) -> bytes:

@@ -70,10 +70,15 @@ class Tokenizer:
 class ServerInfo:
     """Discovery against one server (`base_url` ends in /v1 or similar; the root is above it)."""
 
-    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
-        self.http = http
+    def __init__(self, http: httpx.AsyncClient | Callable[[], httpx.AsyncClient], base_url: str) -> None:
+        # A callable gives the client when first asked: making one costs tens of ms at a start.
+        self._http = http
         self.base = base_url.rstrip("/")
         self.root = re.sub(r"/v\d+$", "", self.base)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        return self._http if isinstance(self._http, httpx.AsyncClient) else self._http()
 
     async def window(self, model: str) -> Window:
         probes: list[Callable[[str], Awaitable[Window | None]]] = [
