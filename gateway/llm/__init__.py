@@ -7,7 +7,7 @@ the server sends it (the last `Usage` wins). Retries and model fallback happen o
 `LLMError`; closing the generator or cancelling its task closes the HTTP request at once.
 """
 
-from gateway.llm.client import LLMClient, RetryHook, RetryNotice
+from gateway.llm.client import LLMClient, ReadCadence, RetryHook, RetryNotice
 from gateway.llm.errors import (
     AuthError,
     ContextTooLong,
@@ -36,7 +36,7 @@ from gateway.llm.stream import collect
 
 __all__ = [
     "AuthError", "Completion", "ContextTooLong", "EmptyAnswer", "ErrorKind", "Finish", "LLMClient", "LLMError",
-    "LLMUnavailable", "ModelInfo", "RateLimited", "ReasoningDelta", "Refused", "RetryHook", "RetryNotice",
-    "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
+    "LLMUnavailable", "ModelInfo", "RateLimited", "ReadCadence", "ReasoningDelta", "Refused", "RetryHook",
+    "RetryNotice", "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
     "classify_error", "collect", "parse_retry_after",
 ]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -66,12 +67,18 @@ class SSELineSplitter:
         return [line]
 
 
+WAITED_S = 0.0005  # a read this slow went to the event loop; a buffered chunk takes microseconds
+
+
 class SSEDecoder:
     """Decodes the `data:` events of a text/event-stream body (an async iterator of byte
-    chunks, as they arrive); stops at `[DONE]`."""
+    chunks, as they arrive); stops at `[DONE]`. `before_read`, when set, is awaited before
+    a read that follows one which had to wait for the network (the client's read cadence)."""
 
     def __init__(self, chunks: AsyncIterator[bytes]) -> None:
         self._chunks = chunks
+        self.before_read: Callable[[], Awaitable[None]] | None = None
+        self._waited = False  # the last read waited for the network (it found nothing buffered)
         self._splitter = SSELineSplitter()
         self._lines: list[bytes] = []  # split but not yet read
         self._read = 0  # how many of `_lines` have been read
@@ -115,7 +122,7 @@ class SSEDecoder:
     async def _fill(self) -> bool:
         """Split the next chunks until there are lines to read; False at the end of the body."""
         while not self._ended:
-            chunk = await anext(self._chunks, None)
+            chunk = await self._next_chunk()
             if chunk is None:
                 self._ended = True
                 self._lines, self._read = self._splitter.flush(), 0
@@ -124,6 +131,21 @@ class SSEDecoder:
             if self._lines:
                 return True
         return False
+
+    async def _next_chunk(self) -> bytes | None:
+        """The next chunk of the body. The HTTP stack hands out what one network read brought
+        chunk by chunk without waiting; only after a read that had to wait for the network
+        is `before_read` awaited, so the pause lets the next chunks gather in the socket
+        buffer, and the read after it (which finds them there) is not counted as waiting."""
+        if self.before_read is None:
+            return await anext(self._chunks, None)
+        paused = self._waited
+        if paused:
+            await self.before_read()
+        started = time.perf_counter()
+        chunk = await anext(self._chunks, None)
+        self._waited = not paused and time.perf_counter() - started > WAITED_S
+        return chunk
 
     def _decode(self, lines: list[bytes], event: bytes) -> dict[str, Any] | None:
         data = b"\n".join(lines).decode("utf-8", "replace")
