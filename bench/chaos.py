@@ -237,11 +237,13 @@ class Drill:
         self.tapped: set[str] = set()
         self.events: list[tuple[float, str, str]] = []  # (time, what, instance)
         self.done = asyncio.Event()
+        self.quiet = asyncio.Event()  # the gateway has nothing left to do
         self.slack_posts = 0
         self.slack_refused = 0
         self.kills = self.leader_kills = 0
         self.takeovers: list[float] = []  # per thread held by a killed instance: seconds until picked up again
         self.not_taken_over = 0  # threads a killed instance held that nobody needed to pick up
+        self.timers: list[asyncio.Task[None]] = []  # takeover and failover timings under way
 
     # -- users --
     def build(self) -> None:
@@ -298,17 +300,27 @@ class Drill:
             await asyncio.sleep(0.2)
         raise RuntimeError("no instance took a Slack event for 200 tries")
 
-    async def user(self, conversation: Conversation, count: int) -> None:
-        left = count
+    def planned_s(self) -> float:
+        """How long the users keep talking: as long as the killer needs for its kills (its
+        first after 8 s, then one every ~12 s), so that every kill lands on a busy gateway."""
+        return 10 + 12 * self.args.kills
+
+    async def user(self, conversation: Conversation, count: int, started: float) -> None:
+        """Bursts of 1-3 messages, each burst after the answers to the previous one and not
+        before its place in the plan (the bursts spread evenly over `planned_s`)."""
+        bursts, left = [], count
         while left > 0:
-            burst = min(left, self.rng.choice((1, 1, 2, 3)))
+            bursts.append(min(left, self.rng.choice((1, 1, 2, 3))))
+            left -= bursts[-1]
+        step = self.planned_s() / len(bursts)
+        for n, burst in enumerate(bursts):
+            due = started + n * step + self.rng.uniform(0, step / 2)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             for _ in range(burst):
                 await self.send(conversation, self.new_text(conversation))
-            left -= burst
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and any(s.answered_at is None for s in conversation.sent):
                 await asyncio.sleep(0.2)
-            await asyncio.sleep(self.rng.uniform(0, 0.5))
 
     # -- what the chats show --
     def chat_texts(self, conversation: Conversation) -> list[str]:
@@ -436,19 +448,20 @@ class Drill:
             self.kills, self.leader_kills = kills, leader_kills
             self.events.append((at, "kill-leader" if was_leader else "kill", target.name))
             await target.proc.wait()  # type: ignore[union-attr]
-            asyncio.get_running_loop().create_task(self.time_takeovers(store, held, at))
+            self.timers.append(asyncio.create_task(self.time_takeovers(store, held, at)))
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             await target.start()
             self.events.append((time.monotonic(), "restart", target.name))
             if was_leader:
-                asyncio.get_running_loop().create_task(self.time_failover(store, target.name, at))
-            await asyncio.sleep(self.rng.uniform(6, 14))
+                self.timers.append(asyncio.create_task(self.time_failover(store, target.name, at)))
+            if kills < self.args.kills:
+                await asyncio.sleep(self.rng.uniform(6, 14))
 
     async def time_takeovers(self, store, held: dict[str, Any], at: float) -> None:  # noqa: ANN001
         """Each thread lease the dead instance held: how long until some instance holds it
         anew (a dead process cannot extend it, so a later expiry is a new acquisition)."""
         waiting = dict(held)
-        while waiting and time.monotonic() - at < 120:
+        while waiting and time.monotonic() - at < 120 and not self.quiet.is_set():
             now = await thread_leases(store, None, names=list(waiting))
             for name, expires in list(waiting.items()):
                 if name in now and now[name] > expires:
@@ -470,7 +483,7 @@ async def thread_leases(store, owner: str | None, *, names: list[str] | None = N
     """Unexpired thread leases (of `owner`, or by `names`): name -> expiry."""
     from sqlalchemy import select
 
-    from gateway.store.base import utcnow
+    from gateway.events import utcnow
     from gateway.store.tables import leases
 
     query = select(leases.c.name, leases.c.expires_at).where(
@@ -710,11 +723,14 @@ async def run(args: argparse.Namespace) -> int:
             watcher = asyncio.create_task(drill.watch())
             progress = asyncio.create_task(drill.progress())
             killer = asyncio.create_task(drill.killer(store))
-            users = [drill.user(c, per_thread) for c in drill.conversations]
+            users = [drill.user(c, per_thread, started) for c in drill.conversations]
             await asyncio.gather(*users)
+            await killer  # its kills count in the verdict; a crash of it fails the drill here
+            await quiescent(store)
+            drill.quiet.set()
             await asyncio.sleep(3)  # late duplicates would show up now
             drill.done.set()
-            await asyncio.gather(watcher, killer, progress, return_exceptions=True)
+            await asyncio.gather(watcher, progress, *drill.timers)
             figures = await report(drill, store, started, await llm_faults(llm_proc))
             for sender in drill.senders:
                 await sender.__aexit__(None, None, None)
@@ -734,6 +750,24 @@ async def run(args: argparse.Namespace) -> int:
         await llm_proc.wait()
         await store.close()
         await drop_database(base, dbname)
+
+
+async def quiescent(store, limit_s: float = 120) -> None:  # noqa: ANN001
+    """Waits until the gateway has nothing left to do (no inbox item waiting, no outbox row
+    undelivered), so that a late resend would be seen; only a signal to stop waiting: the
+    figures are counted from the chats."""
+    from sqlalchemy import func, select
+
+    from gateway.store.tables import inbox
+
+    query = select(func.count()).select_from(inbox).where(inbox.c.status.in_(("pending", "held")))
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        waiting = await store.db.read(lambda conn: conn.execute(query).scalar_one())
+        if not waiting and not await store.outbox.undelivered(limit=1):
+            return
+        await asyncio.sleep(0.5)
+    print(f"the gateway still had work after {limit_s:.0f} s", file=sys.stderr, flush=True)
 
 
 async def wait_ready(instances: list[Instance]) -> None:
