@@ -4,7 +4,11 @@ holding the message (another instance handled the button): it is never held for 
 
 from __future__ import annotations
 
-from gateway.store import NewItem
+from fakes.llm import FakeLLM
+from harness import make_config, running_gateway
+
+from gateway.events import ThreadKey
+from gateway.store import Fence, NewItem
 
 THREAD = "slack:C1:1700000000.000001"
 
@@ -42,3 +46,28 @@ async def test_a_message_is_not_held_for_an_approval_decided_after_the_worker_re
 
     assert not held  # so the worker handles the message now
     assert (await store.inbox.get_by_event("e1")).status == "pending"
+
+
+async def test_a_message_read_before_the_decision_is_answered_after_the_resumed_turn(store, tmp_path):
+    """The worker picked the message while the approval was pending; the tap was taken (on any
+    instance) before it looked at the prompts: the message waits for the resumed turn, or it
+    would be answered ahead of it, from a history that lacks the decided call's result."""
+    async with FakeLLM() as llm:
+        llm.tool_call("write_file", {"path": "a.txt", "content": "a"}, id="w1")
+        llm.reply("written")
+        llm.reply("the second answer")
+        config = make_config(llm.base_url, str(tmp_path / "ws"), inbox={"busy_mode": "queue"})
+        async with running_gateway(store, config) as h:
+            thread = ThreadKey("fake", "chat1", "")
+            await h.say("write it")
+            await h.idle()  # parked on the approval
+            lease = await store.inbox.acquire(f"thread:{thread}", "elsewhere", 30)  # the dispatcher keeps off
+            await h.say("next question")
+            (item,) = await store.inbox.pending(str(thread))  # the worker has read it ...
+            assert not (await h.tap(h.token(0, "✅"))).alert  # ... the tap lands before it reads the prompts
+            await h.gateway.inbox.worker.handle(thread, item, Fence(lease.name, lease.owner, lease.fence))
+            assert len(await store.runs.list()) == 1 and len(llm.requests) == 1  # no turn for it yet
+            await store.inbox.release(lease)
+            await h.wait_for(lambda: len(h.channel.messages()) == 2)
+            await h.idle()
+            assert h.channel.messages() == ["written", "the second answer"]

@@ -173,6 +173,8 @@ class ToolCalls:
 
     async def _apply_verdict(self, call: OpenCall, prompt: PromptRecord, verdict: Verdict) -> Settled:
         if verdict.status == "pending":
+            if prompt.run_id != self.run_id:  # asked by the run this one continues (cut by a restart)
+                await self.services.store.prompts.move_to_run(prompt.id, self.run_id)
             await self._park(prompt)
         await self.services.prompts.close(prompt)
         decided = by_prompt(verdict, ThreadKey.parse(prompt.thread_key).channel)

@@ -59,6 +59,8 @@ class Worker:
         try:
             async with self.slots:
                 state = self.runner.state(thread_key)
+                if lease.unreleased:
+                    await self._continue_left_runs(thread_key)
                 while not self.stopper.stopped and holder.valid:
                     before = state.pokes
                     items = await self.store.inbox.pending(thread_key, limit=50)
@@ -78,6 +80,17 @@ class Worker:
             await asyncio.gather(renewer, return_exceptions=True)
             if holder.valid:
                 await self.store.inbox.release(holder.lease)
+
+    async def _continue_left_runs(self, thread_key: str) -> None:
+        """Runs that a holder of this thread which never released it (killed) left RUNNING
+        are queued to continue first, ahead of the messages that wait behind them: each cut
+        reply is finished before the next message is answered (continued after it, a cut run
+        would answer from a history whose newest message is the later one)."""
+        left = await self.store.runs.list(stage="RUNNING", thread_key=thread_key, limit=20)
+        inline = await self.store.delegations.sync_child_sessions([r.session_id for r in left])
+        oldest_first = sorted((r for r in left if r.session_id not in inline), key=lambda r: r.id)
+        if oldest_first:
+            await self.store.inbox.add([ContinueRun(r.id).item(thread_key) for r in oldest_first])
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         if item.kind in ("message", "command") and not await self.admitted(thread, item, fence):
@@ -135,6 +148,8 @@ class Worker:
             notice = waiting_notice(pending, question_is_theirs=theirs)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
+        if await self.store.inbox.count_pending(str(thread), kinds=["resume"]):
+            return  # decided since this item was read: the resumed turn goes first, this one after it
         session = current or await self.store.sessions.open(
             str(thread), source=thread.channel, started_by=said.sender.id
         )

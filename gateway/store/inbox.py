@@ -296,15 +296,15 @@ class InboxRepo(Repo):
             mine = conn.execute(
                 _EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires}
             )
-            taken_over = False
-            if mine.rowcount != 1:
+            taken_over, unreleased = False, mine.rowcount == 1
+            if not unreleased:
                 params = {"lease_name": name, "now": now, "owner": owner, "expires_at": expires}
                 if conn.execute(_TAKE_FREE_LEASE, params).rowcount != 1:
                     if conn.execute(_TAKE_OVER_LEASE, params).rowcount != 1:
                         return None
-                    taken_over = True
+                    taken_over = unreleased = True
             row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).one()
-            return Lease(row.name, row.owner, row.fence, row.expires_at, taken_over=taken_over)
+            return Lease(row.name, row.owner, row.fence, row.expires_at, taken_over=taken_over, unreleased=unreleased)
 
         return await self.db.write(work)
 

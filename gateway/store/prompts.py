@@ -105,6 +105,12 @@ class PromptRepo(Repo):
     def pending_in_thread_in(conn: Connection, thread_key: str) -> list[PromptRecord]:
         return _all(conn.execute(_PENDING_IN_THREAD, {"thread_key": thread_key}))
 
+    async def move_to_run(self, prompt_id: int, run_id: int) -> None:
+        """A prompt asked by a run cut short now waits for the run that continues it: a
+        decision resumes the run that is parked on it."""
+        statement = update(prompts).where(prompts.c.id == prompt_id).values(run_id=run_id)
+        await self.db.write(lambda conn: conn.execute(statement))
+
     async def set_message_ids(self, prompt_id: int, message_ids: Sequence[str]) -> None:
         statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
         await self.db.write(lambda conn: conn.execute(statement))

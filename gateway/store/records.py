@@ -151,6 +151,9 @@ class Lease:
     fence: int
     expires_at: datetime
     taken_over: bool = False  # taken from a holder that let it expire (a dead or paused instance)
+    # Not released by whoever held it last: taken over, or still held under this owner's name
+    # by an earlier process of the same instance id (killed and started again).
+    unreleased: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""`kill -9` of the instance running a turn, then another instance continues it (Telegram,
+SQLite and PostgreSQL):
+
+- with more messages waiting in the thread, the cut turn is continued before anything queued
+  behind it, so each message is answered once, in order;
+- a turn killed after asking for an approval, before it parked, parks in the run that
+  continues it, and the tap resumes that run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fakes.llm import Reply, user_texts
+from helpers import until
+from test_subagents_crash import doomed_gateway, kill_9
+from test_telegram_e2e import GROUP, PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config
+
+
+async def wait_for(check, timeout: float = 10.0) -> None:  # noqa: ANN001
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_reply_cut_by_kill_9_is_finished_before_the_message_queued_behind_it(store, llm, tg, tmp_path) -> None:
+    """Answering the queued message first would leave the cut run to be continued after it,
+    from a history whose newest message is the queued one: that one answered twice (the cut
+    reply's message edited into a second answer to it) and the first never answered."""
+    llm.stall("Answer to the first ques")
+    config = tg_config(llm, tg, tmp_path, inbox={"lease_ttl_s": 3, "busy_mode": "queue"}, serve={"instance_id": "dies"})
+    async with doomed_gateway("telegram", store, config, tmp_path) as (process, _port):
+        tg.group_message(GROUP, "@test_bot first question")
+        await asyncio.wait_for(llm.stalled.wait(), 30)
+
+        async def partial_recorded() -> bool:
+            runs = await store.runs.list()
+            partial = await store.outbox.get(f"partial:{runs[0].id}") if runs else None
+            return partial is not None and bool(partial.message_ids)
+
+        await wait_for(partial_recorded)  # the cut reply shows in its own message
+        tg.group_message(GROUP, "@test_bot second question")
+        await wait_for(lambda: _pending_messages(store, 1))  # stored behind the running turn
+        await kill_9(process)
+    llm.responder = lambda request: Reply(f"Answer to the {user_texts(request)[-1].split()[-2]} question.")
+    async with running(store, config, instance_id="survivor") as gateway:
+        await settle(gateway, lambda: any("second" in t for t in texts(tg, GROUP)))
+        await asyncio.sleep(0.3)  # a late second copy would show now
+        assert texts(tg, GROUP) == ["Answer to the first question.", "Answer to the second question."]
+
+
+async def _pending_messages(store, count: int) -> bool:  # noqa: ANN001
+    return await store.inbox.count_pending(kinds=["message"]) == count
+
+
+async def test_an_approval_asked_just_before_kill_9_resumes_the_run_that_continues_it(store, llm, tg, tmp_path) -> None:
+    """The prompt was recorded by the killed run; the decision must resume the run parked on
+    it now (the killed one is closed as FAILED), or the message is never answered."""
+    llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1")
+    llm.reply("Written.")
+    tg.fail_next("sendMessage", "429", retry_after=5)  # the prompt waits: the turn has not parked
+    config = tg_config(
+        llm, tg, tmp_path, inbox={"lease_ttl_s": 3}, outbox={"sweep_after_s": 1}, serve={"instance_id": "dies"}
+    )
+    async with doomed_gateway("telegram", store, config, tmp_path) as (process, _port):
+        tg.private_message(PRIVATE, "write a note")
+
+        async def prompt_waits() -> bool:
+            row = await store.outbox.get("prompt:1")
+            return row is not None and bool(row.error)
+
+        await wait_for(prompt_waits, 30)
+        (run,) = await store.runs.list()
+        assert run.stage == "RUNNING"
+        await kill_9(process)
+    async with running(store, config, instance_id="survivor") as gateway:
+        await until(lambda: has_prompt(tg, PRIVATE), 30)  # swept once the platform's wait is over
+        await gateway.inbox.wait_until_idle(10)
+        prompt = prompt_message(tg, PRIVATE)
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert texts(tg, PRIVATE).count("Written.") == 1
