@@ -151,9 +151,15 @@ class Outbox:
         await self._deliver(key, thread, "close_prompt", {"outcome": outcome, "message_ids": message_ids}, close)
 
     def stream(
-        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), *, progress_key: str | None = None
+        self,
+        thread: ThreadKey,
+        reply_to: str = "",
+        adopt: Sequence[str] = (),
+        *,
+        progress_key: str | None = None,
+        uncertain: bool = False,
     ) -> RecordedStream:
-        return RecordedStream(self, thread, reply_to, adopt, progress_key=progress_key)
+        return RecordedStream(self, thread, reply_to, adopt, progress_key=progress_key, uncertain=uncertain)
 
     async def _deliver(
         self,
@@ -273,6 +279,7 @@ class RecordedStream:
         adopt: Sequence[str] = (),
         *,
         progress_key: str | None = None,
+        uncertain: bool = False,
     ):
         self.outbox = outbox
         self.thread = thread
@@ -284,7 +291,9 @@ class RecordedStream:
         self._progress_key = progress_key
         self._progress_id: int | None = None
         self._recorded: tuple[str, ...] = ()
-        self._uncertain = False  # a message the stream posted timed out: it may be in the chat
+        # A message the stream posted timed out: it may be in the chat (or the one an interrupted
+        # reply posted did, when this stream continues it).
+        self._uncertain = uncertain
 
     def message_ids(self) -> tuple[str, ...]:
         """The messages showing the reply so far (to be adopted after a restart)."""
@@ -327,9 +336,24 @@ class RecordedStream:
                 self.outbox.pacer.hold(self.thread, exc.retry_after)
             # A new message that timed out may be in the chat: no more progress (each update
             # could post it again); the final delivery is its one resend, recorded as such.
-            self._uncertain = self._uncertain or exc.ambiguous
+            if exc.ambiguous and not self._uncertain:
+                self._uncertain = True
+                await self._note_uncertain(text, str(exc))
             log.info("stream update to %s failed: %s", self.thread, exc)
         await self.note_progress()
+
+    async def _note_uncertain(self, text: str, error: str) -> None:
+        """Written on the progress record at once, not only when the reply is delivered: a
+        stop of any kind before then (kill -9 included) leaves it listed by `gateway outbox`,
+        and the turn that continues the reply knows its delivery is the one resend."""
+        if self._progress_key is None:
+            return
+        repo = self.outbox.store.outbox
+        if self._progress_id is None:
+            self._progress_id = (await repo.record(self._progress_key, str(self.thread), "partial", {})).id
+        await repo.attempt_failed(
+            self._progress_id, error, final=False, uncertain=AMBIGUOUS_RESENT, payload=self.intent(text)
+        )
 
     async def note_progress(self) -> None:
         """Record the messages now showing the partial reply, when they changed."""
@@ -344,7 +368,7 @@ class RecordedStream:
         self._recorded = ids
 
     async def _forget_progress(self) -> None:
-        if self._progress_id is not None and self._recorded:
+        if self._progress_id is not None:
             await self.outbox.store.outbox.forget_partial(self._progress_id)
             self._recorded = ()
 
@@ -381,7 +405,9 @@ class RecordedStream:
             )
         else:
             delivered = await self.outbox.with_retries(self.thread, lambda _done: stream.finish(text), record=record)
-        forget = self._progress_id if self._recorded else None
+        forget = self._progress_id  # its messages (and an uncertain one) are the reply's now
+        if forget is None and self._uncertain and self._progress_key is not None:  # adopted, never updated
+            forget = (await self.outbox.store.outbox.record(self._progress_key, str(self.thread), "partial", {})).id
         await self.outbox.store.outbox.mark_sent(
             record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget
         )

@@ -277,6 +277,35 @@ async def test_the_first_message_of_a_streamed_reply_timing_out_is_recorded_and_
     assert [r.key for r in await sqlite_store.outbox.uncertain()] == ["reply:1"]
 
 
+async def test_a_timed_out_streamed_message_is_recorded_uncertain_at_once_and_carried_over(
+    sqlite_store, telegram
+) -> None:
+    """Recorded when it times out, not only when the reply is delivered: a kill -9 before then
+    leaves it listed, and the run that continues the reply resends it once, recorded as such."""
+    fake, channel = telegram
+    fake.timeout_delay_s = 1.5
+    fake.fail_next("sendMessage", "timeout")
+    group = ThreadKey("telegram", "-100", "")
+    outbox = Outbox(sqlite_store, {"telegram": channel})
+
+    await outbox.stream(group, progress_key="partial:1").update("Answer to M00003: the")
+
+    row = await sqlite_store.outbox.get("partial:1")
+    assert row.uncertain == AMBIGUOUS_RESENT and row.payload["text"] == "Answer to M00003: the"
+    assert [r.key for r in await sqlite_store.outbox.uncertain()] == ["partial:1"]
+    # The process dies here; the run that continues the reply adopts what the stream showed.
+    adopted = await sqlite_store.outbox.adopt_partial("partial:1", "partial:2", str(group))
+    assert adopted is not None and adopted.uncertain == AMBIGUOUS_RESENT
+    again = outbox.stream(group, progress_key="partial:2", uncertain=True)
+    await again.update("Answer to M00003: the fake")  # no progress: it could post it a third time
+    await again.finish("reply:2", "Answer to M00003: the fake model has answered.")
+    assert len(fake.calls_to("sendMessage")) == 2
+    reply = await sqlite_store.outbox.get("reply:2")
+    assert reply.status == "sent" and reply.uncertain == AMBIGUOUS_RESENT
+    assert [r.key for r in await sqlite_store.outbox.uncertain()] == ["reply:2"]  # one case, listed once
+    assert await sqlite_store.outbox.adopt_partial("partial:1", "partial:3", str(group)) is None  # adopted once
+
+
 async def test_a_streamed_reply_whose_resend_times_out_too_is_not_sent_a_third_time(sqlite_store, telegram) -> None:
     fake, channel = telegram
     fake.timeout_delay_s = 1.5

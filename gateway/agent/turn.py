@@ -79,6 +79,7 @@ class Turn:
         # reason: "stop", "new", "interrupt", "shutdown", "lease lost"; a child shares its parent's
         self.stopper = stopper or Stopper()
         self._adopt: tuple[str, ...] = ()  # messages of a reply a restart interrupted
+        self._adopt_uncertain = False  # ... and whether one of them timed out (it may be shown)
         self._declared: list[ToolCallRecord] | None = None  # open calls the last round recorded
         self._notes: dict[str, str] | None = dict(self.session.notes)
 
@@ -151,14 +152,13 @@ class Turn:
             await self._adopt_partial_reply(self.req.continued_run)
 
     async def _adopt_partial_reply(self, continued_run: int) -> None:
-        outbox = self.services.store.outbox
-        partial_reply = await outbox.get(partial_key(continued_run))
-        if partial_reply is not None and partial_reply.status == "pending" and partial_reply.message_ids:
-            self._adopt = tuple(partial_reply.message_ids)
-            # Adopted once, by this run, which records them as its own until it delivers.
-            mine = await outbox.record(partial_key(self.run_id), str(self.thread), "partial", {})
-            await outbox.remember_partial(mine.id, self._adopt)
-            await outbox.forget_partial(partial_reply.id)
+        """Adopted once, by this run, which records them as its own until it delivers."""
+        adopted = await self.services.store.outbox.adopt_partial(
+            partial_key(continued_run), partial_key(self.run_id), str(self.thread)
+        )
+        if adopted is not None:
+            self._adopt = tuple(adopted.message_ids)
+            self._adopt_uncertain = adopted.uncertain is not None  # its delivery is the one resend
 
     @property
     def _trace(self) -> RunTrace:
@@ -217,7 +217,10 @@ class Turn:
         turn that continues after a stop of any kind (shutdown, kill -9, a lost lease) edits
         them into the complete reply: one reply, not a stale half beside a whole one."""
         adopt, self._adopt = self._adopt, ()
-        return self.services.outbox.stream(self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id))
+        uncertain, self._adopt_uncertain = self._adopt_uncertain, False
+        return self.services.outbox.stream(
+            self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id), uncertain=uncertain
+        )
 
     # ---- one LLM round -------------------------------------------------------------------
     async def _llm_round(self) -> None:

@@ -25,6 +25,8 @@ _MARK_SENT = update(outbox).where(outbox.c.id == bindparam("record_id")).values(
 
 _REMEMBER_PARTIAL = update(outbox).where(outbox.c.id == bindparam("record_id")).values(status="pending")
 _FORGET_PARTIAL = update(outbox).where(outbox.c.id == bindparam("record_id")).values(status="sent", message_ids=[])
+# Its messages (and an uncertain send among them) are now another row's: listed there, once.
+_HAND_OVER_PARTIAL = _FORGET_PARTIAL.values(uncertain=None)
 
 
 class OutboxRepo(Repo):
@@ -72,7 +74,7 @@ class OutboxRepo(Repo):
         def work(conn: Connection) -> None:
             self.mark_sent_in(conn, record_id, message_ids)
             if forget is not None:
-                conn.execute(_FORGET_PARTIAL, {"record_id": forget})
+                conn.execute(_HAND_OVER_PARTIAL, {"record_id": forget})
             if final_stage is not None:
                 RunRepo.set_stage_in(conn, final_stage.run_id, final_stage.stage, end_reason=final_stage.end_reason)
 
@@ -91,6 +93,26 @@ class OutboxRepo(Repo):
             lambda conn: conn.execute(_REMEMBER_PARTIAL, {"record_id": record_id, "message_ids": list(message_ids)})
         )
 
+    async def adopt_partial(self, from_key: str, to_key: str, thread_key: str) -> OutboxRecord | None:
+        """What an interrupted stream (`from_key`) was showing becomes the continuing stream's
+        (`to_key`), in one write: its messages and whether one of them timed out (an uncertain
+        send). None when it showed nothing (or was delivered or adopted already)."""
+
+        def work(conn: Connection) -> OutboxRecord | None:
+            old = conn.execute(_BY_KEY, {"outbox_key": from_key}).first()
+            if old is None or old.status != "pending" or (not old.message_ids and old.uncertain is None):
+                return None
+            mine = self.record_in(conn, to_key, thread_key, "partial", old.payload)
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.id == mine.id)
+                .values(status="pending", message_ids=old.message_ids, uncertain=old.uncertain, error=old.error)
+            )
+            conn.execute(_HAND_OVER_PARTIAL, {"record_id": old.id})
+            return to_record(OutboxRecord, old)
+
+        return await self.db.write(work)
+
     async def forget_partial(self, record_id: int) -> None:
         await self.db.write(lambda conn: conn.execute(_FORGET_PARTIAL, {"record_id": record_id}))
 
@@ -103,9 +125,11 @@ class OutboxRepo(Repo):
         retry_at: datetime | None = None,
         uncertain: str | None = None,
         delivered: Sequence[str] = (),
+        payload: dict[str, Any] | None = None,
     ) -> None:
         """One attempt failed: the error, when the platform allows the next one, what was
-        decided after an ambiguous failure, and the parts already posted (kept as progress)."""
+        decided after an ambiguous failure, the parts already posted (kept as progress), and
+        (`payload`) what a stream's progress record was showing when it failed."""
         values: dict[str, Any] = {
             "status": "failed" if final else "pending",
             "error": error[:2000],
@@ -116,6 +140,8 @@ class OutboxRepo(Repo):
             values["uncertain"] = uncertain[:255]
         if delivered:
             values["message_ids"] = list(delivered)
+        if payload is not None:
+            values["payload"] = payload
         await self.db.write(lambda conn: conn.execute(update(outbox).where(outbox.c.id == record_id).values(**values)))
 
     async def undelivered(self, thread_key: str | None = None, *, limit: int = 100) -> list[OutboxRecord]:
