@@ -137,6 +137,22 @@ async def test_approval_by_the_cli_answers_the_held_message(store, llm, tg, tmp_
     ]
 
 
+async def test_an_approval_landing_while_the_code_is_sent_lets_the_message_be_answered(
+    store, llm, tg, tmp_path
+) -> None:
+    """Approved (by the CLI, or on another instance) after the gatekeeper found the request
+    pending, before the worker held the message: it is answered, not held for good."""
+    llm.responder = echo
+    config = tg_config(llm, tg, tmp_path, access=PAIRING)
+    tg.fail_next("sendMessage", "429", retry_after=2)  # the code's send waits: the message is not held yet
+    async with running(store, config) as gateway:
+        tg.private_message(STRANGER, "waiting for you", user_id=STRANGER, first_name="Sam")
+        await until(lambda: bool(tg.calls_to("sendMessage")))
+        (request,) = await store.access.pending()
+        assert (await cli(store, config, "pairing", "approve", request.code))[0] == 0
+        await settle(gateway, lambda: "re: waiting for you" in texts(tg, STRANGER))
+
+
 async def test_a_denied_request_drops_the_held_message(store, llm, tg, tmp_path) -> None:
     config = tg_config(llm, tg, tmp_path, access=PAIRING)
     async with running(store, config) as gateway:

@@ -4,11 +4,12 @@ holding the message (another instance handled the button): it is never held for 
 
 from __future__ import annotations
 
+import pytest
 from fakes.llm import FakeLLM
 from harness import make_config, running_gateway
 
 from gateway.events import ThreadKey
-from gateway.store import Fence, NewItem
+from gateway.store import Fence, LeaseLost, NewItem
 
 THREAD = "slack:C1:1700000000.000001"
 
@@ -71,3 +72,26 @@ async def test_a_message_read_before_the_decision_is_answered_after_the_resumed_
             await h.wait_for(lambda: len(h.channel.messages()) == 2)
             await h.idle()
             assert h.channel.messages() == ["written", "the second answer"]
+
+
+async def test_a_message_is_held_for_a_pairing_only_under_its_threads_lease_and_while_pending(store):
+    """Like the other writes of a worker, fenced (a holder that lost the thread holds nothing);
+    and conditional on the request: once decided, the message is not held (it would stay held)."""
+    outcome = await store.access.request(
+        kind="user", channel="slack", subject="U9", name="Sam", thread_key=THREAD, ttl_s=600, max_pending=10
+    )
+    await store.inbox.add([NewItem("e9", THREAD, "message", {"text": "hi"})])
+    (item,) = await store.inbox.pending(THREAD)
+    old = await store.inbox.acquire(f"thread:{THREAD}", "a", 30)
+    await store.inbox.release(old)
+    new = await store.inbox.acquire(f"thread:{THREAD}", "b", 30)
+
+    with pytest.raises(LeaseLost):
+        await store.inbox.hold_for_access(item.id, outcome.request.id, fence=Fence(old.name, old.owner, old.fence))
+    assert (await store.inbox.get_by_event("e9")).status == "pending"
+    fence = Fence(new.name, new.owner, new.fence)
+    assert await store.inbox.hold_for_access(item.id, outcome.request.id, fence=fence) == "held"
+    await store.access.decide(outcome.request.id, approve=True, decided_by="cli")
+    assert (await store.inbox.get_by_event("e9")).status == "pending"  # the approval released it
+    assert await store.inbox.hold_for_access(item.id, outcome.request.id, fence=fence) == "approved"
+    assert (await store.inbox.get_by_event("e9")).status == "pending"

@@ -82,3 +82,7 @@ async def test_an_approval_asked_just_before_kill_9_resumes_the_run_that_continu
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
         assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
         assert texts(tg, PRIVATE).count("Written.") == 1
+        # The resumed run has none of its own rows before the call: still, the turn's request is
+        # the user's message (not an unanswered row to drop from the context).
+        assert user_texts(llm.requests[-1])[-1] == "write a note"
+        assert all(m.status == "ok" for m in await store.sessions.history((await store.runs.list())[0].session_id))

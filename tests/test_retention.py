@@ -48,7 +48,7 @@ async def seed(store):  # noqa: ANN001, ANN201
         kind="approval", session_id=session.id, thread_key=THREAD, payload={}, requested_by="", expires_at=None
     )
     await age(store, prompts)
-    await store.inbox.hold(pending[3].id)  # after the prompt was canceled (that releases held items)
+    assert await store.inbox.hold_while_waiting(pending[3].id, [waiting.id])  # after the other was canceled
     for status in ("done", "held", "pending"):
         await age(store, inbox, status=status)
     await store.audit.record(*(AuditEntry(kind="tool_call", action=a, tool="shell") for a in ("old", "older", "new")))

@@ -44,6 +44,7 @@ class Admission:
     allowed: bool
     hold: bool = False  # keep the item in the inbox, to answer once access is granted
     reply: str = ""  # what to tell the thread ("" = stay silent)
+    request_id: int | None = None  # the access request a held item waits for
 
 
 ALLOWED = Admission(True)
@@ -103,7 +104,7 @@ class Gatekeeper:
         if await self.store.access.grant_for("chat", channel, thread.chat):
             return ALLOWED
         admission = await self._pair(thread, "chat", thread.chat, said.sender.name or username, hold=not command)
-        return Admission(False, hold=admission.hold)  # a group not approved stays silent
+        return Admission(False, hold=admission.hold, request_id=admission.request_id)  # a group not approved: silent
 
     async def _pair(self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool) -> Admission:
         access = self.config.access
@@ -122,7 +123,10 @@ class Gatekeeper:
         if outcome.kind == "created":
             await self._ask_admins(outcome.request)
         return Admission(
-            False, hold=hold, reply=PAIRING_CODE.format(code=outcome.request.code, ttl=ttl_text(access.pairing_ttl))
+            False,
+            hold=hold,
+            reply=PAIRING_CODE.format(code=outcome.request.code, ttl=ttl_text(access.pairing_ttl)),
+            request_id=outcome.request.id,
         )
 
     async def _ask_admins(self, request: AccessRequestRecord) -> None:

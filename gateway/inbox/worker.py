@@ -123,10 +123,13 @@ class Worker:
             await self.services.outbox.send_text(
                 thread, admission.reply, key=f"access:{item.id}", reply_to=said.message_id
             )
-        if admission.hold:
-            await self.store.inbox.hold(item.id)
-        else:
-            await self.store.inbox.finish([item.id], status="dropped", fence=fence)
+        if admission.hold and admission.request_id is not None:
+            held = await self.store.inbox.hold_for_access(item.id, admission.request_id, fence=fence)
+            if held == "approved":
+                return True  # approved since the gatekeeper looked: answered now
+            if held == "held":
+                return False
+        await self.store.inbox.finish([item.id], status="dropped", fence=fence)
         return False
 
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
@@ -232,12 +235,16 @@ class Worker:
         await self.runner.run(request)
 
     async def _turn_start(self, session_id: int, run_id: int) -> int:
+        """The user row that started the run's turn: the last one at or before the run's
+        first row; a run that continues a cut one (after kill -9) may have no row of its own
+        yet: then the last one of all. (Never a row after it: the builder would take the
+        turn's own message for an unanswered one and drop it.)"""
         history = await self.store.sessions.history(session_id)
-        first = next((m.seq for m in history if m.run_id == run_id), None)
-        if first is None:
-            return history[-1].seq if history else 1
-        previous_user = [m.seq for m in history if m.role == "user" and m.seq < first]
-        return previous_user[-1] if previous_user else first
+        if not history:
+            return 1
+        first = next((m.seq for m in history if m.run_id == run_id), history[-1].seq)
+        users = [m.seq for m in history if m.role == "user" and not m.synthetic and m.seq <= first]
+        return users[-1] if users else first
 
 
 def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool) -> str:

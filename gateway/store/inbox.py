@@ -26,7 +26,7 @@ from gateway.events import utcnow
 from gateway.store import notify
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import InboxItem, Lease
-from gateway.store.tables import counters, cursors, inbox, leases, prompts
+from gateway.store.tables import access_requests, counters, cursors, inbox, leases, prompts
 
 
 @dataclass(frozen=True)
@@ -179,12 +179,27 @@ class InboxRepo(Repo):
         """Progress recorded on an item (its attachments' outcomes)."""
         await self.db.write(lambda conn: conn.execute(_SET_PAYLOAD, {"item_id": item_id, "payload": payload}))
 
-    async def hold(self, item_id: int) -> None:
-        await self.db.write(
-            lambda conn: conn.execute(
-                update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held")
-            )
-        )
+    async def hold_for_access(self, item_id: int, request_id: int, *, fence: Fence | None = None) -> str:
+        """Hold the item while its access request is pending; else the request's status (the
+        decision landed since the gatekeeper read it: it released the thread's held items
+        already, so this one is never held for good). Fenced like the worker's other writes,
+        the request row locked first, as the decision locks it."""
+
+        def work(conn: Connection) -> str:
+            check_fence(conn, fence)
+            request = conn.execute(
+                select(access_requests.c.status, access_requests.c.expires_at)
+                .where(access_requests.c.id == request_id)
+                .with_for_update()
+            ).first()
+            if request is None:
+                return "unknown"
+            if request.status != "pending" or request.expires_at <= utcnow():
+                return str(request.status) if request.status != "pending" else "expired"
+            conn.execute(update(inbox).where(inbox.c.id == item_id, inbox.c.status == "pending").values(status="held"))
+            return "held"
+
+        return await self.db.write(work)
 
     async def hold_while_waiting(self, item_id: int, prompt_ids: Sequence[int]) -> bool:
         """Hold the item while one of these prompts is still pending; False (not held) when
