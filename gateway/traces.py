@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway import metrics
 from gateway.config import ModelPrice, TracesConfig
-from gateway.store import FinalStage, Store
+from gateway.store import Fence, FinalStage, LeaseLost, Store
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,18 @@ class LLMCallUsage:
 class RunTrace:
     """The events and the stage of one run. Event writes swallow store errors after logging them."""
 
-    def __init__(self, store: Store, run_id: int, *, config: TracesConfig, prices: dict[str, ModelPrice]):
+    def __init__(
+        self,
+        store: Store,
+        run_id: int,
+        *,
+        config: TracesConfig,
+        prices: dict[str, ModelPrice],
+        fence: Fence | None = None,
+    ):
         self.store = store
         self.run_id = run_id
+        self.fence = fence  # the turn's thread lease: its end is written only while it holds it
         self.limit = config.max_payload_chars
         self.prices = prices
         self.ended = False  # the final stage is written: a later `end` writes nothing
@@ -153,7 +162,11 @@ class RunTrace:
         if self.ended:
             return
         try:
-            await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error)
+            await self.store.runs.set_stage(self.run_id, stage, end_reason=end_reason, error=error, fence=self.fence)
+        except LeaseLost:
+            # Another instance took the thread over: it continues the run (left RUNNING); a
+            # stage written now (parked, say) would hide it from that continuation.
+            raise
         except Exception:  # noqa: BLE001 - like a trace write, a stage write never fails the turn
             log.exception("run %s: could not set stage %s", self.run_id, stage)
 

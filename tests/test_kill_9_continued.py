@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from fakes.llm import Reply, user_texts
 from helpers import until
 from test_subagents_crash import doomed_gateway, kill_9
 from test_telegram_e2e import GROUP, PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config
+
+from gateway.config import TracesConfig
+from gateway.store import Fence, LeaseLost
+from gateway.traces import RunTrace
 
 
 async def wait_for(check, timeout: float = 10.0) -> None:  # noqa: ANN001
@@ -86,3 +91,21 @@ async def test_an_approval_asked_just_before_kill_9_resumes_the_run_that_continu
         # the user's message (not an unanswered row to drop from the context).
         assert user_texts(llm.requests[-1])[-1] == "write a note"
         assert all(m.status == "ok" for m in await store.sessions.history((await store.runs.list())[0].session_id))
+
+
+async def test_a_turn_that_lost_its_thread_does_not_write_its_end(store) -> None:
+    """A turn parking on an approval while another instance takes its thread over (its lease
+    expired under load): its stage stays RUNNING for the new holder to continue. Written as
+    AWAITING_INPUT, it would hide the run from that continuation, while the tap's resume, taken
+    by the new holder before the park, found it still running and was dropped: stuck for good."""
+    thread = "telegram:42:"
+    session = await store.sessions.open(thread, source="telegram")
+    run = await store.runs.start(session.id, thread)
+    old = await store.inbox.acquire(f"thread:{thread}", "a", 30)
+    await store.inbox.release(old)  # as when it expired and was taken over
+    await store.inbox.acquire(f"thread:{thread}", "b", 30)
+    trace = RunTrace(store, run.id, config=TracesConfig(), prices={}, fence=Fence(old.name, old.owner, old.fence))
+
+    with pytest.raises(LeaseLost):
+        await trace.end("AWAITING_INPUT", end_reason="awaiting_input")
+    assert (await store.runs.get(run.id)).stage == "RUNNING"

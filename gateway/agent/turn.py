@@ -129,7 +129,9 @@ class Turn:
         if not self.run_id:
             run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
             self.run_id = run.id
-        self.trace = trace = RunTrace(store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+        self.trace = trace = RunTrace(
+            store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices, fence=self.req.fence
+        )
         if reopened == self.run_id:
             await trace.reopen()
             # Tool calls run after the resume link to the response that asked for them.

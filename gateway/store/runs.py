@@ -9,7 +9,7 @@ from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, fu
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
-from gateway.store.base import Repo, to_record
+from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import RunEventRecord, RunRecord
 from gateway.store.tables import run_events, runs
 
@@ -127,12 +127,24 @@ class RunRepo(Repo):
         return await self.db.read(work, large=True)
 
     async def set_stage(
-        self, run_id: int, stage: str, *, end_reason: str | None = None, error: str | None = None
+        self,
+        run_id: int,
+        stage: str,
+        *,
+        end_reason: str | None = None,
+        error: str | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """Called by `gateway.traces.RunTrace`, the one writer of a run's stage (and by the reply
         stream for the `FinalStage` RunTrace gave it, when the reply was already sent); the store's
-        own transactions that write the stage with something else use `set_stage_in`."""
-        await self.db.write(lambda conn: self.set_stage_in(conn, run_id, stage, end_reason=end_reason, error=error))
+        own transactions that write the stage with something else use `set_stage_in`. With
+        `fence`: only while it holds its lease (LeaseLost otherwise)."""
+
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            self.set_stage_in(conn, run_id, stage, end_reason=end_reason, error=error)
+
+        await self.db.write(work)
 
     @staticmethod
     def set_stage_in(
