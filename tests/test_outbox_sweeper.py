@@ -128,3 +128,24 @@ async def test_outbox_cli_lists_undelivered_and_uncertain_rows(store, tmp_path, 
     out = capsys.readouterr().out
     assert "reply:1" in out and "not delivered" in out
     assert "reply:2" in out and "may have been delivered" in out
+
+
+async def test_the_sweeper_never_frees_a_thread_its_own_instance_is_working_on(store, tmp_path):
+    """Under the instance's own name, taking the thread's lease would extend the worker's, and
+    releasing it after the sweep would free the thread under the worker's running turn."""
+    from gateway.config import OutboxConfig
+    from gateway.inbox.sweeper import OutboxSweeper
+
+    await store.outbox.record("reply:8", str(T1), "message", {"text": "left behind", "reply_to": ""})
+    worker = await store.inbox.acquire(f"thread:{T1}", "gw1", 30)  # this instance's worker holds it
+    channel = FakeChannel()
+    sweeper = OutboxSweeper(
+        store, Outbox(store, {"fake": channel}), OutboxConfig(sweep_after_s=0.05), instance_id="gw1", lease_ttl_s=30
+    )
+    await asyncio.sleep(0.1)
+
+    await sweeper.sweep()
+
+    holder = await store.inbox.lease_holder(f"thread:{T1}")
+    assert holder is not None and (holder.owner, holder.fence) == ("gw1", worker.fence)
+    assert channel.messages(T1) == []  # the worker delivers what its turn recorded

@@ -36,6 +36,10 @@ class OutboxSweeper:
         self.outbox = outbox
         self.config = config
         self.instance_id = instance_id
+        # A lease name of its own: under the instance's name, taking a thread would extend the
+        # lease of this instance's worker on it, and releasing it after the sweep would free the
+        # thread under that worker's running turn for another instance to take.
+        self.owner = f"{instance_id}/sweeper"
         self.lease_ttl_s = lease_ttl_s
 
     async def sweep(self, *, limit: int = 50) -> SweepResult:
@@ -47,7 +51,7 @@ class OutboxSweeper:
         for thread_key, rows in by_thread.items():
             if await self._thread_busy(thread_key):
                 continue  # its worker delivers what its turn recorded
-            lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.instance_id, self.lease_ttl_s)
+            lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.owner, self.lease_ttl_s)
             if lease is None:
                 continue  # someone works on the thread right now
             renewing = asyncio.create_task(self._renew(lease))
