@@ -109,3 +109,23 @@ async def test_a_turn_that_lost_its_thread_does_not_write_its_end(store) -> None
     with pytest.raises(LeaseLost):
         await trace.end("AWAITING_INPUT", end_reason="awaiting_input")
     assert (await store.runs.get(run.id)).stage == "RUNNING"
+
+
+async def test_a_cut_run_is_closed_and_its_continuation_started_in_one_write(store) -> None:
+    """Killed again between the two, the turn was lost: the old run FAILED, no new one."""
+    thread = "telegram:42:"
+    session = await store.sessions.open(thread, source="telegram")
+    cut = await store.runs.start(session.id, thread)
+    lease = await store.inbox.acquire(f"thread:{thread}", "b", 30)
+    stale = Fence(lease.name, "a", lease.fence)
+
+    with pytest.raises(LeaseLost):
+        await store.runs.continue_in_new_run(cut.id, "restart", fence=stale)
+    assert [r.stage for r in await store.runs.list()] == ["RUNNING"]
+    new = await store.runs.continue_in_new_run(cut.id, "restart", fence=Fence(lease.name, lease.owner, lease.fence))
+
+    assert new is not None and new.stage == "RUNNING" and new.session_id == session.id
+    old = await store.runs.get(cut.id)
+    assert (old.stage, old.error) == ("FAILED", "restart")
+    assert [e.kind for e in await store.runs.events(cut.id)] == ["RUN_ERROR"]
+    assert await store.runs.continue_in_new_run(cut.id, "restart") is None  # continued once

@@ -18,7 +18,6 @@ from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
-from gateway.traces import RunTrace
 
 log = logging.getLogger("gateway.inbox.inbox")
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
@@ -218,8 +217,12 @@ class Worker:
         session = await self.store.sessions.get(run.session_id) if run else None
         if run is None or session is None or run.stage != "RUNNING":
             return
-        trace = RunTrace(self.store, run.id, config=self.config.traces, prices=self.config.llm.prices)
-        await trace.abandon("the worker running this turn stopped; continuing in a new run")
+        turn_started_seq = await self._turn_start(session.id, run.id)
+        new_run = await self.store.runs.continue_in_new_run(
+            run.id, "the worker running this turn stopped; continuing in a new run", model=run.model, fence=fence
+        )
+        if new_run is None:
+            return
         delegation = self.services.delegation
         child = await delegation.control.context_of(session) if delegation is not None else None
         request = TurnRequest(
@@ -227,10 +230,11 @@ class Worker:
             thread,
             requested_by=session.started_by,
             fence=fence,
-            turn_started_seq=await self._turn_start(session.id, run.id),
+            turn_started_seq=turn_started_seq,
             continuing=True,
             continued_run=run.id,
             child=child,
+            started_run=new_run,
         )
         await self.runner.run(request)
 

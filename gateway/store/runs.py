@@ -63,6 +63,25 @@ class RunRepo(Repo):
         ).first()
         return to_record(RunRecord, row)
 
+    async def continue_in_new_run(
+        self, run_id: int, why: str, *, model: str | None = None, fence: Fence | None = None
+    ) -> RunRecord | None:
+        """A run left RUNNING ends FAILED (stage `restart`, saying `why`) and the run that
+        continues its turn starts, in one write: a crash in between (kill -9 again) leaves either
+        the old run RUNNING or the new one, to be continued again; never neither. None when the
+        run is no longer RUNNING."""
+
+        def work(conn: Connection) -> RunRecord | None:
+            check_fence(conn, fence)
+            row = conn.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
+            if row is None or row.stage != "RUNNING":
+                return None
+            self.add_events_in(conn, run_id, [("RUN_ERROR", {"stage": "restart", "message": why}, None)])
+            self.set_stage_in(conn, run_id, "FAILED", end_reason="error", error="restart")
+            return self.start_in(conn, row.session_id, row.thread_key, model=model)
+
+        return await self.db.write(work)
+
     async def last_event_seq(self, run_id: int, kind: str) -> int | None:
         return await self.db.read(
             lambda conn: conn.execute(
