@@ -13,6 +13,7 @@ import asyncio
 
 import pytest
 from fakes.llm import Reply, user_texts
+from harness import make_config, running_gateway
 from helpers import until
 from test_subagents_crash import doomed_gateway, kill_9
 from test_telegram_e2e import GROUP, PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config
@@ -129,3 +130,18 @@ async def test_a_cut_run_is_closed_and_its_continuation_started_in_one_write(sto
     assert (old.stage, old.error) == ("FAILED", "restart")
     assert [e.kind for e in await store.runs.events(cut.id)] == ["RUN_ERROR"]
     assert await store.runs.continue_in_new_run(cut.id, "restart") is None  # continued once
+
+
+async def test_a_decided_prompts_resume_stays_queued_until_its_run_is_under_way(store, llm, tmp_path) -> None:
+    """Marked done before acting on it, a kill -9 in between lost it: the run parked for good
+    with its prompt decided. Done after, the next holder of the thread finds it still queued."""
+    llm.tool_call("write_file", {"path": "a.txt", "content": "a"}, id="w1")
+    llm.stall("Writ")  # the resumed turn is mid-call: its worker could die now
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path / "ws"))) as h:
+        await h.say("write it")
+        await h.idle()
+        assert not (await h.tap(h.token(0, "✅"))).alert
+        await asyncio.wait_for(llm.stalled.wait(), 10)
+        assert await store.inbox.count_pending(kinds=["resume"]) == 1
+        (run,) = await store.runs.list()
+        assert run.stage == "RUNNING"  # reopened: a new holder continues it (and then drops the item)

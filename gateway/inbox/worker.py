@@ -97,12 +97,14 @@ class Worker:
         if item.kind == "command":
             await self.commands.handle(thread, item, fence)
         elif item.kind == "resume":
-            await self.store.inbox.finish([item.id], fence=fence)
+            # Done only once acted on: killed in between, the item is still pending for the next
+            # holder (a parked run whose decided resume was lost would wait for good).
             what = resumed(item)
             if isinstance(what, ContinueRun):
                 await self._continue(thread, what, fence)
             else:
                 await self._resume(thread, what, fence)
+            await self.store.inbox.finish([item.id], fence=fence)
         elif item.kind == "task":
             await self._task(thread, item, fence)
         else:
