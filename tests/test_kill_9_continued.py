@@ -145,3 +145,21 @@ async def test_a_decided_prompts_resume_stays_queued_until_its_run_is_under_way(
         assert await store.inbox.count_pending(kinds=["resume"]) == 1
         (run,) = await store.runs.list()
         assert run.stage == "RUNNING"  # reopened: a new holder continues it (and then drops the item)
+
+
+async def test_a_run_left_running_again_after_its_continuation_gets_a_new_continue_item(store, llm, tmp_path):
+    """Continued once (its item done), resumed later and killed again: still RUNNING, it must be
+    queued again; a duplicate of the old item's id was ignored and the run waited for good."""
+    from gateway.store.items import ContinueRun
+
+    thread = "fake:chat9:"
+    session = await store.sessions.open(thread, source="fake")
+    run = await store.runs.start(session.id, thread)
+    await store.inbox.add([ContinueRun(run.id).item(thread)])
+    (old,) = await store.inbox.pending(thread)
+    await store.inbox.finish([old.id])  # handled before (the run was parked then)
+
+    assert await store.inbox.add_continuation(ContinueRun(run.id).item(thread), run.id)
+    assert not await store.inbox.add_continuation(ContinueRun(run.id).item(thread), run.id)  # one waits
+    (queued,) = await store.inbox.pending(thread)
+    assert queued.payload == {"continue_run": run.id}

@@ -176,7 +176,7 @@ class Inbox:
                 continue  # a child inside its parent's turn: continued by the parent's turn
             if await self.store.inbox.lease_holder(f"thread:{run.thread_key}") is not None:
                 continue
-            if (await self.store.inbox.add([ContinueRun(run.id).item(run.thread_key)]))[0]:
+            if await self.store.inbox.add_continuation(ContinueRun(run.id).item(run.thread_key), run.id):
                 count += 1
                 self._poke(run.thread_key)
         return count

@@ -88,8 +88,8 @@ class Worker:
         left = await self.store.runs.list(stage="RUNNING", thread_key=thread_key, limit=20)
         inline = await self.store.delegations.sync_child_sessions([r.session_id for r in left])
         oldest_first = sorted((r for r in left if r.session_id not in inline), key=lambda r: r.id)
-        if oldest_first:
-            await self.store.inbox.add([ContinueRun(r.id).item(thread_key) for r in oldest_first])
+        for run in oldest_first:
+            await self.store.inbox.add_continuation(ContinueRun(run.id).item(thread_key), run.id)
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         if item.kind in ("message", "command") and not await self.admitted(thread, item, fence):

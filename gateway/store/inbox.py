@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -174,6 +175,18 @@ class InboxRepo(Repo):
                 update(inbox).where(inbox.c.thread_key == thread_key, inbox.c.status == "held").values(status="pending")
             )
         return reason
+
+    async def add_continuation(self, item: NewItem, run_id: int) -> bool:
+        """Queue a run's continue item unless one is waiting already. A run continued once
+        (its item done) can be left RUNNING again (resumed, then killed): it gets a new item,
+        not a duplicate ignored for the old one's id (it would never be continued)."""
+        waiting = await self.pending(item.thread_key, limit=1000)
+        if any(i.kind == "resume" and i.payload.get("continue_run") == run_id for i in waiting):
+            return False
+        if (await self.add([item]))[0]:
+            return True
+        again = NewItem(f"{item.event_id}:{uuid.uuid4().hex[:12]}", item.thread_key, item.kind, item.payload)
+        return (await self.add([again]))[0]
 
     async def set_payload(self, item_id: int, payload: dict[str, Any]) -> None:
         """Progress recorded on an item (its attachments' outcomes)."""
