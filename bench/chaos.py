@@ -316,10 +316,12 @@ class Drill:
         for n, burst in enumerate(bursts):
             due = started + n * step + self.rng.uniform(0, step / 2)
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-            for _ in range(burst):
-                await self.send(conversation, self.new_text(conversation))
+            sent = [self.new_text(conversation) for _ in range(burst)]
+            for message in sent:
+                await self.send(conversation, message)
+            # This burst's answers (a lost earlier one would hold every later burst 180 s more).
             deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and any(s.answered_at is None for s in conversation.sent):
+            while time.monotonic() < deadline and any(s.answered_at is None for s in sent):
                 await asyncio.sleep(0.2)
 
     # -- what the chats show --
