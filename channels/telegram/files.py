@@ -8,7 +8,9 @@ so this module only says whether a failure is worth retrying.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Literal
 
 from telegram import Bot, InputFile, Message
 
@@ -48,32 +50,12 @@ async def send_file(
     sent: Message | None = None
     if file.kind == "photo":
         try:
-            sent = await caller.call(
-                "sendPhoto",
-                target.chat_id,
-                lambda: bot.send_photo(
-                    target.chat_id,
-                    InputFile(data, filename=file.name),
-                    caption=caption or None,
-                    message_thread_id=target.thread_id,
-                    reply_to_message_id=reply_to,
-                ),
-            )
+            sent = await _send_file_as("sendPhoto", bot, caller, target, data, file.name, caption, reply_to)
         except Rejected as exc:
             log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.name, exc.reason)
     if sent is None:
         try:
-            sent = await caller.call(
-                "sendDocument",
-                target.chat_id,
-                lambda: bot.send_document(
-                    target.chat_id,
-                    InputFile(data, filename=file.name),
-                    caption=caption or None,
-                    message_thread_id=target.thread_id,
-                    reply_to_message_id=reply_to,
-                ),
-            )
+            sent = await _send_file_as("sendDocument", bot, caller, target, data, file.name, caption, reply_to)
         except Rejected as exc:
             log_rejection("sendDocument", target.chat_id, exc)
             raise
@@ -86,6 +68,31 @@ async def send_file(
         )
         ids.append(sent_rest.message_id)
     return ids
+
+
+async def _send_file_as(
+    method: Literal["sendPhoto", "sendDocument"],
+    bot: Bot,
+    caller: BotCaller,
+    target: Target,
+    data: bytes,
+    name: str,
+    caption: str,
+    reply_to: int | None,
+) -> Message:
+    """The file by sendPhoto or sendDocument: the two calls differ only in the name of the file argument."""
+    send: Callable[..., Awaitable[Message]] = bot.send_photo if method == "sendPhoto" else bot.send_document
+    return await caller.call(
+        method,
+        target.chat_id,
+        lambda: send(
+            target.chat_id,
+            InputFile(data, filename=name),
+            caption=caption or None,
+            message_thread_id=target.thread_id,
+            reply_to_message_id=reply_to,
+        ),
+    )
 
 
 async def send_text_document(bot: Bot, caller: BotCaller, target: Target, name: str, content: str) -> int:
