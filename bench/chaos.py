@@ -426,6 +426,10 @@ class Drill:
         holder = await store.inbox.lease_holder("leader")
         return holder.owner if holder else None
 
+    async def leader_expiry(self, store) -> Any:  # noqa: ANN001
+        holder = await store.inbox.lease_holder("leader")
+        return holder.expires_at if holder else None
+
     async def killer(self, store) -> None:  # noqa: ANN001
         kills, leader_kills = 0, 0
         await asyncio.sleep(8)
@@ -450,12 +454,13 @@ class Drill:
             self.kills, self.leader_kills = kills, leader_kills
             self.events.append((at, "kill-leader" if was_leader else "kill", target.name))
             await target.proc.wait()  # type: ignore[union-attr]
+            leader_expiry = await self.leader_expiry(store)  # read once it is dead: it can extend it no more
             self.timers.append(asyncio.create_task(self.time_takeovers(store, held, at)))
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             await target.start()
             self.events.append((time.monotonic(), "restart", target.name))
             if was_leader:
-                self.timers.append(asyncio.create_task(self.time_failover(store, target.name, at)))
+                self.timers.append(asyncio.create_task(self.time_failover(store, leader_expiry, at)))
             if kills < self.args.kills:
                 await asyncio.sleep(self.rng.uniform(6, 14))
 
@@ -472,11 +477,15 @@ class Drill:
             await asyncio.sleep(0.1)
         self.not_taken_over += len(waiting)
 
-    async def time_failover(self, store, dead: str, at: float) -> None:  # noqa: ANN001
-        for _ in range(600):
-            owner = await self.leader(store)
-            if owner is not None and owner != dead:
-                self.events.append((time.monotonic(), f"failover:{time.monotonic() - at:.2f}", owner))
+    async def time_failover(self, store, expiry_at_kill: Any, at: float) -> None:  # noqa: ANN001
+        """How long until some instance leads anew: the leader lease's expiry moves past what it
+        was at the kill (the dead process cannot extend it). The restarted instance keeps its name
+        and may be the one that leads again, so the owner's name says nothing."""
+        for _ in range(1200):
+            expiry = await self.leader_expiry(store)
+            if expiry is not None and (expiry_at_kill is None or expiry > expiry_at_kill):
+                owner = await self.leader(store)
+                self.events.append((time.monotonic(), f"failover:{time.monotonic() - at:.2f}", owner or "?"))
                 return
             await asyncio.sleep(0.05)
 
@@ -690,6 +699,7 @@ async def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     (tmp / "ws").mkdir()
     instances: list[Instance] = []
+    keep_db = False
     try:
         async with FakeTelegram() as tg, FakeSlack() as slack:
             tg.timeout_delay_s = 3.0
@@ -742,7 +752,9 @@ async def run(args: argparse.Namespace) -> int:
             print(json.dumps(figures, indent=2))
             print(f"logs: {tmp}")
             broken = verdict(figures, args)
-            print("all promises held" if not broken else f"DOES NOT HOLD: {', '.join(broken)}")
+            keep_db = bool(broken) and args.keep_db_on_failure
+            kept = f"\ndatabase kept for a look: {dbname} (drop it by hand afterwards)" if keep_db else ""
+            print("all promises held" if not broken else f"DOES NOT HOLD: {', '.join(broken)}{kept}")
             return 0 if not broken else 1
     finally:
         for instance in instances:
@@ -751,7 +763,7 @@ async def run(args: argparse.Namespace) -> int:
             llm_proc.stdin.close()
         await llm_proc.wait()
         await store.close()
-        await drop_database(base, dbname)
+        await (asyncio.sleep(0) if keep_db else drop_database(base, dbname))
 
 
 async def quiescent(store, limit_s: float = 120) -> None:  # noqa: ANN001
@@ -795,6 +807,9 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--tool-share", type=float, default=0.08, help="messages that need an approval")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--keep-db-on-failure", action="store_true", help="keep the drill's database when a promise breaks"
+    )
     parser.add_argument("--verbose", action="store_true", help="show the last messages of a few chats as it runs")
     parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
