@@ -33,7 +33,8 @@ from gateway.inbox.inbox import Inbox
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.mcp import McpManager
-from gateway.outbox import ChatPacer, Outbox, RetryPolicy
+from gateway.outbox import Outbox
+from gateway.pacing import ChatPacer, RetryPolicy
 from gateway.store import Store
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any

@@ -7,7 +7,7 @@ the server sends it (the last `Usage` wins). Retries and model fallback happen o
 `LLMError`; closing the generator or cancelling its task closes the HTTP request at once.
 """
 
-from gateway.llm.client import LLMClient, ReadCadence, RetryHook, RetryNotice
+from gateway.llm.client import LLMClient, RetryHook, RetryNotice
 from gateway.llm.errors import (
     AuthError,
     ContextTooLong,
@@ -32,7 +32,7 @@ from gateway.llm.events import (
     ToolCallDelta,
     Usage,
 )
-from gateway.llm.stream import collect
+from gateway.llm.stream import ReadCadence, collect
 
 __all__ = [
     "AuthError", "Completion", "ContextTooLong", "EmptyAnswer", "ErrorKind", "Finish", "LLMClient", "LLMError",

@@ -5,16 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import random
-import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-import orjson
 
 from gateway import metrics
 from gateway.config import LLMConfig
@@ -31,8 +28,10 @@ from gateway.llm.errors import (
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
 from gateway.llm.gate import CallGate, Ticket
-from gateway.llm.stream import ChunkParser, SSEDecoder, collect
+from gateway.llm.stream import ChunkParser, ReadCadence, SSEDecoder, collect
+from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
 
+DEFAULT_CADENCE = ReadCadence()  # frozen: one instance serves every client
 FALLBACK_RETRY_S = 300.0  # a window the server did not say is asked again after this
 EMPTY_ANSWERS_MEAN_REFUSED = 2  # the same body answered by an empty stream this often will be again
 REFUSED_EMPTY = (
@@ -56,24 +55,6 @@ class RetryNotice:
 
 
 RetryHook = Callable[[RetryNotice], Awaitable[None] | None]
-
-
-@dataclass(frozen=True)
-class ReadCadence:
-    """With many streams in flight each is read at a cadence, not on every chunk: what arrives
-    meanwhile waits in the socket buffer (the HTTP stack pauses reading between reads) and
-    comes in one read, and a read costs about as much as handling its events, so 1,000
-    streams at 20 chunks a second stop being 20,000 wake-ups a second. The wait grows with
-    the streams beyond `from_streams` and stays under the second between a chat's drafts or
-    edits; the events, so the text and tool calls, are the same, only later by at most `max_s`."""
-
-    from_streams: int = 50  # streams in flight before reads are spaced at all
-    per_stream_s: float = 0.0005  # seconds between reads per stream beyond that
-    max_s: float = 0.5
-
-    def interval(self, streams: int) -> float:
-        beyond = streams - self.from_streams
-        return 0.0 if beyond <= 0 else min(self.max_s, beyond * self.per_stream_s)
 
 
 @dataclass
@@ -105,7 +86,7 @@ class LLMClient:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        cadence: ReadCadence = ReadCadence(),
+        cadence: ReadCadence = DEFAULT_CADENCE,
     ) -> None:
         self.config = config
         self.cadence = cadence
@@ -116,7 +97,7 @@ class LLMClient:
         # pool smaller than that would make turns wait for a connection, then time out.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         headers = self._headers()
-        verify = _tls_for(self.url)
+        verify = tls_for(self.url)
         self._new_client: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
             transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
         )
@@ -254,8 +235,8 @@ class LLMClient:
         try:
             response = await self._http.send(request)
         except httpx.TransportError as exc:
-            raise _transport_error(exc, url) from exc
-        body = _json_or_text(response.content)
+            raise transport_error(exc, url) from exc
+        body = json_or_text(response.content)
         if response.status_code != 200:
             raise classify_error(response.status_code, body, response.headers)
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
@@ -328,10 +309,10 @@ class LLMClient:
         ) from last
 
     async def _attempt(self, body: dict[str, Any], model: str, attempts: int) -> _Opened:
-        content = _encode(body)
+        content = encode_body(body)
         ticket = await self.gate.open(model, len(content), body.get("max_tokens")) if self.gate is not None else None
         if ticket is not None and ticket.reply_tokens is not None and "max_tokens" not in body:
-            content = _encode({**body, "max_tokens": ticket.reply_tokens})  # the reply the reservation covers
+            content = encode_body({**body, "max_tokens": ticket.reply_tokens})  # the reply the reservation covers
         try:
             opened = await self._send(content, model, attempts)
         except BaseException:
@@ -346,16 +327,16 @@ class LLMClient:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as exc:
-            raise _transport_error(exc, self.url) from exc
+            raise transport_error(exc, self.url) from exc
         try:
             if response.status_code != 200:
-                raise classify_error(response.status_code, _json_or_text(await response.aread()), response.headers)
+                raise classify_error(response.status_code, json_or_text(await response.aread()), response.headers)
             sse, parser = SSEDecoder(response.aiter_bytes()), ChunkParser()
             served, events = await self._first_events(sse, parser)
             return _Opened(response, sse, parser, events, ModelInfo(model, served, attempts))
         except httpx.TransportError as exc:
             await response.aclose()
-            raise _transport_error(exc, self.url) from exc
+            raise transport_error(exc, self.url) from exc
         except BaseException:
             await response.aclose()
             raise
@@ -397,38 +378,3 @@ def _count_tokens(event: StreamEvent) -> None:
     if isinstance(event, Usage):
         metrics.TOKENS.labels("in").inc(event.prompt_tokens)
         metrics.TOKENS.labels("out").inc(event.completion_tokens)
-
-
-def _tls_for(url: str) -> ssl.SSLContext | bool:
-    """Every request goes to `llm.base_url`'s server. Over plain HTTP (a local llama.cpp or
-    vLLM) TLS is never used, so the client gets a context without the trust store, whose
-    loading is most of the cost of making a client; it verifies like the default and, having
-    no trusted roots, refuses any certificate it is shown."""
-    if httpx.URL(url).scheme == "https":
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and host names checked, no roots
-
-
-def _encode(body: dict[str, Any]) -> bytes:
-    """The request body as the compact UTF-8 JSON that httpx's `json=` sends, about ten times
-    faster on a long context; the standard encoder still takes what orjson refuses (non-str
-    keys, integers past 64 bits)."""
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-
-
-def _json_or_text(raw: bytes) -> Any:
-    text = raw.decode("utf-8", "replace")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _transport_error(exc: httpx.TransportError, url: str) -> LLMError:
-    if isinstance(exc, httpx.TimeoutException):
-        return LLMError(f"the LLM server at {url} timed out ({type(exc).__name__})", kind="timeout", retryable=True)
-    detail = str(exc) or type(exc).__name__
-    return LLMError(f"cannot reach the LLM server at {url}: {detail}", kind="connection", retryable=True)

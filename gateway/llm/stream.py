@@ -1,4 +1,4 @@
-"""SSE decoding and chat.completion.chunk parsing into stream events."""
+"""SSE decoding and chat.completion.chunk parsing into stream events; the cadence streams are read at."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -287,3 +288,20 @@ async def collect(events: AsyncIterator[StreamEvent]) -> Completion:
     tool_calls = tuple(ToolCall(**calls[index]) for index in sorted(calls))
     return Completion("".join(text), "".join(reasoning), tool_calls, finish, usage, model, served)
 
+
+@dataclass(frozen=True)
+class ReadCadence:
+    """With many streams in flight each is read at a cadence, not on every chunk: what arrives
+    meanwhile waits in the socket buffer (the HTTP stack pauses reading between reads) and
+    comes in one read, and a read costs about as much as handling its events, so 1,000
+    streams at 20 chunks a second stop being 20,000 wake-ups a second. The wait grows with
+    the streams beyond `from_streams` and stays under the second between a chat's drafts or
+    edits; the events, so the text and tool calls, are the same, only later by at most `max_s`."""
+
+    from_streams: int = 50  # streams in flight before reads are spaced at all
+    per_stream_s: float = 0.0005  # seconds between reads per stream beyond that
+    max_s: float = 0.5
+
+    def interval(self, streams: int) -> float:
+        beyond = streams - self.from_streams
+        return 0.0 if beyond <= 0 else min(self.max_s, beyond * self.per_stream_s)
