@@ -83,7 +83,7 @@ class Scheduler:
         if not self.config.enabled or self._clock.running:
             return
         self._clock.start()
-        await self.recover_running()
+        await self.close_abandoned_runs()
         await self.reload()
 
     async def stop(self) -> None:
@@ -109,7 +109,7 @@ class Scheduler:
         if self._dirty or await self.repo.fingerprint() != self._fingerprint:
             await self.reload()
         await self.check_timeouts()
-        await self.recover_running()  # runs a dead instance left behind, once their grace is over
+        await self.close_abandoned_runs()  # runs a dead instance left behind, once their grace is over
 
     async def _on_due(self, schedule_id: int, when: datetime) -> None:
         async with self._locks[schedule_id]:
@@ -264,6 +264,6 @@ class Scheduler:
         """Runs past their timeout become `failed` (timeout) and their session gets "/stop"."""
         return await self.supervision.check_timeouts()
 
-    async def recover_running(self) -> list[JobRunRecord]:
+    async def close_abandoned_runs(self) -> list[JobRunRecord]:
         """Runs a crash left `running` become `failed`, and run once more within the grace."""
-        return await self.supervision.recover_running()
+        return await self.supervision.close_abandoned_runs()

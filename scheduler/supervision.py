@@ -90,7 +90,7 @@ class Supervision:
         await self._submit([InboundMessage(thread=thread, sender=SCHEDULER, text="/stop", event_id=event_id)])
 
     # ---- restart ---------------------------------------------------------------------------
-    async def recover_running(self) -> list[JobRunRecord]:
+    async def close_abandoned_runs(self) -> list[JobRunRecord]:
         """Runs left `running` by a crash become `failed` (restart); within the grace the job
         runs once more in a fresh session. Runs the core will still finish are left alone: the
         prompt is queued, a worker holds the thread, or an interrupted turn will be continued."""

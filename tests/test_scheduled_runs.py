@@ -93,5 +93,5 @@ async def test_a_run_just_claimed_elsewhere_is_not_taken_for_a_crashed_one(store
     async with running_gateway(store, scheduled_config(llm, tmp_path), FakeChannel(name="telegram")) as h:
         schedule = await store.schedules.by_name("nightly")
         claimed = await store.schedules.claim(schedule.id, datetime.now(UTC))  # no prompt queued yet
-        assert await h.gateway.scheduler.recover_running() == []
+        assert await h.gateway.scheduler.close_abandoned_runs() == []
         assert (await store.schedules.get_run(claimed.id)).status == "running"

@@ -106,7 +106,7 @@ async def crashed_run(store, *, age: timedelta, picked_up: bool = True):
 
 async def test_a_run_left_running_by_a_crash_fails_and_runs_again_within_grace(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(minutes=5))
-    [recovered] = await restarted.recover_running()
+    [recovered] = await restarted.close_abandoned_runs()
     assert recovered.id == run.id and recovered.status == "failed" and recovered.error.startswith("restart")
     [again] = await restarted.repo.running(job.id)
     assert again.origin == "retry" and again.session_id != run.session_id
@@ -116,33 +116,33 @@ async def test_a_run_left_running_by_a_crash_fails_and_runs_again_within_grace(s
 
 async def test_a_crashed_run_beyond_grace_is_failed_and_reported(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(hours=2))
-    await restarted.recover_running()
+    await restarted.close_abandoned_runs()
     assert await restarted.repo.running(job.id) == []
     assert len(core.submitted) == 1 and "restart" in core.delivered[0].text
 
 
 async def test_a_run_whose_prompt_is_still_queued_is_left_to_the_core(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(minutes=5), picked_up=False)
-    assert await restarted.recover_running() == []
+    assert await restarted.close_abandoned_runs() == []
     assert (await restarted.repo.get_run(run.id)).status == "running"
 
 
 async def test_a_run_whose_thread_is_leased_by_a_live_worker_is_left_alone(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(minutes=5))
     await store.inbox.acquire(f"thread:{core.submitted[0].thread}", "worker-2", ttl_s=60)
-    assert await restarted.recover_running() == []
+    assert await restarted.close_abandoned_runs() == []
 
 
 async def test_a_run_with_an_interrupted_turn_is_left_for_the_core_to_continue(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(minutes=5))
     await store.runs.start(run.session_id, str(core.submitted[0].thread))  # the turn began, then the crash
-    assert await restarted.recover_running() == []
+    assert await restarted.close_abandoned_runs() == []
     assert (await restarted.repo.get_run(run.id)).status == "running" and len(core.submitted) == 1
 
 
 async def test_the_turn_report_after_a_recovery_changes_nothing(store):
     job, run, core, restarted = await crashed_run(store, age=timedelta(hours=2))
-    await restarted.recover_running()
+    await restarted.close_abandoned_runs()
     await restarted.on_turn_ended(ended(core.submitted[0]))
     assert (await restarted.repo.get_run(run.id)).status == "failed" and len(core.delivered) == 1
 

@@ -23,7 +23,7 @@ from channels.telegram.api import CONNECTIONS, BotCaller, Pacer, TokenRejected, 
 from channels.telegram.inbound import ALLOWED_UPDATES, BotIdentity, UpdateReader
 from channels.telegram.ingest import SECRET_FORMAT, UpdateIngest
 from channels.telegram.outlet import Outlet, Target, chunks_of
-from channels.telegram.streams import DraftStream, EditStream, FinalOnlyStream, Throttle
+from channels.telegram.streams import DraftStream, EditStream, FinalOnlyStream, UpdateInterval
 from gateway.config import TelegramConfig
 from gateway.events import (
     Attachment,
@@ -73,7 +73,7 @@ class TelegramChannel:
         self.state = state
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
         self._caller = BotCaller(self._pacer)
-        self._throttle = Throttle(config.edit_interval_s)
+        self._update_interval = UpdateInterval(config.edit_interval_s)
         self._bot: Bot | None = None
         self._outlet: Outlet | None = None
         self._ingest: UpdateIngest | None = None
@@ -216,12 +216,13 @@ class TelegramChannel:
         anchor = self._anchor(target, reply_to)
         mode = self.config.streaming
         if adopt:  # finish a reply a restart interrupted, in its own messages
-            return EditStream(self.outlet, target, anchor, self._throttle, self._pacer, adopt=[int(i) for i in adopt])
+            adopted = [int(i) for i in adopt]
+            return EditStream(self.outlet, target, anchor, self._update_interval, self._pacer, adopt=adopted)
         if mode == "off":
             return FinalOnlyStream(self.outlet, target, anchor)
         if mode == "edit" or not target.is_private:
-            return EditStream(self.outlet, target, anchor, self._throttle, self._pacer)
-        return DraftStream(self.outlet, target, anchor, self._throttle, self._pacer)
+            return EditStream(self.outlet, target, anchor, self._update_interval, self._pacer)
+        return DraftStream(self.outlet, target, anchor, self._update_interval, self._pacer)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         if not busy:

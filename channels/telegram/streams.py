@@ -21,7 +21,7 @@ from gateway.events import ChannelError, Delivered
 log = logging.getLogger("channels.telegram")
 
 
-class Throttle:
+class UpdateInterval:
     """When each chat was last updated by a stream (shared by the streams of a chat)."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -64,14 +64,16 @@ class FinalOnlyStream:
 class DraftStream(FinalOnlyStream):
     """Private chats: drafts while generating, real messages at the end."""
 
-    def __init__(self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer) -> None:
+    def __init__(
+        self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer
+    ) -> None:
         super().__init__(outlet, target, reply_to)
-        self._throttle, self._pacer = throttle, pacer
+        self._interval, self._pacer = interval, pacer
         self._draft_id = random.randint(1, 2**31 - 1)
         self._enabled = True
 
     def wants_update(self) -> bool:
-        return self._enabled and self._throttle.due(self._target.chat_id) and self._pacer.has_spare()
+        return self._enabled and self._interval.due(self._target.chat_id) and self._pacer.has_spare()
 
     async def update(self, text: str) -> None:
         if not self.wants_update() or not self._pacer.spare():
@@ -79,7 +81,7 @@ class DraftStream(FinalOnlyStream):
         chunks = chunks_of(text)
         if not chunks:
             return
-        self._throttle.mark(self._target.chat_id)
+        self._interval.mark(self._target.chat_id)
         try:
             await self._draft(chunks[-1], formatted=True)
         except Rejected as exc:
@@ -116,11 +118,11 @@ class EditStream:
     """Groups and topics (and `streaming: edit`): one message edited as the reply grows."""
 
     def __init__(
-        self, outlet: Outlet, target: Target, reply_to: int | None, throttle: Throttle, pacer: Pacer,
+        self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer,
         adopt: Sequence[int] = (),
     ) -> None:
         self._outlet, self._target, self._reply_to = outlet, target, reply_to
-        self._throttle, self._pacer = throttle, pacer
+        self._interval, self._pacer = interval, pacer
         self._ids: list[int] = list(adopt)  # an interrupted reply's messages are edited, not repeated
         self._shown: list[Rendered | None] = [None] * len(self._ids)
         self._latest = ""
@@ -129,7 +131,7 @@ class EditStream:
         return tuple(str(i) for i in self._ids)
 
     def wants_update(self) -> bool:
-        return self._throttle.due(self._target.chat_id)
+        return self._interval.due(self._target.chat_id)
 
     def note(self, text: str) -> None:
         self._latest = text
@@ -137,9 +139,9 @@ class EditStream:
     async def update(self, text: str) -> None:
         self._latest = text
         chat = self._target.chat_id
-        if not self._throttle.due(chat) or not self._pacer.try_take(chat):
+        if not self._interval.due(chat) or not self._pacer.try_take(chat):
             return  # a later update or finish() shows it
-        self._throttle.mark(chat)
+        self._interval.mark(chat)
         try:
             await self._show(chunks_of(text), paced=False)
         except ChannelError as exc:
@@ -153,7 +155,7 @@ class EditStream:
         for extra in self._ids[len(chunks):]:  # the reply got shorter than what was shown
             await self._outlet.delete(self._target, extra)
         del self._ids[len(chunks):], self._shown[len(chunks):]
-        self._throttle.mark(self._target.chat_id)
+        self._interval.mark(self._target.chat_id)
         return Delivered(tuple(str(i) for i in self._ids))
 
     async def abort(self) -> None:
