@@ -133,10 +133,14 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
     # then kills only the shell, so the gateway must kill the group itself.
     import time
 
+    def children() -> set[str]:
+        return set(Path(f"/proc/self/task/{os.getpid()}/children").read_text().split())
+
+    before = children()  # a session's servers may be children of this process too
     task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
     for _ in range(100):  # step the loop until the shell is forked: its pipes take more steps to connect
         await asyncio.sleep(0)
-        if Path(f"/proc/self/task/{os.getpid()}/children").read_text().split():
+        if children() - before:
             break
     deadline = time.monotonic() + 30
     while read_pids(tmp_path, "child.pid", "shell.pid") is None:  # the loop held: the start cannot finish
