@@ -138,18 +138,17 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
 
     before = children()  # a session's servers may be children of this process too
     task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
-    for _ in range(100):  # step the loop until the shell is forked: its pipes take more steps to connect
-        await asyncio.sleep(0)
-        if children() - before:
-            break
-    deadline = time.monotonic() + 30
-    while read_pids(tmp_path, "child.pid", "shell.pid") is None:  # the loop held: the start cannot finish
-        assert time.monotonic() < deadline, "the command did not start"
-        time.sleep(0.01)
-    pids = read_pids(tmp_path, "child.pid", "shell.pid")
-    assert pids is not None
-    task.cancel()
+    pids: list[int] | None = None
     try:
+        for _ in range(100):  # step the loop until the shell is forked: its pipes take more steps to connect
+            await asyncio.sleep(0)
+            if children() - before:
+                break
+        deadline = time.monotonic() + 30
+        while (pids := read_pids(tmp_path, "child.pid", "shell.pid")) is None:  # the loop held: no start ends
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.01)
+        task.cancel()
         # asyncio alone kills the shell and then waits for the pipe its orphan keeps open: 60 s
         done, _ = await asyncio.wait({task}, timeout=15)
         assert task in done, "the cancel waited for the shell's orphaned children"
@@ -157,7 +156,11 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
             task.result()
         await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
     finally:
-        for pid in pids:
+        # Never leave a start pending for the loop's teardown: cancelling asyncio's own pipe
+        # set-up there leaves the subprocess transport waiting forever.
+        task.cancel()
+        await asyncio.wait({task}, timeout=90)
+        for pid in pids or read_pids(tmp_path, "child.pid", "shell.pid") or []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
