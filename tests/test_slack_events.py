@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from fakes.slack import channel_harness
 
+from channels.slack.api import NAME_RETRY_AFTER_S
 from gateway.events import ButtonPress, Channel, InboundMessage, SubmitResult, ThreadKey
 
 
@@ -312,3 +314,29 @@ async def test_foreign_buttons_are_acknowledged_without_submit() -> None:
         )
         assert reply.status == 200
         assert h.submit.calls == []
+
+
+async def test_a_slow_name_lookup_never_holds_the_ack_and_names_the_next_event() -> None:
+    async with channel_harness() as h:
+        h.fake.slow_down("users.info", 1.5)  # past the lookup's budget before the ack
+        reply = await h.events.block_action(user="U1", channel="C1", message_ts=h.events.next_ts(), value="tok")
+        assert reply.status == 200
+        [press] = h.submit.events
+        assert press.sender.name == "ann"  # the username Slack put in the payload, for now
+        await asyncio.sleep(1.0)  # the lookup went on after the ack and has answered
+        await h.events.event(h.events.dm("D1", "U1", "hello"))
+        assert h.submit.events[-1].sender.name == "Ann"
+        assert len(h.fake.calls_to("users.info")) == 1
+
+
+async def test_a_failed_name_lookup_is_asked_again_later_not_pinned_until_a_restart() -> None:
+    async with channel_harness() as h:
+        h.fake.fail_always("users.info", "ratelimited")
+        await h.events.event(h.events.dm("D1", "U1", "one"))
+        h.fake.heal("users.info")
+        await h.events.event(h.events.dm("D1", "U1", "two"))
+        assert [e.sender.name for e in h.submit.events] == ["", ""]
+        assert len(h.fake.calls_to("users.info")) == 1  # not asked on every event while it fails
+        h.clock.advance(NAME_RETRY_AFTER_S)
+        await h.events.event(h.events.dm("D1", "U1", "three"))
+        assert h.submit.events[-1].sender.name == "Ann"

@@ -37,6 +37,7 @@ DOWNLOAD_TIMEOUT_S = 120.0
 # Calls that post a new message: after a timeout they may have been delivered all the same.
 POSTING = frozenset({"chat_postMessage", "files_upload_v2", "chat_startStream"})
 NAME_LOOKUP_TIMEOUT_S = 1.0  # users.info runs before the ack; never let it eat Slack's 3 s
+NAME_RETRY_AFTER_S = 300.0  # a user users.info could not describe is asked about again after this
 PERMANENT = frozenset(
     {
         "channel_not_found",
@@ -133,7 +134,10 @@ class SlackWeb:
         self._token = config.bot_token
         self._api_host = (urlsplit(config.api_base_url).hostname or "").lower()
         self._session: aiohttp.ClientSession | None = None
+        self._clock = clock
         self._senders: Lru[str, Sender] = Lru()
+        self._nameless: Lru[str, float] = Lru()  # user -> when users.info may be asked again
+        self._lookups: dict[str, asyncio.Task[Sender | None]] = {}
 
     async def open(self) -> None:
         """One HTTP session for every call (the client would otherwise open one per call)."""
@@ -142,6 +146,8 @@ class SlackWeb:
             self.client.session = self._session
 
     async def close(self) -> None:
+        for lookup in list(self._lookups.values()):
+            lookup.cancel()
         if self._session is not None:
             await self._session.close()
             self.client.session = None
@@ -209,18 +215,42 @@ class SlackWeb:
         return host == "slack.com" or host.endswith(".slack.com") or host == self._api_host
 
     async def sender(self, user: str, fallback: str = "") -> Sender:
-        """The user with a display name (cached); the bare id when users.info cannot say."""
+        """The user with a display name (cached); `fallback` (or the bare id) when users.info
+        cannot say in time. A slow lookup goes on after the ack's budget and fills the cache for
+        the next event; a fallback is never cached, so one slow moment does not name a person by
+        their id until a restart."""
         known = self._senders.get(user)
         if known is not None:
             return known
-        sender = Sender(user, fallback, fallback)
+        unnamed = Sender(user, fallback, fallback)
+        retry_at = self._nameless.get(user)
+        if retry_at is not None and self._clock() < retry_at:
+            return unnamed
+        lookup = self._lookups.get(user)
+        if lookup is None:
+            lookup = asyncio.create_task(self._look_up(user))
+            self._lookups[user] = lookup
+            lookup.add_done_callback(lambda _done: self._lookups.pop(user, None))
         try:
-            response = await asyncio.wait_for(self.client.users_info(user=user), NAME_LOOKUP_TIMEOUT_S)
-            info = response.get("user") or {}
-            profile = info.get("profile") or {}
-            name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
-            sender = Sender(user, str(name or fallback), str(info.get("name") or fallback))
+            found = await asyncio.wait_for(asyncio.shield(lookup), NAME_LOOKUP_TIMEOUT_S)
+        except TimeoutError:
+            log.info("slack: users.info for %s is slow; named %r until it answers", user, fallback or user)
+            return unnamed
+        return found or unnamed
+
+    async def _look_up(self, user: str) -> Sender | None:
+        try:
+            response = await self.client.users_info(user=user)
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             log.info("slack: no name for %s (%s)", user, exc)
+            self._nameless.put(user, self._clock() + NAME_RETRY_AFTER_S)
+            return None
+        info = response.get("user") or {}
+        profile = info.get("profile") or {}
+        name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
+        if not name:
+            self._nameless.put(user, self._clock() + NAME_RETRY_AFTER_S)
+            return None
+        sender = Sender(user, str(name), str(info.get("name") or name))
         self._senders.put(user, sender)
         return sender

@@ -72,14 +72,15 @@ class FakeSlack:
     def __post_init__(self) -> None:
         self._faults: dict[str, list[_Fault]] = {}
         self._broken: dict[str, str] = {}
+        self._latency: dict[str, float] = {}
         self._counter = itertools.count(1)
         self._changed = asyncio.Condition()
         self._sockets: list[web.WebSocketResponse] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.shared = SharedFiles(self.token)
-        self.add_user("U1", "ann", "Ann")
-        self.add_user("U2", "bob", "Bob")
+        for user_id, (username, display_name) in PEOPLE.items():
+            self.add_user(user_id, username, display_name)
 
     # ---- server ----------------------------------------------------------------------
 
@@ -142,6 +143,10 @@ class FakeSlack:
 
     def heal(self, method: str) -> None:
         self._broken.pop(method, None)
+
+    def slow_down(self, method: str, seconds: float) -> None:
+        """`method` answers only after `seconds` (0 restores it): a slow or loaded Slack."""
+        self._latency[method] = seconds
 
     def calls_to(self, method: str) -> list[Call]:
         return [call for call in self.calls if call.method == method]
@@ -234,6 +239,8 @@ class FakeSlack:
         async with self._changed:
             self.calls.append(Call(method, params, token))
             self._changed.notify_all()
+        if self._latency.get(method):
+            await asyncio.sleep(self._latency[method])
         fault = self._take_fault(method)
         if fault is not None:
             headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
@@ -611,13 +618,15 @@ class SlackEventSender:
         action_ts: str | None = None,
     ) -> dict[str, Any]:
         message: dict[str, Any] = {"type": "message", "ts": message_ts, "user": "UBOT"}
+        username = PEOPLE.get(user, (user.lower(), ""))[0]
         if thread_ts:
             message["thread_ts"] = thread_ts
         return {
             "type": "block_actions",
             "team": {"id": self.team_id},
             "api_app_id": self.api_app_id,
-            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team_id},
+            # Slack names the tapper by username here, never by display name
+            "user": {"id": user, "username": username, "name": username, "team_id": self.team_id},
             "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False},
             "channel": {"id": channel},
             "message": message,
@@ -741,6 +750,7 @@ class FakeClock:
 
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+PEOPLE = {"U1": ("ann", "Ann"), "U2": ("bob", "Bob")}  # user id -> (username, display name)
 
 
 @dataclass
