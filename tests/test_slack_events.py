@@ -7,7 +7,7 @@ import json
 
 from fakes.slack import channel_harness
 
-from channels.slack.api import NAME_RETRY_AFTER_S
+from channels.slack.api import NAME_LOOKUP_TIMEOUT_S, NAME_RETRY_AFTER_S
 from gateway.events import ButtonPress, Channel, InboundMessage, SubmitResult, ThreadKey
 
 
@@ -318,7 +318,7 @@ async def test_foreign_buttons_are_acknowledged_without_submit() -> None:
 
 async def test_a_slow_name_lookup_never_holds_the_ack_and_names_the_next_event() -> None:
     async with channel_harness() as h:
-        h.fake.slow_down("users.info", 1.5)  # past the lookup's budget before the ack
+        h.fake.slow_down("users.info", NAME_LOOKUP_TIMEOUT_S + 0.5)  # past the lookup's budget before the ack
         reply = await h.events.block_action(user="U1", channel="C1", message_ts=h.events.next_ts(), value="tok")
         assert reply.status == 200
         [press] = h.submit.events
