@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from fakes.llm import FakeLLM, Reply, user_texts
 from harness import ALICE, make_config, running_gateway
 
 from gateway.events import InboundMessage, ThreadKey
+from gateway.inbox.inbox import event_item
+from gateway.inbox.running import ThreadState, apply_poll
 
 T1 = ThreadKey("fake", "chat1", "")
 T2 = ThreadKey("fake", "chat2", "")
@@ -135,6 +138,43 @@ async def test_stop_drops_queued_messages(store, tmp_path):
             await h.say("a new question")
             await h.idle()
             assert h.channel.messages()[-1] == "after the stop"
+
+
+async def test_a_running_turn_hears_of_work_another_instance_queued(store, tmp_path):
+    # Queued straight into the store, as another instance's submit is: nothing pokes this one,
+    # so the dispatcher's poll is what tells the running turn (on PostgreSQL, NOTIFY as well).
+    async with FakeLLM() as llm:
+        llm.stall()
+        config = make_config(llm.base_url, str(tmp_path), inbox={"poll_interval_s": 0.2})
+        async with running_gateway(store, config) as h:
+            await h.say("first")
+            await asyncio.wait_for(llm.stalled.wait(), 5)
+            stop = InboundMessage(T1, ALICE, "/stop", "elsewhere:1", message_id="901")
+            await store.inbox.add([event_item(stop)])
+            await h.idle()
+            assert h.channel.messages() == ["Stopped."]
+            assert [r.stage for r in await store.runs.list()] == ["CANCELED"]
+
+
+def test_the_dispatchers_read_keeps_a_running_thread_known_quiet_or_wakes_it():
+    quiet, busy, unknown = ThreadState(), ThreadState(), ThreadState()
+    for state in (quiet, busy, unknown):
+        state.found(state.pokes, others_pending=False)
+        state.quiet = (state.pokes, time.monotonic() - 10)  # found quiet long ago
+    threads = {"q": quiet, "b": busy, "u": unknown}
+    read_at = time.monotonic()
+    apply_poll(threads, {"q": 0, "b": 0}, read_at, ["b"], complete=True)
+    assert quiet.known_quiet(1.0) and not busy.known_quiet(1.0) and busy.wake.is_set()
+    assert not unknown.known_quiet(1.0)  # not in the read: left as it was
+    stale = ThreadState()
+    stale.found(0, others_pending=False)
+    stale.quiet = (0, read_at - 10)
+    threads["s"] = stale
+    apply_poll(threads, {"s": 0}, read_at, ["x"] * 3, complete=False)  # cut by its limit: proves nothing
+    assert not stale.known_quiet(1.0)
+    stale.poke()  # queued here while the read ran: the read cannot vouch for it
+    apply_poll(threads, {"s": 0}, read_at, [], complete=True)
+    assert not stale.known_quiet(1.0)
 
 
 async def test_sessions_show_lists_what_stop_dropped(sqlite_store, capsys):

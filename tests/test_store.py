@@ -1,7 +1,9 @@
 import asyncio
+from datetime import timedelta
 
 import pytest
 
+from gateway.events import utcnow
 from gateway.store import Fence, LeaseLost, NewItem, NewToolCall
 
 
@@ -65,6 +67,16 @@ async def test_lease_takeover_bumps_fence_and_old_holder_cannot_write(store, clo
         await store.sessions.append(session.id, "user", "late", fence=Fence(first.name, first.owner, first.fence))
     await store.sessions.append(session.id, "user", "ok", fence=Fence(second.name, second.owner, second.fence))
     assert await store.inbox.renew(first, 10) is None
+
+
+async def test_held_leases_names_those_owned_and_unexpired_in_one_read(store):
+    held = await store.inbox.acquire("thread:a", "me", ttl_s=30)
+    await store.inbox.acquire("thread:expired", "me", ttl_s=30, now=utcnow() - timedelta(hours=1))
+    released = await store.inbox.acquire("thread:released", "me", ttl_s=30)
+    await store.inbox.release(released)
+    names = ["thread:a", "thread:expired", "thread:released", "thread:never"]
+    assert held is not None and await store.inbox.held_leases(names) == {"thread:a"}
+    assert await store.inbox.held_leases([]) == set()
 
 
 async def test_a_takeover_committing_during_a_fenced_write_makes_that_write_fail(store, db_kind):

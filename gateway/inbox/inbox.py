@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Sequence
 
 from gateway import metrics
@@ -21,7 +22,7 @@ from gateway.agent.services import TurnServices
 from gateway.agent.turn import Turn
 from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult
 from gateway.inbox.commands import parse_command
-from gateway.inbox.running import TurnListener
+from gateway.inbox.running import TurnListener, apply_poll
 from gateway.inbox.sweeper import OutboxSweeper
 from gateway.inbox.worker import Worker
 from gateway.lifecycle import Stopper
@@ -171,10 +172,11 @@ class Inbox:
         count = 0
         running = await self.store.runs.list(stage="RUNNING", limit=1000)
         inline = await self.store.delegations.sync_child_sessions([r.session_id for r in running])
-        for run in running:
-            if run.session_id in inline:
-                continue  # a child inside its parent's turn: continued by the parent's turn
-            if await self.store.inbox.lease_holder(f"thread:{run.thread_key}") is not None:
+        # Our own workers' threads are live; of the others, one read finds the held leases.
+        orphans = [r for r in running if r.session_id not in inline and r.thread_key not in self._workers]
+        held = await self.store.inbox.held_leases([f"thread:{r.thread_key}" for r in orphans])
+        for run in orphans:  # a child inside its parent's turn is continued by the parent's turn
+            if f"thread:{run.thread_key}" in held:
                 continue
             if await self.store.inbox.add_continuation(ContinueRun(run.id).item(run.thread_key), run.id):
                 count += 1
@@ -225,15 +227,23 @@ class Inbox:
             log.exception("outbox sweep failed")
 
     async def _dispatch_once(self) -> None:
-        free = self.config.inbox.max_concurrent_turns - len(self._workers)
+        # One read serves both: threads to start, and the running ones' news from other
+        # instances (so a running turn need not poll the inbox itself; see apply_poll).
+        mine = list(self._workers)
+        pokes = {thread_key: self._turns.state(thread_key).pokes for thread_key in mine}
+        free = self.config.inbox.max_concurrent_turns - len(mine)
+        limit = max(free, 1) * 2 + len(mine)
+        read_at = time.monotonic()
+        pending = await self.store.inbox.pending_threads(limit=limit)
+        apply_poll(self._turns.threads, pokes, read_at, pending, complete=len(pending) < limit)
+        others = [thread_key for thread_key in pending if thread_key not in self._workers]
         if free <= 0:
             # Saturated: tell busy workers whether other threads wait, so they hand over their
             # slot after the current turn instead of draining their own queue first.
-            waiting = await self.store.inbox.pending_threads(limit=1, exclude=list(self._workers))
-            self.worker.others_waiting = bool(waiting)
+            self.worker.others_waiting = bool(others)
             return
         self.worker.others_waiting = False
-        for thread_key in await self.store.inbox.pending_threads(limit=free * 2, exclude=list(self._workers)):
+        for thread_key in others:
             if len(self._workers) >= self.config.inbox.max_concurrent_turns:
                 break
             lease = await self.store.inbox.acquire(

@@ -49,6 +49,12 @@ class ThreadState:
         """A pending read that started at `pokes_before` found `others_pending`, or not."""
         self.quiet = None if others_pending else (pokes_before, time.monotonic())
 
+    def confirmed_quiet(self, pokes_before: int, read_at: float) -> None:
+        """A read of pending work that started at `read_at` (monotonic) with `pokes_before` found
+        nothing for this thread: a quiet state that is still current is quiet as of then."""
+        if self.quiet is not None and self.quiet[0] == pokes_before == self.pokes:
+            self.quiet = (pokes_before, max(self.quiet[1], read_at))
+
     def known_quiet(self, within_s: float) -> bool:
         """Nothing can be pending that a read would find: none was at the last read, nothing
         was queued since, and it is recent enough that another instance's work (which polling
@@ -58,6 +64,25 @@ class ThreadState:
             and self.quiet[0] == self.pokes
             and time.monotonic() - self.quiet[1] < within_s
         )
+
+
+def apply_poll(
+    threads: dict[str, ThreadState], pokes_before: dict[str, int], read_at: float, pending: list[str], *, complete: bool
+) -> None:
+    """The dispatcher's read of the threads with pending work (started at `read_at` with
+    `pokes_before`) covers the threads this instance is working on: one that has work it was
+    not told of (another instance's) is looked at now; a quiet one stays known quiet without a
+    read of its own. Only a `complete` read (not cut by its limit) can confirm quiet."""
+    found = set(pending)
+    for thread_key, before in pokes_before.items():
+        state = threads.get(thread_key)
+        if state is None:
+            continue
+        if thread_key in found:
+            if state.quiet is not None:
+                state.poke()
+        elif complete:
+            state.confirmed_quiet(before, read_at)
 
 
 class TurnEnds:
@@ -166,7 +191,7 @@ class TurnRunner:
 
         async def steer() -> int:
             """Steer: messages that arrived during the turn join it at the round boundary."""
-            if state.known_quiet(self.config.inbox.poll_interval_s):
+            if state.known_quiet(self._quiet_window()):
                 return 0
             before = state.pokes
             pending = await self.store.inbox.pending(str(request.thread))
@@ -208,8 +233,13 @@ class TurnRunner:
                 pass
 
 
+    def _quiet_window(self) -> float:
+        # The dispatcher confirms quiet threads at every poll (`polled`): two polls' time
+        # without a confirmation means it is busy or gone, and the thread reads for itself.
+        return 2 * self.config.inbox.poll_interval_s
+
     async def _pending(self, state: ThreadState, thread_key: str) -> list[InboxItem]:
-        if state.known_quiet(self.config.inbox.poll_interval_s):
+        if state.known_quiet(self._quiet_window()):
             return []  # the read that found nothing is recent, and nothing was queued since
         before = state.pokes
         items = await self.store.inbox.pending(thread_key)

@@ -89,6 +89,10 @@ _FINISH = update(inbox).where(inbox.c.id.in_(bindparam("item_ids", expanding=Tru
 
 _SET_PAYLOAD = update(inbox).where(inbox.c.id == bindparam("item_id"))
 
+_HELD_LEASES = select(leases.c.name).where(
+    leases.c.name.in_(bindparam("names", expanding=True)), leases.c.owner.is_not(None),
+    leases.c.expires_at > bindparam("now"),
+)
 _ADD_FREE_LEASE = InsertIgnoring(leases, ["name"])
 _EXTEND_OWN_LEASE = update(leases).where(
     leases.c.name == bindparam("lease_name"),
@@ -351,6 +355,14 @@ class InboxRepo(Repo):
     async def release_all(self, owner: str) -> None:
         await self.db.write(
             lambda conn: conn.execute(update(leases).where(leases.c.owner == owner).values(owner=None, expires_at=None))
+        )
+
+    async def held_leases(self, names: Sequence[str]) -> set[str]:
+        """Which of `names` are held (owned and not expired) now."""
+        if not names:
+            return set()
+        return await self.db.read(
+            lambda conn: {row.name for row in conn.execute(_HELD_LEASES, {"names": list(names), "now": utcnow()})}
         )
 
     async def lease_holder(self, name: str) -> Lease | None:
