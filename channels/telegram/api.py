@@ -167,8 +167,10 @@ class Pacer:
             bucket = self._chats[chat_id] = TokenBucket(rate, burst)
         return bucket
 
-    async def wait(self, chat_id: int) -> None:
+    async def wait_chat(self, chat_id: int) -> None:
         await self._bucket(chat_id).take()
+
+    async def wait_overall(self) -> None:
         await self._overall.take()
 
     def try_take(self, chat_id: int) -> bool:
@@ -210,9 +212,11 @@ class BotCaller:
         """Raises ChannelError: `Rejected` for a 400 (not logged here: callers decide on parse
         errors and "not modified"), else logged with the chat id."""
         if paced:
-            await self._pacer.wait(chat_id)
+            await self._pacer.wait_chat(chat_id)
         try:
             async with self._slots:
+                if paced:  # with a connection in hand the send follows at once, not after a queue that bunches them
+                    await self._pacer.wait_overall()
                 return await request()
         except TelegramError as exc:
             error = translate(f"{what} to chat {chat_id}", exc, posting=what in POSTING)
