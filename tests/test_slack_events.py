@@ -323,7 +323,7 @@ async def test_a_slow_name_lookup_never_holds_the_ack_and_names_the_next_event()
         assert reply.status == 200
         [press] = h.submit.events
         assert press.sender.name == "ann"  # the username Slack put in the payload, for now
-        await asyncio.sleep(2.0)  # the lookup went on after the ack and has answered (0.5 s after it; a margin for load)
+        await asyncio.sleep(2.0)   # the lookup answers 0.5 s after the ack; a margin for load
         await h.events.event(h.events.dm("D1", "U1", "hello"))
         assert h.submit.events[-1].sender.name == "Ann"
         assert len(h.fake.calls_to("users.info")) == 1
