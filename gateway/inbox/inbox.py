@@ -172,11 +172,16 @@ class Inbox:
         count = 0
         running = await self.store.runs.list(stage="RUNNING", limit=1000)
         inline = await self.store.delegations.sync_child_sessions([r.session_id for r in running])
-        # Our own workers' threads are live; of the others, one read finds the held leases.
-        orphans = [r for r in running if r.session_id not in inline and r.thread_key not in self._workers]
-        held = await self.store.inbox.held_leases([f"thread:{r.thread_key}" for r in orphans])
-        for run in orphans:  # a child inside its parent's turn is continued by the parent's turn
-            if f"thread:{run.thread_key}" in held:
+        # A child inside its parent's turn is continued by the parent's turn; our own workers'
+        # threads are live; of the others, one read finds the leases still held.
+        orphans = [
+            (f"thread:{r.thread_key}", r)
+            for r in running
+            if r.session_id not in inline and r.thread_key not in self._workers
+        ]
+        held = await self.store.inbox.held_leases([name for name, _ in orphans])
+        for name, run in orphans:
+            if name in held:
                 continue
             if await self.store.inbox.add_continuation(ContinueRun(run.id).item(run.thread_key), run.id):
                 count += 1
