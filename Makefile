@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The project's bytecode, compiled ahead: an editable install leaves it uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set every start would compile ~150 modules again (~0.3 s).
+COMPILE := $(BIN)/python -m compileall -q gateway channels scheduler
 
 .PHONY: run test lint install chat migrate bench clean
 
@@ -10,11 +13,13 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,postgres]'
+	$(COMPILE)
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
+	@$(COMPILE)
 	$(BIN)/gateway serve
 
 chat: $(STAMP)

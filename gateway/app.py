@@ -49,9 +49,11 @@ log = logging.getLogger(__name__)
 def settle_garbage_collector() -> None:
     """What the start built (modules, clients, tables) lives as long as the process: frozen out
     of the collector, whose full passes over it would stall the loop with many turns in flight;
-    young collections less often, since a streamed chunk allocates many short-lived objects."""
+    young collections less often, since a streamed chunk allocates many short-lived objects.
+    The command line pauses the collector for the start; it resumes here."""
     gc.freeze()
     gc.set_threshold(10_000, 20, 50)
+    gc.enable()
 
 
 def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Channel]:
