@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from fakes.llm import FakeToolCall, Reply, Stall, user_texts
-from helpers import tool_results
+from helpers import tool_results, until
 from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names
 
 from gateway.approvals.policy import AUTO_DENIED
@@ -208,7 +209,6 @@ async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm,
 
 async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, llm, kind, fake, tmp_path) -> None:
     agents = Agents()
-    llm.responder = agents
     agents.script(
         "look into",
         Reply(tool_calls=(delegate({"prompt": "Survey the logs.", "name": "survey"}, background=True),)),
@@ -217,6 +217,13 @@ async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, ll
     )
     agents.script("Survey the logs", Reply("The logs show 3 errors."))
 
+    async def child_answers_after_the_parents_turn(request: dict[str, Any]) -> Reply:
+        # Else a fast child's report can join the parent's turn before its second round (steering).
+        if user_texts(request)[0].startswith("Survey the logs"):
+            await until(lambda: agents.asked.count("look into") >= 2, 10)
+        return agents(request)
+
+    llm.responder = child_answers_after_the_parents_turn
     async with open_chat(kind, store, chat_config(kind, llm, fake, tmp_path), fake) as chat:
         await chat.say("look into the logs")
         await chat.settle(lambda: "Survey result: 3 errors." in chat.texts())

@@ -18,11 +18,12 @@ answers those the way llama.cpp does: a 200 with no chunk, then a closed connect
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import json
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -91,7 +92,8 @@ class Raw:
 
 
 ScriptItem = Reply | HttpError | Stall | MidStreamError | Truncate | Raw
-Responder = Callable[[dict[str, Any]], ScriptItem]
+# A responder may be async: it can hold its answer until something else happened.
+Responder = Callable[[dict[str, Any]], ScriptItem | Awaitable[ScriptItem]]
 
 
 def default_responder(request: dict[str, Any]) -> ScriptItem:
@@ -262,6 +264,8 @@ class FakeLLM(DiscoveryEndpoints):
                 return await self._empty_stream(request, problem)
             return self._reject(problem)
         item = self._script.popleft() if self._script else self.responder(body)
+        if inspect.isawaitable(item):
+            item = await item
         return await self._play(request, body, item)
 
     async def _transcribe(self, request: web.Request) -> web.Response:
