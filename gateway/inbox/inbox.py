@@ -58,6 +58,7 @@ class Inbox:
         self._workers: dict[str, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
+        self._polled_at = float("-inf")  # when the dispatcher last looked at the running threads' news
         self._stopper = Stopper()
         slots = asyncio.Semaphore(self.config.inbox.max_concurrent_turns)
         self.worker = Worker(store, services, listeners=self.listeners, stopper=self._stopper, slots=slots)
@@ -233,14 +234,19 @@ class Inbox:
 
     async def _dispatch_once(self) -> None:
         # One read serves both: threads to start, and the running ones' news from other
-        # instances (so a running turn need not poll the inbox itself; see apply_poll).
+        # instances (so a running turn need not poll the inbox itself; see apply_poll). Local
+        # news pokes its thread at once, so the running ones are looked at once a poll interval,
+        # not on every wake-up (a thousand turns ending are a thousand wake-ups).
         mine = list(self._workers)
-        pokes = {thread_key: self._turns.state(thread_key).pokes for thread_key in mine}
+        read_at = time.monotonic()
+        polling = read_at - self._polled_at >= self.config.inbox.poll_interval_s
+        pokes = {thread_key: self._turns.state(thread_key).pokes for thread_key in mine} if polling else {}
         free = self.config.inbox.max_concurrent_turns - len(mine)
         limit = max(free, 1) * 2 + len(mine)
-        read_at = time.monotonic()
         pending = await self.store.inbox.pending_threads(limit=limit)
-        apply_poll(self._turns.threads, pokes, read_at, pending, complete=len(pending) < limit)
+        if polling:
+            apply_poll(self._turns.threads, pokes, read_at, pending, complete=len(pending) < limit)
+            self._polled_at = read_at
         others = [thread_key for thread_key in pending if thread_key not in self._workers]
         if free <= 0:
             # Saturated: tell busy workers whether other threads wait, so they hand over their

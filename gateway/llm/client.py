@@ -28,6 +28,7 @@ from gateway.llm.errors import (
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
 from gateway.llm.gate import CallGate, Ticket
+from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
 from gateway.llm.stream import ChunkParser, ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
 
@@ -62,6 +63,7 @@ class _Opened:
     """A response that has produced its first events; the rest is still to be read."""
 
     response: httpx.Response
+    lane: Lane  # the client it came on, given back when the stream ends
     sse: SSEDecoder
     parser: ChunkParser
     first_events: list[StreamEvent]
@@ -87,6 +89,7 @@ class LLMClient:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         cadence: ReadCadence = DEFAULT_CADENCE,
+        streams_per_client: int = PER_CLIENT,
     ) -> None:
         self.config = config
         self.cadence = cadence
@@ -97,11 +100,13 @@ class LLMClient:
         # pool smaller than that would make turns wait for a connection, then time out.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         headers = self._headers()
-        verify = tls_for(self.url)
-        self._new_client: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
-            transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
+        self._clients = ClientPool(
+            lambda verify: httpx.AsyncClient(
+                transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
+            ),
+            tls_for(self.url),
+            streams_per_client,
         )
-        self._client: httpx.AsyncClient | None = None
         self._on_retry = on_retry
         self._backoff_base = backoff_base_s
         self._backoff_max = backoff_max_s
@@ -147,15 +152,10 @@ class LLMClient:
 
     @property
     def _http(self) -> httpx.AsyncClient:
-        """Made on the first request: a client loads the TLS trust store (tens of ms), which a
-        start need not wait for."""
-        if self._client is None:
-            self._client = self._new_client()
-        return self._client
+        return self._clients.first
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        await self._clients.aclose()
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -199,6 +199,7 @@ class LLMClient:
         finally:
             self.streams_in_flight -= 1
             await opened.response.aclose()  # also aborts generation when the consumer stops early
+            self._clients.give_back(opened.lane)
             if opened.ticket is not None:
                 await asyncio.shield(opened.ticket.settle(usage, sent=True))
 
@@ -323,9 +324,17 @@ class LLMClient:
         return opened
 
     async def _send(self, content: bytes, model: str, attempts: int) -> _Opened:
-        request = self._http.build_request("POST", self._endpoint, content=content)
+        lane = self._clients.take()
         try:
-            response = await self._http.send(request, stream=True)
+            return await self._send_on(lane, content, model, attempts)
+        except BaseException:
+            self._clients.give_back(lane)
+            raise
+
+    async def _send_on(self, lane: Lane, content: bytes, model: str, attempts: int) -> _Opened:
+        request = lane.client.build_request("POST", self._endpoint, content=content)
+        try:
+            response = await lane.client.send(request, stream=True)
         except httpx.TransportError as exc:
             raise transport_error(exc, self.url) from exc
         try:
@@ -333,7 +342,7 @@ class LLMClient:
                 raise classify_error(response.status_code, json_or_text(await response.aread()), response.headers)
             sse, parser = SSEDecoder(response.aiter_bytes()), ChunkParser()
             served, events = await self._first_events(sse, parser)
-            return _Opened(response, sse, parser, events, ModelInfo(model, served, attempts))
+            return _Opened(response, lane, sse, parser, events, ModelInfo(model, served, attempts))
         except httpx.TransportError as exc:
             await response.aclose()
             raise transport_error(exc, self.url) from exc
