@@ -156,6 +156,22 @@ async def test_a_running_turn_hears_of_work_another_instance_queued(store, tmp_p
             assert [r.stage for r in await store.runs.list()] == ["CANCELED"]
 
 
+async def test_a_threads_state_goes_with_its_worker(store, llm, tmp_path):
+    # One state per thread ever seen would grow with every chat the gateway has talked to.
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+        for n in range(5):
+            await h.say(f"hello {n}", thread=ThreadKey("fake", f"chat{n}", ""))
+        await h.idle()
+        assert sorted(h.channel.messages(ThreadKey("fake", f"chat{n}", ""))[0] for n in range(5)) == [
+            f"echo: hello {n}" for n in range(5)
+        ]
+        assert h.gateway.inbox.worker.runner.threads == {}
+        await h.say("again", thread=T1)  # a thread worked before starts afresh and is answered
+        await h.idle()
+        assert h.channel.messages(T1)[-1] == "echo: again"
+        assert h.gateway.inbox.worker.runner.threads == {}
+
+
 def test_the_dispatchers_read_keeps_a_running_thread_known_quiet_or_wakes_it():
     quiet, busy, unknown = ThreadState(), ThreadState(), ThreadState()
     for state in (quiet, busy, unknown):

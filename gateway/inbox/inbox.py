@@ -125,7 +125,9 @@ class Inbox:
         return result
 
     def _poke(self, thread_key: str) -> None:
-        self._turns.state(thread_key).poke()
+        state = self._turns.threads.get(thread_key)
+        if state is not None:  # a worker is on it (one that has not started yet reads first anyway)
+            state.poke()
         if thread_key not in self._workers:  # else its worker reads it next, or wakes us when it ends
             self._wake.set()
 
@@ -240,7 +242,8 @@ class Inbox:
         mine = list(self._workers)
         read_at = time.monotonic()
         polling = read_at - self._polled_at >= self.config.inbox.poll_interval_s
-        pokes = {thread_key: self._turns.state(thread_key).pokes for thread_key in mine} if polling else {}
+        threads = self._turns.threads
+        pokes = {key: threads[key].pokes for key in mine if key in threads} if polling else {}
         free = self.config.inbox.max_concurrent_turns - len(mine)
         limit = max(free, 1) * 2 + len(mine)
         pending = await self.store.inbox.pending_threads(limit=limit)

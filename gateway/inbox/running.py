@@ -148,6 +148,13 @@ class TurnRunner:
     def state(self, thread_key: str) -> ThreadState:
         return self.threads.setdefault(thread_key, ThreadState())
 
+    def forget(self, thread_key: str) -> None:
+        """The thread's worker has ended: its state goes with it (a next worker starts with
+        none, so it reads before it trusts anything), and the states stay as many as workers."""
+        state = self.threads.get(thread_key)
+        if state is not None and state.running is None:
+            del self.threads[thread_key]
+
     def running_turn(self, session_id: int) -> Turn | None:
         for state in self.threads.values():
             if state.running is not None and state.running.turn.session.id == session_id:
@@ -159,7 +166,8 @@ class TurnRunner:
 
     def lost(self, thread_key: str) -> None:
         """The thread's lease went to another instance: the turn stops at once."""
-        running = self.state(thread_key).running
+        state = self.threads.get(thread_key)
+        running = state.running if state is not None else None
         if running is not None:
             running.turn.request_stop("lease lost")
 

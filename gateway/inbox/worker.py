@@ -79,6 +79,7 @@ class Worker:
             await asyncio.gather(renewer, return_exceptions=True)
             if holder.valid:
                 await self.store.inbox.release(holder.lease)
+            self.runner.forget(thread_key)
 
     async def _continue_left_runs(self, thread_key: str) -> None:
         """Runs that a holder of this thread which never released it (killed) left RUNNING
