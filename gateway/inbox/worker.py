@@ -136,7 +136,8 @@ class Worker:
 
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         said = Said.of(item)
-        pending, current = await self.store.before_message(str(thread))
+        before = await self.store.before_message(str(thread))
+        pending, current = before.prompts, before.session
         questions = [p for p in pending if p.kind == "question"]
         typed_answers = questions and questions[-1].payload.get("allow_free_text", True) and item.kind == "message"
         theirs = bool(questions) and self.services.prompts.may_decide(questions[-1], said.sender.id)
@@ -153,8 +154,12 @@ class Worker:
             notice = waiting_notice(pending, question_is_theirs=theirs)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
-        if await self.store.inbox.count_pending(str(thread), kinds=["resume"]):
-            return  # decided since this item was read: the resumed turn goes first, this one after it
+        # Decided since this item was read: the resumed turn goes first, this one after it. A
+        # prompt pending at that read may have been decided since (while held above): read again.
+        if before.resume_waits or (
+            before.prompts and await self.store.inbox.count_pending(str(thread), kinds=["resume"])
+        ):
+            return
         session = current or await self.store.sessions.open(
             str(thread), source=thread.channel, started_by=said.sender.id
         )

@@ -50,6 +50,13 @@ class RecordedRound:
 
 
 @dataclass(frozen=True)
+class BeforeMessage:
+    prompts: list[PromptRecord]  # noqa: F405 - the thread's pending prompts
+    session: SessionRecord | None  # noqa: F405 - its current session
+    resume_waits: bool  # a decided prompt's resume is queued: the resumed turn goes first
+
+
+@dataclass(frozen=True)
 class StartedTurn:
     rows: list[MessageRecord]  # noqa: F405
     run: RunRecord  # noqa: F405
@@ -116,12 +123,15 @@ class Store:
     def is_sqlite(self) -> bool:
         return self.db.is_sqlite
 
-    async def before_message(self, thread_key: str) -> tuple[list[PromptRecord], SessionRecord | None]:  # noqa: F405
+    async def before_message(self, thread_key: str) -> BeforeMessage:
         """What handling an inbound message starts from, in one read: the thread's pending
-        prompts and its current session."""
+        prompts, its current session and whether a decided prompt's resume waits (read last,
+        so it sees any decision of a prompt the first statement no longer found pending)."""
 
-        def work(conn: Connection) -> tuple[list[PromptRecord], SessionRecord | None]:  # noqa: F405
-            return PromptRepo.pending_in_thread_in(conn, thread_key), SessionRepo.current_in(conn, thread_key)
+        def work(conn: Connection) -> BeforeMessage:
+            prompts = PromptRepo.pending_in_thread_in(conn, thread_key)
+            session = SessionRepo.current_in(conn, thread_key)
+            return BeforeMessage(prompts, session, InboxRepo.resume_waits_in(conn, thread_key))
 
         return await self.db.read(work)
 
@@ -243,6 +253,7 @@ __all__ = [
     "Store",
     "RecordedRound",
     "StartedTurn",
+    "BeforeMessage",
     "Database",
     "StoreError",
     "Fence",

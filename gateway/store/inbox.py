@@ -89,6 +89,11 @@ _FINISH = update(inbox).where(inbox.c.id.in_(bindparam("item_ids", expanding=Tru
 
 _SET_PAYLOAD = update(inbox).where(inbox.c.id == bindparam("item_id"))
 
+_RESUME_WAITS = (
+    select(inbox.c.id)
+    .where(inbox.c.thread_key == bindparam("thread_key"), inbox.c.status == "pending", inbox.c.kind == "resume")
+    .limit(1)
+)
 _HELD_LEASES = select(leases.c.name).where(
     leases.c.name.in_(bindparam("names", expanding=True)), leases.c.owner.is_not(None),
     leases.c.expires_at > bindparam("now"),
@@ -300,6 +305,10 @@ class InboxRepo(Repo):
             return [to_record(InboxItem, r) for r in conn.execute(query.order_by(inbox.c.id).limit(limit)).all()]
 
         return await self.db.read(work)
+
+    @staticmethod
+    def resume_waits_in(conn: Connection, thread_key: str) -> bool:
+        return conn.execute(_RESUME_WAITS, {"thread_key": thread_key}).first() is not None
 
     async def count_pending(self, thread_key: str | None = None, *, kinds: Sequence[str] | None = None) -> int:
         query = select(func.count()).select_from(inbox).where(inbox.c.status == "pending")
