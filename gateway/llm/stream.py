@@ -299,7 +299,7 @@ class ReadCadence:
     edits; the events, so the text and tool calls, are the same, only later by at most `max_s`."""
 
     from_streams: int = 50  # streams in flight before reads are spaced at all
-    per_stream_s: float = 0.0005  # seconds between reads per stream beyond that
+    per_stream_s: float = 0.002  # seconds between reads per stream beyond that
     max_s: float = 0.5
 
     def interval(self, streams: int) -> float:
