@@ -359,8 +359,8 @@ def busiest(times: list[float], window: float) -> int:
 
 def pacing_report(sends: list[tuple[float, int]]) -> str:
     """The busiest second and five seconds overall and the busiest second per chat, against
-    Telegram's limits (about 30 messages a second, 1 a second per chat; the pacer's token
-    buckets allow a burst of 30 and 3 on top of those rates)."""
+    Telegram's limits (about 30 messages a second, 1 a second per chat; the pacer allows 30 in
+    any second overall and a chat's token bucket a burst of 3 on top of its rate)."""
     times = sorted(t for t, _ in sends)
     one, five = busiest(times, 1.0), busiest(times, 5.0)
     per_chat: dict[int, list[float]] = {}
@@ -371,8 +371,8 @@ def pacing_report(sends: list[tuple[float, int]]) -> str:
         stamps.sort()
         for i in range(len(stamps)):
             chat_busiest = max(chat_busiest, sum(1 for s in stamps[i:] if s - stamps[i] < 1.0))
-    verdict = "within limits" if five <= 150 and one <= 60 and chat_busiest <= 3 else "OVER THE LIMITS"
-    return (f"sendMessage: busiest second {one}, busiest 5 s {five} ({five / 5:.1f}/s; limit 30/s, burst 30), "
+    verdict = "within limits" if five <= 150 and one <= 30 and chat_busiest <= 3 else "OVER THE LIMITS"
+    return (f"sendMessage: busiest second {one}, busiest 5 s {five} ({five / 5:.1f}/s; limit 30 in any second), "
             f"busiest chat-second {chat_busiest} (burst 3): {verdict}")
 
 

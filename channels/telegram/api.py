@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -29,6 +28,7 @@ from telegram.error import (
     TimedOut,
 )
 
+from channels.telegram.pacing import FREE, Pacer
 from channels.telegram.render import Rendered, utf16_entities
 from gateway.events import ChannelError
 
@@ -108,87 +108,6 @@ def ptb_entities(rendered: Rendered) -> list[MessageEntity]:
     ]
 
 
-class TokenBucket:
-    """`rate` tokens per second, bursts up to `burst`; `rate <= 0` disables it."""
-
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens, self._stamp = burst, clock()
-        self._lock = asyncio.Lock()
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-
-    def ready(self) -> bool:
-        """A token is there now and no send is waiting for one (sends go before optional calls)."""
-        if self.rate <= 0:
-            return True
-        if self._lock.locked():
-            return False
-        self._refill()
-        return self._tokens >= 1
-
-    def try_take(self) -> bool:
-        """Take a token only if one is there now (for optional calls like stream edits)."""
-        if not self.ready():
-            return False
-        if self.rate > 0:
-            self._tokens -= 1
-        return True
-
-    async def take(self) -> None:
-        if self.rate <= 0:
-            return
-        async with self._lock:
-            self._refill()
-            if self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self.rate)
-                self._stamp = self._clock()
-                self._tokens = 1
-            self._tokens -= 1
-
-
-class Pacer:
-    """Telegram's flood limits: ~30 messages/s overall, ~1/s per private chat, ~20/min per group."""
-
-    def __init__(self, overall_per_s: float, private_per_s: float, group_per_min: float) -> None:
-        self._overall = TokenBucket(overall_per_s, max(overall_per_s, 1))
-        self._private_per_s = private_per_s
-        self._group_per_s = group_per_min / 60
-        self._chats: dict[int, TokenBucket] = {}
-
-    def _bucket(self, chat_id: int) -> TokenBucket:
-        bucket = self._chats.get(chat_id)
-        if bucket is None:
-            rate = self._group_per_s if chat_id < 0 else self._private_per_s
-            burst = max(3.0, rate * 60) if chat_id < 0 else 3.0
-            bucket = self._chats[chat_id] = TokenBucket(rate, burst)
-        return bucket
-
-    async def wait_chat(self, chat_id: int) -> None:
-        await self._bucket(chat_id).take()
-
-    async def wait_overall(self) -> None:
-        await self._overall.take()
-
-    def try_take(self, chat_id: int) -> bool:
-        """A token from the chat's bucket and from the bot's overall one if both are free now;
-        never waits (progress edits)."""
-        chat = self._bucket(chat_id)
-        return chat.ready() and self._overall.ready() and chat.try_take() and self._overall.try_take()
-
-    def spare(self) -> bool:
-        """A token of the bot's overall budget if one is free now; never waits. Drafts take
-        these: a thousand chats streaming at once stay within the bot's limit, and a draft
-        never delays a message (it is skipped; a later one shows the newer text)."""
-        return self._overall.try_take()
-
-    def has_spare(self) -> bool:
-        return self._overall.ready()
-
-
 # Calls that post a new message: after a timeout they may have been delivered all the same.
 POSTING = frozenset({"sendMessage", "sendDocument", "sendPhoto"})
 # Connections to the Bot API for calls (getUpdates has its own). Calls beyond these wait on
@@ -215,9 +134,9 @@ class BotCaller:
             await self._pacer.wait_chat(chat_id)
         try:
             async with self._slots:
-                if paced:  # with a connection in hand the send follows at once, not after a queue that bunches them
-                    await self._pacer.wait_overall()
-                return await request()
+                # With a connection in hand the send follows at once, not after a queue that bunches them.
+                with await self._pacer.wait_overall() if paced else FREE:
+                    return await request()
         except TelegramError as exc:
             error = translate(f"{what} to chat {chat_id}", exc, posting=what in POSTING)
             if not isinstance(error, Rejected):

@@ -19,10 +19,11 @@ from telegram.constants import ChatAction
 from telegram.request import HTTPXRequest
 
 from channels.telegram import files, prompts
-from channels.telegram.api import CONNECTIONS, BotCaller, Pacer, TokenRejected, translated
+from channels.telegram.api import CONNECTIONS, BotCaller, TokenRejected, translated
 from channels.telegram.inbound import ALLOWED_UPDATES, BotIdentity, UpdateReader
 from channels.telegram.ingest import SECRET_FORMAT, UpdateIngest
 from channels.telegram.outlet import Outlet, Target, chunks_of
+from channels.telegram.pacing import Pacer
 from channels.telegram.streams import DraftStream, EditStream, FinalOnlyStream, UpdateInterval
 from gateway.config import TelegramConfig
 from gateway.events import (
@@ -236,20 +237,22 @@ class TelegramChannel:
 
     async def _keep_typing(self, target: Target) -> None:
         while True:
-            if not self._pacer.spare():  # optional: skipped when the bot's budget is taken
+            slot = self._pacer.spare()
+            if slot is None:  # optional: skipped when the bot's budget is taken
                 await asyncio.sleep(self.typing_interval_s / 4)
                 continue
-            try:
-                await self._caller.call(
-                    "sendChatAction",
-                    target.chat_id,
-                    lambda: self.bot.send_chat_action(
-                        target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
-                    ),
-                    paced=False,
-                )
-            except ChannelError as exc:
-                log.debug("telegram chat %s: typing not shown: %s", target.chat_id, exc)
+            with slot:
+                try:
+                    await self._caller.call(
+                        "sendChatAction",
+                        target.chat_id,
+                        lambda: self.bot.send_chat_action(
+                            target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
+                        ),
+                        paced=False,
+                    )
+                except ChannelError as exc:
+                    log.debug("telegram chat %s: typing not shown: %s", target.chat_id, exc)
             await asyncio.sleep(self.typing_interval_s)
 
     # --- prompts -------------------------------------------------------------------

@@ -13,8 +13,9 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from channels.telegram.api import Pacer, Rejected, ptb_entities
+from channels.telegram.api import Rejected, ptb_entities
 from channels.telegram.outlet import Outlet, Target, chunks_of
+from channels.telegram.pacing import Pacer
 from channels.telegram.render import Rendered
 from gateway.events import ChannelError, Delivered
 
@@ -76,21 +77,23 @@ class DraftStream(FinalOnlyStream):
         return self._enabled and self._interval.due(self._target.chat_id) and self._pacer.has_spare()
 
     async def update(self, text: str) -> None:
-        if not self.wants_update() or not self._pacer.spare():
+        if not self.wants_update():
             return  # rendered only when a draft is due
         chunks = chunks_of(text)
-        if not chunks:
+        slot = self._pacer.spare()  # free still: nothing ran since wants_update looked
+        if not chunks or slot is None:
             return
         self._interval.mark(self._target.chat_id)
-        try:
-            await self._draft(chunks[-1], formatted=True)
-        except Rejected as exc:
-            if exc.parse_error:
-                await self._quietly(chunks[-1])
-            else:
+        with slot:
+            try:
+                await self._draft(chunks[-1], formatted=True)
+            except Rejected as exc:
+                if exc.parse_error:
+                    await self._quietly(chunks[-1])
+                else:
+                    self._disable(exc)
+            except ChannelError as exc:
                 self._disable(exc)
-        except ChannelError as exc:
-            self._disable(exc)
 
     async def _draft(self, chunk: Rendered, *, formatted: bool) -> None:
         chat = self._target.chat_id
@@ -139,15 +142,17 @@ class EditStream:
     async def update(self, text: str) -> None:
         self._latest = text
         chat = self._target.chat_id
-        if not self._interval.due(chat) or not self._pacer.try_take(chat):
+        slot = self._pacer.try_take(chat) if self._interval.due(chat) else None
+        if slot is None:
             return  # a later update or finish() shows it
         self._interval.mark(chat)
-        try:
-            await self._show(chunks_of(text), paced=False)
-        except ChannelError as exc:
-            if exc.ambiguous:
-                raise  # a new message timed out and may be shown: the outbox decides what follows
-            log.warning("telegram chat %s: progress edit failed: %s", chat, exc)
+        with slot:
+            try:
+                await self._show(chunks_of(text), paced=False)
+            except ChannelError as exc:
+                if exc.ambiguous:
+                    raise  # a new message timed out and may be shown: the outbox decides what follows
+                log.warning("telegram chat %s: progress edit failed: %s", chat, exc)
 
     async def finish(self, text: str) -> Delivered:
         chunks = chunks_of(text)
