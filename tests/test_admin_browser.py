@@ -15,7 +15,7 @@ from scheduler.definitions import job_config, to_schedule
 @pytest.fixture
 async def browser():
     require_chromium()
-    chromium = Browser()
+    chromium = await Browser.start()
     try:
         yield chromium
     finally:

@@ -198,8 +198,8 @@ class LLMClient:
                     await opened.sse.drain()
         finally:
             self.streams_in_flight -= 1
+            self._clients.give_back(opened.lane)  # first: a close that fails must not keep its place
             await opened.response.aclose()  # also aborts generation when the consumer stops early
-            self._clients.give_back(opened.lane)
             if opened.ticket is not None:
                 await asyncio.shield(opened.ticket.settle(usage, sent=True))
 
