@@ -9,16 +9,18 @@ import gc
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.config import Config, ConfigError, load_config
-from gateway.store import Store, StoreError
+if TYPE_CHECKING:  # imported in the functions: the collector is paused before they load
+    from gateway.config import Config
+    from gateway.store import Store
 
 
 def main(argv: list[str] | None = None) -> int:
     # A start imports and builds a great many long-lived objects; the collector's passes over
     # them cost ~15% of a cold start. Paused until the command has started: `serve` and `chat`
-    # resume it (with their thresholds) once up, the rest when they end.
+    # resume it (with their thresholds) once up, the rest when they end. So this module imports
+    # nothing heavy at its top: loading it (the console script does) would run those passes.
     gc.disable()
     try:
         return _run(argv)
@@ -27,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    from gateway.config import ConfigError, load_config
+    from gateway.store import StoreError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -119,13 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _store(config: Config) -> Store:
+    from gateway.store import Store
+
     store = Store(config.database.url)
     await store.migrate(auto=config.database.auto_migrate)
     return store
 
 
 async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
-    from gateway.store import upgrade
+    from gateway.store import Store, upgrade
 
     store = Store(config.database.url)
     try:
