@@ -248,7 +248,7 @@ class Inbox:
         limit = max(free, 1) * 2 + len(mine)
         pending = await self.store.inbox.pending_threads(limit=limit)
         if polling:
-            apply_poll(self._turns.threads, pokes, read_at, pending, complete=len(pending) < limit)
+            apply_poll(threads, pokes, read_at, pending, complete=len(pending) < limit)
             self._polled_at = read_at
         others = [thread_key for thread_key in pending if thread_key not in self._workers]
         if free <= 0:
