@@ -97,7 +97,8 @@ class LLMClient:
         self._endpoint = httpx.URL(self.url)  # parsed once, not on every request
         timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s)
         # No cap on connections: the inbox bounds how many turns (so streams) run at once, and a
-        # pool smaller than that would make turns wait for a connection, then time out.
+        # pool smaller than that would make turns wait for a connection, then time out. Each
+        # lane of the pool carries at most `streams_per_client`, so keeps at most that many idle.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         headers = self._headers()
         self._clients = ClientPool(
