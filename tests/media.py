@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import random
 from typing import Any
 
 from PIL import Image
@@ -19,8 +20,16 @@ def image_bytes(width: int, height: int, fmt: str = "JPEG", color: tuple[int, in
     return out.getvalue()
 
 
-def pdf_bytes(*pages: str) -> bytes:
-    """A PDF whose pages hold `pages` as text (Helvetica), with a correct cross-reference table."""
+def noise_png(width: int, height: int, seed: int = 1) -> bytes:
+    """A PNG of random pixels: it does not compress, so it is about width x height x 3 bytes."""
+    out = io.BytesIO()
+    Image.frombytes("RGB", (width, height), random.Random(seed).randbytes(width * height * 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+def pdf_bytes(*pages: str, padding: int = 0) -> bytes:
+    """A PDF whose pages hold `pages` as text (Helvetica), with a correct cross-reference table;
+    `padding` bytes of noise in an unreferenced stream make a large file that is still valid."""
     objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
     kids = []
     for text in pages:
@@ -34,6 +43,9 @@ def pdf_bytes(*pages: str) -> bytes:
         kids.append(f"{len(objects) - 1} 0 R")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(pages)} >>".encode()
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    if padding:
+        noise = random.Random(padding).randbytes(padding)
+        objects.append(b"<< /Length %d >>\nstream\n" % padding + noise + b"\nendstream")
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n")
     offsets = []

@@ -13,7 +13,7 @@ from typing import Any
 from fakes.llm import FakeLLM
 from fakes.slack import FakeSlack
 from harness import make_config
-from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message
+from media import decoded_image, image_bytes, image_parts, noise_png, pdf_bytes, text_of, user_message
 from test_slack_e2e import ANN, CHANNEL, DM, running, slack_config, texts
 
 from gateway.config import Config
@@ -126,3 +126,48 @@ async def test_send_file_uploads_into_the_thread_once(store, llm, slack, tmp_pat
     session = (await store.sessions.list())[0]
     record = await store.outbox.get(f"file:{session.id}:up1")
     assert record is not None and record.status == "sent"
+
+
+async def test_multi_megabyte_files_streamed_in_chunks_arrive_whole(store, llm, slack, tmp_path) -> None:
+    """Slack's file servers stream a large file in many writes: the download reads to the end
+    (a single read returned only what was buffered: a 3 MB file came back as 100 KB)."""
+    document = pdf_bytes("Quarterly report", padding=3_000_000)
+    photo = noise_png(1000, 1000)
+    assert len(document) > 3_000_000 and len(photo) > 2_900_000
+    llm.reply("Both read.")
+    async with running(store, config(llm, slack, tmp_path, llm={"vision": True}), slack) as side:
+        files = [
+            slack.shared.share(document, "report.pdf", "application/pdf"),
+            slack.shared.share(photo, "shot.png", "image/png"),
+        ]
+        await share_in_dm(side, "two files", files)
+        await side.settle(lambda: "Both read." in texts(slack, DM))
+    saved = tmp_path / "ws" / "attachments" / "1"
+    assert (saved / "report.pdf").read_bytes() == document
+    assert (saved / "shot.png").read_bytes() == photo
+    text = text_of(user_message(llm.requests[0]))
+    assert "Quarterly report" in text and "1000x1000" in text
+
+
+async def test_a_chunked_body_without_a_length_arrives_whole(store, llm, slack, tmp_path) -> None:
+    document = pdf_bytes("Chunked transfer", padding=1_500_000)
+    slack.shared.declare_length = False
+    llm.reply("Read.")
+    async with running(store, config(llm, slack, tmp_path), slack) as side:
+        await share_in_dm(side, "", [slack.shared.share(document, "big.pdf", "application/pdf")])
+        await side.settle(lambda: "Read." in texts(slack, DM))
+    assert (tmp_path / "ws" / "attachments" / "1" / "big.pdf").read_bytes() == document
+    assert "Chunked transfer" in text_of(user_message(llm.requests[0]))
+
+
+async def test_a_chunked_body_over_the_limit_is_refused_without_reading_it_all(store, llm, slack, tmp_path) -> None:
+    slack.shared.declare_length = False
+    llm.reply("Noted.")
+    sections = {"attachments": {"max_bytes": 200_000}}
+    async with running(store, config(llm, slack, tmp_path, **sections), slack) as side:
+        # Slack's file object may understate the size: the limit holds on the bytes that arrive
+        big = slack.shared.share(pdf_bytes("x", padding=1_000_000), "big.pdf", "application/pdf", size=1000)
+        await share_in_dm(side, "", [big])
+        await side.settle(lambda: "Noted." in texts(slack, DM))
+    assert not (tmp_path / "ws" / "attachments" / "1" / "big.pdf").exists()
+    assert "was not downloaded: too large" in text_of(user_message(llm.requests[0]))

@@ -203,11 +203,9 @@ class SlackWeb:
                     raise FileTooLarge(
                         f"slack: the file is {response.content_length} bytes", size=response.content_length or 0
                     )
-                data = await response.content.read(max_bytes + 1)
+                data = await _read_body(response, max_bytes)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ChannelError(f"slack file download: {type(exc).__name__}: {exc}") from exc
-        if len(data) > max_bytes:
-            raise FileTooLarge(f"slack: the file is over {max_bytes} bytes", size=len(data))
         return data
 
     def _may_carry_token(self, url: str) -> bool:
@@ -254,3 +252,18 @@ class SlackWeb:
         sender = Sender(user, str(name), str(info.get("name") or name))
         self._senders.put(user, sender)
         return sender
+
+
+async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The whole body, read to its end in chunks (one `read(n)` returns only what has arrived
+    so far: a streamed 3 MB file came back as its first 100 KB), stopping as soon as it passes
+    `max_bytes`. A body shorter than its Content-Length is a broken transfer, worth a retry."""
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > max_bytes:
+            raise FileTooLarge(f"slack: the file is over {max_bytes} bytes", size=len(body))
+    expected = response.content_length
+    if expected is not None and len(body) != expected:
+        raise ChannelError(f"slack file download: {len(body)} of {expected} bytes arrived")
+    return bytes(body)

@@ -1,6 +1,7 @@
 """Files people share in the fake Slack: `url_private` downloads that need the bot token, and
 files.info for a file that was still being processed when its message came.
 
+Bodies are streamed in many small writes, as Slack's file servers send large files.
 Strict like Slack: a download without a valid `Authorization: Bearer <bot token>` gets the
 HTML sign-in page with status 200 (what Slack really does), not an error code.
 """
@@ -12,6 +13,8 @@ import itertools
 from typing import Any
 
 from aiohttp import web
+
+from fakes.streaming import streamed
 
 SIGN_IN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
 
@@ -27,6 +30,7 @@ class SharedFiles:
         self._failures = 0
         self._open = asyncio.Event()
         self._open.set()
+        self.declare_length = True  # False: bodies come chunked, without a Content-Length
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/files-pri/{team_file}/{name}", self._download)
@@ -77,4 +81,5 @@ class SharedFiles:
         if self._failures > 0:
             self._failures -= 1
             return web.Response(status=503, text="Service Unavailable")
-        return web.Response(body=self.content[file_id], content_type=self.info[file_id]["mimetype"])
+        mimetype = self.info[file_id]["mimetype"]
+        return await streamed(request, self.content[file_id], mimetype, declare_length=self.declare_length)

@@ -4,7 +4,7 @@ what the bot uploads (sendPhoto; sendDocument lives beside sendMessage).
 Strict like Telegram: getFile refuses an unknown file id and anything over 20 MB ("file is
 too big"); a download needs the right token in its path. `fail_downloads(n)` makes the next
 n downloads answer 500; `hold_downloads()` makes them hang until `release_downloads()`, to
-stand for a gateway that dies while fetching.
+stand for a gateway that dies while fetching. Bodies are streamed in many small writes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from fakes.streaming import streamed
 
 GET_FILE_LIMIT = 20 * 1024 * 1024
 
@@ -128,4 +130,4 @@ class FakeFiles:
             self._failures -= 1
             return web.Response(status=500, text="Internal Server Error")
         self.downloads.append(stored.file_id)
-        return web.Response(body=stored.content, content_type="application/octet-stream")
+        return await streamed(request, stored.content, "application/octet-stream")
