@@ -63,9 +63,45 @@ async def test_a_fallback_is_asked_again_later_in_case_the_server_was_down():
             asked = len(fake.probes)
             await client.context_window()
             assert len(fake.probes) == asked
-            now[0] += 301
+            now[0] += 31
             fake.server_kind = "llamacpp"
             assert (await client.context_window()).source == "llama.cpp /props n_ctx"
+
+
+async def test_a_fallback_is_asked_again_with_backoff_and_the_change_logged(caplog):
+    caplog.set_level(logging.INFO, "gateway.llm.client")
+    now = [0.0]
+    async with FakeLLM(server_kind="openai") as fake:
+        async with LLMClient(LLMConfig(base_url=fake.base_url, model="m"), clock=lambda: now[0]) as client:
+            asked_at = []
+            for step in (0, 31, 30, 61, 60, 121):  # the server stays silent: 30 s, 60 s, 120 s apart
+                now[0] += step
+                before = len(fake.probes)
+                assert not (await client.context_window()).discovered
+                asked_at.append(len(fake.probes) > before)
+            assert asked_at == [True, True, False, True, False, True]
+            fake.server_kind, fake.context_window = "llamacpp", 32_768
+            now[0] += 241
+            assert (await client.context_window()).tokens == 32_768
+    assert "context window of m: now 32768 tokens (was the fallback 8192)" in caplog.text
+
+
+async def test_a_fallback_window_does_not_stick_in_the_context_builder(store):
+    """The builder asked the client once and kept its answer for the life of the process: a
+    server down at start left every session shaped for 8,192 tokens."""
+    from test_context_support import builder
+
+    now = [0.0]
+    async with FakeLLM(server_kind="openai") as fake:
+        async with LLMClient(LLMConfig(base_url=fake.base_url, model="m"), clock=lambda: now[0]) as client:
+            b = builder(store, "auto")
+            b.windows = client.window_tokens
+            await b._discover("m")
+            assert b.window_of("m") == FALLBACK_WINDOW
+            fake.server_kind, fake.context_window = "llamacpp", 65_536
+            now[0] += 31
+            await b._discover("m")
+            assert b.window_of("m") == 65_536
 
 
 async def test_openai_models_get_their_documented_windows_without_a_request():

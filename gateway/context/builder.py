@@ -86,7 +86,9 @@ class ContextBuilder:
         return self.corrections.window_for(model, window)
 
     async def _discover(self, model: str) -> None:
-        if self.llm.context_window == "auto" and model not in self._discovered and self.windows is not None:
+        # Asked at every build: the client caches a discovered window and asks again, with
+        # backoff, after a fallback (the server may have been down at start).
+        if self.llm.context_window == "auto" and self.windows is not None:
             self._discovered[model] = await self.windows(model)
 
     def estimate(self, model: str, chars: int) -> int:

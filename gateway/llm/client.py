@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,8 +33,13 @@ from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
 from gateway.llm.stream import ChunkParser, ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CADENCE = ReadCadence()  # frozen: one instance serves every client
-FALLBACK_RETRY_S = 300.0  # a window the server did not say is asked again after this
+# A window the server did not say is asked again after this, doubling up to the cap: the
+# server may have been down at start, and a fallback must not stick for the process's life.
+FALLBACK_RETRY_S = 30.0
+FALLBACK_RETRY_MAX_S = 900.0
 EMPTY_ANSWERS_MEAN_REFUSED = 2  # the same body answered by an empty stream this often will be again
 REFUSED_EMPTY = (
     "the LLM server answered twice with an empty stream for {model} and gave no reason; llama.cpp does "
@@ -116,7 +122,7 @@ class LLMClient:
         self._rng = rng or random.Random()
         self.server = ServerInfo(lambda: self._http, config.base_url)
         self._windows: dict[str, Window] = {}
-        self._ask_again: dict[str, float] = {}  # when to ask again after a fallback
+        self._ask_again: dict[str, tuple[float, float]] = {}  # after a fallback: (when to ask, the wait)
         self._tokenizer: Tokenizer | None = None
         self._tokenizer_known = False
         self._discovery = asyncio.Lock()  # one probe per model, however many turns ask at once
@@ -130,10 +136,18 @@ class LLMClient:
         model = model or self.config.model
         async with self._discovery:
             cached = self._windows.get(model)
-            if cached is None or (not cached.discovered and self._clock() >= self._ask_again.get(model, 0.0)):
-                cached = self._windows[model] = await self.server.window(model)
-                self._ask_again[model] = self._clock() + FALLBACK_RETRY_S
+            if cached is None or (not cached.discovered and self._clock() >= self._ask_again[model][0]):
+                found = self._windows[model] = await self.server.window(model)
+                self._note_window(model, cached, found)
+                cached = found
             return cached
+
+    def _note_window(self, model: str, before: Window | None, found: Window) -> None:
+        if before is not None and found.discovered:
+            log.info("context window of %s: now %s tokens (was the fallback %s)", model, found.tokens, before.tokens)
+        elif not found.discovered:
+            wait = FALLBACK_RETRY_S if before is None else min(self._ask_again[model][1] * 2, FALLBACK_RETRY_MAX_S)
+            self._ask_again[model] = (self._clock() + wait, wait)
 
     async def window_tokens(self, model: str) -> int:
         return (await self.context_window(model)).tokens
