@@ -7,6 +7,7 @@ and PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from fakes.llm import FakeLLM, FakeToolCall
 from fakes.telegram import BOT_ID, FakeTelegram
 from harness import make_config
+from helpers import until
 from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message, voice_bytes
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
@@ -316,3 +318,37 @@ async def test_a_scheduled_run_sends_its_file_to_deliver_to(store, llm, tg, tmp_
     [sent] = tg.calls_to("sendDocument")
     assert int(sent.params["chat_id"]) == PRIVATE and sent.params["caption"] == "today"
     assert sent.params["document"]["content"] == b"numbers\n"
+
+
+async def test_a_stuck_file_send_is_swept_with_its_file_or_failed_with_a_reason(store, llm, tg, tmp_path) -> None:
+    """The sweeper rebuilt a stuck send_file row as an empty text message and marked it sent:
+    the file never went out and nothing said so."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    report = workspace / "report.txt"
+    report.write_text("quarterly figures\n")
+    thread = f"telegram:{PRIVATE}:"
+    for key, path in (("file:1:c1", report), ("file:1:c2", workspace / "gone.txt")):
+        file = {"path": str(path), "name": path.name, "mime": "text/plain", "kind": "document", "caption": "figures"}
+        await store.outbox.record(key, thread, "message", {"text": "", "reply_to": "", "document": None, "file": file})
+    sweep = {"sweep_after_s": 0.2, "backoff_s": 0.01, "backoff_max_s": 0.02}
+    async with running(store, config(llm, tg, tmp_path, outbox=sweep)):
+        await until(lambda: len(tg.calls_to("sendDocument")) == 1)
+        await until_async(lambda: _status(store, "file:1:c2"), "failed")
+    [sent] = tg.calls_to("sendDocument")
+    assert sent.params["document"]["content"] == b"quarterly figures\n" and sent.params["caption"] == "figures"
+    assert tg.calls_to("sendMessage") == []  # no empty text stood in for the file
+    assert (await store.outbox.get("file:1:c1")).status == "sent"
+    gone = await store.outbox.get("file:1:c2")
+    assert gone.status == "failed" and "gone.txt" in gone.error and "no longer exists" in gone.error
+
+
+async def _status(store, key: str) -> str:
+    row = await store.outbox.get(key)
+    return row.status if row else ""
+
+
+async def until_async(probe, expected, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while await probe() != expected:
+            await asyncio.sleep(0.05)

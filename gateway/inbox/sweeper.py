@@ -4,7 +4,7 @@ An outbox row stays `pending` when the process died between recording the intent
 it, or when its retries ran out. The sweeper finds rows pending for longer than
 `outbox.sweep_after_s` on threads nobody is working on, takes the thread's lease (so no worker
 and no other sweeper sends the same row meanwhile), and delivers them from what the row
-recorded, or gives up with the reason written on the row.
+recorded (a file send with its file), or gives up with the reason written on the row.
 """
 
 from __future__ import annotations
@@ -14,9 +14,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from gateway.config import OutboxConfig
-from gateway.events import Button, Channel, ChannelError, Delivered, Outbound, Prompt, ThreadKey, utcnow
+from gateway.events import (
+    Button,
+    Channel,
+    ChannelError,
+    Delivered,
+    Outbound,
+    OutboundFile,
+    Prompt,
+    ThreadKey,
+    utcnow,
+)
 from gateway.outbox import Outbox
 from gateway.store import Lease, OutboxRecord, Store
 
@@ -91,6 +102,9 @@ class OutboxSweeper:
         age = utcnow() - row.created_at if row.created_at else timedelta(0)
         if age > timedelta(seconds=self.config.give_up_after_s):
             return await self._give_up(row, GAVE_UP.format(age=_age(age), error=row.error or "never sent"))
+        missing = _missing_file(row)
+        if missing:
+            return await self._give_up(row, f"the file {missing} no longer exists, so it was not sent")
         try:
             delivered = await self.outbox.deliver_recorded(current, thread, _action(row))
         except ChannelError as exc:
@@ -130,14 +144,24 @@ def _action(row: OutboxRecord) -> Callable[[Channel, tuple[str, ...]], Awaitable
 
         return close
     document = payload.get("document")
+    file = payload.get("file")
     message = Outbound(
         thread,
         str(payload.get("text", "")),
         row.key,
         str(payload.get("reply_to") or ""),
         document=(str(document[0]), str(document[1])) if document else None,
+        file=OutboundFile(**file) if file else None,
     )
     return lambda channel, done: channel.send(Outbound(**{**message.__dict__, "already": done}))
+
+
+def _missing_file(row: OutboxRecord) -> str:
+    """The path of a send_file row's file when it is gone (pruned or deleted since)."""
+    file = row.payload.get("file") if row.kind == "message" else None
+    if file and not Path(str(file.get("path", ""))).is_file():
+        return str(file.get("path"))
+    return ""
 
 
 def prompt_from_payload(payload: dict, thread: ThreadKey) -> Prompt:
