@@ -35,7 +35,8 @@ from gateway.llm import LLMClient
 from gateway.mcp import McpManager
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
-from gateway.store import Store
+from gateway.store import Store, notify
+from gateway.store.holds import HOLDS_CHANNEL
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
 from scheduler import control as job_control
@@ -144,7 +145,10 @@ class Gateway:
         for name in ("cron", "tick"):
             self.channels.setdefault(name, HeadlessChannel(name))
         self.outbox = Outbox(
-            self.store, self.channels, pacer=ChatPacer(), policy=RetryPolicy.from_config(config.outbox)
+            self.store,
+            self.channels,
+            pacer=ChatPacer(shared=self.store.holds),
+            policy=RetryPolicy.from_config(config.outbox),
         )
         self.access = AccessPolicy(config)
         self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access, clock=clock)
@@ -227,6 +231,8 @@ class Gateway:
             stop_duties=self._stop_duties,
         )
         self._leader_task: asyncio.Task | None = None
+        self._holds_stopped = asyncio.Event()
+        self._holds_tasks: list[asyncio.Task] = []
         self._clock_running = False
         self.started_channels: set[str] = set()
 
@@ -319,18 +325,33 @@ class Gateway:
                 "to enable Slack; `gateway chat` talks to the agent in this terminal"
             )
         await self.mcp.start()
+        await self._follow_holds()
         await self.inbox.start()
         if self.http is not None:
             await self.http.start()
         self._leader_task = asyncio.create_task(self.leadership.run(), name="leader")
 
+    async def _follow_holds(self) -> None:
+        """Flood waits written by any instance (or before a restart) are honoured from the first send."""
+        pacer = self.outbox.pacer
+        await pacer.refresh()
+        if self.store.is_sqlite:
+            return  # one process: what it holds it knows; a restart read them just now
+        listen = notify.listen(self.store.db, lambda _: pacer.changed.set(), self._holds_stopped, channel=HOLDS_CHANNEL)
+        self._holds_tasks = [
+            asyncio.create_task(pacer.follow(self._holds_stopped), name="holds"),
+            asyncio.create_task(listen, name="holds-listener"),
+        ]
+
     async def stop(self) -> None:
+        self._holds_stopped.set()
         self.leadership.stop()
         if self._leader_task is not None:
             await asyncio.gather(self._leader_task, return_exceptions=True)
         if self.http is not None:
             await self.http.stop_intake()
         await self.inbox.stop()
+        await asyncio.gather(*self._holds_tasks, return_exceptions=True)
         await self.mcp.stop()
         for channel in self.channels.values():
             try:

@@ -3,6 +3,10 @@
 Every outbound message, prompt and prompt update is recorded under an idempotency key before it
 is sent and marked with its platform message ids after; sending a key that is already marked
 sent returns the recorded ids, so a resumed or restarted turn never answers twice.
+
+Sends are fenced (gateway/fencing.py): each attempt first proves the lease its sender works
+under, and each write of a send carries that lease's fence, so a stalled holder that lost the
+thread to another instance neither sends nor records.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from gateway import metrics
+from gateway import fencing, metrics
 from gateway.events import (
     Channel,
     ChannelError,
@@ -107,7 +111,7 @@ class Outbox:
         payload: dict[str, Any],
         action: Callable[[Channel, tuple[str, ...]], Awaitable[Delivered]],
     ) -> Delivered:
-        record = await self.store.outbox.record(key, str(thread), kind, payload)
+        record = await self.store.outbox.record(key, str(thread), kind, payload, fence=fencing.fence())
         if record.status == "sent":
             return Delivered(tuple(record.message_ids))
         return await self.deliver_recorded(record, thread, action)
@@ -120,7 +124,7 @@ class Outbox:
     ) -> Delivered:
         channel = self.channel(thread)
         delivered = await self.with_retries(thread, lambda done: action(channel, done), record=record)
-        await self.store.outbox.mark_sent(record.id, list(delivered.message_ids))
+        await self.store.outbox.mark_sent(record.id, list(delivered.message_ids), fence=fencing.fence())
         metrics.OUTBOX.labels(thread.channel).inc()
         return delivered
 
@@ -132,6 +136,7 @@ class Outbox:
         done = tuple(record.message_ids) if record is not None else ()
         while True:
             await self.pacer.wait(thread)
+            await fencing.proven()  # a holder that stalled and lost the thread sends nothing
             try:
                 return await call(done)
             except ChannelError as exc:
@@ -139,7 +144,7 @@ class Outbox:
                 step = self._next_step(exc, state)
                 _count_failure(thread.channel, exc, step)
                 if exc.retry_after is not None and not step.final:
-                    self.pacer.hold(thread, step.wait)
+                    await self.pacer.hold(thread, step.wait)
                 if record is not None:
                     retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
                     await self.store.outbox.attempt_failed(
@@ -149,6 +154,7 @@ class Outbox:
                         retry_at=retry_at,
                         uncertain=step.uncertain,
                         delivered=done,
+                        fence=fencing.fence(),
                     )
                 if step.final or state.failures >= self.policy.max_attempts:
                     log.error(
@@ -267,11 +273,12 @@ class RecordedStream:
         stream = self._open()
         if stream is None or not text or self._uncertain:
             return
+        await fencing.proven()  # an edit after a stall could overwrite the new holder's reply
         try:
             await stream.update(text)
         except ChannelError as exc:  # progress is best effort; the final text is what counts
             if exc.retry_after is not None:
-                self.outbox.pacer.hold(self.thread, exc.retry_after)
+                await self.outbox.pacer.hold(self.thread, exc.retry_after)
             # A new message that timed out may be in the chat: no more progress (each update
             # could post it again); the final delivery is its one resend, recorded as such.
             if exc.ambiguous and not self._uncertain:
@@ -286,11 +293,11 @@ class RecordedStream:
         and the turn that continues the reply knows its delivery is the one resend."""
         if self._progress_key is None:
             return
-        repo = self.outbox.store.outbox
+        repo, fence = self.outbox.store.outbox, fencing.fence()
         if self._progress_id is None:
-            self._progress_id = (await repo.record(self._progress_key, str(self.thread), "partial", {})).id
+            self._progress_id = (await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)).id
         await repo.attempt_failed(
-            self._progress_id, error, final=False, uncertain=AMBIGUOUS_RESENT, payload=self.intent(text)
+            self._progress_id, error, final=False, uncertain=AMBIGUOUS_RESENT, payload=self.intent(text), fence=fence
         )
 
     async def note_progress(self) -> None:
@@ -298,16 +305,16 @@ class RecordedStream:
         ids = self.message_ids()
         if self._progress_key is None or not ids or ids == self._recorded:
             return
-        repo = self.outbox.store.outbox
+        repo, fence = self.outbox.store.outbox, fencing.fence()
         if self._progress_id is None:
-            record = await repo.record(self._progress_key, str(self.thread), "partial", {})
+            record = await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)
             self._progress_id = record.id
-        await repo.remember_partial(self._progress_id, ids)
+        await repo.remember_partial(self._progress_id, ids, fence=fence)
         self._recorded = ids
 
     async def _forget_progress(self) -> None:
         if self._progress_id is not None:
-            await self.outbox.store.outbox.forget_partial(self._progress_id)
+            await self.outbox.store.outbox.forget_partial(self._progress_id, fence=fencing.fence())
             self._recorded = ()
 
     def intent(self, text: str) -> dict[str, Any]:
@@ -316,21 +323,26 @@ class RecordedStream:
 
     async def finish(self, key: str, text: str) -> Delivered:
         """Deliver the final text once: a key already sent returns its recorded ids."""
-        record = await self.outbox.store.outbox.record(key, str(self.thread), "message", self.intent(text))
+        record = await self.outbox.store.outbox.record(
+            key, str(self.thread), "message", self.intent(text), fence=fencing.fence()
+        )
         return await self.deliver(record, text)
 
     async def deliver(self, record: OutboxRecord, text: str, *, final_stage: FinalStage | None = None) -> Delivered:
         """Deliver the final text under an intent already recorded (with `intent(text)`); with
         `final_stage`, the run this reply ends is finished in the same write that marks it sent."""
+        fence = fencing.fence()
         if record.status == "sent":
             await self.abort()
             if final_stage is not None:
                 final = final_stage
-                await self.outbox.store.runs.set_stage(final.run_id, final.stage, end_reason=final.end_reason)
+                await self.outbox.store.runs.set_stage(
+                    final.run_id, final.stage, end_reason=final.end_reason, fence=fence
+                )
             return Delivered(tuple(record.message_ids))
         if self._uncertain and record.uncertain is None:
             await self.outbox.store.outbox.attempt_failed(
-                record.id, "a streamed message timed out", final=False, uncertain=AMBIGUOUS_RESENT
+                record.id, "a streamed message timed out", final=False, uncertain=AMBIGUOUS_RESENT, fence=fence
             )
             record = replace(record, uncertain=AMBIGUOUS_RESENT)
         stream = self._open()
@@ -345,9 +357,10 @@ class RecordedStream:
             delivered = await self.outbox.with_retries(self.thread, lambda _done: stream.finish(text), record=record)
         forget = self._progress_id  # its messages (and an uncertain one) are the reply's now
         if forget is None and self._uncertain and self._progress_key is not None:  # adopted, never updated
-            forget = (await self.outbox.store.outbox.record(self._progress_key, str(self.thread), "partial", {})).id
+            repo = self.outbox.store.outbox
+            forget = (await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)).id
         await self.outbox.store.outbox.mark_sent(
-            record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget
+            record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget, fence=fence
         )
         metrics.OUTBOX.labels(self.thread.channel).inc()
         self._recorded = ()

@@ -1,19 +1,40 @@
 """When a send may go: a chat's pacing and the platform's holds (retry_after), and the backoff
-between retries of a transient failure. The outbox asks both before every attempt."""
+between retries of a transient failure. The outbox asks both before every attempt.
+
+A hold is the platform's word for the bot, not for one process: it is written to the database
+(`SharedHolds`), and every instance follows the holds there (read at start; on PostgreSQL at
+once when another instance notifies a new one, and every `HOLDS_REFRESH_S` in case a
+notification was lost), so other instances, the sweeper and a restarted process leave the chat
+alone too.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from gateway import metrics
 from gateway.config import OutboxConfig
-from gateway.events import ThreadKey
+from gateway.events import ThreadKey, utcnow
 
+log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
+HOLDS_REFRESH_S = 5.0  # how stale another instance's view of a new hold can be if a NOTIFY is lost
+
+
+class SharedHolds(Protocol):
+    """Where holds are shared (the store's `holds`): chats keyed "<channel>:<chat id>"."""
+
+    async def hold(self, chat: str, until: datetime) -> None: ...
+
+    async def active(self) -> dict[str, datetime]: ...
 
 
 class ChatPacer:
@@ -21,13 +42,20 @@ class ChatPacer:
     and nothing at all while the platform's `retry_after` holds the chat, however long."""
 
     def __init__(
-        self, interval_s: float = 0.0, *, clock: Callable[[], float] = time.monotonic, sleep: Sleep = asyncio.sleep
+        self,
+        interval_s: float = 0.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        shared: SharedHolds | None = None,
     ):
         self.interval_s = interval_s
         self._clock, self._sleep = clock, sleep
         self._next: dict[tuple[str, str], float] = {}
         self._held: dict[tuple[str, str], float] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.shared = shared
+        self.changed = asyncio.Event()  # set when another instance announced a hold
 
     async def wait(self, thread: ThreadKey) -> None:
         key = (thread.channel, thread.chat)
@@ -43,10 +71,41 @@ class ChatPacer:
             if self.interval_s > 0:
                 self._next[key] = self._clock() + self.interval_s
 
-    def hold(self, thread: ThreadKey, seconds: float) -> None:
-        """The platform asked us to wait (retry_after): nothing goes to this chat before then."""
-        key = (thread.channel, thread.chat)
-        self._held[key] = max(self._held.get(key, 0.0), self._clock() + seconds)
+    async def hold(self, thread: ThreadKey, seconds: float) -> None:
+        """The platform asked us to wait (retry_after): nothing goes to this chat before then,
+        from this process or any other sharing the database."""
+        self._extend((thread.channel, thread.chat), self._clock() + seconds)
+        if self.shared is None:
+            return
+        try:
+            await self.shared.hold(f"{thread.channel}:{thread.chat}", utcnow() + timedelta(seconds=seconds))
+        except Exception:  # noqa: BLE001 - this process honours it anyway; the others may not know
+            log.warning("could not share the hold on %s", thread, exc_info=True)
+
+    def _extend(self, key: tuple[str, str], until: float) -> None:
+        self._held[key] = max(self._held.get(key, 0.0), until)
+
+    async def refresh(self) -> None:
+        """Take in the holds written by every instance (one read)."""
+        if self.shared is None:
+            return
+        now_mono, now = self._clock(), utcnow()
+        for chat, until in (await self.shared.active()).items():
+            channel, _, chat_id = chat.partition(":")
+            self._extend((channel, chat_id), now_mono + (until - now).total_seconds())
+        for key in [k for k, until in self._held.items() if until <= now_mono]:
+            del self._held[key]
+
+    async def follow(self, stopped: asyncio.Event) -> None:
+        """Until `stopped`: refresh every HOLDS_REFRESH_S, or at once when `changed` is set."""
+        while not stopped.is_set():
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001 - the database blinked: the next round reads again
+                log.debug("reading the shared holds failed", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), HOLDS_REFRESH_S)
+            self.changed.clear()
 
     async def sleep(self, seconds: float) -> None:
         await self._sleep(seconds)

@@ -98,7 +98,7 @@ async def test_a_hold_also_delays_other_messages_to_that_chat(sqlite_store) -> N
     virtual = VirtualTime()
     channel = ScriptedChannel([])
     outbox = outbox_for(sqlite_store, channel, time_source=virtual)
-    outbox.pacer.hold(CHAT, 40)
+    await outbox.pacer.hold(CHAT, 40)
 
     await outbox.send_text(CHAT, "later", key="k1")
     await outbox.send_text(ThreadKey("fake", "other", ""), "at once", key="k2")

@@ -156,7 +156,7 @@ class Turn:
     async def _adopt_partial_reply(self, continued_run: int) -> None:
         """Adopted once, by this run, which records them as its own until it delivers."""
         adopted = await self.services.store.outbox.adopt_partial(
-            partial_key(continued_run), partial_key(self.run_id), str(self.thread)
+            partial_key(continued_run), partial_key(self.run_id), str(self.thread), fence=self.req.fence
         )
         if adopted is not None:
             self._adopt = tuple(adopted.message_ids)

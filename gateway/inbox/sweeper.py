@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from gateway import fencing
 from gateway.config import OutboxConfig
 from gateway.events import (
     Button,
@@ -28,8 +29,9 @@ from gateway.events import (
     ThreadKey,
     utcnow,
 )
+from gateway.inbox.holder import LeaseHolder
 from gateway.outbox import Outbox
-from gateway.store import Lease, OutboxRecord, Store
+from gateway.store import Lease, LeaseLost, OutboxRecord, Store
 
 log = logging.getLogger(__name__)
 GAVE_UP = "given up by the sweeper after {age}: {error}"
@@ -65,28 +67,32 @@ class OutboxSweeper:
             lease = await self.store.inbox.acquire(f"thread:{thread_key}", self.owner, self.lease_ttl_s)
             if lease is None:
                 continue  # someone works on the thread right now
-            renewing = asyncio.create_task(self._renew(lease))
-            try:
-                for row in rows:
-                    if await self._sweep_row(ThreadKey.parse(thread_key), row):
-                        delivered += 1
-                    else:
-                        given_up += 1
-            finally:
-                renewing.cancel()
-                held = await asyncio.gather(renewing, return_exceptions=True)
-                current = held[0] if isinstance(held[0], Lease) else lease
-                await self.store.inbox.release(current)
+            swept = await self._sweep_thread(ThreadKey.parse(thread_key), rows, lease)
+            delivered, given_up = delivered + swept.delivered, given_up + swept.given_up
         return SweepResult(delivered, given_up)
 
-    async def _renew(self, lease: Lease) -> Lease:
-        """Keeps the thread's lease while a send waits (a retry_after can be long)."""
+    async def _sweep_thread(self, thread: ThreadKey, rows: list[OutboxRecord], lease: Lease) -> SweepResult:
+        """The thread's rows under its lease, kept while a send waits (a retry_after can be
+        long) and proven before each send, like a worker's."""
+        holder = LeaseHolder(self.store, lease, self.lease_ttl_s)
+        renewing = asyncio.create_task(holder.keep(on_lost=lambda: None))
+        fencing.hold(holder)
+        delivered = given_up = 0
         try:
-            while True:
-                await asyncio.sleep(self.lease_ttl_s / 3)
-                lease = await self.store.inbox.renew(lease, self.lease_ttl_s) or lease
-        except asyncio.CancelledError:
-            return lease
+            for row in rows:
+                if await self._sweep_row(thread, row):
+                    delivered += 1
+                else:
+                    given_up += 1
+        except LeaseLost as exc:
+            log.warning("outbox sweep of %s stopped: %s", thread, exc)
+        finally:
+            fencing.hold(None)
+            holder.stopper.stop()
+            await asyncio.gather(renewing, return_exceptions=True)
+            if holder.valid:
+                await self.store.inbox.release(holder.lease)
+        return SweepResult(delivered, given_up)
 
     async def _thread_busy(self, thread_key: str) -> bool:
         """A turn left running (it is continued and delivers its own reply, adopting a half

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
+from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, Store
@@ -55,6 +57,7 @@ class Worker:
     async def work_thread(self, thread_key: str, lease: Lease) -> None:
         holder = LeaseHolder(self.store, lease, self.config.inbox.lease_ttl_s)
         renewer = asyncio.create_task(holder.keep(on_lost=lambda: self.runner.lost(thread_key)))
+        fencing.hold(holder)  # this task's sends, and those of the tasks it starts, prove it first
         try:
             async with self.slots:
                 state = self.runner.state(thread_key)
@@ -273,31 +276,3 @@ def next_item(items: list[InboxItem]) -> InboxItem:
         return stop
     resumes = [i for i in items if i.kind == "resume"]
     return resumes[0] if resumes else items[0]
-
-
-class LeaseHolder:
-    """Renews a lease while work runs; reports when it was lost (another instance took over)."""
-
-    def __init__(self, store: Store, lease: Lease, ttl_s: float):
-        self.store = store
-        self.lease = lease
-        self.ttl_s = ttl_s
-        self.valid = True
-        self.stopper = Stopper()
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(self.lease.name, self.lease.owner, self.lease.fence)
-
-    async def keep(self, *, on_lost: Callable[[], None]) -> None:
-        while not await self.stopper.sleep(self.ttl_s / 3):
-            try:
-                renewed = await self.store.inbox.renew(self.lease, self.ttl_s)
-            except Exception:  # noqa: BLE001 - a blip; the next renewal may succeed
-                log.warning("could not renew %s", self.lease.name, exc_info=True)
-                continue
-            if renewed is None:
-                self.valid = False
-                on_lost()
-                return
-            self.lease = renewed

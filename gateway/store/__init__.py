@@ -26,6 +26,7 @@ from gateway.store.db import (
 from gateway.store.delegations import ChildSession, DelegationRepo, NewTask, TaskRecord
 from gateway.store.gauges import GaugeRepo, Gauges
 from gateway.store.history import HistoryRepo
+from gateway.store.holds import HoldRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import DecideResult, PromptRepo
@@ -118,6 +119,7 @@ class Store:
         self.audit = AuditRepo(self.db)
         self.console = ConsoleRepo(self.db)
         self.gauges = GaugeRepo(self.db)
+        self.holds = HoldRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:

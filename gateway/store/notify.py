@@ -25,13 +25,13 @@ _NOTIFY = text("SELECT pg_notify(:channel, :thread)")
 RECONNECT_S = 2.0
 
 
-def publish_in(conn: Connection, thread_keys: set[str]) -> None:
+def publish_in(conn: Connection, thread_keys: set[str], *, channel: str = CHANNEL) -> None:
     """Inside the transaction that stored the work: PostgreSQL delivers it at commit, never
     before (and not at all on a rollback)."""
     if conn.dialect.name != "postgresql":
         return
     for key in sorted(thread_keys):
-        conn.execute(_NOTIFY, {"channel": CHANNEL, "thread": key})
+        conn.execute(_NOTIFY, {"channel": channel, "thread": key})
 
 
 async def publish(db: Database, thread_keys: set[str]) -> None:
@@ -44,7 +44,9 @@ async def publish(db: Database, thread_keys: set[str]) -> None:
         log.debug("pg_notify failed", exc_info=True)
 
 
-async def listen(db: Database, on_thread: Callable[[str], None], stopped: asyncio.Event) -> None:
+async def listen(
+    db: Database, on_thread: Callable[[str], None], stopped: asyncio.Event, *, channel: str = CHANNEL
+) -> None:
     """Call `on_thread` for every thread another instance published, until `stopped` is set;
     reconnects after a dropped connection (what was published meanwhile is found by polling)."""
     if db.is_sqlite:
@@ -58,7 +60,7 @@ async def listen(db: Database, on_thread: Callable[[str], None], stopped: asynci
                 def received(_conn, _pid, _channel, payload: str) -> None:  # noqa: ANN001
                     on_thread(payload)
 
-                await driver.add_listener(CHANNEL, received)
+                await driver.add_listener(channel, received)
                 try:
                     while not stopped.is_set() and not driver.is_closed():
                         try:
@@ -67,9 +69,9 @@ async def listen(db: Database, on_thread: Callable[[str], None], stopped: asynci
                             pass
                 finally:
                     if not driver.is_closed():
-                        await driver.remove_listener(CHANNEL, received)
+                        await driver.remove_listener(channel, received)
         except Exception:  # noqa: BLE001 - the database went away: poll meanwhile, then retry
-            log.warning("LISTEN %s failed; relying on polling until it reconnects", CHANNEL, exc_info=True)
+            log.warning("LISTEN %s failed; relying on polling until it reconnects", channel, exc_info=True)
             try:
                 await asyncio.wait_for(stopped.wait(), RECONNECT_S)
             except TimeoutError:

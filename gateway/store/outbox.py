@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
-from gateway.store.base import Repo, to_record
+from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.inbox import InsertIgnoring
 from gateway.store.records import FinalStage, OutboxRecord
 from gateway.store.runs import RunRepo
@@ -30,9 +30,20 @@ _HAND_OVER_PARTIAL = _FORGET_PARTIAL.values(uncertain=None)
 
 
 class OutboxRepo(Repo):
-    async def record(self, key: str, thread_key: str, kind: str, payload: dict[str, Any]) -> OutboxRecord:
+    """Every write of a send takes the fence of the lease its sender works under (None: no
+    lease, as for a startup notice): once another instance took the thread over, the write
+    raises LeaseLost and changes nothing."""
+
+    async def record(
+        self, key: str, thread_key: str, kind: str, payload: dict[str, Any], *, fence: Fence | None = None
+    ) -> OutboxRecord:
         """Record an intent to send; returns the existing record when the key is known."""
-        return await self.db.write(lambda conn: self.record_in(conn, key, thread_key, kind, payload))
+
+        def work(conn: Connection) -> OutboxRecord:
+            check_fence(conn, fence)
+            return self.record_in(conn, key, thread_key, kind, payload)
+
+        return await self.db.write(work)
 
     @staticmethod
     def record_in(conn: Connection, key: str, thread_key: str, kind: str, payload: dict[str, Any]) -> OutboxRecord:
@@ -67,11 +78,13 @@ class OutboxRepo(Repo):
         *,
         final_stage: FinalStage | None = None,
         forget: int | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """Mark delivered; with `final_stage`, the run it finishes is finished in the same write;
         `forget`: a stream's partial record that this delivery completes."""
 
         def work(conn: Connection) -> None:
+            check_fence(conn, fence)
             self.mark_sent_in(conn, record_id, message_ids)
             if forget is not None:
                 conn.execute(_HAND_OVER_PARTIAL, {"record_id": forget})
@@ -87,18 +100,24 @@ class OutboxRepo(Repo):
             {"record_id": record_id, "status": "sent", "message_ids": list(message_ids), "sent_at": utcnow()},
         )
 
-    async def remember_partial(self, record_id: int, message_ids: Sequence[str]) -> None:
+    async def remember_partial(self, record_id: int, message_ids: Sequence[str], *, fence: Fence | None = None) -> None:
         """The messages a stream shows so far (a continued turn adopts them)."""
-        await self.db.write(
-            lambda conn: conn.execute(_REMEMBER_PARTIAL, {"record_id": record_id, "message_ids": list(message_ids)})
-        )
 
-    async def adopt_partial(self, from_key: str, to_key: str, thread_key: str) -> OutboxRecord | None:
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            conn.execute(_REMEMBER_PARTIAL, {"record_id": record_id, "message_ids": list(message_ids)})
+
+        await self.db.write(work)
+
+    async def adopt_partial(
+        self, from_key: str, to_key: str, thread_key: str, *, fence: Fence | None = None
+    ) -> OutboxRecord | None:
         """What an interrupted stream (`from_key`) was showing becomes the continuing stream's
         (`to_key`), in one write: its messages and whether one of them timed out (an uncertain
         send). None when it showed nothing (or was delivered or adopted already)."""
 
         def work(conn: Connection) -> OutboxRecord | None:
+            check_fence(conn, fence)
             old = conn.execute(_BY_KEY, {"outbox_key": from_key}).first()
             if old is None or old.status != "pending" or (not old.message_ids and old.uncertain is None):
                 return None
@@ -113,8 +132,12 @@ class OutboxRepo(Repo):
 
         return await self.db.write(work)
 
-    async def forget_partial(self, record_id: int) -> None:
-        await self.db.write(lambda conn: conn.execute(_FORGET_PARTIAL, {"record_id": record_id}))
+    async def forget_partial(self, record_id: int, *, fence: Fence | None = None) -> None:
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            conn.execute(_FORGET_PARTIAL, {"record_id": record_id})
+
+        await self.db.write(work)
 
     async def attempt_failed(
         self,
@@ -126,6 +149,7 @@ class OutboxRepo(Repo):
         uncertain: str | None = None,
         delivered: Sequence[str] = (),
         payload: dict[str, Any] | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """One attempt failed: the error, when the platform allows the next one, what was
         decided after an ambiguous failure, the parts already posted (kept as progress), and
@@ -142,7 +166,12 @@ class OutboxRepo(Repo):
             values["message_ids"] = list(delivered)
         if payload is not None:
             values["payload"] = payload
-        await self.db.write(lambda conn: conn.execute(update(outbox).where(outbox.c.id == record_id).values(**values)))
+
+        def work(conn: Connection) -> None:
+            check_fence(conn, fence)
+            conn.execute(update(outbox).where(outbox.c.id == record_id).values(**values))
+
+        await self.db.write(work)
 
     async def undelivered(self, thread_key: str | None = None, *, limit: int = 100) -> list[OutboxRecord]:
         """Sends not done yet (waiting for the platform, being retried or stuck), oldest first."""

@@ -212,6 +212,15 @@ cursors = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
+# A platform's flood wait (Telegram retry_after, Slack Retry-After) on a chat: every instance,
+# the sweeper and a restarted process leave the chat alone until `until`.
+chat_holds = Table(
+    "chat_holds",
+    metadata,
+    Column("chat", String(255), primary_key=True),  # "<channel>:<chat id>"
+    Column("until", UTCDateTime, nullable=False),
+)
+
 counters = Table(
     "counters",
     metadata,

@@ -70,6 +70,16 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """Stream `text`, wait until `released` is set, then finish with `rest` (a stream held up
+    server-side: the client is left waiting mid-reply, as for a stalled process)."""
+
+    text: str
+    rest: Reply
+    released: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True)
 class MidStreamError:
     """Stream `text`, then `data: {"error": ...}` and end (llama.cpp and vLLM style)."""
 
@@ -91,7 +101,7 @@ class Raw:
     lines: tuple[str, ...]
 
 
-ScriptItem = Reply | HttpError | Stall | MidStreamError | Truncate | Raw
+ScriptItem = Reply | HttpError | Stall | Hold | MidStreamError | Truncate | Raw
 # A responder may be async: it can hold its answer until something else happened.
 Responder = Callable[[dict[str, Any]], ScriptItem | Awaitable[ScriptItem]]
 
@@ -315,6 +325,11 @@ class FakeLLM(DiscoveryEndpoints):
         elif isinstance(item, Stall):
             await stream.text(item.text)
             await self._stall(request)
+        elif isinstance(item, Hold):
+            await stream.text(item.text)
+            self.stalled.set()
+            await item.released.wait()
+            await stream.reply(item.rest)
         elif isinstance(item, MidStreamError):
             await stream.text(item.text)
             await stream.send({"error": item.error})
