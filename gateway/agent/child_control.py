@@ -11,9 +11,9 @@ from gateway.agent.delegate_tool import DONE_PREVIEW_CHARS, ChildOutcome, outcom
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text, shorten
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
-from gateway.store import PromptRecord, SessionRecord, TaskRecord
+from gateway.store import Fence, PromptRecord, SessionRecord, TaskRecord
 from gateway.store.delegations import TASK_CHANNEL
-from gateway.store.items import ResumePrompt, command_item
+from gateway.store.items import ResumePrompt, StartTask, command_item
 
 log = logging.getLogger("gateway.agent.delegation")
 
@@ -30,9 +30,10 @@ class ChildControl:
         finals = [m for m in history if m.role == "assistant" and not m.tool_calls and m.status == "ok"]
         return finals[-1].content if finals else ""
 
-    async def start_background(self, task_id: int, lease_thread: ThreadKey) -> TurnRequest | None:
-        """The turn of a background task's inbox item (None when it already ended)."""
-        task = await self.store.delegations.get(task_id)
+    async def start_background(self, start: StartTask, lease_thread: ThreadKey, fence: Fence) -> TurnRequest | None:
+        """The turn of a background task's inbox item (None when it already ended or started);
+        the item is done in the write that starts the child's run."""
+        task = await self.store.delegations.get(start.task_id)
         if task is None or task.finished or task.child_session_id is None:
             return None
         session = await self.store.sessions.get(task.child_session_id)
@@ -44,8 +45,9 @@ class ChildControl:
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is not None:
             return None  # already started: resume items and continue items go on with it
-        run, row = await self.store.delegations.begin(task, model=self.cfg.llm.model)
-        request.started_run, request.turn_started_seq = run, row.seq
+        model = self.cfg.llm.model
+        run, row = await self.store.delegations.begin(task, model=model, fence=fence, item_id=start.item_id)
+        request.started_run, request.turn_started_seq, request.fence = run, row.seq, fence
         return request
 
     async def background_ended(self, request: TurnRequest, result: TurnOutcome) -> None:

@@ -213,14 +213,15 @@ class Worker:
         await self.runner.run(request)
 
     async def _task(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
-        """A background child's first turn, on its own thread (see gateway/agent/delegation.py)."""
-        await self.store.inbox.finish([item.id], fence=fence)
-        if self.services.delegation is None:
+        """A background child's first turn, on its own thread (see gateway/agent/delegation.py).
+        The item is done in the write that starts the child's run: a crash before it leaves the
+        item to start the task again, never a task that nothing starts."""
+        control = self.services.delegation.control if self.services.delegation is not None else None
+        request = await control.start_background(started_task(item), thread, fence) if control else None
+        if request is None:
+            await self.store.inbox.finish([item.id], fence=fence)  # ended or started already: nothing to do
             return
-        request = await self.services.delegation.control.start_background(started_task(item).task_id, thread)
-        if request is not None:
-            request.fence = fence
-            await self.runner.run(request)
+        await self.runner.run(request)
 
     async def _continue(self, thread: ThreadKey, left: ContinueRun, fence: Fence) -> None:
         """A run a stopped worker left RUNNING ends failed; a new run continues its turn."""

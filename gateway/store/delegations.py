@@ -193,12 +193,16 @@ class DelegationRepo(Repo):
         return await self.db.read(work)
 
     async def begin(
-        self, task: TaskRecord, *, model: str | None, fence: Fence | None = None
+        self, task: TaskRecord, *, model: str | None, fence: Fence | None = None, item_id: int | None = None
     ) -> tuple[RunRecord, MessageRecord]:
-        """A child's first turn: its run, the task as its user row, and the task marked running
-        on that run, in one transaction."""
+        """A child's first turn: its run, the task as its user row, the task marked running on
+        that run and (`item_id`) the inbox item that started it done, in one transaction: a
+        crash before it leaves the item pending, to start the task again."""
 
         def work(conn: Connection) -> tuple[RunRecord, MessageRecord]:
+            if item_id is not None:
+                check_fence(conn, fence)
+                InboxRepo.finish_in(conn, InboxRepo.finish_params([item_id]))
             run = RunRepo.start_in(
                 conn, task.child_session_id, task.task_thread if task.background else task.thread_key, model=model
             )

@@ -267,15 +267,23 @@ class InboxRepo(Repo):
         if not item_ids:
             return
         # The SET columns come with the parameters (session_id only when given).
-        params: dict[str, Any] = {"item_ids": list(item_ids), "status": status, "done_at": utcnow()}
+        params = self.finish_params(item_ids, status)
         if session_id is not None:
             params["session_id"] = session_id
 
         def work(conn: Connection) -> None:
             check_fence(conn, fence)
-            conn.execute(_FINISH, params)
+            self.finish_in(conn, params)
 
         await self.db.write(work)
+
+    @staticmethod
+    def finish_in(conn: Connection, params: dict[str, Any]) -> None:
+        conn.execute(_FINISH, params)
+
+    @staticmethod
+    def finish_params(item_ids: Sequence[int], status: str = "done") -> dict[str, Any]:
+        return {"item_ids": list(item_ids), "status": status, "done_at": utcnow()}
 
     async def drop_pending(
         self,

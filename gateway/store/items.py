@@ -127,6 +127,7 @@ class StartTask:
     """A background child's first turn, on its task's own thread."""
 
     task_id: int
+    item_id: int | None = None  # the inbox item it was read from
 
     def item(self, thread_key: str) -> NewItem:
         return NewItem(f"task:{self.task_id}", thread_key, "task", {"task_id": self.task_id})
@@ -141,7 +142,7 @@ def resumed(item: InboxItem) -> ResumePrompt | ContinueRun:
 
 
 def started_task(item: InboxItem) -> StartTask:
-    return StartTask(int(item.payload["task_id"]))
+    return StartTask(int(item.payload["task_id"]), item.id)
 
 
 def rerun_message(event_id: str, thread_key: str, text: str, sender: SenderRef, schedule_id: Any) -> NewItem:
