@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
-from gateway.admin.queries import REDACTED, redacted_config
+from gateway.admin.queries import redacted_config
 from gateway.config import Config
 
 
@@ -55,5 +55,7 @@ def test_the_configuration_view_redacts_every_secret():
         {"admin": {"token": "adm-1"}, "telegram": {"token": "123:tg"}, "llm": {"api_key": "sk-xyz"}}
     )
     shown = redacted_config(config)
-    assert (shown["admin"]["token"], shown["telegram"]["token"], shown["llm"]["api_key"]) == (REDACTED,) * 3
+    assert (shown["admin"]["token"], shown["telegram"]["token"], shown["llm"]["api_key"]) == (
+        "•••• (set, 5 characters)", "•••• (set, 6 characters)", "•••• (set, 6 characters)"
+    )
     assert shown["slack"]["bot_token"] == "" and "adm-1" not in str(shown) and "sk-xyz" not in str(shown)
