@@ -12,10 +12,12 @@ from aiohttp import web
 from gateway import metrics
 from gateway.config import HttpConfig
 from gateway.loop_lag import LoopLag
+from gateway.proxies import Origin, TrustedProxies
 from gateway.store import Store, migrations_current
 
 log = logging.getLogger(__name__)
 Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]  # method, path, handler
+ORIGIN: web.RequestKey[Origin] = web.RequestKey("origin", Origin)
 
 
 class Readiness(Protocol):
@@ -52,7 +54,8 @@ class HttpServer:
         self.config = config
         self.stuck_after = stuck_after  # an outbox row unsent for longer counts as stuck
         self.accepting = True
-        self.app = web.Application(middlewares=[self._intake_guard])
+        self.proxies = TrustedProxies(config.trusted_proxies)
+        self.app = web.Application(middlewares=[self._origin, self._intake_guard])
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/readyz", self.readyz)
         self.app.router.add_get("/metrics", self.metrics)
@@ -63,6 +66,17 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.loop_lag = LoopLag()
+
+    @web.middleware
+    async def _origin(self, request: web.Request, handler):  # noqa: ANN001, ANN201
+        """The client and scheme as the trusted proxies tell them (gateway/proxies.py): every
+        handler below, the console's login limit and cookies included, sees `request.remote`
+        and `request.secure` of the client, not of the proxy."""
+        origin = self.proxies.origin(request.remote or "", request.headers, request.secure)
+        if origin.client != request.remote or origin.https != request.secure:
+            request = request.clone(remote=origin.client, scheme="https" if origin.https else "http")
+        request[ORIGIN] = origin
+        return await handler(request)
 
     @web.middleware
     async def _intake_guard(self, request: web.Request, handler):  # noqa: ANN001, ANN201

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
 from gateway.admin.queries import redacted_config
 from gateway.config import Config
@@ -15,22 +17,32 @@ class Clock:
         return self.now
 
 
-def test_a_session_expires_and_its_id_is_random():
-    clock = Clock()
-    sessions = Sessions(ttl_s=60, clock=clock)
-    first, session = sessions.open("dana")
-    second, _ = sessions.open("dana")
+class WallClock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_a_session_expires_and_its_id_is_random(store):
+    clock = WallClock()
+    sessions = Sessions(store.console, ttl_s=60, clock=clock)
+    first, session = await sessions.open("dana")
+    second, _ = await sessions.open("dana")
     assert first != second and len(first) >= 40
-    assert sessions.get(first) is session and sessions.get("forged") is None and sessions.get(None) is None
-    clock.now += 61
-    assert sessions.get(first) is None
+    assert await sessions.get(first) == session
+    assert await sessions.get("forged") is None and await sessions.get(None) is None
+    clock.now += timedelta(seconds=61)
+    assert await sessions.get(first) is None
 
 
-def test_the_csrf_token_belongs_to_its_session():
-    sessions = Sessions()
-    _, one = sessions.open("a")
-    _, other = sessions.open("b")
+async def test_the_csrf_token_belongs_to_its_session(store):
+    sessions = Sessions(store.console)
+    one_id, one = await sessions.open("a")
+    _, other = await sessions.open("b")
     assert csrf_matches(one, one.csrf) and not csrf_matches(one, other.csrf) and not csrf_matches(one, "")
+    assert (await sessions.get(one_id)).csrf == one.csrf  # the same on any instance: derived, not stored
 
 
 def test_failed_logins_block_an_address_for_the_window():
