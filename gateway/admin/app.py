@@ -70,11 +70,11 @@ async def guard(request: web.Request, handler):  # noqa: ANN001, ANN201
     return await handler(request)
 
 
-def build_admin(ops: Operations) -> web.Application:
+def build_admin(ops: Operations, guesses: LoginLimiter | None = None) -> web.Application:
     app = web.Application(middlewares=[guard])
     app[OPS] = ops
     app[SESSIONS] = Sessions(ops.store.console)
-    app[LIMITER] = LoginLimiter()
+    app[LIMITER] = guesses or LoginLimiter()
     app[TEMPLATES] = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -88,6 +88,6 @@ async def _to_overview(request: web.Request) -> web.Response:
     raise web.HTTPFound(f"{PREFIX}/")
 
 
-def mount_console(root: web.Application, ops: Operations) -> None:
+def mount_console(root: web.Application, ops: Operations, guesses: LoginLimiter | None = None) -> None:
     root.router.add_get(PREFIX, _to_overview)
-    root.add_subapp(PREFIX, build_admin(ops))
+    root.add_subapp(PREFIX, build_admin(ops, guesses))

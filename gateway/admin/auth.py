@@ -8,29 +8,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.events import utcnow
+from gateway.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, token_matches
 from gateway.store import ConsoleRepo
 
 COOKIE = "gateway_admin"
 SESSION_TTL_S = 8 * 3600
-LOGIN_FAILURES = 5  # per client address and window, then refused until the window passes
-LOGIN_WINDOW_S = 300.0
-
-
-def token_matches(given: str, expected: str) -> bool:
-    """Constant time: how much of a guess was right is not measurable."""
-    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
-
-
-def bearer(header: str) -> str:
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 @dataclass(frozen=True)
@@ -76,33 +63,11 @@ class Sessions:
             await self.repo.close_login(session_hash(session_id))
 
 
-@dataclass
-class LoginLimiter:
-    failures: int = LOGIN_FAILURES
-    window_s: float = LOGIN_WINDOW_S
-    clock: Callable[[], float] = time.monotonic
-    _seen: dict[str, deque[float]] = field(default_factory=dict)
-
-    def _recent(self, client: str) -> deque[float]:
-        now = self.clock()
-        times = self._seen.setdefault(client, deque())
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        return times
-
-    def blocked(self, client: str) -> float:
-        """Seconds until this client may try again (0: it may)."""
-        times = self._recent(client)
-        if len(times) < self.failures:
-            return 0.0
-        return max(0.0, times[0] + self.window_s - self.clock())
-
-    def failed(self, client: str) -> None:
-        self._recent(client).append(self.clock())
-
-    def succeeded(self, client: str) -> None:
-        self._seen.pop(client, None)
-
-
 def csrf_matches(session: ConsoleSession, given: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+
+
+__all__ = [
+    "COOKIE", "LOGIN_FAILURES", "LOGIN_WINDOW_S", "SESSION_TTL_S", "ConsoleSession", "LoginLimiter", "Sessions",
+    "bearer", "csrf_matches", "session_hash", "token_matches",
+]
