@@ -7,7 +7,6 @@ a load balancer needs. "Local" is the client as the trusted proxies tell it (gat
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -109,19 +108,19 @@ class HttpServer:
         self._log_exposure()
 
     def _log_exposure(self) -> None:
-        """What a client that is not local reads, said once at start (an existing remote scrape
-        of /metrics needs the admin token or http.public_status from now on)."""
+        """What a client that is not local reads, said once at start (a remote scrape of
+        /metrics needs the admin token or http.public_status: true)."""
         if self.config.trusted_proxies:
             log.info("trusting X-Forwarded-For and X-Forwarded-Proto from %s", ", ".join(self.config.trusted_proxies))
         if self.config.public_status:
             log.info("http.public_status is true: /readyz details and /metrics are open to every client")
-        elif not _is_loopback_host(self.config.host):
-            log.info(
-                "/metrics and the details of /readyz answer only loopback clients%s; others get "
-                '{"ready": ...} from /readyz and 401 from /metrics (set http.public_status: true to publish them)',
-                " and the admin token (Authorization: Bearer)" if self.admin_token else
-                " (set GATEWAY_ADMIN_TOKEN to scrape from elsewhere with it)",
-            )
+            return
+        log.info(
+            "/metrics and the details of /readyz answer local clients%s; others get {\"ready\": ...} from /readyz "
+            "and 401 from /metrics (http.public_status: true publishes them)",
+            " and the admin token (Authorization: Bearer)" if self.admin_token else
+            " only (set GATEWAY_ADMIN_TOKEN to scrape from elsewhere with it)",
+        )
 
     async def stop_intake(self) -> None:
         self.accepting = False
@@ -205,13 +204,3 @@ class HttpServer:
         ]
         text = metrics.render().decode() + "\n".join(lines) + "\n"
         return web.Response(text=text, content_type="text/plain")
-
-
-def _is_loopback_host(host: str) -> bool:
-    """Whether the server listens on loopback only ("localhost", 127.0.0.1, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -57,8 +57,10 @@ async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm
         assert await get(h, "/readyz", REMOTE) == (503, '{"ready": false}')
 
 
-async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path):
+async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path, caplog):
+    caplog.set_level("INFO")
     async with serving(store, config(llm, tmp_path)) as h:
+        assert "others get {\"ready\": ...} from /readyz and 401 from /metrics" in caplog.text  # said at start
         await failed(h)
         assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
         assert (await get(h, "/metrics", REMOTE))[0] == 401
