@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
 from gateway.admin.queries import redacted_config
 from gateway.config import Config
+from gateway.guesses import MAX_CLIENTS
 
 
 class Clock:
@@ -71,3 +72,12 @@ def test_the_configuration_view_redacts_every_secret():
         "•••• (set, 5 characters)", "•••• (set, 6 characters)", "•••• (set, 6 characters)"
     )
     assert shown["slack"]["bot_token"] == "" and "adm-1" not in str(shown) and "sk-xyz" not in str(shown)
+
+
+def test_rotating_addresses_do_not_grow_the_limiter_without_bound():
+    clock = Clock()
+    limiter = LoginLimiter(failures=3, window_s=100, clock=clock)
+    for i in range(MAX_CLIENTS + 50):
+        limiter.failed(f"2001:db8::{i:x}")
+    assert len(limiter._seen) <= MAX_CLIENTS  # noqa: SLF001
+    assert limiter.blocked("10.0.0.1") == 0 and "10.0.0.1" not in limiter._seen  # noqa: SLF001 - a check adds nothing

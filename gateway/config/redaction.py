@@ -185,8 +185,11 @@ def secret_values(config: BaseModel, *, shortest: int = 4) -> set[str]:
             start = 1 if _in(PROGRAMS, path) else 0
             for i, item in enumerate(value[start:], start):
                 collect(item, (*path, str(i)))
+        elif isinstance(value, str) and _in(URLS, path):
+            found.update(_url_secrets(value))
         elif isinstance(value, str):
-            found.update(_url_secrets(value) if _in(URLS, path) else {value})
+            # "Bearer <token>": the token may be quoted alone
+            found.update({value, *(word for word in value.split() if len(word) >= 8)})
 
     collect(config.model_dump(mode="json"), ())
     return {text for text in found if len(text) >= shortest}

@@ -16,7 +16,7 @@ from mcp_support import mcp_section
 from pydantic import BaseModel
 
 from gateway.config import Config
-from gateway.config.redaction import MASKED, NAMES_ONLY, PROGRAMS, SHOWN, URLS, redact_url
+from gateway.config.redaction import MASKED, NAMES_ONLY, PROGRAMS, SHOWN, URLS, redact_url, scrub, secret_values
 
 SECRETS = {
     "database password": "Db-Pass-7f3a9c",
@@ -180,3 +180,12 @@ def model_keys(model: type[BaseModel], path: tuple[str, ...] = ()):  # noqa: ANN
             yield from model_keys(inner, key if inner is annotation else (*key, "*"))
         else:
             yield key
+
+
+def test_an_error_quoting_a_configured_secret_is_scrubbed():
+    config = hostile_config("http://127.0.0.1:9/v1", "ws")
+    s = SECRETS
+    error = (f"Client error '401' for url 'http://mcp-user:{s['MCP url password']}@127.0.0.1:9/mcp?key="
+             f"{s['MCP url query']}' sent {s['MCP header']} with env {s['MCP env']}")
+    scrubbed = scrub(error, secret_values(config))
+    assert leaked(scrubbed) == [] and "127.0.0.1:9/mcp" in scrubbed
