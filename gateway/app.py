@@ -217,12 +217,13 @@ class Gateway:
                 config.http,
                 webhook_routes(self.channels.values()),
                 stuck_after=timedelta(seconds=config.outbox.sweep_after_s),
+                admin_token=config.admin.token,
             )
             if serve_http
             else None
         )
         if self.http is not None:
-            mount_admin(self.http.app, GatewayOperations(self))
+            mount_admin(self.http.app, GatewayOperations(self), self.http.guesses)
         self.leadership = Leadership(
             self.store,
             self.inbox.instance_id,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
-from gateway.admin.queries import REDACTED, redacted_config
+from gateway.admin.queries import redacted_config
 from gateway.config import Config
+from gateway.guesses import MAX_CLIENTS
 
 
 class Clock:
@@ -15,22 +18,32 @@ class Clock:
         return self.now
 
 
-def test_a_session_expires_and_its_id_is_random():
-    clock = Clock()
-    sessions = Sessions(ttl_s=60, clock=clock)
-    first, session = sessions.open("dana")
-    second, _ = sessions.open("dana")
+class WallClock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_a_session_expires_and_its_id_is_random(store):
+    clock = WallClock()
+    sessions = Sessions(store.console, ttl_s=60, clock=clock)
+    first, session = await sessions.open("dana")
+    second, _ = await sessions.open("dana")
     assert first != second and len(first) >= 40
-    assert sessions.get(first) is session and sessions.get("forged") is None and sessions.get(None) is None
-    clock.now += 61
-    assert sessions.get(first) is None
+    assert await sessions.get(first) == session
+    assert await sessions.get("forged") is None and await sessions.get(None) is None
+    clock.now += timedelta(seconds=61)
+    assert await sessions.get(first) is None
 
 
-def test_the_csrf_token_belongs_to_its_session():
-    sessions = Sessions()
-    _, one = sessions.open("a")
-    _, other = sessions.open("b")
+async def test_the_csrf_token_belongs_to_its_session(store):
+    sessions = Sessions(store.console)
+    one_id, one = await sessions.open("a")
+    _, other = await sessions.open("b")
     assert csrf_matches(one, one.csrf) and not csrf_matches(one, other.csrf) and not csrf_matches(one, "")
+    assert (await sessions.get(one_id)).csrf == one.csrf  # the same on any instance: derived, not stored
 
 
 def test_failed_logins_block_an_address_for_the_window():
@@ -55,5 +68,16 @@ def test_the_configuration_view_redacts_every_secret():
         {"admin": {"token": "adm-1"}, "telegram": {"token": "123:tg"}, "llm": {"api_key": "sk-xyz"}}
     )
     shown = redacted_config(config)
-    assert (shown["admin"]["token"], shown["telegram"]["token"], shown["llm"]["api_key"]) == (REDACTED,) * 3
+    assert (shown["admin"]["token"], shown["telegram"]["token"], shown["llm"]["api_key"]) == (
+        "•••• (set, 5 characters)", "•••• (set, 6 characters)", "•••• (set, 6 characters)"
+    )
     assert shown["slack"]["bot_token"] == "" and "adm-1" not in str(shown) and "sk-xyz" not in str(shown)
+
+
+def test_rotating_addresses_do_not_grow_the_limiter_without_bound():
+    clock = Clock()
+    limiter = LoginLimiter(failures=3, window_s=100, clock=clock)
+    for i in range(MAX_CLIENTS + 50):
+        limiter.failed(f"2001:db8::{i:x}")
+    assert len(limiter._seen) <= MAX_CLIENTS  # noqa: SLF001
+    assert limiter.blocked("10.0.0.1") == 0 and "10.0.0.1" not in limiter._seen  # noqa: SLF001 - a check adds nothing

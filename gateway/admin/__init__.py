@@ -9,14 +9,16 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from gateway.admin.operations import Operations
+    from gateway.guesses import LoginLimiter
 
 log = logging.getLogger(__name__)
 
 
-def mount(root: web.Application, ops: Operations) -> bool:
+def mount(root: web.Application, ops: Operations, guesses: LoginLimiter | None = None) -> bool:
     """Mount the console at /admin when `admin.enabled` and a token is set; say why not otherwise.
     The console (its pages, templates, jinja2) is imported only then: a start without it
-    does not load them."""
+    does not load them. `guesses`: the HTTP server's limiter of wrong tokens, shared so a
+    client has one budget of guesses for the login, the API and /metrics."""
     admin = ops.config.admin
     if not admin.enabled:
         log.info("admin console off (admin.enabled is false)")
@@ -26,7 +28,7 @@ def mount(root: web.Application, ops: Operations) -> bool:
         return False
     from gateway.admin.app import mount_console
 
-    mount_console(root, ops)
+    mount_console(root, ops, guesses)
     log.info("admin console on /admin (admin API on /admin/api/)")
     return True
 

@@ -23,6 +23,11 @@ async def overview(request: web.Request) -> web.Response:
     return reply(await queries.overview(request.app[OPS]))
 
 
+async def config(request: web.Request) -> web.Response:
+    """The effective configuration as the console shows it: harmless keys only, the rest masked."""
+    return reply(queries.redacted_config(request.app[OPS].config))
+
+
 async def run(request: web.Request) -> web.Response:
     detail = await queries.run_detail(request.app[OPS], int(request.match_info["run_id"]))
     return reply(detail) if detail is not None else reply({"error": "no such run"}, status=404)
@@ -80,6 +85,7 @@ async def audit(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/overview", overview)
+    app.router.add_get("/api/config", config)
     app.router.add_get("/api/runs/{run_id:\\d+}", run)
     app.router.add_get("/api/approvals", approvals)
     app.router.add_post("/api/approvals/{prompt_id:\\d+}/{action:approve|deny}", decide_approval)

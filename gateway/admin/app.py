@@ -4,6 +4,7 @@ login, the session and CSRF checks (pages), the bearer check (API), templates an
 from __future__ import annotations
 
 import logging
+import math
 
 import jinja2
 from aiohttp import web
@@ -21,6 +22,7 @@ from gateway.admin.keys import (
     SESSIONS,
     TEMPLATES,
     USER,
+    client_of,
 )
 from gateway.admin.operations import Operations
 
@@ -30,18 +32,31 @@ def _api_user(request: web.Request) -> str:
     return (request.headers.get(API_USER_HEADER) or "api").strip()[:64] or "api"
 
 
+async def _api(request: web.Request, handler):  # noqa: ANN001, ANN202
+    """The bearer check, limited like logins (one budget of guesses per client address)."""
+    limiter, client = request.app[LIMITER], client_of(request)
+    wait = limiter.blocked(client)
+    if wait:
+        return web.json_response(
+            {"error": f"too many wrong tokens: try again in {wait:.0f} s"}, status=429,
+            headers={"Retry-After": str(math.ceil(wait))},
+        )
+    if not token_matches(bearer(request.headers.get("Authorization", "")), request.app[OPS].config.admin.token):
+        limiter.failed(client)
+        return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+    limiter.succeeded(client)
+    request[USER] = _api_user(request)
+    return await handler(request)
+
+
 @web.middleware
 async def guard(request: web.Request, handler):  # noqa: ANN001, ANN201
     app = request.app
-    expected = app[OPS].config.admin.token
     if request.path.startswith(f"{PREFIX}/api/"):
-        if not token_matches(bearer(request.headers.get("Authorization", "")), expected):
-            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
-        request[USER] = _api_user(request)
-        return await handler(request)
+        return await _api(request, handler)
     if request.path in OPEN_PATHS:
         return await handler(request)
-    session = app[SESSIONS].get(request.cookies.get(COOKIE))
+    session = await app[SESSIONS].get(request.cookies.get(COOKIE))
     if session is None:
         if request.method == "GET":
             raise web.HTTPSeeOther(f"{PREFIX}/login")
@@ -55,11 +70,11 @@ async def guard(request: web.Request, handler):  # noqa: ANN001, ANN201
     return await handler(request)
 
 
-def build_admin(ops: Operations) -> web.Application:
+def build_admin(ops: Operations, guesses: LoginLimiter | None = None) -> web.Application:
     app = web.Application(middlewares=[guard])
     app[OPS] = ops
-    app[SESSIONS] = Sessions()
-    app[LIMITER] = LoginLimiter()
+    app[SESSIONS] = Sessions(ops.store.console)
+    app[LIMITER] = guesses or LoginLimiter()
     app[TEMPLATES] = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -73,6 +88,6 @@ async def _to_overview(request: web.Request) -> web.Response:
     raise web.HTTPFound(f"{PREFIX}/")
 
 
-def mount_console(root: web.Application, ops: Operations) -> None:
+def mount_console(root: web.Application, ops: Operations, guesses: LoginLimiter | None = None) -> None:
     root.router.add_get(PREFIX, _to_overview)
-    root.add_subapp(PREFIX, build_admin(ops))
+    root.add_subapp(PREFIX, build_admin(ops, guesses))

@@ -1,100 +1,73 @@
-"""Who may use the console: the admin token, compared in constant time; a random server-side
-session behind an HttpOnly, SameSite=Strict cookie; a CSRF token per session on every form;
-failed logins rate limited per client address."""
+"""Who may use the console: the admin token, compared in constant time; a random session id
+behind an HttpOnly, SameSite=Strict cookie, stored in the database as its hash (so a session
+works on every instance and after a restart, and the table alone logs nobody in); a CSRF token
+per session on every form; failed logins and wrong bearer tokens rate limited per client address."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gateway.events import utcnow
+from gateway.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, token_matches
+from gateway.store import ConsoleRepo
 
 COOKIE = "gateway_admin"
 SESSION_TTL_S = 8 * 3600
-LOGIN_FAILURES = 5  # per client address and window, then refused until the window passes
-LOGIN_WINDOW_S = 300.0
 
 
-def token_matches(given: str, expected: str) -> bool:
-    """Constant time: how much of a guess was right is not measurable."""
-    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
-
-
-def bearer(header: str) -> str:
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
-@dataclass
+@dataclass(frozen=True)
 class ConsoleSession:
     user: str
     csrf: str
-    expires: float
+    expires: datetime
 
 
-@dataclass
+def session_hash(session_id: str) -> str:
+    """What the database keeps of a session id (the id is 256 random bits: a plain hash is enough)."""
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _csrf_of(session_id: str) -> str:
+    """The session's CSRF token, derived from its id: not stored, and not derivable from the hash."""
+    return hmac.new(session_id.encode(), b"gateway console csrf", hashlib.sha256).hexdigest()
+
+
 class Sessions:
-    """In memory, on the instance that logged in: a restart logs everyone out (by design)."""
+    """Console sessions in the database, shared by every instance; logout deletes the row."""
 
-    ttl_s: float = SESSION_TTL_S
-    clock: Callable[[], float] = time.monotonic
-    _by_id: dict[str, ConsoleSession] = field(default_factory=dict)
+    def __init__(self, repo: ConsoleRepo, *, ttl_s: float = SESSION_TTL_S, clock: Callable[[], datetime] = utcnow):
+        self.repo = repo
+        self.ttl_s = ttl_s
+        self.clock = clock
 
-    def _now(self) -> float:
-        return self.clock()
-
-    def open(self, user: str) -> tuple[str, ConsoleSession]:
-        self._forget_expired()
+    async def open(self, user: str) -> tuple[str, ConsoleSession]:
         session_id = secrets.token_urlsafe(32)
-        session = ConsoleSession(user, secrets.token_urlsafe(32), self._now() + self.ttl_s)
-        self._by_id[session_id] = session
-        return session_id, session
-
-    def get(self, session_id: str | None) -> ConsoleSession | None:
-        session = self._by_id.get(session_id or "")
-        if session is None or session.expires <= self._now():
-            self._by_id.pop(session_id or "", None)
-            return None
-        return session
-
-    def close(self, session_id: str | None) -> None:
-        self._by_id.pop(session_id or "", None)
-
-    def _forget_expired(self) -> None:
-        now = self._now()
-        for key in [k for k, s in self._by_id.items() if s.expires <= now]:
-            del self._by_id[key]
-
-
-@dataclass
-class LoginLimiter:
-    failures: int = LOGIN_FAILURES
-    window_s: float = LOGIN_WINDOW_S
-    clock: Callable[[], float] = time.monotonic
-    _seen: dict[str, deque[float]] = field(default_factory=dict)
-
-    def _recent(self, client: str) -> deque[float]:
         now = self.clock()
-        times = self._seen.setdefault(client, deque())
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        return times
+        expires = now + timedelta(seconds=self.ttl_s)
+        await self.repo.open_login(session_hash(session_id), user, now=now, expires_at=expires)
+        return session_id, ConsoleSession(user, _csrf_of(session_id), expires)
 
-    def blocked(self, client: str) -> float:
-        """Seconds until this client may try again (0: it may)."""
-        times = self._recent(client)
-        if len(times) < self.failures:
-            return 0.0
-        return max(0.0, times[0] + self.window_s - self.clock())
+    async def get(self, session_id: str | None) -> ConsoleSession | None:
+        if not session_id:
+            return None
+        login = await self.repo.login(session_hash(session_id), now=self.clock())
+        return ConsoleSession(login.username, _csrf_of(session_id), login.expires_at) if login else None
 
-    def failed(self, client: str) -> None:
-        self._recent(client).append(self.clock())
-
-    def succeeded(self, client: str) -> None:
-        self._seen.pop(client, None)
+    async def close(self, session_id: str | None) -> None:
+        if session_id:
+            await self.repo.close_login(session_hash(session_id))
 
 
 def csrf_matches(session: ConsoleSession, given: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+
+
+__all__ = [
+    "COOKIE", "LOGIN_FAILURES", "LOGIN_WINDOW_S", "SESSION_TTL_S", "ConsoleSession", "LoginLimiter", "Sessions",
+    "bearer", "csrf_matches", "session_hash", "token_matches",
+]

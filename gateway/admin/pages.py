@@ -34,7 +34,7 @@ async def login(request: web.Request) -> web.Response:
         return render(request, "login.html", status=401, error="Wrong token.")
     limiter.succeeded(client)
     await audit.record_console_action(user=user, action="login", detail={"client": client})
-    session_id, _ = request.app[SESSIONS].open(user)
+    session_id, _ = await request.app[SESSIONS].open(user)
     response = web.HTTPSeeOther(f"{PREFIX}/")
     response.set_cookie(
         COOKIE, session_id, max_age=int(SESSION_TTL_S), httponly=True, samesite="Strict", path=PREFIX,
@@ -44,7 +44,7 @@ async def login(request: web.Request) -> web.Response:
 
 
 async def logout(request: web.Request) -> web.Response:
-    request.app[SESSIONS].close(request.cookies.get(COOKIE))
+    await request.app[SESSIONS].close(request.cookies.get(COOKIE))
     response = web.HTTPSeeOther(f"{PREFIX}/login")
     response.del_cookie(COOKIE, path=PREFIX)
     raise response

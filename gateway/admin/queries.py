@@ -13,11 +13,11 @@ from gateway.access.policy import AccessPolicy
 from gateway.admin.operations import Operations
 from gateway.budgets import budgets_report
 from gateway.cli.reports import event_summary
-from gateway.config import SECRETS, Config, parse_duration
-from gateway.store import RunEventRecord, RunRecord
+from gateway.config import parse_duration
+from gateway.config.redaction import redacted_config, scrub, secret_values
+from gateway.store import RunEventRecord, RunRecord, redact
 from gateway.traces import format_nano_usd
 
-REDACTED = "•••• (redacted)"
 LEADER_LEASE = "leader"
 
 
@@ -34,16 +34,19 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def redacted_config(config: Config) -> dict[str, Any]:
-    """The effective configuration with every secret replaced (set or not, it is never shown)."""
-    data = config.model_dump(mode="json")
-    for path in SECRETS:
-        node = data
-        for part in path[:-1]:
-            node = node.get(part, {})
-        if path[-1] in node:
-            node[path[-1]] = REDACTED if node[path[-1]] else ""
-    return data
+def mcp_servers(ops: Operations) -> dict[str, dict[str, Any]]:
+    """Each MCP server's state as the console shows it: where it points as the configuration
+    view shows it, and its last error with every configured secret scrubbed (an exception's
+    text may quote a URL or a command line)."""
+    config = ops.config
+    view = redacted_config(config)["mcp"]["servers"]
+    secrets = secret_values(config)
+    shown = {}
+    for name, state in ops.mcp_summary().items():
+        server = view.get(name, {})
+        target = server.get("url") or " ".join(server.get("command") or [])
+        shown[name] = {**state, "target": target, "error": redact(scrub(str(state.get("error") or ""), secrets))}
+    return shown
 
 
 def cost_text(run: RunRecord) -> str:
@@ -79,7 +82,7 @@ async def overview(ops: Operations) -> dict[str, Any]:
         "leader": leader.owner if leader else None,
         "instances": instances,
         "channels": ops.channel_states(),
-        "mcp": ops.mcp_summary(),
+        "mcp": mcp_servers(ops),
         "inbox": {"pending": pending, "oldest_age_s": (now - oldest).total_seconds() if oldest else 0.0},
         "stuck_outbox": counts.stuck_outbox,
         "turns_running": counts.turns_running,

@@ -3,6 +3,7 @@ outbox, retention, approvals, questions, HTTP and serving."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -185,6 +186,20 @@ class QuestionsConfig(Section):
 class HttpConfig(Section):
     host: str = "127.0.0.1"
     port: int = 8080
+    # Reverse proxies (CIDRs) whose X-Forwarded-For and X-Forwarded-Proto are believed; from any
+    # other peer those headers are ignored (docs/operations.md, "Behind a reverse proxy").
+    trusted_proxies: list[str] = []
+    public_status: bool = False  # true: /readyz details and /metrics for every client, not only local or admin
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an address or a network (e.g. 10.0.0.0/8, 127.0.0.1)") from None
+        return value
 
 
 class AdminConfig(Section):

@@ -11,7 +11,6 @@ from gateway.agent.services import TurnServices
 from gateway.budgets import Payer, cost_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
-from gateway.mcp.manager import state_line
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
 from gateway.traces import RunTrace, format_nano_usd
@@ -81,8 +80,20 @@ def status_text(
         if waits:
             lines.append(f"  waiting: next attempt at {max(waits):%H:%M:%S} UTC")
     lines.append(cost_text(totals))
-    lines += [state_line(name, server) for name, server in (mcp or {}).items()]
+    lines += [mcp_state_line(name, server) for name, server in (mcp or {}).items()]
     return "\n".join(lines)
+
+
+def mcp_state_line(name: str, server: dict) -> str:
+    """An MCP server's state as a chat sees it: never the error's text, which may quote a URL,
+    a path or a credential (the console and `gateway doctor` show it to the operator)."""
+    status = server["status"]
+    if status == "running":
+        return f"MCP {name}: 🟢 running, {server['tools']} tools"
+    if status == "failed":
+        wait = server.get("retry_in_s") or 0
+        return f"MCP {name}: 🔴 down (restarting{f' in {wait:g}s' if wait else ''})"
+    return f"MCP {name}: {status}"
 
 
 def cost_text(totals: dict) -> str:

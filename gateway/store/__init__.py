@@ -15,7 +15,7 @@ from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRec
 from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, redact_arguments
 from gateway.store.base import Fence, LeaseLost
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
-from gateway.store.console import ConsoleRepo, InstanceBeat, OverviewCounts
+from gateway.store.console import ConsoleRepo, InstanceBeat, LoginSession, OverviewCounts
 from gateway.store.db import (
     Database,
     StoreError,
@@ -285,5 +285,6 @@ __all__ = [
     "redact_arguments",
     "ConsoleRepo",
     "InstanceBeat",
+    "LoginSession",
     "OverviewCounts",
 ]

@@ -1,18 +1,18 @@
 """What the web console reads that no other part needs: instances' heartbeats, the counts of the
-overview (each one aggregate query), decided prompts and a session search."""
+overview (each one aggregate query), decided prompts, a session search, and its login sessions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import delete, func, insert, or_, select
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
 from gateway.store.records import PromptRecord, SessionRecord
-from gateway.store.tables import leases, messages, outbox, prompts, runs, sessions
+from gateway.store.tables import console_sessions, leases, messages, outbox, prompts, runs, sessions
 
 HEARTBEAT_PREFIX = "instance:"  # a lease each instance renews while it runs: its heartbeat
 
@@ -31,7 +31,47 @@ class OverviewCounts:
     stuck_outbox: int
 
 
+@dataclass(frozen=True)
+class LoginSession:
+    """A console login as stored: under the hash of its id, never the id."""
+
+    id_hash: str
+    username: str
+    created_at: datetime
+    expires_at: datetime
+
+
 class ConsoleRepo(Repo):
+    async def open_login(self, id_hash: str, username: str, *, now: datetime, expires_at: datetime) -> None:
+        """Store a new login; logins that have expired go at the same time (nothing else prunes them)."""
+
+        def work(conn: Connection) -> None:
+            conn.execute(delete(console_sessions).where(console_sessions.c.expires_at <= now))
+            conn.execute(
+                insert(console_sessions).values(
+                    id_hash=id_hash, username=username, created_at=now, expires_at=expires_at
+                )
+            )
+
+        await self.db.write(work)
+
+    async def login(self, id_hash: str, *, now: datetime) -> LoginSession | None:
+        """The login stored under this hash, unless it has expired."""
+
+        def work(conn: Connection) -> LoginSession | None:
+            row = conn.execute(
+                select(console_sessions).where(
+                    console_sessions.c.id_hash == id_hash, console_sessions.c.expires_at > now
+                )
+            ).first()
+            return to_record(LoginSession, row) if row is not None else None
+
+        return await self.db.read(work)
+
+    async def close_login(self, id_hash: str) -> None:
+        statement = delete(console_sessions).where(console_sessions.c.id_hash == id_hash)
+        await self.db.write(lambda conn: conn.execute(statement))
+
     async def instances(self) -> list[InstanceBeat]:
         """Instances whose heartbeat lease is held (expired ones too: shown as silent)."""
 

@@ -472,6 +472,18 @@ audit = Table(
 )
 
 
+# Console sessions (gateway/admin/auth.py): shared by every instance and kept over a restart.
+# The key is the SHA-256 of the session id in the browser's cookie: the table alone logs nobody in.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("username", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+)
+
+
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""

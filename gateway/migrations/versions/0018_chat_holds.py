@@ -1,7 +1,7 @@
 """flood waits shared by every instance
 
 Revision ID: 0018
-Revises: 0010
+Revises: 0012
 """
 
 import sqlalchemy as sa
@@ -10,7 +10,7 @@ from alembic import op
 from gateway.store.tables import UTCDateTime
 
 revision = "0018"
-down_revision = "0010"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

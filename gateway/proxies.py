@@ -1,0 +1,68 @@
+"""Who a request comes from when the gateway sits behind reverse proxies (`http.trusted_proxies`).
+
+X-Forwarded-For is a list anyone can start: each proxy appends the address it saw. So it is read
+only when the direct peer is a trusted proxy, from the right, skipping trusted proxies: the first
+address that is not one is the client (an attacker can write the left part, not the address the
+last trusted proxy appended). X-Forwarded-Proto is believed only from a trusted peer too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Headers by which a peer says it is passing on someone else's request.
+FORWARDING_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = text.strip()
+    if text.startswith("[") and "]" in text:  # [v6]:port
+        text = text[1 : text.index("]")]
+    elif text.count(":") == 1:  # v4:port
+        text = text.split(":")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return address.ipv4_mapped or address if isinstance(address, ipaddress.IPv6Address) else address
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a request comes from: the client's address, whether it came over HTTPS, and
+    whether it is a local client (loopback, not passed on by an untrusted proxy)."""
+
+    client: str
+    https: bool
+    local: bool
+
+
+class TrustedProxies:
+    def __init__(self, cidrs: Iterable[str] = ()):
+        self.networks: tuple[Network, ...] = tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+    def trusts(self, address: str) -> bool:
+        ip = _address(address)
+        return ip is not None and any(ip in network for network in self.networks)
+
+    def origin(self, peer: str, headers: Mapping[str, str], https: bool) -> Origin:
+        """`peer`: the direct peer's address; `https`: whether the connection itself is TLS."""
+        if not self.trusts(peer):
+            # A loopback peer passing on a request (a local proxy nobody listed) is not local.
+            forwarded = any(headers.get(name) for name in FORWARDING_HEADERS)
+            return Origin(peer, https, _is_loopback(peer) and not forwarded)
+        client = peer
+        for hop in reversed([h.strip() for h in headers.get("X-Forwarded-For", "").split(",") if h.strip()]):
+            client = hop
+            if not self.trusts(hop):
+                break
+        proto = headers.get("X-Forwarded-Proto", "").split(",")[-1].strip().lower()
+        return Origin(client, proto == "https" if proto else https, _is_loopback(client))
+
+
+def _is_loopback(address: str) -> bool:
+    ip = _address(address)
+    return ip is not None and ip.is_loopback

@@ -1,0 +1,98 @@
+"""Item 15: what anyone who reaches the HTTP port, or any member of a chat, can read.
+
+The attacks: a stranger on the network (or on the internet, through the reverse proxy) reads
+/readyz for the MCP servers' names, commands and errors and /metrics for tool names and traffic;
+a chat member reads an MCP server's raw exception text (a URL, a path, a token) with /status.
+
+The test's client is on loopback, so a remote client is presented the honest way: through a
+trusted proxy (127.0.0.1 in http.trusted_proxies) whose X-Forwarded-For names a public address.
+A proxy on the same host that nobody listed in trusted_proxies passes on remote clients too:
+a loopback peer that forwards a request is not a local client."""
+
+from __future__ import annotations
+
+import aiohttp
+from admin_support import TOKEN, serving
+from harness import make_config
+from mcp_support import mcp_section
+
+from gateway.guesses import LOGIN_FAILURES
+
+BROKEN = {"command": ["/nonexistent/mcp-server-Hidden-Path"], "connect_timeout_s": 5}
+REMOTE = {"X-Forwarded-For": "203.0.113.9"}
+
+
+def config(llm, tmp_path, **http):  # noqa: ANN001, ANN201
+    return make_config(
+        llm.base_url, str(tmp_path / "ws"),
+        http={"host": "127.0.0.1", "port": 0, **http}, admin={"token": TOKEN}, mcp=mcp_section(broken=BROKEN),
+    )
+
+
+async def get(h, path: str, headers: dict | None = None) -> tuple[int, str]:  # noqa: ANN001
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{h.gateway.http.port}{path}", headers=headers or {}) as response:
+            return response.status, await response.text()
+
+
+async def failed(h) -> None:  # noqa: ANN001
+    await h.gateway.mcp.wait_for(lambda m: m.states["broken"].status == "failed", 20)
+
+
+async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm, tmp_path):
+    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"])) as h:
+        await failed(h)
+        assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
+        status, body = await get(h, "/metrics", REMOTE)
+        assert status == 401 and "gateway_" not in body
+        # Local clients and the admin (its token, from anywhere) see the details.
+        for headers in ({}, {**REMOTE, "Authorization": f"Bearer {TOKEN}"}):
+            status, body = await get(h, "/readyz", headers)
+            assert status == 200 and '"broken"' in body and '"migrations_current"' in body
+            status, body = await get(h, "/metrics", headers)
+            assert status == 200 and "gateway_inbox_pending" in body
+        status, _ = await get(h, "/readyz", {**REMOTE, "Authorization": "Bearer wrong"})
+        assert (status, _) == (200, '{"ready": true}')
+        await h.gateway.http.stop_intake()  # a load balancer still learns when to stop sending
+        assert await get(h, "/readyz", REMOTE) == (503, '{"ready": false}')
+
+
+async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path, caplog):
+    caplog.set_level("INFO")
+    async with serving(store, config(llm, tmp_path)) as h:
+        assert "others get {\"ready\": ...} from /readyz and 401 from /metrics" in caplog.text  # said at start
+        await failed(h)
+        assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
+        assert (await get(h, "/metrics", REMOTE))[0] == 401
+        assert (await get(h, "/healthz", REMOTE))[0] == 200
+
+
+async def test_public_status_publishes_the_details(store, llm, tmp_path):
+    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"], public_status=True)) as h:
+        await failed(h)
+        status, body = await get(h, "/readyz", REMOTE)
+        assert status == 200 and '"broken"' in body
+        assert (await get(h, "/metrics", REMOTE))[0] == 200
+
+
+async def test_status_in_a_chat_shows_server_states_not_error_text(store, llm, tmp_path):
+    async with serving(store, config(llm, tmp_path)) as h:
+        await failed(h)
+        error = h.gateway.mcp.states["broken"].error
+        assert error  # the server did fail with a message: the chat must not see it
+        await h.say("/status")
+        await h.idle()
+        status = h.channel.messages()[-1]
+        assert "MCP broken: 🔴 down (restarting" in status
+        assert error not in status and "Hidden-Path" not in status and "nonexistent" not in status
+
+
+async def test_guessing_the_admin_token_on_metrics_is_limited_like_logins(store, llm, tmp_path):
+    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"])) as h:
+        for i in range(LOGIN_FAILURES):
+            assert (await get(h, "/metrics", {**REMOTE, "Authorization": f"Bearer guess-{i}"}))[0] == 401
+        assert (await get(h, "/metrics", {**REMOTE, "Authorization": f"Bearer {TOKEN}"}))[0] == 429
+        async with aiohttp.ClientSession() as http:  # the console's login counts the same guesses
+            url = f"http://127.0.0.1:{h.gateway.http.port}/admin/login"
+            async with http.post(url, data={"token": TOKEN}, headers=REMOTE) as response:
+                assert response.status == 429

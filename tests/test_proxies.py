@@ -1,0 +1,36 @@
+"""The client and scheme of a request as the trusted proxies tell them (gateway/proxies.py)."""
+
+from __future__ import annotations
+
+from gateway.proxies import TrustedProxies
+
+PROXIES = TrustedProxies(["10.0.0.0/8", "127.0.0.1", "fd00::/8"])
+
+
+def test_headers_from_a_peer_that_is_not_trusted_are_ignored():
+    origin = PROXIES.origin("198.51.100.7", {"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": "https"}, False)
+    assert (origin.client, origin.https, origin.local) == ("198.51.100.7", False, False)
+
+
+def test_the_client_is_the_rightmost_address_that_is_not_a_trusted_proxy():
+    headers = {"X-Forwarded-For": "forged, 203.0.113.5, 10.1.2.3"}
+    assert PROXIES.origin("10.0.0.1", headers, False).client == "203.0.113.5"
+    assert PROXIES.origin("10.0.0.1", {"X-Forwarded-For": "10.2.2.2, 10.3.3.3"}, False).client == "10.2.2.2"
+    assert PROXIES.origin("10.0.0.1", {}, False).client == "10.0.0.1"
+    assert PROXIES.origin("fd00::1", {"X-Forwarded-For": "2001:db8::9"}, False).client == "2001:db8::9"
+    assert PROXIES.origin("::ffff:10.0.0.1", {"X-Forwarded-For": "203.0.113.5"}, False).client == "203.0.113.5"
+
+
+def test_https_and_local_as_the_trusted_proxy_says():
+    assert PROXIES.origin("10.0.0.1", {"X-Forwarded-Proto": "https"}, False).https
+    assert not PROXIES.origin("10.0.0.1", {"X-Forwarded-Proto": "http"}, True).https
+    assert PROXIES.origin("127.0.0.1", {}, False).local
+    assert PROXIES.origin("127.0.0.1", {"X-Forwarded-For": "127.0.0.1"}, False).local
+    assert not PROXIES.origin("127.0.0.1", {"X-Forwarded-For": "203.0.113.5"}, False).local
+
+
+def test_a_loopback_peer_forwarding_for_someone_is_not_local_unless_trusted():
+    nobody = TrustedProxies()
+    assert nobody.origin("127.0.0.1", {}, False).local
+    for header in ("X-Forwarded-For", "X-Real-IP", "Forwarded"):
+        assert not nobody.origin("127.0.0.1", {header: "203.0.113.5"}, False).local
