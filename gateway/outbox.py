@@ -271,8 +271,8 @@ class RecordedStream:
 
     async def update(self, text: str) -> None:
         stream = self._open()
-        if stream is None or not text or self._uncertain:
-            return
+        if stream is None or not text or self._uncertain or self.outbox.pacer.held_for(self.thread) > 0:
+            return  # progress is optional: none while the platform holds the chat (the final text waits)
         await fencing.proven()  # an edit after a stall could overwrite the new holder's reply
         try:
             await stream.update(text)

@@ -336,3 +336,18 @@ async def test_a_telegram_edit_that_times_out_is_retried_as_safe(sqlite_store, t
 
     row = await sqlite_store.outbox.get("close:1")
     assert row.status == "sent" and row.uncertain is None and row.attempts >= 2
+
+
+async def test_no_progress_goes_to_a_chat_the_platform_holds(sqlite_store) -> None:
+    """A streamed reply's progress edits into a held chat were sent anyway (the platform refuses
+    them and may lengthen the wait); the final text waits the hold out."""
+    virtual = VirtualTime()
+    channel = ScriptedChannel([])
+    outbox = outbox_for(sqlite_store, channel, time_source=virtual)
+    await outbox.pacer.hold(CHAT, 40)
+    stream = outbox.stream(CHAT)
+    await stream.update("the reply so fa")
+    await stream.show(lambda: "the reply so far")
+    assert channel.stream_updates == []
+    await stream.finish("reply:1", "the whole reply")
+    assert virtual.sleeps == [40]

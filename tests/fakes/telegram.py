@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import random
 import re
 import time
@@ -39,6 +40,10 @@ NOT_MODIFIED = (
     "are exactly the same as a current content and reply markup of the message"
 )
 Fault = Literal["429", "parse", "409", "500", "not_modified", "timeout"]
+# What a flood wait holds back: the calls that post to or change a chat.
+FLOOD_METHODS = frozenset(
+    {"sendMessage", "editMessageText", "sendMessageDraft", "sendPhoto", "sendDocument", "deleteMessage"}
+)
 _OBJECT_FIELDS = {
     "entities",
     "caption_entities",
@@ -104,6 +109,10 @@ class FakeTelegram:
         self.timeout_delay_s = 3.0
         # (method, kind, retry_after, params) of every fault served
         self.injected: list[tuple[str, Fault, int, dict[str, Any]]] = []
+        # Flood waits as Telegram keeps them (`keep_flood_waits()`): a chat answered 429 with
+        # retry_after N refuses what changes it for N seconds; each such call is recorded.
+        self._flood_until: dict[str, float] | None = None
+        self.flood_violations: list[tuple[str, str, float]] = []  # (method, chat, seconds too early)
         self._new_update = asyncio.Event()
         self._poll_generation = 0
         self._polls_open = asyncio.Event()
@@ -147,6 +156,27 @@ class FakeTelegram:
         """The next call to `method` (after `after` calls let through) fails: 429 (retry_after),
         400 parse error, 409, 500, or "timeout" (done, but answered too late)."""
         self._faults.setdefault(method, []).append([kind, retry_after, after])
+
+    def keep_flood_waits(self) -> None:
+        """From now on a 429 holds its chat: calls that change the chat before its retry_after
+        has passed are refused again (as Telegram does) and recorded in `flood_violations`."""
+        self._flood_until = {}
+
+    def _injected(self, method: str, kind: Fault, retry_after: int, params: dict[str, Any]) -> None:
+        self.injected.append((method, kind, retry_after, params))
+        if kind == "429" and self._flood_until is not None and "chat_id" in params:
+            chat = str(params["chat_id"])
+            self._flood_until[chat] = max(self._flood_until.get(chat, 0.0), time.monotonic() + retry_after)
+
+    def _flood_wait_left(self, method: str, params: dict[str, Any]) -> float:
+        if self._flood_until is None or method not in FLOOD_METHODS or "chat_id" not in params:
+            return 0.0
+        chat = str(params["chat_id"])
+        left = self._flood_until.get(chat, 0.0) - time.monotonic()
+        if left <= 0.05:  # a send timed to the hold's end may arrive a hair early
+            return 0.0
+        self.flood_violations.append((method, chat, left))
+        return left
 
     def random_faults(
         self, methods: tuple[str, ...], *, rate_429: float = 0.0, retry_after: tuple[int, int] = (1, 40),
@@ -290,9 +320,12 @@ class FakeTelegram:
         except ConnectionResetError:  # the client gave up (a cancelled long poll)
             return web.Response(status=499)
         self.calls.append(Call(method, params, time.monotonic()))
+        early = self._flood_wait_left(method, params)
+        if early:
+            return self._fault_response("429", math.ceil(early))
         kind, retry_after = self._draw_fault(method)
         if kind is not None:
-            self.injected.append((method, kind, retry_after, params))
+            self._injected(method, kind, retry_after, params)
         if kind is not None and kind != "timeout":
             return self._fault_response(kind, retry_after)
         handler = getattr(self, f"_api_{method}", None)
