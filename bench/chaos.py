@@ -15,11 +15,18 @@ What runs:
 - users on `--threads` conversations (Telegram private chats and groups, Slack threads), each
   sending its share of `--messages` in small bursts (busy mode `queue`: one turn per message);
 - a killer: `kill -9` of a random instance `--kills` times (the leader at least 3 times),
-  restarting it each time.
+  restarting it each time; `--stops` times an instance SIGSTOPped past the lease TTL, then
+  continued (the stalled holder); `--db-restarts` times PostgreSQL stopped for 10 s, then started;
+- what a deployment runs: Telegram's pacing (per chat and overall), pairing (two people paired
+  by an admin's tap during the run, two strangers never), an every-minute job delivering into a
+  busy chat under a job budget cap near its limit, documents attached to some messages, and the
+  fake Bot API keeping each flood wait as Telegram does.
 
-Then it reports, from what the fake chats show after all edits: messages lost, answered twice,
-per-thread order, approvals resolved, ambiguous sends recorded, latency from message to reply,
-leader failover time and the time a thread waited after its instance died.
+Then it reports, from what the fake chats show after all edits: messages lost, answered twice
+(each answer matched to its outbox row by platform message id), per-thread order, approvals
+resolved, ambiguous sends recorded, strangers answered, sends into a held chat, job firings
+recorded once, the job's spend against its cap, latency from message to reply, leader failover
+time and the time a thread waited after its instance died.
 """
 
 from __future__ import annotations
@@ -47,13 +54,21 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 import yaml  # noqa: E402
+from drill_checks import answered_markers, duplicates, job_firings, job_spend, outbox_by_message  # noqa: E402
+from drill_faults import database_restarter, patient, staller  # noqa: E402
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 
 POSTGRES_ENV = "GATEWAY_TEST_POSTGRES_URL"
 MARKER = re.compile(r"\bM\d{5}\b")
+PAIRING_REQUEST = re.compile(r"Access request from .*\(telegram:(\d+)\)")
 GATEWAY = str(ROOT / ".venv" / "bin" / "gateway")
 LEASE_TTL_S = 6.0
+ADMIN = 999  # the Telegram admin whose DM gets the pairing prompts (besides every drill user's)
+PAIRED = (7100, 7101)  # strangers an admin approves during the run
+STRANGERS = (7000, 7001)  # strangers nobody approves: never answered
+JOB_CAP_TOKENS = 40_000  # the every-minute job's daily tokens: a few runs, then refused
+ATTACHMENT_SHARE = 0.05  # Telegram messages that carry a document
 
 
 # ---- the fake LLM process --------------------------------------------------------------------
@@ -81,6 +96,8 @@ def chaos_responder(request: dict[str, Any], rng: random.Random, injected: dict[
         # Cut mid-way: the turn finishes what was shown with a cut-off notice (never a second copy),
         # so this partial text is the message's one answer.
         return Truncate(f"Answer to {marker}: the fake model was saying")
+    if "scheduled report JOB" in str(last_user.get("content") or ""):
+        return Reply("Job report: all quiet.")
     if "TOOL" in str(last_user.get("content") or "") and not answered_tool:
         return Reply(tool_calls=(FakeToolCall("write_file", {"path": f"{marker}.txt", "content": marker}),))
     suffix = " (written)" if answered_tool else ""
@@ -174,23 +191,39 @@ class Instance:
         return self.proc is not None and self.proc.returncode is None
 
 
-def instance_config(tmp: Path, name: str, port: int, llm_url: str, tg: FakeTelegram, slack: FakeSlack) -> Path:
+def instance_config(
+    tmp: Path, name: str, port: int, llm_url: str, tg: FakeTelegram, slack: FakeSlack, users: dict[str, list]
+) -> Path:
+    """One instance's settings: what a deployment runs (pacing, pairing, the scheduler, a budget
+    cap, attachments), with the drill's users as the admins who approve its tool calls."""
+    busy_chat = users["telegram"][0]
     config = {
         "database": {"auto_migrate": False},
         "llm": {"base_url": llm_url, "model": "chaos-model", "max_retries": 6, "retry_budget_s": 60},
         "agent": {"workspace": str(tmp / "ws"), "max_rounds": 6, "tools": ["write_file", "read_file", "clock"]},
         "inbox": {"busy_mode": "queue", "lease_ttl_s": LEASE_TTL_S, "max_concurrent_turns": 16},
         "outbox": {"sweep_after_s": 20},
-        "access": {"dm_policy": "open", "group_policy": "open"},  # strangers' chats, no pairing
+        "access": {"dm_policy": "pairing", "group_policy": "open", "pairing_ttl": "1h"},
+        "approvals": {"admins": {"telegram": [ADMIN, *users["telegram"]], "slack": users["slack"]}},
+        "budgets": {"caps": [{"scope": "job", "period": "day", "tokens": JOB_CAP_TOKENS}]},
         "serve": {"instance_id": name, "shutdown_grace": 5},
         "http": {"host": "127.0.0.1", "port": port},
-        "scheduler": {"enabled": False},
-        "telegram": {
+        "scheduler": {
+            "enabled": True,
+            "poll_interval": "5s",
+            "jobs": [
+                {
+                    "name": "chaos-report",
+                    "cron": "* * * * *",
+                    "prompt": "Write the scheduled report JOB.",
+                    "deliver_to": f"telegram:{busy_chat}",
+                }
+            ],
+        },
+        "telegram": {  # Telegram's own limits are paced (the defaults): per chat and overall
             "api_base_url": tg.base_url,
+            "api_file_url": f"{tg.url}/file/bot",
             "poll_timeout_s": 2,
-            "rate_overall_per_s": 0,
-            "rate_private_per_s": 0,
-            "rate_group_per_min": 0,
             "edit_interval_s": 0.3,
             "request_timeout_s": 2,
         },
@@ -199,6 +232,17 @@ def instance_config(tmp: Path, name: str, port: int, llm_url: str, tg: FakeTeleg
     path = tmp / f"{name}.yml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def drill_users(threads: int) -> dict[str, list]:
+    """The people of the drill's conversations (as `Drill.build` makes them), by channel."""
+    telegram, slack = [], []
+    for n in range(threads):
+        if n % 2 == 0:
+            telegram.append(1000 + n if n % 4 == 0 else 2000 + n)
+        else:
+            slack.append(f"U{n:03d}")
+    return {"telegram": telegram, "slack": slack}
 
 
 # ---- the conversations ---------------------------------------------------------------------------
@@ -221,6 +265,13 @@ class Conversation:
     user: int | str
     sent: list[Sent] = field(default_factory=list)
     root_ts: str = ""
+    role: str = "admitted"  # admitted | paired (approved by an admin's tap during the run) | stranger
+
+    @property
+    def thread_key(self) -> str:
+        if self.kind.startswith("tg"):
+            return f"telegram:{self.chat}:"
+        return f"slack:{self.chat}:{self.root_ts}"
 
 
 class Drill:
@@ -244,6 +295,8 @@ class Drill:
         self.takeovers: list[float] = []  # per thread held by a killed instance: seconds until picked up again
         self.not_taken_over = 0  # threads a killed instance held that nobody needed to pick up
         self.timers: list[asyncio.Task[None]] = []  # takeover and failover timings under way
+        self.attachments = 0
+        self.paired_at: dict[int, float] = {}  # person -> when the admin tapped Approve
 
     # -- users --
     def build(self) -> None:
@@ -254,6 +307,9 @@ class Drill:
                 self.conversations.append(Conversation(f"tg:{-5000 - n}", "tg_group", -5000 - n, 2000 + n))
             else:
                 self.conversations.append(Conversation(f"slack:C{n:03d}", "slack", f"C{n:03d}", f"U{n:03d}"))
+        for role, people in (("paired", PAIRED), ("stranger", STRANGERS)):
+            for person in people:
+                self.conversations.append(Conversation(f"tg:{person}", "tg_private", person, person, role=role))
 
     def new_text(self, conversation: Conversation) -> Sent:
         marker = f"M{next(self.markers):05d}"
@@ -265,12 +321,27 @@ class Drill:
 
     async def send(self, conversation: Conversation, sent: Sent) -> None:
         text = f"please answer {sent.marker}" + (" TOOL" if sent.tool else "")
-        if conversation.kind == "tg_private":
+        if conversation.kind.startswith("tg") and self.rng.random() < ATTACHMENT_SHARE:
+            self.send_with_document(conversation, sent, text)
+        elif conversation.kind == "tg_private":
             self.tg.private_message(int(conversation.chat), text)
         elif conversation.kind == "tg_group":
             self.tg.group_message(int(conversation.chat), f"@test_bot {text}", user_id=int(conversation.user))
         else:
             await self.slack_event(conversation, f"<@UBOT> {text}")
+
+    def send_with_document(self, conversation: Conversation, sent: Sent, text: str) -> None:
+        """A message with a small document attached, its text as the caption."""
+        document = self.tg.files.document(f"notes for {sent.marker}\n".encode(), f"{sent.marker}.txt", "text/plain")
+        chat, user = int(conversation.chat), int(conversation.user)
+        if conversation.kind == "tg_private":
+            update = self.tg.message_update(chat, text, user_id=user, media={"document": document})
+        else:
+            update = self.tg.message_update(
+                chat, f"@test_bot {text}", user_id=user, chat_type="group", media={"document": document}
+            )
+        self.tg.enqueue(update)
+        self.attachments += 1
 
     async def slack_event(self, conversation: Conversation, text: str) -> None:
         channel, user = str(conversation.chat), str(conversation.user)
@@ -319,6 +390,8 @@ class Drill:
             sent = [self.new_text(conversation) for _ in range(burst)]
             for message in sent:
                 await self.send(conversation, message)
+            if conversation.role == "stranger":
+                continue  # never answered: nothing to wait for
             # This burst's answers (a lost earlier one would hold every later burst 180 s more).
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and any(s.answered_at is None for s in sent):
@@ -326,12 +399,16 @@ class Drill:
 
     # -- what the chats show --
     def chat_texts(self, conversation: Conversation) -> list[str]:
+        return [text for _, text in self.chat_messages(conversation)]
+
+    def chat_messages(self, conversation: Conversation) -> list[tuple[str, str]]:
+        """(platform message id, text) of the bot's messages, after all edits."""
         if conversation.kind.startswith("tg"):
-            return [m.text for m in self.tg.bot_messages(int(conversation.chat)) if m.text]
+            return [(str(m.message_id), m.text) for m in self.tg.bot_messages(int(conversation.chat)) if m.text]
         if not conversation.root_ts:
             return []
         return [
-            str(m.get("text") or "")
+            (str(m["ts"]), str(m.get("text") or ""))
             for m in self.slack.thread(str(conversation.chat), conversation.root_ts)
             if m.get("user") == self.slack.bot_user_id or m.get("bot_id")
         ]
@@ -382,17 +459,29 @@ class Drill:
         self.tap_slack(conversation)
 
     def tap_telegram(self, conversation: Conversation) -> None:
-        if conversation.kind.startswith("tg"):
-            chat = int(conversation.chat)
-            for message in self.tg.bot_messages(chat):
-                for row in message.buttons:
-                    for button in row:
-                        key = f"tg:{chat}:{message.message_id}"
-                        if "Approve" in button.get("text", "") and key not in self.tapped:
-                            self.tapped.add(key)
-                            self.tg.press(
-                                chat, message.message_id, button["callback_data"], user_id=int(conversation.user)
-                            )
+        chat = int(conversation.chat)
+        for message in self.tg.bot_messages(chat):
+            for row in message.buttons:
+                for button in row:
+                    key = f"tg:{chat}:{message.message_id}"
+                    if "Approve" in button.get("text", "") and key not in self.tapped and self.may_approve(message):
+                        self.tapped.add(key)
+                        self.tg.press(chat, message.message_id, button["callback_data"], user_id=int(conversation.user))
+
+    def may_approve(self, message: Any) -> bool:
+        """Tool calls always; a pairing request only for the people to be paired, once they
+        have waited a few seconds (their messages are held meanwhile), never for strangers."""
+        found = PAIRING_REQUEST.search(message.text or "")
+        if found is None:
+            return True
+        person = int(found.group(1))
+        if person not in PAIRED or person in self.paired_at:
+            return False
+        first = next((c.sent[0].at for c in self.conversations if c.chat == person and c.sent), None)
+        if first is None or time.monotonic() - first < 8:
+            return False
+        self.paired_at[person] = time.monotonic()
+        return True
 
     def tap_slack(self, conversation: Conversation) -> None:
         if not conversation.root_ts:
@@ -434,7 +523,7 @@ class Drill:
         kills, leader_kills = 0, 0
         await asyncio.sleep(8)
         while kills < self.args.kills and not self.done.is_set():
-            leader = await self.leader(store)
+            leader = await patient(lambda: self.leader(store))
             must_hit_leader = leader_kills < 3 and (self.args.kills - kills) <= (3 - leader_kills) * 2
             target = (
                 next((i for i in self.instances if i.name == leader), None)
@@ -446,7 +535,7 @@ class Drill:
                 await asyncio.sleep(1)
                 continue
             was_leader = target.name == leader
-            held = await thread_leases(store, target.name)
+            held = await patient(lambda name=target.name: thread_leases(store, name), {})
             target.kill()
             at = time.monotonic()
             kills += 1
@@ -454,7 +543,7 @@ class Drill:
             self.kills, self.leader_kills = kills, leader_kills
             self.events.append((at, "kill-leader" if was_leader else "kill", target.name))
             await target.proc.wait()  # type: ignore[union-attr]
-            leader_expiry = await self.leader_expiry(store)  # read once it is dead: it can extend it no more
+            leader_expiry = await patient(lambda: self.leader_expiry(store))  # once dead: it can extend it no more
             self.timers.append(asyncio.create_task(self.time_takeovers(store, held, at)))
             await asyncio.sleep(self.rng.uniform(0.5, 2.0))
             await target.start()
@@ -469,7 +558,7 @@ class Drill:
         anew (a dead process cannot extend it, so a later expiry is a new acquisition)."""
         waiting = dict(held)
         while waiting and time.monotonic() - at < 120 and not self.quiet.is_set():
-            now = await thread_leases(store, None, names=list(waiting))
+            now = await patient(lambda: thread_leases(store, None, names=list(waiting)), {})
             for name, expires in list(waiting.items()):
                 if name in now and now[name] > expires:
                     self.takeovers.append(time.monotonic() - at)
@@ -482,9 +571,9 @@ class Drill:
         was at the kill (the dead process cannot extend it). The restarted instance keeps its name
         and may be the one that leads again, so the owner's name says nothing."""
         for _ in range(1200):
-            expiry = await self.leader_expiry(store)
+            expiry = await patient(lambda: self.leader_expiry(store))
             if expiry is not None and (expiry_at_kill is None or expiry > expiry_at_kill):
-                owner = await self.leader(store)
+                owner = await patient(lambda: self.leader(store))
                 self.events.append((time.monotonic(), f"failover:{time.monotonic() - at:.2f}", owner or "?"))
                 return
             await asyncio.sleep(0.05)
@@ -517,21 +606,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def answers_shown(drill: Drill, conversation: Conversation) -> tuple[dict[str, int], list[str], int]:
-    """From what the chat shows after all edits: how many messages answer each marker, the
-    markers in the order their first answer appears, and how many answers say they were cut off."""
-    counts: dict[str, int] = defaultdict(int)
+def answers_shown(
+    drill: Drill, conversation: Conversation
+) -> tuple[dict[str, list[tuple[str, str]]], list[str], int]:
+    """From what the chat shows after all edits: the messages (thread key, platform id) that
+    answer each marker, the markers in the order their first answer appears, and how many
+    answers say they were cut off."""
+    shown: dict[str, list[tuple[str, str]]] = defaultdict(list)
     order: list[str] = []
     cut = 0
-    for text in drill.chat_texts(conversation):
+    for message_id, text in drill.chat_messages(conversation):
         if not text.startswith("Answer to"):
             continue  # approval prompts and notices name markers too; they are not answers
         cut += "was cut off" in text
         for marker in dict.fromkeys(MARKER.findall(text)):
-            counts[marker] += 1
+            shown[marker].append((conversation.thread_key, message_id))
             if marker not in order:
                 order.append(marker)
-    return counts, order, cut
+    return shown, order, cut
 
 
 def timed_out_sends(drill: Drill, uncertain_rows: list[Any]) -> tuple[int, list[str]]:
@@ -551,20 +643,26 @@ def timed_out_sends(drill: Drill, uncertain_rows: list[Any]) -> tuple[int, list[
     return len(timeouts), unrecorded
 
 
-async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]) -> dict[str, Any]:  # noqa: ANN001
+async def report(drill: Drill, store, started: float, llm_faults: dict[str, int], started_at) -> dict[str, Any]:  # noqa: ANN001
     from sqlalchemy import func, select
 
+    from gateway.events import utcnow
     from gateway.store.tables import prompts
 
-    lost, twice, out_of_order, cut = [], [], [], 0
+    lost, out_of_order, cut, strangers_answered = [], [], 0, []
+    answers: dict[str, list[tuple[str, str]]] = {}
     for conversation in drill.conversations:
-        counts, order, cut_here = answers_shown(drill, conversation)
+        shown, order, cut_here = answers_shown(drill, conversation)
+        if conversation.role == "stranger":
+            strangers_answered += answered_markers(drill.chat_texts(conversation))
+            continue
         cut += cut_here
         mine = [s.marker for s in conversation.sent]
-        lost += [m for m in mine if counts[m] == 0]
-        twice += [m for m in mine if counts[m] > 1]
+        lost += [m for m in mine if not shown.get(m)]
+        answers.update({m: shown[m] for m in mine if m in shown})
         if order != [m for m in mine if m in order]:
             out_of_order.append(conversation.key)
+    twice = duplicates(answers, await outbox_by_message(store))
 
     async def count(*where) -> int:  # noqa: ANN002
         query = select(func.count()).select_from(prompts).where(prompts.c.kind == "approval", *where)
@@ -573,8 +671,6 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
     approvals, approved = await count(), await count(prompts.c.status == "approved")
     uncertain_rows = await store.outbox.uncertain(limit=10_000)
     undelivered = await store.outbox.undelivered(limit=10_000)
-    uncertain_texts = " ".join(json.dumps(r.payload) for r in uncertain_rows)
-    twice_explained = [m for m in twice if m in uncertain_texts]
     timeouts, unrecorded = timed_out_sends(drill, uncertain_rows)
     injected = drill.tg.injected
     latencies = [s.answered_at - s.at for s in drill.by_marker.values() if s.answered_at is not None]
@@ -585,9 +681,17 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
         "threads": len(drill.conversations),
         "messages needing an approval": sum(1 for s in drill.by_marker.values() if s.tool),
         "lost": len(lost),
-        "answered twice": len(twice),
-        "answered twice, all on sends recorded uncertain": len(twice_explained) == len(twice),
-        "answered twice, not explained by a recorded ambiguous send": len(twice) - len(twice_explained),
+        "answered twice": len(twice["listed"]),
+        "answered twice, not explained by a recorded ambiguous send": len(twice["unexplained"]),
+        "answered twice (each: its messages and outbox keys)": twice["listed"][:20],
+        "strangers' messages answered": len(strangers_answered),
+        "people paired during the run": len(drill.paired_at),
+        "messages with a document": drill.attachments,
+        "sends into a chat Telegram held (flood wait broken)": len(drill.tg.flood_violations),
+        "flood waits broken (first)": [f"{m} to {c}, {s:.1f}s early" for m, c, s in drill.tg.flood_violations[:10]],
+        "job firings": await job_firings(store, started_at, utcnow()),
+        "job spend": await job_spend(store, JOB_CAP_TOKENS),
+        "faults": [f"{what} {name}" for _, what, name in drill.events if what.split(":")[0] in ("stop", "db-down")],
         "order kept": f"{100 * (1 - len(out_of_order) / max(1, len(drill.conversations))):.1f}%",
         "approvals resolved": f"{approved}/{approvals}",
         "answers cut off (LLM stream cut, notice shown)": cut,
@@ -614,7 +718,6 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
         "slack deliveries refused by a dead instance (retried elsewhere)": drill.slack_refused,
         "wall s": round(time.monotonic() - started, 1),
         "lost markers": lost[:20],
-        "twice markers": twice[:20],
         "unrecorded timeouts": unrecorded[:10],
         "threads out of order": out_of_order[:10],
     }
@@ -636,6 +739,17 @@ def verdict(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
         "leader killed fewer than 3 times": figures["leader kills"] < min(3, args.kills),
         "a leader kill without a failover measured": len(figures["leader failover s (each)"]) < figures["leader kills"],
         "no Telegram faults injected": sum(figures["telegram faults injected"].values()) == 0,
+        "a stranger answered": figures["strangers' messages answered"] != 0,
+        "nobody paired during the run": figures["people paired during the run"] < len(PAIRED),
+        "a flood wait broken": figures["sends into a chat Telegram held (flood wait broken)"] != 0,
+        "a job firing missing or recorded twice": bool(
+            figures["job firings"]["missing"] or figures["job firings"]["recorded twice"]
+        ),
+        "a job over its budget cap": figures["job spend"]["over the cap"],
+        "fewer SIGSTOPs than asked": sum(1 for f in figures["faults"] if f.startswith("stop")) < args.stops,
+        "fewer database restarts than asked": (
+            sum(1 for f in figures["faults"] if f.startswith("db-down")) < args.db_restarts
+        ),
         "no LLM faults injected": not any(n for k, n in figures["llm faults injected"].items() if k != "requests"),
     }
     return [what for what, bad in failed.items() if bad]
@@ -690,6 +804,7 @@ async def run(args: argparse.Namespace) -> int:
     if not base:
         print(f"{POSTGRES_ENV} is not set: the drill needs PostgreSQL (three instances share it)")
         return 2
+    from gateway.events import utcnow
     from gateway.store import Store, upgrade
 
     url, dbname = await fresh_database(base)
@@ -718,10 +833,12 @@ async def run(args: argparse.Namespace) -> int:
                 "SLACK_SIGNING_SECRET": SIGNING_SECRET,
             }
             env.pop("SLACK_APP_TOKEN", None)
+            tg.keep_flood_waits()
+            users = drill_users(args.threads)
             for n in range(3):
                 name = f"gw{n + 1}"
                 port = free_port()
-                config = instance_config(tmp, name, port, llm_url, tg, slack)
+                config = instance_config(tmp, name, port, llm_url, tg, slack, users)
                 instances.append(Instance(name, port, config, env, tmp / f"{name}.log"))
             for instance in instances:
                 await instance.start()
@@ -730,20 +847,27 @@ async def run(args: argparse.Namespace) -> int:
             drill.build()
             for sender in drill.senders:
                 await sender.__aenter__()
-            started = time.monotonic()
+            started, started_at = time.monotonic(), utcnow()
             per_thread = args.messages // args.threads
             watcher = asyncio.create_task(drill.watch())
             progress = asyncio.create_task(drill.progress())
             killer = asyncio.create_task(drill.killer(store))
-            users = [drill.user(c, per_thread, started) for c in drill.conversations]
-            await asyncio.gather(*users)
+            faults = [
+                staller(drill.instances, args.stops, lambda: LEASE_TTL_S + drill.rng.uniform(1, 4), drill.events,
+                        drill.rng, drill.done),
+                database_restarter(args.db_restarts, 10.0, drill.events, drill.rng, drill.done),
+            ]
+            faulting = [asyncio.create_task(f) for f in faults]
+            talks = [drill.user(c, per_thread if c.role == "admitted" else 3, started) for c in drill.conversations]
+            await asyncio.gather(*talks)
             await killer  # its kills count in the verdict; a crash of it fails the drill here
-            await quiescent(store)
+            await asyncio.gather(*faulting)  # likewise the stops and database restarts
+            await quiescent(store, [c.thread_key for c in drill.conversations if c.role == "stranger"])
             drill.quiet.set()
             await asyncio.sleep(3)  # late duplicates would show up now
             drill.done.set()
             await asyncio.gather(watcher, progress, *drill.timers)
-            figures = await report(drill, store, started, await llm_faults(llm_proc))
+            figures = await report(drill, store, started, await llm_faults(llm_proc), started_at)
             for sender in drill.senders:
                 await sender.__aexit__(None, None, None)
             for instance in instances:
@@ -766,19 +890,23 @@ async def run(args: argparse.Namespace) -> int:
         await (asyncio.sleep(0) if keep_db else drop_database(base, dbname))
 
 
-async def quiescent(store, limit_s: float = 120) -> None:  # noqa: ANN001
+async def quiescent(store, strangers: list[str], limit_s: float = 120) -> None:  # noqa: ANN001
     """Waits until the gateway has nothing left to do (no inbox item waiting, no outbox row
-    undelivered), so that a late resend would be seen; only a signal to stop waiting: the
-    figures are counted from the chats."""
+    undelivered; strangers' messages stay held), so that a late resend would be seen; only a
+    signal to stop waiting: the figures are counted from the chats."""
     from sqlalchemy import func, select
 
     from gateway.store.tables import inbox
 
-    query = select(func.count()).select_from(inbox).where(inbox.c.status.in_(("pending", "held")))
+    query = (
+        select(func.count())
+        .select_from(inbox)
+        .where(inbox.c.status.in_(("pending", "held")), inbox.c.thread_key.not_in(strangers))
+    )
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        waiting = await store.db.read(lambda conn: conn.execute(query).scalar_one())
-        if not waiting and not await store.outbox.undelivered(limit=1):
+        waiting = await patient(lambda: store.db.read(lambda conn: conn.execute(query).scalar_one()), 1)
+        if not waiting and not await patient(lambda: store.outbox.undelivered(limit=1), [None]):
             return
         await asyncio.sleep(0.5)
     print(f"the gateway still had work after {limit_s:.0f} s", file=sys.stderr, flush=True)
@@ -805,6 +933,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=50)
     parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--stops", type=int, default=5, help="SIGSTOPs of an instance past the lease TTL")
+    parser.add_argument("--db-restarts", type=int, default=2, help="PostgreSQL stopped for 10 s, then started")
     parser.add_argument("--tool-share", type=float, default=0.08, help="messages that need an approval")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(

@@ -605,6 +605,27 @@ async def test_a_flood_limit_on_send_is_waited_out(store, llm, tg, tmp_path) -> 
         assert run.stage == "SUCCESS"
 
 
+@pytest.mark.parametrize("progress, chat", [("sendMessageDraft", PRIVATE), ("editMessageText", GROUP)])
+async def test_a_flood_wait_met_by_streamed_progress_holds_the_final_message(store, llm, tg, tmp_path, progress, chat):
+    """The stream swallowed the 429 of a draft or progress edit and the final message went out
+    at once, into the flood wait Telegram had just set for the chat."""
+    tg.keep_flood_waits()
+    llm.reply(LONG_REPLY)
+    tg.fail_next(progress, "429", retry_after=2)
+    config = tg_config(llm, tg, tmp_path, telegram={"edit_interval_s": 0})
+    async with running(store, config) as gateway:
+        (tg.private_message if chat == PRIVATE else tg.group_message)(chat, "@test_bot tell me a lot")
+        await settle(gateway, lambda: LONG_REPLY in texts(tg, chat))
+    assert tg.flood_violations == []
+    refused = tg.calls_to(progress)[0]  # the 429
+    final = [
+        c
+        for c in tg.calls
+        if c.method in ("sendMessage", "editMessageText") and c.params.get("text") == LONG_REPLY
+    ]
+    assert final and final[-1].at - refused.at >= 1.95
+
+
 async def test_rejected_formatting_is_resent_as_plain_text(store, llm, tg, tmp_path) -> None:
     llm.reply("Some **bold** text")
     tg.fail_next("sendMessage", "parse")

@@ -94,6 +94,8 @@ class DraftStream(FinalOnlyStream):
                     self._disable(exc)
             except ChannelError as exc:
                 self._disable(exc)
+                if exc.retry_after is not None:
+                    raise  # a flood wait holds the whole chat: the outbox holds the final send too
 
     async def _draft(self, chunk: Rendered, *, formatted: bool) -> None:
         chat = self._target.chat_id
@@ -150,8 +152,10 @@ class EditStream:
             try:
                 await self._show(chunks_of(text), paced=False)
             except ChannelError as exc:
-                if exc.ambiguous:
-                    raise  # a new message timed out and may be shown: the outbox decides what follows
+                if exc.ambiguous or exc.retry_after is not None:
+                    # A new message timed out and may be shown, or a flood wait holds the chat:
+                    # the outbox decides what follows (the one resend; the hold on every send).
+                    raise
                 log.warning("telegram chat %s: progress edit failed: %s", chat, exc)
 
     async def finish(self, text: str) -> Delivered:
