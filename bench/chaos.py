@@ -67,7 +67,7 @@ LEASE_TTL_S = 6.0
 ADMIN = 999  # the Telegram admin whose DM gets the pairing prompts (besides every drill user's)
 PAIRED = (7100, 7101)  # strangers an admin approves during the run
 STRANGERS = (7000, 7001)  # strangers nobody approves: never answered
-JOB_CAP_TOKENS = 40_000  # the every-minute job's daily tokens: a few runs, then refused
+JOB_CAP_TOKENS = 4_800  # the job's daily tokens: a worst-case reservation (~4,500) fits only while little is used
 ATTACHMENT_SHARE = 0.05  # Telegram messages that carry a document
 
 
@@ -444,7 +444,12 @@ class Drill:
                 file=sys.stderr,
                 flush=True,
             )
-            late = [s for s in self.by_marker.values() if s.answered_at is None and time.monotonic() - s.at > 60]
+            strangers = {c.key for c in self.conversations if c.role == "stranger"}  # never answered
+            late = [
+                s
+                for s in self.by_marker.values()
+                if s.answered_at is None and time.monotonic() - s.at > 60 and s.thread not in strangers
+            ]
             if late:
                 print(f"    waiting over 60 s: {', '.join(f'{s.marker} ({s.thread})' for s in late[:8])}",
                       file=sys.stderr, flush=True)
