@@ -4,9 +4,10 @@ Every hop (the first request and each redirect, followed by hand and at most MAX
 checked the same way: the scheme must be http or https, every address the host resolves to must
 be public, unless `agent.http_fetch_allow_private`, and a redirect may only go to the host first
 asked for (the one on `agent.http_allow_hosts`, or the one a person approved) or to another host
-on that list: the approval of one host is no approval of wherever it sends the request on. The connection then goes to the address that was checked
-(Host header and TLS server name keep the original host), so a second DNS answer cannot
-swap in a private address between the check and the request.
+on that list: the approval of one host is no approval of wherever it sends the request on.
+The connection then goes to the address that was checked (Host header and TLS server name keep
+the original host), so a second DNS answer cannot swap in a private address between the check
+and the request.
 """
 
 from __future__ import annotations
