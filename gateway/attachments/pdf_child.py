@@ -60,6 +60,18 @@ def _result(text: str, pages: int, total: int, complete: bool, error: str = "", 
     }
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL when the gateway dies (a `kill -9` of it must not leave a parse running)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # elsewhere the CPU limit still ends it
+
+
 def _limit(cpu_s: int, memory_mb: int) -> None:
     # The soft CPU limit sends SIGXCPU (the process ends); the hard one, a second later, SIGKILL.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
@@ -70,6 +82,7 @@ def _limit(cpu_s: int, memory_mb: int) -> None:
 
 def main(argv: list[str]) -> int:
     limit, max_pages, cpu_s, memory_mb = (int(a) for a in argv[1:5])
+    _die_with_parent()
     import pypdf  # noqa: F401 - loaded before the limits: the interpreter's own needs are not the file's
 
     data = sys.stdin.buffer.read()

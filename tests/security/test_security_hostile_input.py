@@ -11,6 +11,8 @@ so a restart does not parse it again.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,13 @@ from hostile_files import (
     zip_named_pdf,
 )
 from media import text_of, user_message
+from test_attachments_restart import database_url, settings  # noqa: F401 - database_url is a fixture
+from test_chat_cli import REPO, child_env
+from test_serve import free_port
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
 from gateway.config import Config
+from gateway.store import Store
 
 OTHER = 77  # another person's private chat
 CORPUS = [
@@ -52,7 +58,7 @@ def config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, **attachments: Any) -
         http={"port": 0},
         llm={"max_retries": 1, "retry_budget_s": 5, "vision": True},
         # One CPU second for a PDF keeps the test short; the wall clock is generous for a loaded machine.
-        attachments={"download_backoff_s": 0.01},
+        attachments={"download_backoff_s": 0.01, "pdf_cpu_s": 1, "pdf_timeout_s": 60, **attachments},
     )
 
 
@@ -122,6 +128,66 @@ async def test_only_the_first_pdf_max_pages_are_read(store, llm, tg, tmp_path, p
         await settle(gateway, lambda: texts(tg, PRIVATE))
     text = text_of(user_message(llm.requests[0]))
     assert all(f"page {n}" in text for n in range(1, read + 1))
-    assert f"page {read + 1}" not in text
+    assert f"page {read + 1}" not in text, text
     assert (f"only the first {read} of {pages} pages were read" in text) is (read < pages)
     assert notices(tg) == []
+
+
+async def test_a_pdf_whose_reading_is_cut_short_twice_by_kill_9_is_not_read_a_third_time(
+    llm, tg, tmp_path, database_url  # noqa: F811 - the fixture
+):
+    """`gateway serve` is killed (SIGKILL) while its PDF child reads, twice; the third start
+    records the file as unreadable instead of starting the same parse again."""
+    import yaml
+
+    values = settings(llm, tg, tmp_path, database_url, free_port())
+    # Limits high enough that the parse is still running when the gateway is killed.
+    values["attachments"] = {**values["attachments"], "pdf_cpu_s": 120, "pdf_timeout_s": 120}
+    config_path = tmp_path / "config.yml"
+    on_disk = {**values, "telegram": {**values["telegram"], "token": "${TELEGRAM_BOT_TOKEN}"}}
+    config_path.write_text(yaml.safe_dump(on_disk))
+    update = send_document(tg, shared_stream_pdf(pages=40, operators=60_000), "slow.pdf", "application/pdf")
+    event = f"tg:{BOT_ID}:{update['update_id']}"
+    store = Store(database_url)
+    try:
+        for reads in (1, 2):
+            await _serve_until_reading(config_path, tg, store, event, reads)
+        item = await store.inbox.get_by_event(event)
+        assert item is not None and item.status == "pending" and "outcome" not in item.payload["attachments"][0]
+        llm.responder = echo
+        config = make_config(
+            llm.base_url, values["agent"]["workspace"], **{k: v for k, v in values.items() if k != "llm"}
+        )
+        async with running(store, config) as gateway:
+            await settle(gateway, lambda: notices(tg))
+        [notice] = notices(tg)
+        assert "slow.pdf" in notice and "cut short 2 times" in notice
+        done = await store.inbox.get_by_event(event)
+        assert done is not None and done.status == "done"
+        assert done.payload["attachments"][0]["reads"] == 2  # no third read was started
+    finally:
+        await store.close()
+
+
+async def _serve_until_reading(config_path: Path, tg: FakeTelegram, store: Store, event: str, reads: int) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config_path),
+        cwd=str(REPO), env={**child_env(), "TELEGRAM_BOT_TOKEN": tg.token},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):  # up to a minute on a loaded machine
+            assert process.returncode is None, "gateway serve exited"
+            try:
+                item = await store.inbox.get_by_event(event)
+            except Exception:  # noqa: BLE001 - the process has not created its tables yet
+                item = None
+            if item is not None and item.payload.get("attachments", [{}])[0].get("reads") == reads:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the gateway never started reading the PDF (read {reads})")
+    finally:
+        if process.returncode is None:
+            process.kill()  # SIGKILL: no shutdown, no cleanup
+        await process.wait()
