@@ -152,11 +152,13 @@ class AttachmentPreparer:
             size=len(data),
             attempts=int(entry.get("attempts", 0)) + 1,
         )
-        reads = int(entry.get("reads", 0))
-        if reads >= READ_ATTEMPTS:
-            return unreadable(saved, f"reading it was cut short {reads} times (the gateway stopped); not tried again")
-        entry["reads"] = reads + 1
-        await self.save_payload(item_id, payload)  # a read that never ends (kill -9 mid-parse) is counted
+        if _parsed(sniff(data, attachment.name)):
+            reads = int(entry.get("reads", 0))
+            if reads >= READ_ATTEMPTS:
+                reason = f"reading it was cut short {reads} times (the gateway stopped); not tried again"
+                return unreadable(saved, reason)
+            entry["reads"] = reads + 1
+            await self.save_payload(item_id, payload)  # a read that never ends (kill -9 mid-parse) is counted
         return await self._read_safely(saved, data, attachment)
 
     async def _read_safely(self, saved: Outcome, data: bytes, attachment: Attachment) -> Outcome:
@@ -304,6 +306,11 @@ def unreadable(saved: Outcome, reason: str) -> Outcome:
     (`content.user_notice`), and the file is never shown as an image."""
     kind: Kind = "file" if saved.kind == "image" else saved.kind
     return _with(saved, kind=kind, note=f"that file could not be read: {reason}", error=reason)
+
+
+def _parsed(mime: str) -> bool:
+    """Files a parser of ours opens (Pillow, pypdf): their reads are counted."""
+    return mime.startswith("image/") or mime == "application/pdf"
 
 
 def _claimed(attachment: Attachment) -> str:
