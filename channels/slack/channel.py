@@ -80,6 +80,11 @@ class SlackChannel:
         self._me = Identity(str(auth.get("user_id", "")), str(auth.get("bot_id") or ""), str(auth.get("team_id") or ""))
         self._intake.me = self._me
         log.info("slack: signed in as %s in team %s", self._me.bot_user_id, self._me.team_id)
+        if "link_previews" not in self._config.model_fields_set:
+            log.info(
+                "slack: links unfurl only when the person sent them (slack.link_previews: own, new default); "
+                "set slack.link_previews: all for Slack's defaults"
+            )
         if self._config.app_token:
             await self._connect_socket()
 

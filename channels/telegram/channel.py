@@ -123,6 +123,11 @@ class TelegramChannel:
         else:
             await translated("deleteWebhook", lambda: bot.delete_webhook(drop_pending_updates=False))
             log.info("telegram: @%s receives updates by long polling", me.username)
+        if "link_previews" not in self.config.model_fields_set:
+            log.info(
+                "telegram: link previews show only for links the person sent (telegram.link_previews: own, "
+                "new default); set telegram.link_previews: all for Telegram's previews of every link"
+            )
         reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""))
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 
