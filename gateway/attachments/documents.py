@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +78,11 @@ def _parsed(code: int | None, out: bytes, err: bytes, limits: PdfLimits) -> PdfT
             return PdfText("", 0, 0, False, f"the PDF reader answered nonsense ({exc})")
     if code == _MEMORY_EXIT or b"MemoryError" in err:
         return PdfText("", 0, 0, False, f"reading it needed more than {limits.memory_mb} MB of memory")
-    if code is not None and code < 0:  # a signal: SIGXCPU or SIGKILL from the CPU limit
+    if code in (-signal.SIGXCPU, -signal.SIGKILL):  # the soft CPU limit, then the hard one
         return PdfText("", 0, 0, False, f"reading it took more than {limits.cpu_s:g} s of CPU time")
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        return PdfText("", 0, 0, False, f"the PDF reader crashed ({name})")
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {code}"]
     log.warning("the PDF reader failed: %s", tail[0])
     return PdfText("", 0, 0, False, f"the PDF reader failed ({tail[0][:200]})")

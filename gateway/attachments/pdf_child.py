@@ -60,6 +60,18 @@ def _result(text: str, pages: int, total: int, complete: bool, error: str = "", 
     }
 
 
+def _warm_up() -> None:
+    """pypdf imports parts of itself (and of the standard library) on first use: read a blank
+    page before the limits, so they count the file's needs, not the interpreter's."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(72, 72)
+    out = io.BytesIO()
+    writer.write(out)
+    PdfReader(io.BytesIO(out.getvalue())).pages[0].extract_text()
+
+
 def _die_with_parent() -> None:
     """Linux: SIGKILL when the gateway dies (a `kill -9` of it must not leave a parse running)."""
     try:
@@ -83,8 +95,7 @@ def _limit(cpu_s: int, memory_mb: int) -> None:
 def main(argv: list[str]) -> int:
     limit, max_pages, cpu_s, memory_mb = (int(a) for a in argv[1:5])
     _die_with_parent()
-    import pypdf  # noqa: F401 - loaded before the limits: the interpreter's own needs are not the file's
-
+    _warm_up()
     data = sys.stdin.buffer.read()
     _limit(cpu_s, memory_mb)
     try:

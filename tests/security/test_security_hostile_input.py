@@ -35,6 +35,7 @@ from test_chat_cli import REPO, child_env
 from test_serve import free_port
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
+from gateway.attachments.documents import PdfLimits, pdf_text
 from gateway.config import Config
 from gateway.store import Store
 
@@ -191,3 +192,11 @@ async def _serve_until_reading(config_path: Path, tg: FakeTelegram, store: Store
         if process.returncode is None:
             process.kill()  # SIGKILL: no shutdown, no cleanup
         await process.wait()
+
+
+async def test_a_pdf_that_inflates_past_the_memory_limit_ends_its_child_not_the_gateway():
+    bomb = shared_stream_pdf(pages=1, operators=1_500_000)  # 160 KB that inflate to 55 MB
+    found = await pdf_text(bomb, 1000, PdfLimits(memory_mb=100, cpu_s=60, timeout_s=60))
+    assert found.text == "" and found.error == "reading it needed more than 100 MB of memory"
+    readable = await pdf_text(shared_stream_pdf(pages=1, operators=10), 1000, PdfLimits(memory_mb=100))
+    assert readable.error == "" and "x" in readable.text  # the same reader, under the same limit, reads a small one
