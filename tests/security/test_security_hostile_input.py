@@ -12,6 +12,7 @@ so a restart does not parse it again.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from test_serve import free_port
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
 from gateway.attachments.documents import PdfLimits, pdf_text
+from gateway.attachments.images import ImageParts, data_url
 from gateway.config import Config
 from gateway.store import Store
 
@@ -200,3 +202,26 @@ async def test_a_pdf_that_inflates_past_the_memory_limit_ends_its_child_not_the_
     assert found.text == "" and found.error == "reading it needed more than 100 MB of memory"
     readable = await pdf_text(shared_stream_pdf(pages=1, operators=10), 1000, PdfLimits(memory_mb=100))
     assert readable.error == "" and "x" in readable.text  # the same reader, under the same limit, reads a small one
+
+
+async def test_image_parts_are_encoded_by_warm_so_rendering_on_the_loop_decodes_nothing(tmp_path):
+    from media import image_bytes
+
+    picture = tmp_path / "attachments" / "1" / "big.jpg"
+    picture.parent.mkdir(parents=True)
+    picture.write_bytes(image_bytes(1200, 900))
+    record = {"path": "attachments/1/big.jpg", "mime": "image/jpeg", "width": 1200, "height": 900}
+    parts = ImageParts(tmp_path, 512, 4)
+    await parts.warm([record])
+    stamp = picture.stat()
+    picture.write_bytes(b"not an image any more")  # a decode now would fail...
+    os.utime(picture, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    made = parts(record)  # ...but the render uses what warm encoded in its thread
+    assert made is not None and made[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+
+
+def test_an_image_over_the_pixel_limit_is_not_decoded_for_the_model(tmp_path):
+    path = tmp_path / "bomb.png"
+    path.write_bytes(bomb_png(3000, 3000))
+    assert data_url(path, "image/png", 512, max_pixels=8_000_000) is None
+    assert data_url(path, "image/png", 512, max_pixels=10_000_000) is not None
