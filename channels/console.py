@@ -102,7 +102,9 @@ class ConsoleChannel:
         self._buttons.clear()
         self.write(outcome)
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> _ConsoleStream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> _ConsoleStream:
         return _ConsoleStream(self)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:

@@ -47,7 +47,9 @@ class HeadlessChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         return None
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> ReplyStream:
         return _SilentStream(thread)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:

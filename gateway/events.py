@@ -7,7 +7,8 @@ so this module imports nothing from the project (a test enforces it).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -169,6 +170,7 @@ class Outbound:
     document: tuple[str, str] | None = None  # (file name, content) attached in full
     file: OutboundFile | None = None  # a workspace file (send_file); `text` is then empty
     already: tuple[str, ...] = ()  # parts posted by an earlier attempt: not posted again
+    links: tuple[str, ...] = ()  # links (`links_in`) of the person's message this answers: previews may show
 
 
 @dataclass(frozen=True)
@@ -285,9 +287,11 @@ class Channel(Protocol):
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         """Remove the buttons of a decided prompt and show `outcome` (e.g. "✅ Approved by Ann")."""
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> ReplyStream:
         """`adopt`: messages of a reply interrupted by a restart, which this stream edits into
-        the new reply instead of posting beside them."""
+        the new reply instead of posting beside them; `links`: as `Outbound.links`."""
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         """Presence while a turn runs (typing, a status line or a reaction)."""
@@ -328,3 +332,39 @@ class ChannelState(Protocol):
 
     async def knows_thread(self, thread: ThreadKey) -> bool:
         """True when the agent already has a session in this thread (Slack thread follow-ups)."""
+
+
+# Link previews: a platform that previews a link fetches it, so a link the model wrote can
+# carry data out (in its URL) without any tool call. Generous on purpose (bare domains too,
+# as the platforms auto-link them): a false match only turns a preview off.
+_LINK = re.compile(
+    r"(?i)\b(?:[a-z][a-z0-9+.-]*://[^\s<>|\"'`]+|(?:[a-z0-9-]+\.)+[a-z][a-z0-9-]+(?::\d+)?(?:/[^\s<>|\"'`]*)?)"
+)
+
+
+def normal_link(link: str) -> str:
+    """A link as it is compared: no scheme, no trailing punctuation or slash, case-folded host."""
+    link = link.strip().rstrip(".,;:!?)]}*_~'\"").rstrip("/")
+    link = re.sub(r"(?i)^[a-z][a-z0-9+.-]*://", "", link)
+    host, slash, rest = link.partition("/")
+    return host.lower() + slash + rest
+
+
+def links_in(text: str) -> tuple[str, ...]:
+    """The links of a text, normalised (`normal_link`), in order, without repeats."""
+    return tuple(dict.fromkeys(normal_link(m.group(0)) for m in _LINK.finditer(text or "")))
+
+
+LinkPreviews = Literal["own", "all", "none"]
+
+
+def previews_allowed(policy: str, text: str, own: Collection[str], extra: Sequence[str] = ()) -> bool:
+    """Whether a message may show link previews: `all` always, `none` never, `own` only when
+    every link in it (in `text`, or `extra`: links hidden behind labels) was in the person's
+    own message."""
+    if policy == "all":
+        return True
+    if policy != "own":
+        return False
+    found = set(links_in(text)) | {normal_link(link) for link in extra}
+    return bool(found) and found <= set(own)

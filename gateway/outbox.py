@@ -66,14 +66,18 @@ class Outbox:
             "reply_to": message.reply_to,
             "document": list(message.document) if message.document else None,
         }
+        if message.links:
+            payload["links"] = list(message.links)
         if message.file is not None:
             payload["file"] = asdict(message.file)
         return await self._deliver(
             message.key, message.thread, "message", payload, lambda ch, done: ch.send(replace(message, already=done))
         )
 
-    async def send_text(self, thread: ThreadKey, text: str, *, key: str, reply_to: str = "") -> Delivered:
-        return await self.send(Outbound(thread, text, key, reply_to))
+    async def send_text(
+        self, thread: ThreadKey, text: str, *, key: str, reply_to: str = "", links: Sequence[str] = ()
+    ) -> Delivered:
+        return await self.send(Outbound(thread, text, key, reply_to, links=tuple(links)))
 
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         payload = asdict(prompt)
@@ -100,8 +104,11 @@ class Outbox:
         *,
         progress_key: str | None = None,
         uncertain: bool = False,
+        links: Sequence[str] = (),
     ) -> RecordedStream:
-        return RecordedStream(self, thread, reply_to, adopt, progress_key=progress_key, uncertain=uncertain)
+        return RecordedStream(
+            self, thread, reply_to, adopt, progress_key=progress_key, uncertain=uncertain, links=links
+        )
 
     async def _deliver(
         self,
@@ -224,8 +231,10 @@ class RecordedStream:
         *,
         progress_key: str | None = None,
         uncertain: bool = False,
+        links: Sequence[str] = (),
     ):
         self.outbox = outbox
+        self._links = tuple(links)  # of the person's message: its previews may show
         self.thread = thread
         self._stream: ReplyStream | None = None
         self._reply_to = reply_to
@@ -249,10 +258,10 @@ class RecordedStream:
         if self._stream is None and not self._failed:
             try:
                 channel = self.outbox.channel(self.thread)
-                if self._adopt:
-                    self._stream = channel.open_stream(self.thread, self._reply_to, adopt=self._adopt)
-                else:
-                    self._stream = channel.open_stream(self.thread, self._reply_to)
+                extra: dict[str, Any] = {"adopt": self._adopt} if self._adopt else {}
+                if self._links:
+                    extra["links"] = self._links
+                self._stream = channel.open_stream(self.thread, self._reply_to, **extra)
             except ChannelError as exc:
                 self._failed = True
                 log.warning("cannot stream to %s: %s", self.thread, exc)
@@ -319,7 +328,7 @@ class RecordedStream:
 
     def intent(self, text: str) -> dict[str, Any]:
         """The outbox payload of delivering `text` here (see `deliver`)."""
-        return {"text": text, "reply_to": self._reply_to}
+        return {"text": text, "reply_to": self._reply_to, **({"links": list(self._links)} if self._links else {})}
 
     async def finish(self, key: str, text: str) -> Delivered:
         """Deliver the final text once: a key already sent returns its recorded ids."""
@@ -350,7 +359,9 @@ class RecordedStream:
             channel = self.outbox.channel(self.thread)
             delivered = await self.outbox.with_retries(
                 self.thread,
-                lambda done: channel.send(Outbound(self.thread, text, record.key, self._reply_to, already=done)),
+                lambda done: channel.send(
+                    Outbound(self.thread, text, record.key, self._reply_to, already=done, links=self._links)
+                ),
                 record=record,
             )
         else:

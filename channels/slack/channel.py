@@ -44,6 +44,7 @@ from .stream import (
     NativeStream,
     PostAtEndStream,
     SlackCallError,
+    Unfurls,
     post_chunks,
 )
 
@@ -79,6 +80,11 @@ class SlackChannel:
         self._me = Identity(str(auth.get("user_id", "")), str(auth.get("bot_id") or ""), str(auth.get("team_id") or ""))
         self._intake.me = self._me
         log.info("slack: signed in as %s in team %s", self._me.bot_user_id, self._me.team_id)
+        if "link_previews" not in self._config.model_fields_set:
+            log.info(
+                "slack: links unfurl only when the person sent them (slack.link_previews: own, new default); "
+                "set slack.link_previews: all for Slack's defaults"
+            )
         if self._config.app_token:
             await self._connect_socket()
 
@@ -148,7 +154,7 @@ class SlackChannel:
         if not chunks and message.document is None:
             raise ChannelError("nothing to send: the message is empty", permanent=True)
         thread = await self._direct(message.thread)
-        ids = await post_chunks(self._web, thread, chunks, message.already)
+        ids = await post_chunks(self._unfurls(message.links), thread, chunks, message.already)
         if message.document is not None and len(message.already) <= len(chunks):
             name, content = message.document
             try:
@@ -175,7 +181,7 @@ class SlackChannel:
     async def send_prompt(self, prompt: Prompt) -> Delivered:
         rendered = prompt_blocks(prompt)
         thread = await self._direct(prompt.thread)
-        response = await self._web(
+        response = await self._unfurls()(
             "chat_postMessage",
             pace=thread.chat,
             channel=thread.chat,
@@ -224,22 +230,25 @@ class SlackChannel:
 
     # ---- streaming and presence ------------------------------------------------------
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> ReplyStream:
         mode = self._config.streaming
         interval = self._config.stream_interval_s
+        api = self._unfurls(links)
         if adopt:  # finish a reply a restart interrupted, in its own messages
-            return EditStream(self._web, thread, self._clock, interval, adopt=adopt)
+            return EditStream(api, thread, self._clock, interval, adopt=adopt)
 
         def edit() -> ReplyStream:
-            return EditStream(self._web, thread, self._clock, interval)
+            return EditStream(api, thread, self._clock, interval)
 
         if mode == "off":
-            return PostAtEndStream(self._web, thread)
+            return PostAtEndStream(api, thread)
         refused_here = mode == "auto" and self._team() in self._no_native_stream
         if mode == "edit" or not thread.thread or refused_here:  # native streams live in threads
             return edit()
         native = NativeStream(
-            self._web,
+            api,
             thread,
             self._recipients.get(thread),
             self._clock,
@@ -247,6 +256,9 @@ class SlackChannel:
             find_recipient=lambda: self._recipient_of(thread, reply_to),
         )
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
+
+    def _unfurls(self, links: Sequence[str] = ()) -> Unfurls:
+        return Unfurls(self._web, self._config.link_previews, links)
 
     async def _recipient_of(self, thread: ThreadKey, reply_to: str) -> tuple[str, str] | None:
         """Who a reply streamed into a channel is for (Slack requires it there) when this process

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey
+from gateway.events import ChannelError, Delivered, ReplyStream, ThreadKey, previews_allowed
 
 from .render import render_chunks
 
@@ -48,6 +48,25 @@ class SlackApi(Protocol):
     """A Web API call by its slack_sdk method name, paced per channel when `pace` is given."""
 
     async def __call__(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]: ...
+
+
+class Unfurls:
+    """A SlackApi that sets chat.postMessage's `unfurl_links`/`unfurl_media` by
+    `slack.link_previews`: an unfurl is Slack fetching the link, with whatever the model put
+    into its URL, so under `own` only a message whose links all came from the person's own
+    message unfurls (`all` leaves Slack's defaults). chat.startStream has no such switch."""
+
+    def __init__(self, api: SlackApi, policy: str, own: Sequence[str] = ()):
+        self._api = api
+        self._policy = policy
+        self._own = frozenset(own)
+
+    async def __call__(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]:
+        if method == "chat_postMessage" and self._policy != "all":
+            allowed = previews_allowed(self._policy, str(params.get("text") or ""), self._own)
+            params.setdefault("unfurl_links", allowed)
+            params.setdefault("unfurl_media", allowed)
+        return await self._api(method, pace=pace, **params)
 
 
 async def post_chunks(api: SlackApi, thread: ThreadKey, chunks: list[str], already: Sequence[str] = ()) -> list[str]:

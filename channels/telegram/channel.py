@@ -114,7 +114,7 @@ class TelegramChannel:
         except ChannelError as exc:
             raise ChannelError(f"telegram: cannot reach the Bot API at {self.config.api_base_url}: {exc}") from exc
         me = bot.bot
-        self._bot, self._outlet = bot, Outlet(bot, self._caller)
+        self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews)
         if self.config.mode == "webhook":
             await translated("setWebhook", lambda: bot.set_webhook(
                 self.config.webhook_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
@@ -123,6 +123,11 @@ class TelegramChannel:
         else:
             await translated("deleteWebhook", lambda: bot.delete_webhook(drop_pending_updates=False))
             log.info("telegram: @%s receives updates by long polling", me.username)
+        if "link_previews" not in self.config.model_fields_set:
+            log.info(
+                "telegram: link previews show only for links the person sent (telegram.link_previews: own, "
+                "new default); set telegram.link_previews: all for Telegram's previews of every link"
+            )
         reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""))
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 
@@ -201,7 +206,8 @@ class TelegramChannel:
         chunks = chunks_of(message.text)
         done = [int(i) for i in message.already if i.isdigit()]
         anchor = self._anchor(target, message.reply_to)
-        ids = await self.outlet.send_chunks(target, chunks, reply_to=anchor, already=done)
+        outlet = self.outlet.with_links(message.links)
+        ids = await outlet.send_chunks(target, chunks, reply_to=anchor, already=done)
         if message.document and len(message.already) <= len(chunks):
             try:
                 ids.append(await files.send_text_document(self.bot, self._caller, target, *message.document))
@@ -212,18 +218,21 @@ class TelegramChannel:
             log.warning("telegram: nothing to send to chat %s (empty text, key %s)", target.chat_id, message.key)
         return Delivered(tuple(str(i) for i in ids))
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> ReplyStream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> ReplyStream:
         target = Target.of(thread)
         anchor = self._anchor(target, reply_to)
         mode = self.config.streaming
+        outlet = self.outlet.with_links(links)
         if adopt:  # finish a reply a restart interrupted, in its own messages
             adopted = [int(i) for i in adopt]
-            return EditStream(self.outlet, target, anchor, self._update_interval, self._pacer, adopt=adopted)
+            return EditStream(outlet, target, anchor, self._update_interval, self._pacer, adopt=adopted)
         if mode == "off":
-            return FinalOnlyStream(self.outlet, target, anchor)
+            return FinalOnlyStream(outlet, target, anchor)
         if mode == "edit" or not target.is_private:
-            return EditStream(self.outlet, target, anchor, self._update_interval, self._pacer)
-        return DraftStream(self.outlet, target, anchor, self._update_interval, self._pacer)
+            return EditStream(outlet, target, anchor, self._update_interval, self._pacer)
+        return DraftStream(outlet, target, anchor, self._update_interval, self._pacer)
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         if not busy:

@@ -16,7 +16,7 @@ from telegram import Bot, InputFile, Message
 
 from channels.telegram.api import BotCaller, Rejected, log_rejection, translated
 from channels.telegram.inbound import BOT_API_DOWNLOAD_LIMIT
-from channels.telegram.outlet import Target
+from channels.telegram.outlet import NO_PREVIEW, Target
 from gateway.events import Attachment, Fetched, FileTooLarge, OutboundFile
 
 log = logging.getLogger("channels.telegram")
@@ -64,7 +64,9 @@ async def send_file(
         sent_rest = await caller.call(
             "sendMessage",
             target.chat_id,
-            lambda: bot.send_message(target.chat_id, rest, message_thread_id=target.thread_id),
+            lambda: bot.send_message(  # the model's caption: no preview fetches its links
+                target.chat_id, rest, message_thread_id=target.thread_id, link_preview_options=NO_PREVIEW
+            ),
         )
         ids.append(sent_rest.message_id)
     return ids

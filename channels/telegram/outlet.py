@@ -6,16 +6,17 @@ edit that changes nothing ("message is not modified") counts as done.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
 
 from channels.telegram.api import BotCaller, Rejected, log_rejection, ptb_entities
 from channels.telegram.render import Rendered, render_markdown
 from channels.telegram.split import split_rendered
-from gateway.events import ChannelError, ThreadKey
+from gateway.events import ChannelError, ThreadKey, previews_allowed
 
 log = logging.getLogger("channels.telegram")
 
@@ -43,10 +44,29 @@ def chunks_of(markdown: str) -> list[Rendered]:
     return split_rendered(render_markdown(markdown))
 
 
+NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+
+
 class Outlet:
-    def __init__(self, bot: Bot, caller: BotCaller) -> None:
+    """`previews` is `telegram.link_previews`; `own_links` the links of the person's message
+    being answered (`with_links`): a chunk shows a preview only when the policy allows it."""
+
+    def __init__(self, bot: Bot, caller: BotCaller, previews: str = "own") -> None:
         self.bot = bot
         self.caller = caller
+        self.previews = previews
+        self.own_links: tuple[str, ...] = ()
+
+    def with_links(self, links: Sequence[str]) -> Outlet:
+        bound = copy.copy(self)
+        bound.own_links = tuple(links)
+        return bound
+
+    def preview(self, chunk: Rendered) -> LinkPreviewOptions | None:
+        """None leaves Telegram's default (a preview of the first link); otherwise no preview:
+        a preview is a request to the link's host, with whatever the model put into the URL."""
+        hidden = [e.url for e in chunk.entities if e.url]
+        return None if previews_allowed(self.previews, chunk.text, self.own_links, hidden) else NO_PREVIEW
 
     async def send_chunk(
         self,
@@ -62,6 +82,7 @@ class Outlet:
             return lambda: self.bot.send_message(
                 target.chat_id, chunk.text, entities=ptb_entities(chunk) if formatted else None,
                 message_thread_id=target.thread_id, reply_parameters=reply, reply_markup=markup,
+                link_preview_options=self.preview(chunk),
             )
 
         try:
@@ -90,6 +111,7 @@ class Outlet:
             return lambda: self.bot.edit_message_text(
                 chunk.text, target.chat_id, message_id,
                 entities=ptb_entities(chunk) if formatted else None, reply_markup=markup,
+                link_preview_options=self.preview(chunk),
             )
 
         for formatted in (True, False):

@@ -139,6 +139,7 @@ class TurnRequest:
     thread: ThreadKey
     requested_by: str = ""  # who started the turn (default approver)
     reply_to: str = ""  # platform id of the triggering message
+    links: tuple[str, ...] = ()  # links of the triggering message (`events.links_in`): their previews may show
     parked_run: RunRecord | None = None  # continue this parked run (as whoever resumes it read it)
     decided: DecidedPrompt | None = None  # the prompt whose decision resumes it
     started_run: RunRecord | None = None  # a fresh turn's run, created with its first rows

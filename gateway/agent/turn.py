@@ -221,7 +221,12 @@ class Turn:
         adopt, self._adopt = self._adopt, ()
         uncertain, self._adopt_uncertain = self._adopt_uncertain, False
         return self.services.outbox.stream(
-            self.thread, self.req.reply_to, adopt, progress_key=partial_key(self.run_id), uncertain=uncertain
+            self.thread,
+            self.req.reply_to,
+            adopt,
+            progress_key=partial_key(self.run_id),
+            uncertain=uncertain,
+            links=self.req.links,
         )
 
     # ---- one LLM round -------------------------------------------------------------------

@@ -29,7 +29,7 @@ class Outcome:
     text: str = ""  # inline text, a PDF's text or a transcript
     text_complete: bool = True
     note: str = ""  # why there is no text, e.g. "no transcription model is configured"
-    error: str = ""
+    error: str = ""  # why it failed; on a saved file, why no parser could read it
     attempts: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -116,6 +116,8 @@ def user_notice(outcome: Outcome, *, max_bytes: int) -> str | None:
         )
     if outcome.status == "failed":
         return f"⚠️ I could not download your {outcome.label}{named}: {outcome.error}. I'll answer without it."
+    if outcome.error:  # saved, but unreadable (gateway/attachments/prepare.py, `unreadable`)
+        return f"⚠️ I saved your {outcome.label}{named}, but that file could not be read: {outcome.error}."
     return None
 
 

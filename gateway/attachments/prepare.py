@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.attachments.content import Kind, Outcome, image_record, model_text, user_notice
-from gateway.attachments.documents import pdf_text
-from gateway.attachments.images import image_info
+from gateway.attachments.documents import PdfLimits, pdf_text
+from gateway.attachments.images import ImageUnreadable, read_image
 from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
 from gateway.config import AttachmentsConfig
 from gateway.events import Attachment, ChannelError, Fetched, FetchFile, FileTooLarge, ThreadKey
@@ -30,6 +30,9 @@ Transcribe = Callable[[bytes, str, str], Awaitable[str]]  # (audio, file name, m
 SavePayload = Callable[[int, dict[str, Any]], Awaitable[None]]  # (inbox item id, payload)
 Notify = Callable[[ThreadKey, str, str, str], Awaitable[Any]]  # (thread, text, key, reply_to)
 TRANSCRIBE_ATTEMPTS = 2
+# Reads of one file started and never finished (the gateway stopped while a parser ran): past
+# this, the file is recorded as unreadable instead of being parsed again after every restart.
+READ_ATTEMPTS = 2
 _LABELS = {
     "photo": "photo",
     "voice": "voice note",
@@ -149,7 +152,25 @@ class AttachmentPreparer:
             size=len(data),
             attempts=int(entry.get("attempts", 0)) + 1,
         )
-        return await self._read(saved, data, attachment)
+        if _parsed(sniff(data, attachment.name)):
+            reads = int(entry.get("reads", 0))
+            if reads >= READ_ATTEMPTS:
+                reason = f"reading it was cut short {reads} times (the gateway stopped); not tried again"
+                return unreadable(saved, reason)
+            entry["reads"] = reads + 1
+            await self.save_payload(item_id, payload)  # a read that never ends (kill -9 mid-parse) is counted
+        return await self._read_safely(saved, data, attachment)
+
+    async def _read_safely(self, saved: Outcome, data: bytes, attachment: Attachment) -> Outcome:
+        """`_read`, where any failure of any parser becomes a note and a notice, never a crash
+        that leaves the item pending (to be parsed again, and fail again, after every restart)."""
+        try:
+            return await self._read(saved, data, attachment)
+        except ImageUnreadable as exc:
+            return unreadable(saved, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a parser's bug is the file's problem, not the worker's
+            log.warning("reading %s failed", saved.path, exc_info=True)
+            return unreadable(saved, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
     async def _download(
         self, fetch: FetchFile, attachment: Attachment, item_id: int, payload: dict[str, Any], index: int
@@ -220,25 +241,38 @@ class AttachmentPreparer:
         if kind == "audio" and mime.startswith("video/"):
             mime = "audio/" + mime.split("/", 1)[1]  # webm/mp4 containers sent as audio
         saved = _with(saved, mime=mime, kind=kind)
+        claimed = _claimed(attachment)
+        if claimed and kind == "file":  # a zip called report.pdf: say so instead of guessing
+            return unreadable(saved, f"it is called {claimed} but its content is {mime}")
         if kind == "image":
-            info = await asyncio.to_thread(image_info, data)
-            if info is None:
-                return _with(saved, kind="file", note="it looked like an image but could not be read as one")
+            info = await asyncio.to_thread(read_image, data, self.config.max_image_pixels)
             return _with(saved, width=info.width, height=info.height)
         limit = self.config.max_inline_chars
         if kind == "text":
             text = decode_text(data)
             return _with(saved, text=text[:limit], text_complete=len(text) <= limit)
         if kind == "pdf":
-            found = await asyncio.to_thread(pdf_text, data, limit)
-            if found.error:
-                return _with(saved, pages=found.pages, note=found.error)
-            if not found.text:
-                return _with(saved, pages=found.pages, note="no text could be extracted (a scan?); open it with a tool")
-            return _with(saved, pages=found.pages, text=found.text, text_complete=found.complete)
+            return self._pdf(saved, await pdf_text(data, limit, self._pdf_limits()))
         if kind == "audio":
             return await self._transcribed(saved, data)
         return _with(saved, note="not shown inline; use a tool to open it")
+
+    def _pdf_limits(self) -> PdfLimits:
+        c = self.config
+        return PdfLimits(c.pdf_max_pages, c.pdf_cpu_s, c.pdf_memory_mb, c.pdf_timeout_s)
+
+    def _pdf(self, saved: Outcome, found: Any) -> Outcome:
+        if found.error:
+            return unreadable(_with(saved, pages=found.pages), found.error)
+        if not found.text:
+            return _with(saved, pages=found.pages, note="no text could be extracted (a scan?); open it with a tool")
+        text = found.text
+        if found.pages_read < found.pages:
+            text += (
+                f"\n\n[only the first {found.pages_read} of {found.pages} pages were read "
+                f"(attachments.pdf_max_pages); the whole file is {saved.path}]"
+            )
+        return _with(saved, pages=found.pages, text=text, text_complete=found.complete)
 
     async def _transcribed(self, saved: Outcome, data: bytes) -> Outcome:
         if self.transcribe is None:
@@ -265,6 +299,30 @@ def safe_name(name: str) -> str:
         stem, dot, suffix = cleaned.rpartition(".")
         cleaned = (stem[: 120 - len(suffix) - 1] + dot + suffix) if dot and len(suffix) <= 10 else cleaned[:120]
     return cleaned
+
+
+def unreadable(saved: Outcome, reason: str) -> Outcome:
+    """Saved, but no parser could read it: the model gets the note, the person a notice
+    (`content.user_notice`), and the file is never shown as an image."""
+    kind: Kind = "file" if saved.kind == "image" else saved.kind
+    return _with(saved, kind=kind, note=f"that file could not be read: {reason}", error=reason)
+
+
+def _parsed(mime: str) -> bool:
+    """Files a parser of ours opens (Pillow, pypdf): their reads are counted."""
+    return mime.startswith("image/") or mime == "application/pdf"
+
+
+def _claimed(attachment: Attachment) -> str:
+    """What the sender says the file is, when it is a type we parse: "a PDF", "an image"."""
+    name, mime = attachment.name.lower(), attachment.mime.lower()
+    if name.endswith(".pdf") or mime == "application/pdf":
+        return "a PDF"
+    if attachment.kind == "photo" or mime.startswith("image/"):
+        return "an image"
+    if name.endswith((".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")):
+        return "an image"
+    return ""
 
 
 def _kind(mime: str, attachment: Attachment) -> Kind:

@@ -86,6 +86,8 @@ class TelegramConfig(Section):
     rate_private_per_s: float = 1.0  # sends per second per private chat (bursts of 3)
     rate_group_per_min: float = 20.0  # sends per minute per group
     request_timeout_s: float = Field(10.0, gt=0)  # a send unanswered this long may still have been delivered
+    # Link previews fetch the link: "own" shows them only for links the person sent (docs/security.md).
+    link_previews: Literal["own", "all", "none"] = "own"
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
 
@@ -105,6 +107,8 @@ class SlackConfig(Section):
     streaming: Literal["auto", "native", "edit", "off"] = "auto"
     send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
     stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval
+    # Unfurls fetch the link: "own" unfurls only links the person sent (docs/security.md).
+    link_previews: Literal["own", "all", "none"] = "own"
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 

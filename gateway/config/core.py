@@ -103,6 +103,13 @@ class AttachmentsConfig(Section):
     download_backoff_s: float = Field(1.0, ge=0)  # doubled after each failed attempt
     download_timeout_s: float = Field(60.0, gt=0)
     album_wait_s: float = Field(1.0, ge=0)  # parts of a Telegram album arriving this close together are one message
+    # Hostile files (docs/security.md, "Hostile input"): images with more pixels are refused
+    # before decoding; a PDF's text is read in a child process under these limits.
+    max_image_pixels: int = Field(64_000_000, ge=1)
+    pdf_max_pages: int = Field(200, ge=1)  # pages read for their text; the rest are left to a tool
+    pdf_cpu_s: int = Field(10, ge=1)  # CPU seconds of the child (RLIMIT_CPU)
+    pdf_memory_mb: int = Field(512, ge=0)  # address space of the child (RLIMIT_AS); 0: no limit
+    pdf_timeout_s: float = Field(30.0, gt=0)  # wall clock: a child still running then is killed
 
 
 class TracesConfig(Section):

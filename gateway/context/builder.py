@@ -62,7 +62,17 @@ class ContextBuilder:
         self.agent = agent
         self.lods: dict[str, Lod] = dict(tool_lod or {})
         attachments = attachments or AttachmentsConfig()
-        images = ImageParts(Path(agent.workspace), attachments.image_max_side, CHARS_PER_TOKEN) if llm.vision else None
+        images = (
+            ImageParts(
+                Path(agent.workspace),
+                attachments.image_max_side,
+                CHARS_PER_TOKEN,
+                max_pixels=attachments.max_image_pixels,
+            )
+            if llm.vision
+            else None
+        )
+        self.images = images
         self.limits = Limits(
             agent.max_tool_result_chars,
             context.lod_above_chars,
@@ -134,6 +144,7 @@ class ContextBuilder:
         cache = self.caches.get(session.id)
         await refresh(cache, self.repo, turn_started_seq)
         await self._drop_orphans(cache, turn_started_seq)
+        await self._warm_images(cache)
         await self._discover(model)
         budget = self.budget(model)
         tail = tail_block(now, timezone, workspace, reminder)
@@ -194,6 +205,20 @@ class ContextBuilder:
     def forget(self, session_id: int) -> None:
         """Drop what is cached for a session (a /new, or rows changed behind the builder's back)."""
         self.caches.drop(session_id)
+
+    async def _warm_images(self, cache: SessionCache) -> None:
+        """Images of rows not yet rendered with them are decoded in a thread now, so rendering
+        (on the event loop) does not decode them."""
+        if self.images is None:
+            return
+        waiting = [
+            record
+            for entry in cache.visible()
+            if entry.row.images and not any(key & 8 for key in entry.renders)  # render.MODES: 8 = images
+            for record in entry.row.images
+        ]
+        if waiting:
+            await self.images.warm(waiting)
 
     # ---- shaping ---------------------------------------------------------------------------
     def _shape(self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int) -> View:

@@ -158,6 +158,7 @@ def _action(row: OutboxRecord) -> Callable[[Channel, tuple[str, ...]], Awaitable
         str(payload.get("reply_to") or ""),
         document=(str(document[0]), str(document[1])) if document else None,
         file=OutboundFile(**file) if file else None,
+        links=tuple(str(link) for link in payload.get("links") or ()),
     )
     return lambda channel, done: channel.send(Outbound(**{**message.__dict__, "already": done}))
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
 from gateway.agent.services import TurnServices
-from gateway.events import ThreadKey
+from gateway.events import ThreadKey, links_in
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.holder import LeaseHolder
@@ -175,6 +175,7 @@ class Worker:
             thread,
             requested_by=said.sender.id,
             reply_to=said.message_id,
+            links=links_in(said.text),
             fence=fence,
             turn_started_seq=started.rows[0].seq,
             started_run=started.run,

@@ -1,10 +1,13 @@
 """The http_fetch built-in: GET an http(s) URL with size and time caps and an SSRF guard.
 
-Every hop (the first request and each redirect) is checked the same way: the scheme must be
-http or https and every address the host resolves to must be public, unless
-`agent.http_fetch_allow_private`. The connection then goes to the address that was checked
-(Host header and TLS server name keep the original host), so a second DNS answer cannot
-swap in a private address between the check and the request.
+Every hop (the first request and each redirect, followed by hand and at most MAX_REDIRECTS) is
+checked the same way: the scheme must be http or https, every address the host resolves to must
+be public, unless `agent.http_fetch_allow_private`, and a redirect may only go to the host first
+asked for (the one on `agent.http_allow_hosts`, or the one a person approved) or to another host
+on that list: the approval of one host is no approval of wherever it sends the request on.
+The connection then goes to the address that was checked (Host header and TLS server name keep
+the original host), so a second DNS answer cannot swap in a private address between the check
+and the request.
 """
 
 from __future__ import annotations
@@ -48,27 +51,45 @@ async def http_fetch(ctx: ToolContext, url: str, max_bytes: int | None = None) -
             async with httpx.AsyncClient(
                 follow_redirects=False, trust_env=False, timeout=cfg.http_fetch_timeout_s
             ) as client:
-                return await _fetch(client, url, cap, cfg.http_fetch_allow_private)
+                return await _fetch(client, url, cap, cfg.http_fetch_allow_private, cfg.http_allow_hosts)
     except TimeoutError:
         raise ToolError(f"fetching {url} timed out after {cfg.http_fetch_timeout_s:g}s") from None
     except httpx.HTTPError as exc:
         raise ToolError(f"fetching {url} failed: {type(exc).__name__}: {exc}") from None
 
 
-async def _fetch(client: httpx.AsyncClient, url: str, cap: int, allow_private: bool) -> str:
+async def _fetch(
+    client: httpx.AsyncClient, url: str, cap: int, allow_private: bool, allow_hosts: Sequence[str]
+) -> str:
     current = _parse(url)
+    first_host = (current.host or "").lower()
     for _ in range(MAX_REDIRECTS + 1):
         hop = await check_hop(current, allow_private)
         response = await client.send(_request(client, hop), stream=True)
         try:
             if response.is_redirect and "location" in response.headers:
                 current = _parse(str(current.join(response.headers["location"])))
+                _check_redirect_host(current, first_host, allow_hosts)
                 continue
             body, truncated = await _read_capped(response, cap)
             return _render(current, response, body, truncated, cap)
         finally:
             await response.aclose()
     raise ToolError(f"more than {MAX_REDIRECTS} redirects; stopped at {current}")
+
+
+def _check_redirect_host(url: httpx.URL, first_host: str, allow_hosts: Sequence[str]) -> None:
+    host = (url.host or "").lower()
+    if host == first_host or host_allowed(host, allow_hosts):
+        return
+    raise ToolError(
+        f"refused: redirected to {host}, which is not on agent.http_allow_hosts; "
+        f"fetch {url} directly if it is needed (a person is then asked)"
+    )
+
+
+def host_allowed(host: str, allow_hosts: Sequence[str]) -> bool:
+    return bool(host) and any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in allow_hosts)
 
 
 def _parse(raw: str) -> httpx.URL:
@@ -111,12 +132,34 @@ async def resolve(host: str, port: int) -> list[str]:
     return addresses
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
 def is_public(address: str) -> bool:
-    """True for globally routable unicast addresses (IPv4-mapped IPv6 judged as IPv4)."""
+    """True for globally routable unicast addresses. IPv6 addresses that carry an IPv4 address
+    (IPv4-mapped, NAT64, 6to4, Teredo) are judged by every IPv4 address they carry: a gateway
+    on the way turns them into it."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    return all(a.is_global and not a.is_multicast for a in (ip, *embedded_ipv4(ip)))
+
+
+def embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    raw = ip.packed
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    if ip in _NAT64 or ip in _NAT64_LOCAL:
+        found.append(ipaddress.IPv4Address(raw[12:16]))  # the /96 layout (RFC 6052)
+    if ip in _NAT64_LOCAL:
+        found.append(ipaddress.IPv4Address(raw[6:8] + raw[9:11]))  # the /48 layout, around the u octet
+    return found
 
 
 def _request(client: httpx.AsyncClient, hop: Hop) -> httpx.Request:
@@ -162,7 +205,7 @@ def outside_allow_list(allow_hosts: Sequence[str]) -> Callable[[Mapping[str, Any
             host = (httpx.URL(str(args.get("url", ""))).host or "").lower()
         except (httpx.InvalidURL, TypeError):
             return "the URL cannot be read"
-        if host and any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in allow_hosts):
+        if host_allowed(host, allow_hosts):
             return None
         return f"{host or 'the host'} is not on agent.http_allow_hosts"
 

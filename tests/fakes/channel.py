@@ -72,7 +72,9 @@ class FakeChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         self.show("close", thread, outcome)
 
-    def open_stream(self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = ()) -> _Stream:
+    def open_stream(
+        self, thread: ThreadKey, reply_to: str = "", adopt: Sequence[str] = (), links: Sequence[str] = ()
+    ) -> _Stream:
         self.adopted.append(tuple(adopt))
         return _Stream(self, thread)
 
