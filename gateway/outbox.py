@@ -29,7 +29,7 @@ from gateway.events import (
     utcnow,
 )
 from gateway.pacing import ChatPacer, RetryPolicy
-from gateway.store import FinalStage, OutboxRecord, Store
+from gateway.store import FinalStage, LeaseLost, OutboxRecord, Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,6 +38,7 @@ Attempt = Callable[[tuple[str, ...]], Awaitable[T]]  # called with the parts alr
 
 AMBIGUOUS_RESENT = "timed out, may have been delivered: sent again once"
 AMBIGUOUS_GAVE_UP = "timed out again after the one resend: not sent a third time"
+STALLED = "sent by a holder that stalled and lost the thread meanwhile: may be in the chat"
 
 
 class Outbox:
@@ -153,16 +154,7 @@ class Outbox:
                 if exc.retry_after is not None and not step.final:
                     await self.pacer.hold(thread, step.wait)
                 if record is not None:
-                    retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
-                    await self.store.outbox.attempt_failed(
-                        record.id,
-                        str(exc),
-                        final=step.final,
-                        retry_at=retry_at,
-                        uncertain=step.uncertain,
-                        delivered=done,
-                        fence=fencing.fence(),
-                    )
+                    await self._attempt_failed(record, exc, step, done)
                 if step.final or state.failures >= self.policy.max_attempts:
                     log.error(
                         "delivery to %s failed (%s)%s", thread, exc, "" if step.final else "; left for the sweeper"
@@ -171,6 +163,27 @@ class Outbox:
                 log.warning("delivery to %s: %s; next attempt in %.1fs", thread, exc, step.wait)
                 if exc.retry_after is None and step.wait:
                     await self.pacer.sleep(step.wait)  # a hold is waited out by pacer.wait
+
+    async def _attempt_failed(
+        self, record: OutboxRecord, exc: ChannelError, step: _Step, done: tuple[str, ...]
+    ) -> None:
+        retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
+        try:
+            await self.store.outbox.attempt_failed(
+                record.id,
+                str(exc),
+                final=step.final,
+                retry_at=retry_at,
+                uncertain=step.uncertain,
+                delivered=done,
+                fence=fencing.fence(),
+            )
+        except LeaseLost:
+            # Stalled mid-request while another instance took the thread over: what it sent
+            # may be in the chat beside the new holder's answer. Recorded, not decided.
+            if exc.ambiguous or done != tuple(record.message_ids):
+                await self.store.outbox.note_stalled(record.key, record.thread_key, record.kind, STALLED, done)
+            raise
 
     def _next_step(self, exc: ChannelError, state: _Attempts) -> _Step:
         """- permanent: the row fails at once;
@@ -315,10 +328,16 @@ class RecordedStream:
         if self._progress_key is None or not ids or ids == self._recorded:
             return
         repo, fence = self.outbox.store.outbox, fencing.fence()
-        if self._progress_id is None:
-            record = await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)
-            self._progress_id = record.id
-        await repo.remember_partial(self._progress_id, ids, fence=fence)
+        try:
+            if self._progress_id is None:
+                record = await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)
+                self._progress_id = record.id
+            await repo.remember_partial(self._progress_id, ids, fence=fence)
+        except LeaseLost:
+            new = [i for i in ids if i not in self._recorded]  # posted, never recorded: the new holder cannot know
+            if new:
+                await repo.note_stalled(self._progress_key, str(self.thread), "partial", STALLED, new)
+            raise
         self._recorded = ids
 
     async def _forget_progress(self) -> None:

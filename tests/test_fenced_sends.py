@@ -20,7 +20,7 @@ from test_subagents_crash import doomed_gateway
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
 from gateway import fencing
-from gateway.events import Outbound, ThreadKey
+from gateway.events import ChannelError, Outbound, ThreadKey
 from gateway.inbox.holder import LeaseHolder
 from gateway.outbox import Outbox
 from gateway.store import Fence, LeaseLost
@@ -139,3 +139,42 @@ async def test_a_sigstopped_holder_sends_nothing_after_a_second_instance_finishe
             process.send_signal(signal.SIGCONT)
     assert after == before, [c.method for c in tg.calls if c.method in SHOWING][before:]
     assert texts(tg, PRIVATE) == ["The survivor's answer."]
+
+
+class StallingChannel(FakeChannel):
+    """A send that is carried out, then hangs (the sender stopped mid-request) and times out."""
+
+    def __init__(self) -> None:
+        super().__init__(name="fake")
+        self.carried_out = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    async def send(self, message):  # noqa: ANN001, ANN201
+        await super().send(message)
+        self.carried_out.set()
+        await self.wake.wait()
+        raise ChannelError("Timed out", ambiguous=True)
+
+
+async def test_a_send_cut_by_a_stall_is_recorded_as_possibly_delivered(store) -> None:
+    """The holder's request reached the platform, then it stalled past the TTL: its record of
+    the timeout is refused (fenced), but the ambiguity is written on the row, so the new
+    holder's answer beside it is a listed ambiguous send, not an unexplained duplicate."""
+    channel = StallingChannel()
+    outbox = Outbox(store, {"fake": channel})
+    lease = await store.inbox.acquire(LEASE, "stalls", 0.2)
+    holder = LeaseHolder(store, lease, 0.2)
+
+    async def send() -> None:
+        fencing.hold(holder)
+        await outbox.send_text(THREAD, "an answer", key="reply:5")
+
+    sending = asyncio.create_task(send())
+    await asyncio.wait_for(channel.carried_out.wait(), 5)
+    await take_over_after_expiry(store, 0.2)
+    channel.wake.set()
+    with pytest.raises(LeaseLost):
+        await sending
+    row = await store.outbox.get("reply:5")
+    assert row.status == "pending" and row.uncertain and "lost the thread" in row.uncertain
+    assert [r.key for r in await store.outbox.uncertain()] == ["reply:5"]

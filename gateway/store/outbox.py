@@ -64,6 +64,22 @@ class OutboxRepo(Repo):
             row = conn.execute(_BY_KEY, {"outbox_key": key}).first()
         return to_record(OutboxRecord, row)
 
+    async def note_stalled(self, key: str, thread_key: str, kind: str, note: str, message_ids: Sequence[str]) -> None:
+        """What a sender that lost its thread while stalled may have left in the chat: its send
+        timed out (`message_ids` unknown) or a stream it opened was never recorded. Not fenced,
+        on purpose: it changes no delivery (the status stays as the new holder left it), it only
+        records the ambiguity, so `gateway outbox` lists the row and an answer seen twice is
+        explained by it."""
+
+        def work(conn: Connection) -> None:
+            row = self.record_in(conn, key, thread_key, kind, {})
+            values: dict[str, Any] = {"uncertain": row.uncertain or note[:255]}
+            if message_ids and not row.message_ids:
+                values["message_ids"] = list(message_ids)
+            conn.execute(update(outbox).where(outbox.c.id == row.id).values(**values))
+
+        await self.db.write(work)
+
     async def get(self, key: str) -> OutboxRecord | None:
         def work(conn: Connection) -> OutboxRecord | None:
             row = conn.execute(_BY_KEY, {"outbox_key": key}).first()
