@@ -63,7 +63,7 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
     if config.telegram.enabled:
         from channels.telegram import TelegramChannel
 
-        channels["telegram"] = TelegramChannel(config.telegram, state)
+        channels["telegram"] = TelegramChannel(config.telegram, state, max_download_bytes=config.attachments.max_bytes)
     if config.slack.enabled:
         from channels.slack.channel import SlackChannel
 

@@ -80,6 +80,23 @@ async def test_a_photo_with_caption_reaches_a_vision_model_as_an_image_part(stor
     assert [c.params["file_id"] for c in tg.calls_to("getFile")] == [largest]
 
 
+async def test_of_a_photos_sizes_the_largest_under_the_attachment_limit_is_downloaded(store, llm, tg, tmp_path) -> None:
+    """Only the Bot API's 20 MB bounded the choice: a photo whose full size is over
+    `attachments.max_bytes` was "not downloaded: too large" although Telegram had sent a
+    smaller copy of it that fits."""
+    picture = image_bytes(2560, 1920, color=(40, 90, 200))
+    photo = tg.files.photo(picture, 2560, 1920, sizes=(320, 800, 1280))
+    fits = next(p for p in photo if p["width"] == 1280)
+    limit = (fits["file_size"] + photo[-1]["file_size"]) // 2
+    assert fits["file_size"] < limit < photo[-1]["file_size"]
+    llm.reply("A blue picture.")
+    async with running(store, config(llm, tg, tmp_path, attachments={"max_bytes": limit})) as gateway:
+        tg.enqueue(tg.message_update(PRIVATE, "look", user_id=PRIVATE, media={"photo": photo}))
+        await settle(gateway, lambda: texts(tg, PRIVATE))
+    assert [c.params["file_id"] for c in tg.calls_to("getFile")] == [fits["file_id"]]
+    assert "(image/jpeg, 1280x960," in text_of(user_message(llm.requests[0]))
+
+
 async def test_without_vision_a_photo_is_a_note_that_a_tool_then_reads(store, llm, tg, tmp_path) -> None:
     picture = image_bytes(640, 480, fmt="PNG")
     llm.tool_call("read_file", {"path": "attachments/1/photo-1-1.png"}, id="call_1")

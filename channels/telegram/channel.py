@@ -20,7 +20,7 @@ from telegram.request import HTTPXRequest
 
 from channels.telegram import files, prompts
 from channels.telegram.api import CONNECTIONS, BotCaller, TokenRejected, translated
-from channels.telegram.inbound import ALLOWED_UPDATES, BotIdentity, UpdateReader
+from channels.telegram.inbound import ALLOWED_UPDATES, BOT_API_DOWNLOAD_LIMIT, BotIdentity, UpdateReader
 from channels.telegram.ingest import SECRET_FORMAT, UpdateIngest
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from channels.telegram.pacing import Pacer
@@ -68,10 +68,13 @@ class TelegramChannel:
     poll_backoff_s = 1.0  # first wait after a failed getUpdates; doubles up to poll_backoff_max_s
     poll_backoff_max_s = 30.0
 
-    def __init__(self, config: TelegramConfig, state: ChannelState) -> None:
+    def __init__(self, config: TelegramConfig, state: ChannelState, *, max_download_bytes: int | None = None) -> None:
+        """`max_download_bytes`: the gateway's attachment limit; of a photo's sizes, the largest
+        under it (and under the Bot API's own 20 MB) is the one described for download."""
         self.config = config
         self.show_tool_progress = config.show_tool_progress
         self.state = state
+        self._max_download = min(max_download_bytes or BOT_API_DOWNLOAD_LIMIT, BOT_API_DOWNLOAD_LIMIT)
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
         self._caller = BotCaller(self._pacer)
         self._update_interval = UpdateInterval(config.edit_interval_s)
@@ -128,7 +131,7 @@ class TelegramChannel:
                 "telegram: link previews show only for links the person sent (telegram.link_previews: own, "
                 "new default); set telegram.link_previews: all for Telegram's previews of every link"
             )
-        reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""))
+        reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""), max_download_bytes=self._max_download)
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 
     def _check_config(self) -> None:

@@ -40,9 +40,10 @@ class BotIdentity:
 
 
 class UpdateReader:
-    def __init__(self, config: TelegramConfig, bot: BotIdentity) -> None:
+    def __init__(self, config: TelegramConfig, bot: BotIdentity, *, max_download_bytes: int = 0) -> None:
         self._config = config
         self._bot = bot
+        self._max_download = max_download_bytes or BOT_API_DOWNLOAD_LIMIT
         self._user_ids = {u for u in config.allowed_users if not u.startswith("@")}
         self._usernames = {u[1:].lower() for u in config.allowed_users if u.startswith("@")}
         self._chats = set(config.allowed_chats)
@@ -143,7 +144,7 @@ class UpdateReader:
         text = self._command_suffix.sub(r"\1", text, count=1).strip()
         if message.sticker is not None:  # a sticker says what its emoji says
             text = "\n".join(part for part in (text, message.sticker.emoji or "[a sticker]") if part)
-        return text, attachments_of(message)
+        return text, attachments_of(message, self._max_download)
 
     # --- callbacks ---------------------------------------------------------------
 
@@ -187,11 +188,13 @@ def sender_of(user: User) -> Sender:
 BOT_API_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 
 
-def attachments_of(message: Message) -> tuple[Attachment, ...]:
-    """The files of a message, as Telegram describes them (downloaded later, by the core)."""
+def attachments_of(message: Message, max_bytes: int = BOT_API_DOWNLOAD_LIMIT) -> tuple[Attachment, ...]:
+    """The files of a message, as Telegram describes them (downloaded later, by the core). Of a
+    photo's sizes, the largest that can be downloaded under `max_bytes` (else the largest: the
+    core says why it was not downloaded)."""
     found: list[Attachment] = []
     if message.photo:
-        fitting = [p for p in message.photo if (p.file_size or 0) <= BOT_API_DOWNLOAD_LIMIT]
+        fitting = [p for p in message.photo if (p.file_size or 0) <= max_bytes]
         best = max(fitting or message.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
         found.append(
             Attachment(

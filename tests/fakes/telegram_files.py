@@ -54,27 +54,26 @@ class FakeFiles:
         )
         return file_id
 
-    def photo(self, content: bytes, width: int, height: int) -> list[dict[str, Any]]:
-        """The PhotoSize list Telegram sends: a thumbnail and the full size."""
+    def photo(self, content: bytes, width: int, height: int, *, sizes: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+        """The PhotoSize list Telegram sends: a thumbnail, `sizes` (the longer side of each
+        smaller copy, as Telegram makes 320, 800 and 1280 px ones: real JPEGs), the full size."""
         thumb = self.add(content[:64], "thumbnails", suffix=".jpg")
-        full = self.add(content, "photos", suffix=".jpg")
         scale = 90 / max(width, height)
-        return [
-            {
-                "file_id": thumb,
-                "file_unique_id": f"u{thumb}",
-                "width": max(1, int(width * scale)),
-                "height": max(1, int(height * scale)),
-                "file_size": 64,
-            },
-            {
-                "file_id": full,
-                "file_unique_id": f"u{full}",
-                "width": width,
-                "height": height,
-                "file_size": self.files[full].size,
-            },
-        ]
+        listed = [self._size(thumb, max(1, int(width * scale)), max(1, int(height * scale)))]
+        for side in sizes:
+            w, h = max(1, width * side // max(width, height)), max(1, height * side // max(width, height))
+            listed.append(self._size(self.add(_scaled_jpeg(content, w, h), "photos", suffix=".jpg"), w, h))
+        listed.append(self._size(self.add(content, "photos", suffix=".jpg"), width, height))
+        return listed
+
+    def _size(self, file_id: str, width: int, height: int) -> dict[str, Any]:
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "width": width,
+            "height": height,
+            "file_size": self.files[file_id].size,
+        }
 
     def document(self, content: bytes, name: str, mime: str, *, size: int | None = None) -> dict[str, Any]:
         file_id = self.add(content, "documents", size=size)
@@ -131,3 +130,13 @@ class FakeFiles:
             return web.Response(status=500, text="Internal Server Error")
         self.downloads.append(stored.file_id)
         return await streamed(request, stored.content, "application/octet-stream")
+
+
+def _scaled_jpeg(content: bytes, width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(content)).convert("RGB").resize((width, height)).save(out, "JPEG")
+    return out.getvalue()
