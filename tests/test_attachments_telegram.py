@@ -186,6 +186,31 @@ async def test_without_a_transcription_model_a_voice_note_is_a_note_with_its_pat
     assert "voice note saved at attachments/1/voice-note-1-1.ogg (audio/ogg, 1:05," in text
     assert "[not transcribed: no transcription model is configured]" in text
     assert llm.transcriptions == []
+    assert "⚠️ I saved your voice note, but I could not listen to it: no speech-to-text is set up here." in texts(
+        tg, PRIVATE
+    )
+
+
+async def test_a_failed_transcription_and_an_unreadable_type_are_each_told_in_one_line(store, llm, tg, tmp_path):
+    """The person was told nothing when a voice note could not be transcribed or a file was of
+    a kind no parser reads: the answer came as if the file had not been sent."""
+    llm.transcription_failures = 10
+    llm.reply("Answered.")
+    llm.reply("Answered.")
+    settings = config(llm, tg, tmp_path, llm_settings={"transcription_model": "whisper-1"})
+    archive = b"PK\x03\x04" + bytes(200)
+    async with running(store, settings) as gateway:
+        media = {"voice": tg.files.voice(voice_bytes(), duration=7)}
+        tg.enqueue(tg.message_update(PRIVATE, "", user_id=PRIVATE, media=media))
+        await settle(gateway, lambda: "Answered." in texts(tg, PRIVATE))
+        document = tg.files.document(archive, "bundle.zip", "application/zip")
+        tg.enqueue(tg.message_update(PRIVATE, "unpack this", user_id=PRIVATE, media={"document": document}))
+        await settle(gateway, lambda: texts(tg, PRIVATE).count("Answered.") == 2)
+    notices = [t for t in texts(tg, PRIVATE) if t.startswith("⚠️")]
+    assert notices == [
+        "⚠️ I saved your voice note, but I could not listen to it: the transcription failed.",
+        "⚠️ I saved your document bundle.zip (application/zip), but I cannot read that kind of file directly.",
+    ]
 
 
 # --- albums, limits, failures ----------------------------------------------------------------

@@ -116,8 +116,15 @@ def user_notice(outcome: Outcome, *, max_bytes: int) -> str | None:
         )
     if outcome.status == "failed":
         return f"⚠️ I could not download your {outcome.label}{named}: {outcome.error}. I'll answer without it."
+    if outcome.status != "saved":
+        return None
+    if outcome.kind in ("audio", "video") and outcome.error:  # no transcript
+        return f"⚠️ I saved your {outcome.label}{named}, but I could not listen to it: {outcome.error}."
     if outcome.error:  # saved, but unreadable (gateway/attachments/prepare.py, `unreadable`)
         return f"⚠️ I saved your {outcome.label}{named}, but that file could not be read: {outcome.error}."
+    if outcome.kind == "file":  # a type no parser reads: the model sees only its name and path
+        kind = f" ({outcome.mime})" if outcome.mime else ""
+        return f"⚠️ I saved your {outcome.label}{named}{kind}, but I cannot read that kind of file directly."
     return None
 
 

@@ -276,7 +276,8 @@ class AttachmentPreparer:
 
     async def _transcribed(self, saved: Outcome, data: bytes) -> Outcome:
         if self.transcribe is None:
-            return _with(saved, note="not transcribed: no transcription model is configured")
+            note = "not transcribed: no transcription model is configured"
+            return _with(saved, note=note, error="no speech-to-text is set up here")
         error = ""
         for attempt in range(TRANSCRIBE_ATTEMPTS):
             try:
@@ -288,7 +289,8 @@ class AttachmentPreparer:
                     await self.sleep(self.config.download_backoff_s)
                 continue
             return _with(saved, text=text) if text else _with(saved, note="the transcription came back empty")
-        return _with(saved, note=f"the transcription failed ({error}); the audio is kept")
+        note = f"the transcription failed ({error}); the audio is kept"
+        return _with(saved, note=note, error="the transcription failed")
 
 
 def safe_name(name: str) -> str:
