@@ -39,6 +39,8 @@ from gateway.store import Store, notify
 from gateway.store.holds import HOLDS_CHANNEL
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
+from gateway.tools.builtin_shell import sandbox_status
+from gateway.workspace import adopt_legacy_layout, shared_root
 from scheduler import control as job_control
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
@@ -310,7 +312,11 @@ class Gateway:
 
     async def start(self) -> None:
         await self.store.migrate(auto=self.config.database.auto_migrate)
-        Path(self.config.agent.workspace).mkdir(parents=True, exist_ok=True)
+        agent = self.config.agent
+        Path(agent.workspace).mkdir(parents=True, exist_ok=True)
+        adopt_legacy_layout(agent.workspace, self.config.attachments.dir, shared_root(agent.shared_dir))
+        if matches_any("shell", agent.tools):
+            sandbox_status(agent.shell_sandbox).log()
         await self.scheduler.sync_config_jobs()
         for name, channel in self.channels.items():
             try:

@@ -123,7 +123,8 @@ async def test_a_kill_between_commit_and_download_still_fetches_the_file_and_run
         assert texts(tg, PRIVATE) == ["Tuesday's minutes, summarised."]
         assert len(llm.requests) == 1
         assert "Content:\n<<<\nthe minutes of Tuesday\n\n>>>" in text_of(user_message(llm.requests[0]))
-        assert (tmp_path / "ws" / "attachments" / "1" / "minutes.txt").read_text() == "the minutes of Tuesday\n"
+        stored = tmp_path / "ws" / "sessions" / "1" / "attachments" / "1" / "minutes.txt"
+        assert stored.read_text() == "the minutes of Tuesday\n"
         done = await store.inbox.get_by_event(f"tg:{BOT_ID}:{update['update_id']}")
         assert done.status == "done" and done.payload["attachments"][0]["outcome"]["status"] == "saved"
         assert tg.files.download_attempts == [document["file_id"]] * 2  # one per process

@@ -56,7 +56,7 @@ async def test_a_mentioned_image_reaches_a_vision_model_fetched_with_the_bot_tok
     assert '[photo "chart.png" saved at attachments/1/chart.png (image/png, 1024x768,' in text_of(message)
     [url] = image_parts(message)
     assert decoded_image(url).size == (256, 192)
-    assert (tmp_path / "ws" / "attachments/1/chart.png").read_bytes() == picture
+    assert (tmp_path / "ws" / "sessions/1/attachments/1/chart.png").read_bytes() == picture
     reply = next(m for m in slack.messages[CHANNEL] if m.get("text") == "A chart.")
     assert reply["thread_ts"] == ts  # answered in the thread of the mention
 
@@ -110,8 +110,8 @@ async def test_the_bot_token_never_goes_to_another_host(store, llm, slack, tmp_p
 
 
 async def test_send_file_uploads_into_the_thread_once(store, llm, slack, tmp_path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    workspace = tmp_path / "ws" / "sessions" / "1"  # the first session's own directory
+    workspace.mkdir(parents=True)
     (workspace / "summary.csv").write_text("a,b\n1,2\n")
     llm.tool_call("send_file", {"path": "summary.csv", "caption": "as asked"}, id="up1")
     llm.reply("Uploaded.")

@@ -54,8 +54,9 @@ def photo_update(
     return tg.enqueue(tg.message_update(PRIVATE, caption, user_id=PRIVATE, media={"photo": photo, **media}))
 
 
-def saved(tmp_path: Path, relative: str) -> Path:
-    return tmp_path / "ws" / relative
+def saved(tmp_path: Path, relative: str, session: int = 1) -> Path:
+    """A stored attachment: in its session's directory, at the path the model is shown."""
+    return tmp_path / "ws" / "sessions" / str(session) / relative
 
 
 # --- images ----------------------------------------------------------------------------------
@@ -287,8 +288,8 @@ async def test_a_download_that_keeps_failing_is_explained_and_the_text_still_ans
 
 
 async def test_send_file_sends_a_photo_and_a_document_once(store, llm, tg, tmp_path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    workspace = tmp_path / "ws" / "sessions" / "1"  # the first session's own directory
+    workspace.mkdir(parents=True)
     (workspace / "chart.png").write_bytes(image_bytes(300, 200, fmt="PNG"))
     (workspace / "report.txt").write_text("all good\n")
     llm.tool_calls(
@@ -331,13 +332,14 @@ async def test_send_file_refuses_paths_outside_the_workspace(store, llm, tg, tmp
 def _tool_context(gateway, session_id: int, call_id: str):
     from gateway.events import ThreadKey
     from gateway.tools import ToolContext
+    from gateway.workspace import session_dir
 
     return ToolContext(
         session_id=session_id,
         thread=ThreadKey("telegram", str(PRIVATE)),
         source="telegram",
         interactive=True,
-        workspace=Path(gateway.config.agent.workspace).resolve(),
+        workspace=session_dir(gateway.config.agent.workspace, session_id),
         agent=gateway.config.agent,
         notes=gateway.store.sessions,
         services=gateway.services.tool_services,
@@ -348,12 +350,14 @@ def _tool_context(gateway, session_id: int, call_id: str):
 async def test_a_scheduled_run_sends_its_file_to_deliver_to(store, llm, tg, tmp_path) -> None:
     from datetime import UTC, datetime
 
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "daily.txt").write_text("numbers\n")
+    shared = tmp_path / "reports"  # each run is a new session: what it sends comes from the shared directory
+    shared.mkdir()
+    (shared / "daily.txt").write_text("numbers\n")
     job = {"name": "daily", "cron": "0 6 * * *", "prompt": "Send the daily file.", "deliver_to": f"telegram:{PRIVATE}"}
-    llm.tool_call("send_file", {"path": "daily.txt", "caption": "today"}, id="s1")
+    llm.tool_call("send_file", {"path": str(shared / "daily.txt"), "caption": "today"}, id="s1")
     llm.reply("Sent the daily file.")
-    async with running(store, config(llm, tg, tmp_path, scheduler={"enabled": True, "jobs": [job]})) as gateway:
+    sections = {"scheduler": {"enabled": True, "jobs": [job]}, "agent": {"shared_dir": str(shared)}}
+    async with running(store, config(llm, tg, tmp_path, **sections)) as gateway:
         schedule = await store.schedules.by_name("daily")
         await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await settle(gateway, lambda: any("Sent the daily file." in t for t in texts(tg, PRIVATE)))

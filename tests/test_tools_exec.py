@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -60,8 +61,10 @@ async def test_shell_runs_in_the_workspace_with_exit_code_and_stderr(tmp_path):
 async def test_shell_hides_gateway_secrets_from_the_command(tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_API_KEY", "sk-very-secret")
     monkeypatch.setenv("SOME_SETTING", "visible")
-    outcome = await call(make_ctx(tmp_path), "shell", command='echo "${LLM_API_KEY:-unset} $SOME_SETTING"')
-    assert outcome.text.startswith("unset visible")
+    monkeypatch.setenv("OTHER_SETTING", "not listed")
+    ctx = make_ctx(tmp_path, shell_env=["SOME_SETTING", "LLM_API_KEY"])  # a secret's name stays hidden when listed
+    outcome = await call(ctx, "shell", command='echo "${LLM_API_KEY:-unset} $SOME_SETTING ${OTHER_SETTING:-unset}"')
+    assert outcome.text.startswith("unset visible unset")
 
 
 async def test_shell_environment_has_no_tokens_keys_secrets_or_database_urls(tmp_path, monkeypatch):
@@ -72,7 +75,7 @@ async def test_shell_environment_has_no_tokens_keys_secrets_or_database_urls(tmp
     for name, value in hidden.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("LANG_SETTING", "visible")
-    outcome = await call(make_ctx(tmp_path), "shell", command="env")
+    outcome = await call(make_ctx(tmp_path, shell_env=["*"]), "shell", command="env")
     assert "LANG_SETTING=visible" in outcome.text
     assert not [name for name in hidden if f"{name}=" in outcome.text]
 
@@ -100,7 +103,7 @@ async def test_the_unshare_sandbox_has_no_network_and_its_own_processes(tmp_path
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         probe = f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/').read())\""
-        assert "reached" in (await call(make_ctx(tmp_path), "shell", command=probe)).text
+        assert "reached" in (await call(make_ctx(tmp_path, shell_sandbox="none"), "shell", command=probe)).text
         ctx = make_ctx(tmp_path, shell_sandbox="unshare")
         confined = await call(ctx, "shell", command=probe + " ; ls /proc | grep -c '^[0-9]'; pwd")
         assert "reached" not in confined.text and "unreachable" in confined.text.lower()
@@ -118,7 +121,7 @@ async def test_a_sandbox_that_is_not_installed_is_a_clear_tool_error(tmp_path, m
 
 
 async def test_shell_cancel_kills_the_whole_process_group(tmp_path):
-    task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
+    task = asyncio.create_task(call(make_ctx(tmp_path, shell_sandbox="none"), "shell", command=SPAWN + "wait"))
     await wait_for(lambda: read_pids(tmp_path, "child.pid", "shell.pid"), "the command to start")
     pids = read_pids(tmp_path, "child.pid", "shell.pid")
     assert all(alive(pid) for pid in pids)
@@ -137,7 +140,7 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
         return set(Path(f"/proc/self/task/{os.getpid()}/children").read_text().split())
 
     before = children()  # a session's servers may be children of this process too
-    task = asyncio.create_task(call(make_ctx(tmp_path), "shell", command=SPAWN + "wait"))
+    task = asyncio.create_task(call(make_ctx(tmp_path, shell_sandbox="none"), "shell", command=SPAWN + "wait"))
     pids: list[int] | None = None
     try:
         for _ in range(100):  # step the loop until the shell is forked: its pipes take more steps to connect
@@ -165,8 +168,31 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
                 os.kill(pid, signal.SIGKILL)
 
 
+def _host_pids_running(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace") and alive(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+async def test_a_cancel_kills_everything_inside_the_bubblewrap_sandbox_too(tmp_path):
+    marker = f"{os.getpid() % 1000 + 3000}.{len(str(tmp_path))}17"  # sleep's argument, found in /proc
+    task = asyncio.create_task(
+        call(make_ctx(tmp_path, shell_sandbox="bwrap"), "shell", command=f"sleep {marker} & sleep {marker}; wait")
+    )
+    await wait_for(lambda: len(_host_pids_running(f"sleep\0{marker}")) == 2, "the sandboxed commands to start")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: not _host_pids_running(f"sleep\0{marker}"), "the sandboxed processes to die")
+
+
 async def test_shell_timeout_kills_and_reports_partial_output(tmp_path):
-    ctx = make_ctx(tmp_path, shell_timeout_s=0.5)
+    ctx = make_ctx(tmp_path, shell_timeout_s=0.5, shell_sandbox="none")  # pids as the host sees them
     # asking for more than the configured maximum is capped to it
     outcome = await call(ctx, "shell", command=SPAWN + "echo started; sleep 60", timeout_s=1000)
     assert outcome.failed

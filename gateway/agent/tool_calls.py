@@ -20,6 +20,7 @@ from gateway.access import role_denial_text
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.audit_trail import Decided, by_policy, by_prompt, by_role, tool_call_entry
 from gateway.agent.child import DELEGATE
+from gateway.agent.files import files_dir
 from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
 from gateway.agent.messages import (
     END_MESSAGES,
@@ -86,6 +87,13 @@ class ToolCalls:
         self.parent_seq: int | None = None  # the LLM response the calls being processed came from
         # call id -> its arguments as parsed and its tool as found when the round was recorded
         self._checked: dict[str, tuple[dict[str, Any], ToolSpec]] = {}
+        self._files: Path | None = None
+
+    async def files_dir(self) -> Path:
+        """The directory this turn's tools work in (its session's; a sub-agent's root's)."""
+        if self._files is None:
+            self._files = await files_dir(self.services.store, self.services.config.agent.workspace, self.session)
+        return self._files
 
     # ---- what the model is offered and may call ------------------------------------------
     def offered(self) -> list[ToolSpec]:
@@ -283,7 +291,7 @@ class ToolCalls:
             thread=self.thread,
             source=self.session.source,
             interactive=self.session.interactive,
-            workspace=Path(agent.workspace).resolve(),
+            workspace=await self.files_dir(),
             agent=agent,
             notes=self.services.store.sessions,
             services=self.services.tool_services,

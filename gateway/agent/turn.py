@@ -327,9 +327,16 @@ class Turn:
             notes=self._notes,
             now=datetime.now(UTC),
             timezone=self.cfg.agent.timezone,
-            workspace=str(Path(self.cfg.agent.workspace).resolve()),
+            workspace=self._working_directory(await self.calls.files_dir()),
             model=self.cfg.llm.model,
         )
+
+    def _working_directory(self, files: Path) -> str:
+        shared = self.cfg.agent.shared_dir.strip()
+        if not shared:
+            return str(files)
+        mode = "read and write" if self.cfg.agent.shared_writable else "read-only"
+        return f"{files}; shared directory ({mode}, absolute paths): {Path(shared).expanduser().resolve()}"
 
     def _forget_notes(self) -> None:
         self._notes = None

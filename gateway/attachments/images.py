@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.attachments.sniff import IMAGE_MIMES_FOR_MODELS
+from gateway.workspace import SESSIONS
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -164,9 +165,20 @@ class ImageParts:
         self.max_pixels = max_pixels
         self._urls: dict[tuple[str, int], str | None] = {}
 
+    def _located(self, relative: str) -> Path | None:
+        """Records name their file relative to the workspace, `sessions/<id>/…`; one from before
+        per-session directories (`attachments/<id>/<name>`) was moved into that session's
+        directory. None when the file (a link, say) resolves outside its own session's directory."""
+        parts = Path(relative).parts
+        if len(parts) < 3 or not parts[1].isdigit():
+            return None
+        own = self.workspace / SESSIONS / parts[1]
+        path = (self.workspace / relative).resolve() if parts[0] == SESSIONS else (own / relative).resolve()
+        return path if path.is_relative_to(own) else None
+
     def _key(self, record: dict) -> tuple[Path, tuple[str, int]] | None:
-        path = (self.workspace / str(record.get("path", ""))).resolve()
-        if not path.is_relative_to(self.workspace) or not path.is_file():
+        path = self._located(str(record.get("path", "")))
+        if path is None or not path.is_file():
             return None  # deleted since, or not ours: the row's text still names it
         return path, (str(path), path.stat().st_mtime_ns)
 

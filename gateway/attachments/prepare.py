@@ -9,8 +9,8 @@ anything that can fail (reading an image, a PDF's text, a transcription) looks a
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -23,6 +23,7 @@ from gateway.attachments.images import ImageUnreadable, read_image
 from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
 from gateway.config import AttachmentsConfig
 from gateway.events import Attachment, ChannelError, Fetched, FetchFile, FileTooLarge, ThreadKey
+from gateway.workspace import SESSIONS, entry_kind, open_dirs, read_regular, relative_parts, write_fresh
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,11 @@ class AttachmentPreparer:
             if notice:
                 await self._tell(thread, notice, f"attachment:{item_id}:{index}", str(payload.get("message_id", "")))
         payload["content"] = model_text(str(payload.get("text", "")), outcomes, max_bytes=self.config.max_bytes)
-        payload["images"] = [image_record(o) for o in outcomes if o.shown_as_image]
+        # Image records are read back by the context builder, which knows the workspace only.
+        own = f"{SESSIONS}/{session_id}/"
+        payload["images"] = [
+            {**image_record(o), "path": own + o.path} for o in outcomes if o.shown_as_image
+        ]
         await self.save_payload(item_id, payload)
         return Prepared(payload, outcomes)
 
@@ -144,11 +149,15 @@ class AttachmentPreparer:
         if fetched.name and not attachment.name:  # known only once the platform was asked
             attachment = replace(attachment, name=fetched.name, mime=attachment.mime or fetched.mime)
             base = _with(base, name=attachment.name)
-        path = await asyncio.to_thread(self._store_file, data, attachment, label, session_id, item_id, index)
+        try:
+            path = await asyncio.to_thread(self._store_file, data, attachment, label, session_id, item_id, index)
+        except OSError as exc:  # a link planted in the way, a full disk: a note, never a crashed worker
+            log.warning("%s: could not store %s: %s", thread, attachment.name or attachment.file_id, exc)
+            return _with(base, error=f"it could not be stored ({exc.strerror or exc})")
         saved = _with(
             base,
             status="saved",
-            path=path.relative_to(self.workspace).as_posix(),
+            path=path,
             size=len(data),
             attempts=int(entry.get("attempts", 0)) + 1,
         )
@@ -213,27 +222,30 @@ class AttachmentPreparer:
 
     def _store_file(
         self, data: bytes, attachment: Attachment, label: str, session_id: int, item_id: int, index: int
-    ) -> Path:
-        """<workspace>/<dir>/<session>/<name>; the same bytes again (a download repeated after a
-        restart) reuse the file, another file of the same name gets a suffix. Written to a
-        temporary name first, so a half-written file is never taken for a whole one."""
-        folder = self.workspace / self.config.dir / str(session_id)
-        folder.mkdir(parents=True, exist_ok=True)
+    ) -> str:
+        """<session dir>/<dir>/<session>/<name> (the layout from before per-session directories,
+        within the session's: old and new paths alike), relative to the session's directory; the same bytes again
+        (a download repeated after a restart) reuse the file, another file of the same name (or
+        anything that is not a plain file: a planted link) gets a suffix. Every component is
+        opened without following links and the file is written fresh (gateway/workspace.py)."""
+        parts = [SESSIONS, str(session_id), *relative_parts(self.config.dir), str(session_id)]
         name = (
             safe_name(attachment.name) or f"{label.replace(' ', '-')}-{item_id}-{index + 1}{extension_for(sniff(data))}"
         )
         stem, dot, suffix = name.rpartition(".") if "." in name[1:] else (name, "", "")
-        candidate, n = folder / name, 1
-        digest = hashlib.sha256(data).digest()
-        while candidate.exists():
-            if candidate.stat().st_size == len(data) and hashlib.sha256(candidate.read_bytes()).digest() == digest:
-                return candidate
-            n += 1
-            candidate = folder / f"{stem}-{n}{dot}{suffix}"
-        partial = candidate.with_name(candidate.name + ".part")
-        partial.write_bytes(data)
-        partial.replace(candidate)
-        return candidate
+        folder = open_dirs(self.workspace, parts)
+        try:
+            candidate, n = name, 1
+            while (kind := entry_kind(folder, candidate)) != "missing":
+                if kind == "file" and read_regular(folder, candidate) == data:
+                    break
+                n += 1
+                candidate = f"{stem}-{n}{dot}{suffix}"
+            else:
+                write_fresh(folder, candidate, data)
+        finally:
+            os.close(folder)
+        return "/".join([*parts[2:], candidate])
 
     async def _read(self, saved: Outcome, data: bytes, attachment: Attachment) -> Outcome:
         mime = sniff(data, attachment.name)

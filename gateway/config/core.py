@@ -66,7 +66,9 @@ class LLMConfig(Section):
 class AgentConfig(Section):
     system_prompt: str = "You are a helpful assistant. Be concise."
     max_rounds: int = Field(25, ge=1)
-    workspace: str = "workspace"
+    workspace: str = "workspace"  # each session's files: <workspace>/sessions/<id>/ (docs/security.md)
+    shared_dir: str = ""  # a directory every session's tools may read (absolute paths); none by default
+    shared_writable: bool = False  # and write
     tools: list[str] = ["*"]  # names or globs of the tools offered to the model
     timezone: str = "UTC"
     max_tool_result_chars: int = 16_000  # results of previous turns above this are hidden
@@ -79,7 +81,11 @@ class AgentConfig(Section):
     max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
     show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
     http_allow_hosts: list[str] = []  # hosts (globs) http_fetch reaches without approval
-    shell_sandbox: Literal["none", "unshare", "bwrap"] = "none"  # see docs/operations.md, "The shell"
+    # auto: bwrap where it works, else none with a loud start-log line (docs/security.md)
+    shell_sandbox: Literal["auto", "none", "unshare", "bwrap"] = "auto"
+    shell_network: bool = False  # a sandboxed command may reach the network
+    shell_env: list[str] = []  # names (globs) of variables passed to commands besides PATH, LANG, LC_*, TZ, TERM
+    shell_ro_paths: list[str] = []  # bwrap: more directories the command sees read-only (besides /usr, /etc, ...)
 
 
 class ContextConfig(Section):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import mimetypes
+import os
 from pathlib import Path
 
 from gateway.mcp.sdk import CallResult, Content
+from gateway.workspace import entry_kind, open_dirs, read_regular, write_fresh
 
 EXTENSIONS = {
     "image/png": ".png",
@@ -32,18 +34,25 @@ def _part(item: Content, server: str, workspace: Path) -> str:
         return item.text
     if item.kind == "link":
         return f"[resource: {item.text}]"
-    relative = save(item, server, workspace)
     what = item.mime or item.kind
+    try:
+        relative = save(item, server, workspace)
+    except OSError as exc:  # a link planted in the way, a full disk: the model is told
+        return f"[{what} ({len(item.data)} bytes) not saved: {exc.strerror or exc}]"
     return f"[{what} saved to the workspace: {relative} ({len(item.data)} bytes)]"
 
 
 def save(item: Content, server: str, workspace: Path) -> str:
-    """Write binary content under `mcp/<server>/` by its hash (the same bytes, one file)."""
+    """Write binary content under `mcp/<server>/` by its hash (the same bytes, one file). The
+    session's tools can plant links there: no component is followed, and anything but a plain
+    file of these bytes at the name is replaced by a fresh one (gateway/workspace.py)."""
     digest = hashlib.sha256(item.data).hexdigest()[:16]
     suffix = EXTENSIONS.get(item.mime) or mimetypes.guess_extension(item.mime or "") or ".bin"
-    relative = Path("mcp") / server / f"{digest}{suffix}"
-    target = workspace / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        target.write_bytes(item.data)
-    return relative.as_posix()
+    name = f"{digest}{suffix}"
+    folder = open_dirs(workspace, ["mcp", server])
+    try:
+        if entry_kind(folder, name) != "file" or read_regular(folder, name) != item.data:
+            write_fresh(folder, name, item.data)
+    finally:
+        os.close(folder)
+    return f"mcp/{server}/{name}"

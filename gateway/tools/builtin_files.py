@@ -1,4 +1,4 @@
-"""File built-ins confined to the workspace: read_file, write_file, list_dir.
+"""File built-ins confined to the session's directory (and the shared one): read_file, write_file, list_dir.
 
 Blocking file work runs in a thread so a large file never stalls other threads' turns.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from gateway.attachments.content import human_size
 from gateway.attachments.images import image_info
 from gateway.attachments.sniff import is_text, looks_like_text, sniff
-from gateway.tools.paths import SECRETS_DIR, confine, relative_display
+from gateway.tools.paths import SECRETS_DIR, confine_ctx, relative_display
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
 MAX_LINES = 2_000
@@ -36,7 +36,7 @@ async def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 5
         raise ToolError("offset must be 0 or more")
     if not 1 <= limit <= MAX_LINES:
         raise ToolError(f"limit must be between 1 and {MAX_LINES}")
-    root, target = confine(ctx.workspace, path)
+    root, target = confine_ctx(ctx, path)
     shown = relative_display(root, target)
     if target.is_dir():
         raise ToolError(f"{shown} is a directory; use list_dir to see what it holds")
@@ -98,7 +98,7 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """
     if len(content) > MAX_WRITE_CHARS:
         raise ToolError(f"content is {len(content)} chars; the limit is {MAX_WRITE_CHARS}")
-    root, target = confine(ctx.workspace, path)
+    root, target = confine_ctx(ctx, path, write=True)
     shown = relative_display(root, target)
     if target == root or target.is_dir():
         raise ToolError(f"{shown} is a directory; give a file path")
@@ -127,7 +127,7 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: directory path relative to the workspace
     """
-    root, target = confine(ctx.workspace, path)
+    root, target = confine_ctx(ctx, path)
     shown = relative_display(root, target)
     if not target.exists():
         raise ToolError(f"no such directory: {shown}")

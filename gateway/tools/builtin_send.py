@@ -14,7 +14,7 @@ from typing import Literal
 from gateway.attachments import sniff
 from gateway.attachments.content import human_size
 from gateway.events import Outbound, OutboundFile, ThreadKey
-from gateway.tools.paths import confine, relative_display, touches_secrets
+from gateway.tools.paths import confine_ctx, relative_display, touches_secrets
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
 MAX_SEND_BYTES = 50 * 1024 * 1024  # Telegram's upload limit for bots; Slack allows more
@@ -30,7 +30,7 @@ async def send_file(ctx: ToolContext, path: str, caption: str = "") -> str:
         path: file path relative to the workspace
         caption: a short text shown with the file
     """
-    root, target = confine(ctx.workspace, path)
+    root, target = confine_ctx(ctx, path)
     shown = relative_display(root, target)
     if touches_secrets(root, target):
         raise ToolError(f"{shown} is inside secrets/; it is never sent")

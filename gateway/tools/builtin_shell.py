@@ -4,12 +4,8 @@ The group is killed when the command finishes, times out or the call is cancelle
 shell call never leaves processes behind (a `/stop` really stops the work). Output keeps
 its end (where errors and summaries are) and says how much of the start was cut.
 
-What the command can reach: it starts in the workspace, but by default it is an ordinary
-process of the gateway's user (every file that user can read or write, the network). Its
-environment is scrubbed: no `*_TOKEN`, `*_SECRET`, `*_KEY`, `*PASSWORD*`, `GATEWAY_*` or
-database URLs. `agent.shell_sandbox` confines it further where the machine can:
-`unshare` (util-linux) gives it no network and its own process tree; `bwrap`
-(bubblewrap) in addition a read-only view of the system with only the workspace writable.
+What the command can reach (its environment, the sandbox) is decided in `sandbox.py`: it
+starts in the session's directory, with an allowlisted environment, in bubblewrap by default.
 """
 
 from __future__ import annotations
@@ -17,18 +13,18 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import fnmatch
 import os
 import shutil
 import signal
 from collections import deque
-from collections.abc import Coroutine
-from pathlib import Path
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
-from gateway.config import SECRETS
 from gateway.tools.paths import workspace_root
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
+from gateway.tools.sandbox import SandboxStatus, command_environment, sandbox_prefix, sandbox_status
+
+__all__ = ["SandboxStatus", "TailText", "run_command", "sandbox_status", "shell", "shell_specs"]
 
 _READ_CHUNK = 65_536
 
@@ -81,7 +77,9 @@ async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) 
     if timeout <= 0:
         raise ToolError("timeout_s must be positive")
     output = TailText(ctx.agent.shell_output_chars)
-    code = await run_command(command, workspace_root(ctx.workspace), timeout, output, sandbox=ctx.agent.shell_sandbox)
+    cwd = workspace_root(ctx.workspace)
+    prefix = sandbox_prefix(ctx.agent, cwd)
+    code = await run_command(command, cwd, timeout, output, prefix=prefix, env=command_environment(ctx.agent, cwd))
     body = output.text() or "(no output)"
     if code is None:
         raise ToolError(f"timed out after {timeout:g}s; the command and its child processes were killed.\n{body}")
@@ -89,17 +87,25 @@ async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) 
 
 
 async def run_command(
-    command: str, cwd: os.PathLike[str] | str, timeout: float, output: TailText, *, sandbox: str = "none"
+    command: str,
+    cwd: os.PathLike[str] | str,
+    timeout: float,
+    output: TailText,
+    *,
+    prefix: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> int | None:
-    """Run `command`, feeding `output`; the exit code, or None on timeout. Cancel kills it."""
+    """Run `command` (after the sandbox's `prefix`), feeding `output`; the exit code, or None
+    on timeout. Cancel kills it. The sandbox itself gets `env` too: inside its PID namespace it
+    is the command's parent and process 1, whose environ a command could read."""
     proc = await _started(
         asyncio.create_subprocess_exec(
-            *sandbox_prefix(sandbox, Path(cwd)),
+            *prefix,
             shutil.which("bash") or "/bin/sh",
             "-c",
             command,
             cwd=cwd,
-            env=_clean_environment(),
+            env=dict(env) if env is not None else {"PATH": os.environ.get("PATH", os.defpath)},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -145,37 +151,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is already gone
-
-
-# Names of variables the command never sees (the gateway's secrets, and anyone else's).
-HIDDEN_ENV = ("*_TOKEN", "*_SECRET", "*_SECRET_*", "*_KEY", "*PASSWORD*", "*_DSN", "GATEWAY_*", "DATABASE_URL")
-
-
-def _clean_environment() -> dict[str, str]:
-    hidden = set(SECRETS.values())
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name not in hidden and not any(fnmatch.fnmatchcase(name.upper(), p) for p in HIDDEN_ENV)
-    }
-
-
-def sandbox_prefix(sandbox: str, workspace: Path) -> list[str]:
-    """The command line that confines the shell, or a clear error when the tool is missing."""
-    if sandbox == "none":
-        return []
-    tool = shutil.which(sandbox)
-    if tool is None:
-        package = "bubblewrap" if sandbox == "bwrap" else "util-linux"
-        raise ToolError(f"agent.shell_sandbox is {sandbox!r} but {sandbox} is not installed (install {package})")
-    if sandbox == "unshare":
-        user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-        return [tool, *user, "--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--"]
-    ws = str(workspace)
-    return [
-        tool, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        "--bind", ws, ws, "--chdir", ws, "--unshare-all", "--die-with-parent", "--new-session", "--",
-    ]
 
 
 def shell_specs() -> list[ToolSpec]:

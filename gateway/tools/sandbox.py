@@ -1,0 +1,165 @@
+"""What a shell command can reach: its environment and, where the machine can, a sandbox.
+
+The environment is built from an allowlist (PATH, LANG, LC_*, TZ, TERM, and the names in
+`agent.shell_env`), never a secret's name, with HOME the session's directory. With
+`agent.shell_sandbox: auto` (the default) the command runs in bubblewrap when it works here:
+a new PID namespace (the gateway's /proc/<pid>/environ is not there), no network unless
+`agent.shell_network`, the system directories read-only (minus /etc's secrets), a private /tmp
+and only the session's directory (and `agent.shared_dir`) bound; the gateway's config, `.env`,
+database and home are simply not in its file system. Where bubblewrap is missing or cannot make
+namespaces, the start log says so loudly and the command runs as an ordinary process of the
+gateway's user (docs/security.md says what that exposes); `none` says so on purpose.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.config import SECRETS, AgentConfig
+from gateway.tools.registry import ToolError
+from gateway.workspace import sessions_root, shared_root
+
+log = logging.getLogger(__name__)
+
+SAFE_ENV = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM")
+# Names a command never sees, even when `agent.shell_env` lists them.
+HIDDEN_ENV = ("*_TOKEN", "*_SECRET", "*_SECRET_*", "*_KEY", "*PASSWORD*", "*_DSN", "GATEWAY_*", "DATABASE_URL")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+MASKED_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d")
+_PACKAGES = {"bwrap": "bubblewrap", "unshare": "util-linux"}
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def command_environment(agent: AgentConfig, home: Path) -> dict[str, str]:
+    """The environment of a command: the allowlist only, HOME its session's directory."""
+    hidden = set(SECRETS.values())
+    allowed = (*SAFE_ENV, *agent.shell_env)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if _matches(name, allowed) and name not in hidden and not _matches(name.upper(), HIDDEN_ENV)
+    }
+    env.setdefault("PATH", os.defpath)
+    env["HOME"] = str(home)
+    return env
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    configured: str  # agent.shell_sandbox
+    mode: str  # what commands run in: bwrap | unshare | none
+    tool: str = ""  # the sandbox's executable
+    problem: str = ""  # why the configured sandbox is not available
+
+    def log(self) -> None:
+        if self.mode == "bwrap":
+            log.info(
+                "shell sandbox: bubblewrap (%s): commands see the system read-only and only their session's "
+                "directory; no network unless agent.shell_network; set agent.shell_sandbox: none for unconfined",
+                self.tool,
+            )
+        elif self.configured == "none":
+            log.warning(
+                "shell sandbox: none (agent.shell_sandbox: none): shell commands run UNCONFINED as the gateway's "
+                "user and can read its config, .env, database and home (docs/security.md)"
+            )
+        elif self.mode == "none":
+            log.error(
+                "shell sandbox: UNCONFINED: %s; shell commands run as the gateway's user and can read /proc/<pid>/"
+                "environ of the gateway (its tokens and keys), its config, .env, database and home. Install "
+                "bubblewrap (apt-get install bubblewrap) or set agent.shell_sandbox: none to accept this "
+                "(docs/security.md)",
+                self.problem,
+            )
+        elif self.problem:
+            log.error("shell sandbox: %s; shell calls will fail until it is installed", self.problem)
+        else:
+            log.warning(
+                "shell sandbox: unshare: commands have their own processes (and no network) but read the "
+                "gateway's files; bubblewrap confines them to their session's directory"
+            )
+
+
+@functools.cache
+def _bwrap_problem(tool: str) -> str:
+    """Why bubblewrap cannot sandbox here ('' when it can): a container may forbid namespaces."""
+    try:
+        done = subprocess.run(
+            [tool, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not be run ({exc})"
+    if done.returncode != 0:
+        error = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"bwrap cannot create namespaces here ({error[-1] if error else f'exit {done.returncode}'})"
+    return ""
+
+
+def sandbox_status(configured: str) -> SandboxStatus:
+    if configured == "none":
+        return SandboxStatus("none", "none")
+    name = "unshare" if configured == "unshare" else "bwrap"
+    tool = shutil.which(name)
+    problem = "" if tool else f"{name} is not installed (Debian: apt-get install {_PACKAGES[name]})"
+    if tool and name == "bwrap":
+        problem = _bwrap_problem(tool)
+    if problem and configured == "auto":
+        return SandboxStatus(configured, "none", "", problem)
+    return SandboxStatus(configured, name, tool or "", problem)
+
+
+def sandbox_prefix(agent: AgentConfig, session: Path) -> list[str]:
+    """The command line that confines a command, or a ToolError when an explicitly chosen
+    sandbox is missing (nothing runs unconfined by accident)."""
+    status = sandbox_status(agent.shell_sandbox)
+    if status.mode == "none":
+        return []
+    if status.problem:
+        raise ToolError(f"agent.shell_sandbox is {agent.shell_sandbox!r} but {status.problem}")
+    if status.mode == "unshare":
+        user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+        net = [] if agent.shell_network else ["--net"]
+        return [status.tool, *user, *net, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--"]
+    return bwrap_args(status.tool, agent, session)
+
+
+def bwrap_args(tool: str, agent: AgentConfig, session: Path) -> list[str]:
+    args = [tool, "--die-with-parent", "--new-session", "--unshare-all"]
+    if agent.shell_network:
+        args.append("--share-net")
+    for name in SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    args += [a for name in MASKED_FILES if Path(name).is_file() for a in ("--ro-bind", "/dev/null", name)]
+    args += [a for name in MASKED_DIRS if Path(name).is_dir() for a in ("--tmpfs", name)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for extra in agent.shell_ro_paths:
+        path = Path(extra).expanduser().resolve()
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    shared = shared_root(agent.shared_dir)
+    if shared is not None and shared.is_dir():
+        args += ["--bind" if agent.shared_writable else "--ro-bind", str(shared), str(shared)]
+        sessions = sessions_root(agent.workspace)
+        if sessions.is_relative_to(shared):  # the shared directory holds the sessions': hide them
+            args += ["--tmpfs", str(sessions)]
+    ws = str(session)
+    return [*args, "--bind", ws, ws, "--chdir", ws, "--"]
