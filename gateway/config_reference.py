@@ -74,6 +74,10 @@ def render() -> str:
         "described in [access.md](access.md); spend caps (`budgets.caps`: `scope` user | chat | job | global,",
         "`period` day | week | month, `usd` and/or `tokens`) in [budgets.md](budgets.md).",
         "",
+        "Each session's directory (`agent.workspace`, `agent.shared_dir`, `agent.shared_writable`) and the",
+        "shell's sandbox (`agent.shell_sandbox`, `shell_network`, `shell_env`, `shell_ro_paths`) are described in",
+        "[security.md](security.md#files-and-processes).",
+        "",
     ]
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from fakes.llm import Reply, user_texts
@@ -51,3 +52,11 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self._now += timedelta(seconds=seconds)
         self._monotonic += seconds
+
+
+def session_file(workspace: Path, name: str) -> Path:
+    """A file a tool wrote, in the directory of the session that wrote it
+    (`<workspace>/sessions/<id>/`); a path that does not exist when no session has it."""
+    found = sorted(Path(workspace).glob(f"sessions/*/{name}"))
+    assert len(found) <= 1, found
+    return found[0] if found else Path(workspace) / "sessions" / "none" / name

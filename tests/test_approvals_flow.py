@@ -7,7 +7,7 @@ import json
 from fakes.channel import FakeChannel
 from fakes.llm import user_texts
 from harness import BOB, make_config, running_gateway
-from helpers import tool_results
+from helpers import session_file, tool_results
 
 from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 from gateway.approvals.policy import AUTO_DENIED
@@ -36,11 +36,11 @@ async def test_park_tap_resume(store, llm, tmp_path):
         run = (await store.runs.list())[0]
         assert run.stage == "AWAITING_INPUT"
         assert await store.inbox.lease_holder(f"thread:{T1}") is None  # the thread is released while parked
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         answer = await h.tap(h.token(0, "✅"))
         assert not answer.alert and "Approved by Alice" in answer.answer
         await h.idle()
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hi"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hi"
         assert h.channel.messages()[-1] == "Written."
         assert any("✅ Approved by Alice" in text for text in h.channel.closes())
         run = await store.runs.get(run.id)
@@ -58,7 +58,7 @@ async def test_deny_tells_the_model_and_a_typed_message_is_the_reason(store, llm
         assert "Waiting for a decision" in h.channel.messages()[-1]
         await h.tap(h.token(0, "❌"))
         await h.idle()
-        assert not (tmp_path / "ws" / "x.txt").exists()
+        assert not session_file(tmp_path / "ws", "x.txt").exists()
         assert tool_results(llm.requests[1]) == ["User rejected this tool call. Reason: not that file, it is shared"]
         assert any("❌ Denied by Alice" in text for text in h.channel.closes())
         assert len(llm.requests) == 2  # the reason was not also sent as a new turn
@@ -103,7 +103,7 @@ async def test_a_resume_item_written_before_items_carried_the_verdict_still_resu
     assert resumed(await store.inbox.get_by_event(f"resume:{prompt.id}")).verdict is None
     async with running_gateway(store, config) as second:
         await second.idle()
-        assert (tmp_path / "ws" / "old.txt").read_text() == "hi"
+        assert session_file(tmp_path / "ws", "old.txt").read_text() == "hi"
         assert second.channel.messages()[-1] == "Written after all."
         assert any("✅ Approved by Alice" in text for text in second.channel.closes())
 
@@ -124,7 +124,7 @@ async def test_double_tap_and_foreign_tapper_change_nothing(store, llm, tmp_path
         assert not first.alert and redelivered.duplicate
         assert second.alert and second.answer == NOT_PENDING
         await h.idle()
-        assert (tmp_path / "ws" / "y.txt").exists()
+        assert session_file(tmp_path / "ws", "y.txt").exists()
         unknown = await h.tap("forged-token.a")
         assert unknown.alert and unknown.answer == UNKNOWN_BUTTON
 
@@ -139,7 +139,7 @@ async def test_configured_approvers_decide_instead_of_the_requester(store, llm, 
         assert (await h.tap(h.token(0, "✅"))).answer == NOT_YOURS  # Alice asked but is not an approver
         assert "Approved by Bob" in (await h.tap(h.token(0, "✅"), sender=BOB)).answer
         await h.idle()
-        assert (tmp_path / "ws" / "z.txt").exists()
+        assert session_file(tmp_path / "ws", "z.txt").exists()
 
 
 async def test_expiry_rejects_with_approval_expired(store, llm, tmp_path, clock):
@@ -155,7 +155,7 @@ async def test_expiry_rejects_with_approval_expired(store, llm, tmp_path, clock)
         tapped = await h.tap(h.token(0, "✅"))
         assert tapped.alert and "expired" in tapped.answer
         await h.idle()
-        assert not (tmp_path / "ws" / "late.txt").exists()
+        assert not session_file(tmp_path / "ws", "late.txt").exists()
         assert tool_results(llm.requests[1]) == ["User rejected this tool call. Reason: approval expired"]
         assert any("Expired" in text for text in h.channel.closes())
 
@@ -172,11 +172,11 @@ async def test_allow_for_15_minutes_covers_later_calls_in_the_thread_only(store,
         llm.reply("second done")
         await h.say("write b")
         await h.idle()
-        assert (tmp_path / "ws" / "b.txt").exists() and len(h.channel.prompts()) == 1
+        assert session_file(tmp_path / "ws", "b.txt").exists() and len(h.channel.prompts()) == 1
         write_call(llm, "c.txt", call_id="c3")
         await h.say("write c", thread=T2)
         await h.idle()
-        assert len(h.channel.prompts(T2)) == 1 and not (tmp_path / "ws" / "c.txt").exists()
+        assert len(h.channel.prompts(T2)) == 1 and not session_file(tmp_path / "ws", "c.txt").exists()
 
 
 async def test_allow_in_this_chat_never_overrides_a_deny_rule(store, llm, tmp_path):
@@ -192,7 +192,7 @@ async def test_allow_in_this_chat_never_overrides_a_deny_rule(store, llm, tmp_pa
         llm.reply("blocked")
         await h.say("now the secret one")
         await h.idle()
-        assert not (tmp_path / "ws" / "secrets.txt").exists()
+        assert not session_file(tmp_path / "ws", "secrets.txt").exists()
         assert "denied by approval policy" in tool_results(llm.requests[-1])[-1]
         assert len(h.channel.prompts()) == 1
 
@@ -222,7 +222,7 @@ async def test_cron_session_auto_denies_and_the_tool_never_runs(store, llm, tmp_
         )
         await h.gateway.submit([InboundMessage(thread, Sender("scheduler", "scheduler"), "write the report", "job:1")])
         await h.idle()
-    assert not (tmp_path / "ws" / "cron.txt").exists()
+    assert not session_file(tmp_path / "ws", "cron.txt").exists()
     assert tool_results(llm.requests[1]) == [AUTO_DENIED]
     assert not h.channel.prompts()
     assert ended[-1].auto_denied and ended[-1].auto_denied[0].startswith("write_file(")
@@ -312,7 +312,7 @@ async def test_stop_while_waiting_cancels_the_prompt_and_the_turn(store, llm, tm
         run = (await store.runs.list())[0]
         assert run.stage == "CANCELED"
         assert any("Canceled" in text for text in h.channel.closes())
-        assert not (tmp_path / "ws" / "never.txt").exists()
+        assert not session_file(tmp_path / "ws", "never.txt").exists()
 
 
 async def test_restart_while_awaiting_approval_then_tap_resumes(store, llm, tmp_path):
@@ -326,7 +326,7 @@ async def test_restart_while_awaiting_approval_then_tap_resumes(store, llm, tmp_
     async with running_gateway(store, config) as second:  # a new gateway object, same database
         await second.tap(token)
         await second.idle()
-        assert (tmp_path / "ws" / "after.txt").exists()
+        assert session_file(tmp_path / "ws", "after.txt").exists()
         assert second.channel.messages()[-1] == "Done after the restart."
 
 

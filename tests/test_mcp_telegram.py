@@ -8,6 +8,7 @@ import json
 from datetime import UTC
 
 from fakes.llm import Reply
+from helpers import session_file
 from mcp_support import mcp_section, notes, offered, stdio_server, until_running
 from test_telegram_e2e import (
     PRIVATE,
@@ -247,7 +248,7 @@ async def test_errors_images_and_bad_arguments(store, llm, tg, tmp_path) -> None
         assert "returned an error" in failed and "failed on purpose: testing" in failed
         assert chart.startswith("here is the chart\n[image/png saved to the workspace: mcp/t/")
         saved = chart.split("workspace: ")[1].split(" ")[0]
-        assert (tmp_path / "ws" / saved).read_bytes().startswith(b"\x89PNG")
+        assert session_file(tmp_path / "ws", saved).read_bytes().startswith(b"\x89PNG")
         assert "INVALID arguments for mcp__t__lookup" in bad and '"key" must be string' in bad
         calls = await store.sessions.open_tool_calls((await store.sessions.current(f"telegram:{PRIVATE}:")).id)
         assert calls == []

@@ -4,9 +4,11 @@ approvals are auto-denied, and "Run again with approval" runs the job interactiv
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
+from helpers import session_file
 
 from gateway.events import ThreadKey
 
@@ -46,7 +48,9 @@ async def test_a_firing_runs_a_headless_session_and_delivers_the_result(store, l
 
 
 async def test_auto_denied_calls_are_listed_and_run_again_with_approval(store, llm, tmp_path):
-    report = tmp_path / "ws" / "report.txt"
+    def report() -> Path:  # each run is a session of its own, with its own directory
+        return session_file(tmp_path / "ws", "report.txt")
+
     llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w1")
     llm.reply("I could not write the report.")
     # Nobody has talked in the target chat: "Run again" is for its admins (or approvers).
@@ -55,7 +59,7 @@ async def test_auto_denied_calls_are_listed_and_run_again_with_approval(store, l
     async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
         await fire(h)
         await h.wait_for(lambda: bool(h.channel.prompts(CHAT)))
-        assert not report.exists()  # the side-effecting tool never ran
+        assert not report().exists()  # the side-effecting tool never ran
         notice = h.channel.prompts(CHAT)[0]
         assert notice.kind == "notice" and "write_file" in notice.text
         rerun = notice.buttons[0][0]
@@ -69,7 +73,7 @@ async def test_auto_denied_calls_are_listed_and_run_again_with_approval(store, l
         assert approval and approval[0].tool_name == "write_file"
         await h.tap(approval[0].buttons[0][0].token, thread=CHAT)
         await h.idle()
-        assert report.read_text() == "night"
+        assert report().read_text() == "night"
         assert h.channel.messages(CHAT)[-1] == "Report written."
         again = await h.tap(rerun.token, thread=CHAT)
         assert again.alert  # one tap, one rerun

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fakes.llm import FakeToolCall, Reply, Stall, user_texts
-from helpers import tool_results, until
+from helpers import session_file, tool_results, until
 from subagent_chat import Agents, chat_config, delegate, open_chat, platform, tool_names
 
 from gateway.approvals.policy import AUTO_DENIED
@@ -151,7 +151,8 @@ async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(stor
         await chat.settle(lambda: bool(chat.prompts()))
         (prompt,) = chat.prompts()
         assert "🤖 janitor → wants to run shell" in chat.prompt_text(prompt).replace("`", "")
-        assert not (tmp_path / "ws" / "gone.txt").exists()
+        written = tmp_path / "ws" / "sessions" / "1" / "gone.txt"  # the child works in its parent's directory
+        assert not written.exists()
         task = (await tasks_in_order(store))[0]
         assert (await store.runs.get(task.child_run_id)).stage == "AWAITING_INPUT"
         assert (await store.runs.get(task.parent_run_id)).stage == "AWAITING_INPUT"  # the parent waits, parked too
@@ -161,7 +162,7 @@ async def test_a_childs_shell_call_is_approved_in_the_parent_chat_by_button(stor
         assert f"sub-agent #{task.id} janitor: running" in status and "Pending requests: 1" in status
         await chat.press(prompt, "Approve")
         await chat.settle(lambda: "The janitor is done." in chat.texts())
-    assert (tmp_path / "ws" / "gone.txt").read_text().strip() == "removed"
+    assert written.read_text().strip() == "removed"
     assert child_answer.text in tool_results(llm.requests[-1])[0]
     task = (await tasks_in_order(store))[0]
     assert task.status == "done"
@@ -195,7 +196,7 @@ async def test_in_a_scheduled_run_a_childs_shell_call_is_auto_denied(store, llm,
         schedule = await store.schedules.by_name("nightly")
         await chat.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
         await chat.settle(lambda: any("Nightly report" in t for t in chat.texts()) or bool(chat.prompts()))
-        assert not (tmp_path / "ws" / "gone.txt").exists()
+        assert not session_file(tmp_path / "ws", "gone.txt").exists()
         assert not any("wants to run" in chat.prompt_text(p) for p in chat.prompts())  # nobody was asked
         assert not any(t.startswith("🤖") for t in chat.texts())  # nobody watches a scheduled run's children
     child_second = next(r for r in llm.requests if user_texts(r)[0].startswith("Remove") and tool_results(r))
@@ -385,10 +386,10 @@ async def test_a_background_tasks_approval_does_not_hold_the_conversation(store,
         assert "🤖 deployer → wants to run shell" in chat.prompt_text(prompt).replace("`", "")
         await chat.say("how is the weather?")  # answered while the task waits for its decision
         await chat.settle(lambda: "The weather is fine." in chat.texts())
-        assert not (tmp_path / "ws" / "deployed.txt").exists()
+        assert not session_file(tmp_path / "ws", "deployed.txt").exists()
         await chat.press(prompt, "Approve")
         await chat.settle(lambda: "Deployed, as the task reports." in chat.texts())
-    assert (tmp_path / "ws" / "deployed.txt").read_text().strip() == "up"
+    assert session_file(tmp_path / "ws", "deployed.txt").read_text().strip() == "up"
     (task,) = await tasks_in_order(store)
     assert (task.status, task.result, task.reported) == ("done", "It is up.", True)
 

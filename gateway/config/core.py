@@ -101,7 +101,7 @@ class ContextConfig(Section):
 
 class AttachmentsConfig(Section):
     max_bytes: int = Field(20_000_000, ge=1)  # larger files are not downloaded; the model and the user are told
-    dir: str = "attachments"  # inside the workspace: <dir>/<session>/<name>
+    dir: str = "attachments"  # inside the session's directory: <dir>/<session>/<name>
     image_max_side: int = Field(1568, ge=64)  # images are downscaled to this longest side for the model
     image_turns: int = Field(3, ge=1)  # image parts go with the last N user turns; older ones become their note
     max_inline_chars: int = Field(20_000, ge=0)  # text documents and PDF text inline up to this
