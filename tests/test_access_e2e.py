@@ -10,7 +10,7 @@ from typing import Any
 
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
-from helpers import echo
+from helpers import echo, session_file
 from test_slack_e2e import DM as SLACK_DM
 from test_slack_e2e import bot_messages as slack_bot_messages
 from test_slack_e2e import buttons as slack_buttons
@@ -250,7 +250,7 @@ async def test_a_member_is_never_offered_a_denied_tool_and_a_forced_call_is_refu
         await settle(gateway, lambda: any(t.startswith("tool said") for t in texts(tg, STRANGER)))
         assert "shell" not in offered(llm.requests[0]) and "read_file" in offered(llm.requests[0])
         assert texts(tg, STRANGER)[-1] == "tool said: Tool call denied: the role 'member' may not use 'shell'."
-        assert not (tmp_path / "ws" / "pwned.txt").exists() and not has_prompt(tg, STRANGER)
+        assert not session_file(tmp_path / "ws", "pwned.txt").exists() and not has_prompt(tg, STRANGER)
         llm.responder = echo
         tg.private_message(ADMIN, "and me?", user_id=ADMIN)
         await settle(gateway, lambda: bool(texts(tg, ADMIN)))
@@ -280,10 +280,10 @@ async def test_separate_requester_and_approving_roles(store, llm, tg, tmp_path) 
         await until(lambda: bool(tg.calls_to("answerCallbackQuery")))
         await gateway.inbox.wait_until_idle(10)
         assert tg.calls_to("answerCallbackQuery")[0].params["text"] == "You can't decide this request."
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=FRIEND, first_name="Rita")  # a reviewer
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
-        assert (tmp_path / "ws" / "note.txt").exists() and "Approved by Rita" in tg.messages[GROUP][
+        assert session_file(tmp_path / "ws", "note.txt").exists() and "Approved by Rita" in tg.messages[GROUP][
             prompt.message_id
         ].text
 
@@ -351,7 +351,7 @@ async def test_slack_a_member_whose_role_denies_shell(store, llm, slack, tmp_pat
         assert "shell" not in offered(llm.requests[0])
         tool_result = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"][-1]
         assert tool_result == "Tool call denied: the role 'member' may not use 'shell'."
-        assert not (tmp_path / "ws" / "pwned.txt").exists()
+        assert not session_file(tmp_path / "ws", "pwned.txt").exists()
 
 
 async def test_slack_a_channel_nobody_approved_stays_silent(store, llm, slack, tmp_path) -> None:

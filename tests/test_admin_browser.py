@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from admin_support import TOKEN, admin_config, base_url, serving
 from browser import Browser, require_chromium
+from helpers import session_file
 
 from gateway.events import utcnow
 from scheduler.definitions import job_config, to_schedule
@@ -68,7 +69,7 @@ async def test_approve_from_the_console_resumes_the_turn_in_the_chat(browser, sq
         await browser.click("#pending button.approve")
         assert "Approved by dana (console)" in await browser.text(".notice")
         await h.idle()
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hi"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hi"
         assert h.channel.messages()[-1] == "Written."
         assert any("Approved by dana (console)" in text for text in h.channel.closes())
         assert "dana (console)" in await browser.text("#decided")

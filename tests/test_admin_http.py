@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 from admin_support import TOKEN, admin_config, base_url, csrf_of, logged_in, serving
+from helpers import session_file
 
 from gateway.admin.auth import LOGIN_FAILURES
 
@@ -101,7 +102,7 @@ async def test_approving_through_the_api_resumes_the_turn_in_its_chat(store, llm
             async with http.post(url) as response:  # the second decision changes nothing
                 assert response.status == 409 and not (await response.json())["ok"]
         await h.idle()
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hi"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hi"
         assert h.channel.messages()[-1] == "Written."
         decided = await store.prompts.get(pending[0]["id"])
         assert (decided.status, decided.decided_by) == ("approved", "console:carol")

@@ -8,6 +8,7 @@ import io
 import json
 
 from harness import ALICE, make_config, running_gateway
+from helpers import session_file
 
 from gateway.__main__ import build_parser
 from gateway.cli import approvals as approvals_cli
@@ -41,7 +42,8 @@ async def test_a_call_approved_by_button_and_one_allowed_by_the_defaults(store, 
     assert clock.actor == "fake:100" and clock.thread_key == str(T1) and clock.run_id is not None
     assert (write.action, write.decided_by, write.via, write.outcome) == ("approved", "fake:100", "button", "done")
     assert write.arguments == {"path": "n.txt", "content": "Authorization: Bearer [redacted]"}
-    assert (tmp_path / "ws" / "n.txt").read_text() == "Authorization: Bearer abcdefghijklmnop"  # only the trail
+    written = session_file(tmp_path / "ws", "n.txt")
+    assert written.read_text() == "Authorization: Bearer abcdefghijklmnop"  # only the trail
 
 
 async def test_a_denial_by_the_cli_and_an_expiry(store, llm, tmp_path, clock):

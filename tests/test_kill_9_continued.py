@@ -14,7 +14,7 @@ import asyncio
 import pytest
 from fakes.llm import Reply, user_texts
 from harness import make_config, running_gateway
-from helpers import until
+from helpers import session_file, until
 from test_subagents_crash import doomed_gateway, kill_9
 from test_telegram_e2e import GROUP, PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config
 
@@ -86,7 +86,7 @@ async def test_an_approval_asked_just_before_kill_9_resumes_the_run_that_continu
         prompt = prompt_message(tg, PRIVATE)
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
         assert texts(tg, PRIVATE).count("Written.") == 1
         # The resumed run has none of its own rows before the call: still, the turn's request is
         # the user's message (not an unanswered row to drop from the context).

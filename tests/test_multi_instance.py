@@ -9,6 +9,7 @@ import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import FakeLLM, Reply, user_texts
 from harness import ALICE, make_config, running_gateway
+from helpers import session_file
 
 from gateway.events import ButtonPress, InboundMessage, ThreadKey
 from gateway.store import Store
@@ -67,7 +68,7 @@ async def test_a_tap_on_one_instance_resumes_a_turn_parked_by_the_other(store, s
                 await a.gateway.stop()  # the instance that parked the turn goes away
                 await b.gateway.submit([ButtonPress(thread, ALICE, token, "fake:tap:1")])
                 await b.idle()
-                assert (tmp_path / "ws" / "shared.txt").exists()
+                assert session_file(tmp_path / "ws", "shared.txt").exists()
                 assert b.channel.messages() == ["written"]
 
 

@@ -22,7 +22,7 @@ from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.slack import Reply as HttpReply
 from harness import make_config
-from helpers import echo, tool_results, until
+from helpers import echo, session_file, tool_results, until
 
 from gateway.app import Gateway
 from gateway.config import Config
@@ -315,10 +315,10 @@ async def test_an_approver_click_runs_the_tool_and_updates_the_prompt(store, llm
         ]
         arguments = next(b for b in prompt["blocks"] if b.get("block_id") == "gw_arguments")["text"]["text"]
         assert "write_file" in arguments and '"path": "note.txt"' in arguments
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         await s.click(prompt, "Approve")
         await s.settle(lambda: "Written." in texts(slack))
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
         closed = slack.message(CHANNEL, prompt["ts"])
         assert buttons(closed) == [] and outcome(closed) == "✅ Approved by Ann"
         assert "note.txt" in tool_results(llm.requests[1])[0]
@@ -333,12 +333,12 @@ async def test_a_click_by_someone_else_is_refused_and_changes_nothing(store, llm
         await s.settle(lambda: bool(slack.ephemerals))
         assert ephemerals(slack) == [(BOB, "You can't decide this request.")]
         assert slack.message(CHANNEL, prompt["ts"])["blocks"] == prompt["blocks"] and not slack.calls_to("chat.update")
-        assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
+        assert not session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 1
         (pending,) = await store.prompts.pending(thread_key=f"slack:{CHANNEL}:{prompt['thread_ts']}")
         assert pending.status == "pending"
         await s.click(prompt, "Approve")  # Ann, who asked, still can
         await s.settle(lambda: "Written." in texts(slack))
-        assert (tmp_path / "ws" / "note.txt").exists()
+        assert session_file(tmp_path / "ws", "note.txt").exists()
 
 
 async def test_a_stale_click_is_told_the_request_is_no_longer_pending(store, llm, slack, tmp_path) -> None:
@@ -350,7 +350,7 @@ async def test_a_stale_click_is_told_the_request_is_no_longer_pending(store, llm
         await s.settle(lambda: bool(slack.ephemerals))
         assert ephemerals(slack) == [(ANN, "This request is no longer pending.")]
         assert outcome(slack.message(CHANNEL, prompt["ts"])) == "✅ Approved by Ann"
-        assert (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 2
+        assert session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 2
 
 
 async def test_a_message_typed_while_approval_waits_becomes_the_deny_reason(store, llm, slack, tmp_path) -> None:
@@ -361,7 +361,7 @@ async def test_a_message_typed_while_approval_waits_becomes_the_deny_reason(stor
         assert len(llm.requests) == 1  # held, not a new turn
         await s.click(prompt, "Deny")
         await s.settle(lambda: "Written." in texts(slack))
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         assert "not in my home folder" in tool_results(llm.requests[1])[0]
         assert outcome(slack.message(CHANNEL, prompt["ts"])) == "❌ Denied by Ann: not in my home folder"
         assert_threaded(slack, mention["ts"])
@@ -374,7 +374,7 @@ async def test_buttons_keep_working_after_a_restart(store, llm, slack, tmp_path)
     async with running(store, config, slack) as s:  # a new process: nothing kept in memory
         await s.click(prompt, "Approve")
         await s.settle(lambda: "Written." in texts(slack))
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
         closed = slack.message(CHANNEL, prompt["ts"])
         assert buttons(closed) == [] and outcome(closed) == "✅ Approved by Ann"
         assert "write_file" in json.dumps(closed["blocks"])  # the request itself stays readable
@@ -411,7 +411,7 @@ async def test_long_arguments_are_attached_in_the_thread_and_the_prompt_still_cl
         assert json.loads(snippet["content"]) == {"path": "big.txt", "content": content}
         await s.click(prompt, "Approve")
         await s.settle(lambda: "Written." in texts(slack))
-        assert (tmp_path / "ws" / "big.txt").read_text() == content
+        assert session_file(tmp_path / "ws", "big.txt").read_text() == content
         assert buttons(slack.message(CHANNEL, prompt["ts"])) == []
 
 

@@ -282,7 +282,7 @@ async def test_stop_during_a_parallel_batch_stops_the_parent_and_every_child(sto
     for task in tasks:
         assert (await store.runs.get(task.child_run_id)).stage == "CANCELED"
     assert (await store.runs.get(tasks[0].parent_run_id)).stage == "CANCELED"
-    assert not any((tmp_path / "ws" / f"job{n}.txt").exists() for n in (1, 2, 3))
+    assert not any(session_file(tmp_path / "ws", f"job{n}.txt").exists() for n in (1, 2, 3))
     assert "never said" not in " ".join(chat.texts())
 
 

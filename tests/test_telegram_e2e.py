@@ -20,7 +20,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram, StoredMessage, utf16_len
 from harness import make_config
-from helpers import echo, tool_results, until
+from helpers import echo, session_file, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
@@ -198,10 +198,10 @@ async def test_approve_button_runs_the_tool_and_closes_the_prompt(store, llm, tg
         assert "write_file" in prompt.text and '"path": "note.txt"' in prompt.text
         assert [[b["text"] for b in row] for row in prompt.buttons] == [
             ["✅ Approve", "❌ Deny"], ["⏱ Allow 15 min", "🔁 Allow in this chat"]]
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
         closed = tg.messages[PRIVATE][prompt.message_id]
         assert closed.buttons == [] and "✅ Approved by Ann" in closed.text
         assert answers(tg) == [("✅ Approved by Ann", False)]
@@ -215,7 +215,7 @@ async def test_deny_button_skips_the_tool_and_tells_the_model(store, llm, tg, tm
         prompt = await ask_for_write(gateway, llm, tg)
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
-        assert not (tmp_path / "ws" / "note.txt").exists()
+        assert not session_file(tmp_path / "ws", "note.txt").exists()
         closed = tg.messages[PRIVATE][prompt.message_id]
         assert closed.buttons == [] and "❌ Denied by Ann" in closed.text
         assert tool_results(llm.requests[1]) == [rejection_text(None)]
@@ -256,12 +256,12 @@ async def test_a_foreign_tap_is_refused_with_an_alert_and_changes_nothing(store,
         await gateway.inbox.wait_until_idle(10)
         assert answers(tg) == [("You can't decide this request.", True)]
         assert tg.messages[GROUP][prompt.message_id].buttons == prompt.buttons
-        assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
+        assert not session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 1
         (pending,) = await store.prompts.pending(thread_key=f"telegram:{GROUP}:")
         assert pending.status == "pending"
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"))  # Ann, who asked, still can
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
-        assert (tmp_path / "ws" / "note.txt").exists()
+        assert session_file(tmp_path / "ws", "note.txt").exists()
 
 
 async def test_a_second_tap_is_told_the_request_is_no_longer_pending(store, llm, tg, tmp_path) -> None:
@@ -273,7 +273,7 @@ async def test_a_second_tap_is_told_the_request_is_no_longer_pending(store, llm,
         await until(lambda: len(answers(tg)) == 2)
         await gateway.inbox.wait_until_idle(10)
         assert answers(tg)[1] == ("This request is no longer pending.", True)
-        assert (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 2
+        assert session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 2
         assert "Approved by Ann" in tg.messages[PRIVATE][prompt.message_id].text
 
 
@@ -298,7 +298,7 @@ async def test_buttons_keep_working_after_a_restart(store, llm, tg, tmp_path) ->
     tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
     async with running(store, config) as gateway:
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
-        assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
         assert "Approved by Ann" in tg.messages[PRIVATE][prompt.message_id].text
         assert tg.messages[PRIVATE][prompt.message_id].buttons == []
         assert texts(tg, PRIVATE).count("Written.") == 1
@@ -317,7 +317,7 @@ async def test_long_arguments_are_attached_and_the_prompt_still_closes(store, ll
         assert json.loads(document.document["content"]) == {"path": "big.txt", "content": content}
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
-        assert (tmp_path / "ws" / "big.txt").read_text() == content
+        assert session_file(tmp_path / "ws", "big.txt").read_text() == content
         assert tg.messages[PRIVATE][prompt.message_id].buttons == []
 
 
@@ -329,7 +329,7 @@ async def test_an_admin_may_decide_for_someone_else(store, llm, tg, tmp_path) ->
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=BOB, first_name="Bob", username="bob")
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
         assert "✅ Approved by Bob" in tg.messages[GROUP][prompt.message_id].text
-        assert (tmp_path / "ws" / "note.txt").exists()
+        assert session_file(tmp_path / "ws", "note.txt").exists()
 
 
 async def test_stop_cancels_a_pending_approval_and_its_buttons(store, llm, tg, tmp_path) -> None:
@@ -343,7 +343,7 @@ async def test_stop_cancels_a_pending_approval_and_its_buttons(store, llm, tg, t
         await until(lambda: bool(answers(tg)))
         await gateway.inbox.wait_until_idle(10)
         assert answers(tg) == [("This request is no longer pending.", True)]
-        assert not (tmp_path / "ws" / "note.txt").exists() and len(llm.requests) == 1
+        assert not session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 1
         run = (await store.runs.list())[0]
         assert run.stage == "CANCELED"
 
@@ -692,7 +692,7 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
         await settle(gateway, lambda: has_prompt(tg, PRIVATE))
         notice = prompt_message(tg, PRIVATE)
         assert "nightly" in notice.text and "write_file" in notice.text
-        assert not (tmp_path / "ws" / "report.txt").exists()
+        assert not session_file(tmp_path / "ws", "report.txt").exists()
         llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w2")
         llm.reply("Report written.")
         tg.press(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
@@ -706,4 +706,4 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
         approval = next(m for m in tg.bot_messages(PRIVATE)[1:] if m.buttons)
         tg.press(PRIVATE, approval.message_id, button(approval, "Approve"), user_id=PRIVATE)
         await settle(gateway, lambda: "Report written." in texts(tg, PRIVATE))
-        assert (tmp_path / "ws" / "report.txt").read_text() == "night"
+        assert session_file(tmp_path / "ws", "report.txt").read_text() == "night"

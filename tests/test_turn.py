@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from harness import make_config, running_gateway
+from helpers import session_file
 
 from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, TOOL_LOOP_NOTICE
 from gateway.agent.messages import placeholder_text
@@ -69,7 +70,7 @@ async def test_invalid_arguments_are_answered_and_the_tool_is_not_run(store, llm
     async with running_gateway(store, config) as h:
         await h.say("write it")
         await h.idle()
-    assert not (tmp_path / "ws" / "a.txt").exists()
+    assert not session_file(tmp_path / "ws", "a.txt").exists()
     tool_message = next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")
     assert "malformed JSON" in tool_message["content"] and "call write_file again" in tool_message["content"].lower()
     call = next(m for m in llm.requests[1]["messages"] if m.get("tool_calls"))["tool_calls"][0]
@@ -96,8 +97,7 @@ async def test_stop_mid_stream_cancels_the_request_and_leaves_paired_history(sto
 
 
 async def test_stop_mid_tool_kills_the_process_and_marks_the_call_cancelled(store, llm, tmp_path):
-    marker = tmp_path / "ws" / "finished"
-    llm.tool_call("shell", {"command": f"sleep 30; touch {marker}"}, id="slow")
+    llm.tool_call("shell", {"command": "sleep 30; touch finished"}, id="slow")
     config = make_config(
         llm.base_url, str(tmp_path / "ws"), approvals={"rules": [{"tool": "shell", "action": "allow"}]}
     )
@@ -115,7 +115,7 @@ async def test_stop_mid_tool_kills_the_process_and_marks_the_call_cancelled(stor
         call = history[-1].tool_calls[0]
         assert call.status == "cancelled" and call.result == placeholder_text("canceled")
     await asyncio.sleep(0.2)
-    assert not marker.exists()
+    assert not session_file(tmp_path / "ws", "finished").exists()
 
 
 async def test_repetition_is_cut_and_reprompted_then_ends_the_turn(store, llm, tmp_path):

@@ -120,3 +120,22 @@ async def test_the_shared_directory_is_readable_by_every_session_and_read_only(s
         assert "team handbook 5512" in read
         assert "read-only" in write
         assert (shared / "handbook.md").read_text() == "team handbook 5512\n"
+
+
+def test_image_records_from_before_and_after_find_their_files(tmp_path) -> None:
+    """The context builder reads images by the record's path (relative to the workspace): an old
+    record names `attachments/<session>/<name>`, which start moved into the session's directory."""
+    from media import image_bytes
+
+    from gateway.attachments.images import ImageParts
+    from gateway.workspace import adopt_legacy_layout
+
+    ws = tmp_path / "ws"
+    old = ws / "attachments" / "3" / "p.png"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(image_bytes(40, 20, fmt="PNG"))
+    adopt_legacy_layout(ws, "attachments")
+    assert not old.exists() and (ws / "sessions/3/attachments/3/p.png").is_file()
+    parts = ImageParts(ws, 256, 4)
+    for path in ("attachments/3/p.png", "sessions/3/attachments/3/p.png"):
+        assert parts({"path": path, "mime": "image/png", "width": 40, "height": 20}) is not None, path
