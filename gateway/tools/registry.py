@@ -226,7 +226,7 @@ async def run_tool(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> To
     try:
         result = await spec.func(ctx, args)
     except ToolError as exc:
-        return ToolOutcome(str(exc) or f"{spec.name} failed", failed=True)
+        return ToolOutcome(_storable(str(exc)) or f"{spec.name} failed", failed=True)
     except NeedsAnswer as ask:
         return ToolOutcome("", ask=ask)
     except ArgumentError as exc:
@@ -234,7 +234,13 @@ async def run_tool(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> To
     except Exception as exc:  # a bug in a tool must not end the turn
         log.exception("tool %s raised", spec.name)
         return ToolOutcome(f"{spec.name} failed with an internal error: {type(exc).__name__}: {exc}", True)
-    return ToolOutcome(render_result(result))
+    return ToolOutcome(_storable(render_result(result)))
+
+
+def _storable(text: str) -> str:
+    """NUL shown as `\\0`: a command's output (`cat /proc/*/environ`, a binary file) may hold it,
+    and PostgreSQL text columns refuse it, which would fail the turn instead of the call."""
+    return text.replace("\0", "\\0")
 
 
 def render_result(result: Any) -> str:

@@ -115,3 +115,25 @@ def test_a_machine_without_bubblewrap_is_told_loudly(monkeypatch, tmp_path, capl
     with caplog.at_level(logging.WARNING):
         status.log()
     assert any(r.levelno >= logging.WARNING and "UNCONFINED" in r.getMessage() for r in caplog.records)
+
+
+@needs_bwrap
+async def test_a_sandboxed_command_reaches_no_network_unless_configured(tmp_path) -> None:
+    from aiohttp import web
+    from tooling import call, make_ctx
+
+    server = web.Application()
+    server.router.add_get("/", lambda _request: web.Response(text="reached"))
+    runner = web.AppRunner(server)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    probe = f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/').read())\" 2>&1"
+    try:
+        closed = await call(make_ctx(tmp_path), "shell", command=probe)
+        assert "reached" not in closed.text and "refused" in closed.text.lower()
+        opened = await call(make_ctx(tmp_path, shell_network=True), "shell", command=probe)
+        assert "reached" in opened.text
+    finally:
+        await runner.cleanup()
