@@ -142,7 +142,7 @@ async def test_multi_megabyte_files_streamed_in_chunks_arrive_whole(store, llm, 
         ]
         await share_in_dm(side, "two files", files)
         await side.settle(lambda: "Both read." in texts(slack, DM))
-    saved = tmp_path / "ws" / "attachments" / "1"
+    saved = tmp_path / "ws" / "sessions" / "1" / "attachments" / "1"
     assert (saved / "report.pdf").read_bytes() == document
     assert (saved / "shot.png").read_bytes() == photo
     text = text_of(user_message(llm.requests[0]))
@@ -156,7 +156,7 @@ async def test_a_chunked_body_without_a_length_arrives_whole(store, llm, slack, 
     async with running(store, config(llm, slack, tmp_path), slack) as side:
         await share_in_dm(side, "", [slack.shared.share(document, "big.pdf", "application/pdf")])
         await side.settle(lambda: "Read." in texts(slack, DM))
-    assert (tmp_path / "ws" / "attachments" / "1" / "big.pdf").read_bytes() == document
+    assert (tmp_path / "ws" / "sessions" / "1" / "attachments" / "1" / "big.pdf").read_bytes() == document
     assert "Chunked transfer" in text_of(user_message(llm.requests[0]))
 
 
@@ -169,5 +169,5 @@ async def test_a_chunked_body_over_the_limit_is_refused_without_reading_it_all(s
         big = slack.shared.share(pdf_bytes("x", padding=1_000_000), "big.pdf", "application/pdf", size=1000)
         await share_in_dm(side, "", [big])
         await side.settle(lambda: "Noted." in texts(slack, DM))
-    assert not (tmp_path / "ws" / "attachments" / "1" / "big.pdf").exists()
+    assert not (tmp_path / "ws" / "sessions" / "1" / "attachments" / "1" / "big.pdf").exists()
     assert "was not downloaded: too large" in text_of(user_message(llm.requests[0]))
