@@ -1,4 +1,4 @@
-"""The shell built-in: one command in the workspace, in its own process group.
+"""The shell built-in: one command in the session's directory, in its own process group.
 
 The group is killed when the command finishes, times out or the call is cancelled, so a
 shell call never leaves processes behind (a `/stop` really stops the work). Output keeps
@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.tools.paths import workspace_root
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
-from gateway.tools.sandbox import SandboxStatus, command_environment, sandbox_prefix, sandbox_status
+from gateway.tools.sandbox import SandboxStatus, command_environment, config_files, sandbox_prefix, sandbox_status
 
 __all__ = ["SandboxStatus", "TailText", "run_command", "sandbox_status", "shell", "shell_specs"]
 
@@ -64,7 +64,7 @@ class TailText:
 
 
 async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> str:
-    """Run a shell command (bash) in the workspace; stdout and stderr are returned together with the exit code.
+    """Run a shell command (bash) in this session's directory; stdout and stderr come back with the exit code.
 
     Args:
         command: the command line to run
@@ -78,7 +78,7 @@ async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) 
         raise ToolError("timeout_s must be positive")
     output = TailText(ctx.agent.shell_output_chars)
     cwd = workspace_root(ctx.workspace)
-    prefix = sandbox_prefix(ctx.agent, cwd)
+    prefix = sandbox_prefix(ctx.agent, cwd, hidden=config_files(getattr(ctx.services.get("config"), "source", "")))
     code = await run_command(command, cwd, timeout, output, prefix=prefix, env=command_environment(ctx.agent, cwd))
     body = output.text() or "(no output)"
     if code is None:

@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,7 +123,13 @@ def sandbox_status(configured: str) -> SandboxStatus:
     return SandboxStatus(configured, name, tool or "", problem)
 
 
-def sandbox_prefix(agent: AgentConfig, session: Path) -> list[str]:
+def config_files(source: str) -> list[Path]:
+    """The gateway's config file and the `.env` beside it (masked where a bound directory holds them)."""
+    path = Path(source)
+    return [path, path.parent / ".env"] if source and path.is_file() else []
+
+
+def sandbox_prefix(agent: AgentConfig, session: Path, *, hidden: Sequence[Path] = ()) -> list[str]:
     """The command line that confines a command, or a ToolError when an explicitly chosen
     sandbox is missing (nothing runs unconfined by accident)."""
     status = sandbox_status(agent.shell_sandbox)
@@ -135,13 +141,27 @@ def sandbox_prefix(agent: AgentConfig, session: Path) -> list[str]:
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         net = [] if agent.shell_network else ["--net"]
         return [status.tool, *user, *net, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--"]
-    return bwrap_args(status.tool, agent, session)
+    return bwrap_args(status.tool, agent, session, hidden)
 
 
-def bwrap_args(tool: str, agent: AgentConfig, session: Path) -> list[str]:
+def bwrap_args(tool: str, agent: AgentConfig, session: Path, hidden: Sequence[Path] = ()) -> list[str]:
     args = [tool, "--die-with-parent", "--new-session", "--unshare-all"]
     if agent.shell_network:
         args.append("--share-net")
+    args += _system_view()
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    extra, bound = _extra_binds(agent)
+    args += extra
+    for path in (p.resolve() for p in hidden if p.is_file()):  # the config and .env, should /etc hold them
+        if any(path.is_relative_to(b) for b in bound) and not path.is_relative_to(session):
+            args += ["--ro-bind", "/dev/null", str(path)]
+    ws = str(session)
+    return [*args, "--bind", ws, ws, "--chdir", ws, "--"]
+
+
+def _system_view() -> list[str]:
+    """The system directories read-only, /etc's secrets masked."""
+    args: list[str] = []
     for name in SYSTEM_DIRS:
         path = Path(name)
         if path.is_symlink():  # merged /usr: /bin -> usr/bin
@@ -150,16 +170,24 @@ def bwrap_args(tool: str, agent: AgentConfig, session: Path) -> list[str]:
             args += ["--ro-bind", name, name]
     args += [a for name in MASKED_FILES if Path(name).is_file() for a in ("--ro-bind", "/dev/null", name)]
     args += [a for name in MASKED_DIRS if Path(name).is_dir() for a in ("--tmpfs", name)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return args
+
+
+def _extra_binds(agent: AgentConfig) -> tuple[list[str], list[Path]]:
+    """`shell_ro_paths` and the shared directory (never showing the sessions' directories), and
+    every directory the command sees."""
+    args: list[str] = []
+    bound = [Path(name) for name in SYSTEM_DIRS]
     for extra in agent.shell_ro_paths:
         path = Path(extra).expanduser().resolve()
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
+            bound.append(path)
     shared = shared_root(agent.shared_dir)
     if shared is not None and shared.is_dir():
         args += ["--bind" if agent.shared_writable else "--ro-bind", str(shared), str(shared)]
+        bound.append(shared)
         sessions = sessions_root(agent.workspace)
-        if sessions.is_relative_to(shared):  # the shared directory holds the sessions': hide them
+        if sessions.is_relative_to(shared):
             args += ["--tmpfs", str(sessions)]
-    ws = str(session)
-    return [*args, "--bind", ws, ws, "--chdir", ws, "--"]
+    return args, bound

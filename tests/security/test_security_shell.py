@@ -61,7 +61,7 @@ def secrets(tmp_path, monkeypatch):
 MARKERS = (TOKEN, CREDENTIAL, "dotenv-marker-0b7f", "config-marker-c3d2", "ssh-key-marker-41aa", "CREATE TABLE")
 
 
-async def _run_each(store, tmp_path, commands: dict[str, str], **agent) -> dict[str, str]:  # noqa: ANN001
+async def _run_each(store, tmp_path, commands: dict[str, str], source: str = "", **agent) -> dict[str, str]:  # noqa: ANN001
     async with FakeLLM() as llm:
         for n, command in enumerate(commands.values()):
             llm.tool_call("shell", {"command": command + " 2>&1; true"}, id=f"c{n}")
@@ -72,6 +72,8 @@ async def _run_each(store, tmp_path, commands: dict[str, str], **agent) -> dict[
             agent=agent,
             approvals={"rules": [{"tool": "shell", "action": "allow"}]},
         )
+        if source:  # the file the gateway read its config from
+            config = config.model_copy(update={"source": source})
         async with running_gateway(store, config) as h:
             await h.say("look around")
             await h.idle()
@@ -86,6 +88,21 @@ async def test_with_the_defaults_a_command_reads_none_of_the_gateways_secrets(st
     leaked = {what: [m for m in MARKERS if m in out] for what, out in results.items()}
     assert {what: found for what, found in leaked.items() if found} == {}
     assert "[exit code" in results["env"]
+
+
+@needs_bwrap
+async def test_a_config_in_a_directory_the_sandbox_shows_is_masked(store, tmp_path) -> None:
+    """A config kept where commands see the system (say /etc/gateway/): it and its .env are
+    blanked inside the sandbox; the rest of that directory stays readable."""
+    etc = tmp_path / "etc-gateway"
+    etc.mkdir()
+    (etc / "config.yml").write_text("llm:\n  api_key: config-marker-c3d2\n")
+    (etc / ".env").write_text("LLM_API_KEY=dotenv-marker-0b7f\n")
+    (etc / "README").write_text("readable\n")
+    commands = {"read": f"cat {etc}/config.yml {etc}/.env {etc}/README"}
+    results = await _run_each(store, tmp_path, commands, source=str(etc / "config.yml"), shell_ro_paths=[str(etc)])
+    assert "readable" in results["read"]
+    assert "config-marker" not in results["read"] and "dotenv-marker" not in results["read"]
 
 
 @needs_bwrap
