@@ -139,3 +139,25 @@ def test_image_records_from_before_and_after_find_their_files(tmp_path) -> None:
     parts = ImageParts(ws, 256, 4)
     for path in ("attachments/3/p.png", "sessions/3/attachments/3/p.png"):
         assert parts({"path": path, "mime": "image/png", "width": 40, "height": 20}) is not None, path
+
+
+def test_an_image_record_never_reads_another_sessions_file_through_a_link(tmp_path) -> None:
+    """A command in session 3 replaces its stored photo with a link to session 4's: the context
+    builder must not send session 4's image to session 3's model."""
+    import os
+
+    from media import image_bytes
+
+    from gateway.attachments.images import ImageParts
+
+    ws = tmp_path / "ws"
+    theirs = ws / "sessions/4/attachments/4/private.png"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(image_bytes(40, 20, fmt="PNG"))
+    mine = ws / "sessions/3/attachments/3/p.png"
+    mine.parent.mkdir(parents=True)
+    os.symlink("../../../4/attachments/4/private.png", mine)
+    assert mine.resolve() == theirs.resolve()
+    parts = ImageParts(ws, 256, 4)
+    for path in ("attachments/3/p.png", "sessions/3/attachments/3/p.png"):
+        assert parts({"path": path, "mime": "image/png", "width": 40, "height": 20}) is None, path
