@@ -173,8 +173,14 @@ class ImageParts:
         if len(parts) < 3 or not parts[1].isdigit():
             return None
         own = self.workspace / SESSIONS / parts[1]
-        path = (self.workspace / relative).resolve() if parts[0] == SESSIONS else (own / relative).resolve()
-        return path if path.is_relative_to(own) else None
+        if parts[0] == SESSIONS:
+            path = (self.workspace / relative).resolve()
+            return path if path.is_relative_to(own) else None
+        moved = (own / relative).resolve()
+        if moved.exists():
+            return moved if moved.is_relative_to(own) else None
+        old = (self.workspace / relative).resolve()  # not moved (yet): its old folder, and only that
+        return old if old.is_relative_to(self.workspace / parts[0] / parts[1]) else None
 
     def _key(self, record: dict) -> tuple[Path, tuple[str, int]] | None:
         path = self._located(str(record.get("path", "")))
