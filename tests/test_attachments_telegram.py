@@ -374,19 +374,25 @@ async def test_a_stuck_file_send_is_swept_with_its_file_or_failed_with_a_reason(
     report = workspace / "report.txt"
     report.write_text("quarterly figures\n")
     thread = f"telegram:{PRIVATE}:"
-    for key, path in (("file:1:c1", report), ("file:1:c2", workspace / "gone.txt")):
+    (workspace / "linked.txt").symlink_to(tmp_path / "outside.txt")  # a link put there since
+    (tmp_path / "outside.txt").write_text("another session's secret\n")
+    rows = (("file:1:c1", report), ("file:1:c2", workspace / "gone.txt"), ("file:1:c3", workspace / "linked.txt"))
+    for key, path in rows:
         file = {"path": str(path), "name": path.name, "mime": "text/plain", "kind": "document", "caption": "figures"}
         await store.outbox.record(key, thread, "message", {"text": "", "reply_to": "", "document": None, "file": file})
     sweep = {"sweep_after_s": 0.2, "backoff_s": 0.01, "backoff_max_s": 0.02}
     async with running(store, config(llm, tg, tmp_path, outbox=sweep)):
         await until(lambda: len(tg.calls_to("sendDocument")) == 1)
         await until_async(lambda: _status(store, "file:1:c2"), "failed")
+        await until_async(lambda: _status(store, "file:1:c3"), "failed")
     [sent] = tg.calls_to("sendDocument")
     assert sent.params["document"]["content"] == b"quarterly figures\n" and sent.params["caption"] == "figures"
     assert tg.calls_to("sendMessage") == []  # no empty text stood in for the file
     assert (await store.outbox.get("file:1:c1")).status == "sent"
     gone = await store.outbox.get("file:1:c2")
     assert gone.status == "failed" and "gone.txt" in gone.error and "no longer exists" in gone.error
+    linked = await store.outbox.get("file:1:c3")
+    assert "replaced by a link" in linked.error and len(tg.calls_to("sendDocument")) == 1
 
 
 async def _status(store, key: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,9 +109,9 @@ class OutboxSweeper:
         age = utcnow() - row.created_at if row.created_at else timedelta(0)
         if age > timedelta(seconds=self.config.give_up_after_s):
             return await self._give_up(row, GAVE_UP.format(age=_age(age), error=row.error or "never sent"))
-        missing = _missing_file(row)
-        if missing:
-            return await self._give_up(row, f"the file {missing} no longer exists, so it was not sent")
+        unsendable = _unsendable_file(row)
+        if unsendable:
+            return await self._give_up(row, f"{unsendable}, so it was not sent")
         try:
             delivered = await self.outbox.deliver_recorded(current, thread, _action(row))
         except ChannelError as exc:
@@ -163,11 +164,17 @@ def _action(row: OutboxRecord) -> Callable[[Channel, tuple[str, ...]], Awaitable
     return lambda channel, done: channel.send(Outbound(**{**message.__dict__, "already": done}))
 
 
-def _missing_file(row: OutboxRecord) -> str:
-    """The path of a send_file row's file when it is gone (pruned or deleted since)."""
+def _unsendable_file(row: OutboxRecord) -> str:
+    """Why a send_file row's file cannot be sent now: gone (pruned or deleted since), or a link
+    put in its place since it was checked (which could send another session's file)."""
     file = row.payload.get("file") if row.kind == "message" else None
-    if file and not Path(str(file.get("path", ""))).is_file():
-        return str(file.get("path"))
+    if not file:
+        return ""
+    path = Path(str(file.get("path", "")))
+    if os.path.realpath(path) != str(path):
+        return f"the file {path} was replaced by a link"
+    if not path.is_file():
+        return f"the file {path} no longer exists"
     return ""
 
 
