@@ -17,7 +17,9 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.error import BoltUnhandledRequestError
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 
 from gateway.config import SlackConfig
 from gateway.events import ButtonPress, ChannelState, InboundEvent, InboundMessage, Submit, SubmitResult, ThreadKey
@@ -47,9 +49,14 @@ class SlackIntake:
             signing_secret=config.signing_secret,
             process_before_response=True,  # listeners (our submit) run before the ack
             logger=log,
+            # A request no listener takes (a shortcut, a view, another app's button) is acked and
+            # logged as ignored: bolt's 404 made Slack retry it and show the person an error,
+            # and over Socket Mode it went unacknowledged.
+            raise_error_for_unhandled_request=True,
         )
         self.app.event(re.compile(r".*"))(self._on_event)
         self.app.action(re.compile(r"^gw:"))(self._on_action)
+        self.app.error(_unhandled_is_ignored)
         self.submit: Submit | None = None
         self.me: Identity | None = None  # set once auth.test has said who the bot is
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,3 +182,12 @@ class SlackIntake:
             text=escape(text),
             thread_ts=thread_ts or None,
         )
+
+
+async def _unhandled_is_ignored(error: Exception, body: dict[str, Any]) -> BoltResponse | None:
+    if isinstance(error, BoltUnhandledRequestError):
+        kind = body.get("type") or (body.get("event") or {}).get("type") or "request"
+        log.info("slack: %s ignored: the gateway has no use for it", kind)
+        return BoltResponse(status=200, body="")
+    log.error("slack: a listener failed: %r", error, exc_info=error)
+    return None  # bolt answers 500: Slack retries it

@@ -12,7 +12,9 @@ import hmac
 import json
 import logging
 import re
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,6 +35,12 @@ REFUSAL = (
     "Sorry, this assistant is private. Your Telegram id is {user_id}:"
     " ask its owner to add it to telegram.allowed_users."
 )
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    id: int
+    why: str
 
 
 class UpdateIngest:
@@ -63,13 +71,11 @@ class UpdateIngest:
         failures = 0
         while True:
             try:
-                updates = await translated("getUpdates", partial(
-                    self.bot.get_updates,
-                    offset=offset, timeout=self.config.poll_timeout_s, allowed_updates=ALLOWED_UPDATES,
-                ))
-                if updates:
-                    next_offset = max(u.update_id for u in updates) + 1
-                    await self._ingest(updates, cursor=(OFFSET_CURSOR, str(next_offset)))
+                raw = await translated("getUpdates", partial(self._get_updates, offset))
+                ids = [u["update_id"] for u in raw if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
+                if ids:
+                    next_offset = max(ids) + 1
+                    await self._ingest(self._parsed(raw), cursor=(OFFSET_CURSOR, str(next_offset)))
                     offset = next_offset
                 failures = 0
             except asyncio.CancelledError:
@@ -78,6 +84,27 @@ class UpdateIngest:
                 failures += 1
                 delay = min(backoff_s * 2 ** (failures - 1), backoff_max_s)
                 await self._wait_after_poll_failure(exc, delay)
+
+    async def _get_updates(self, offset: int | None) -> list[Any]:
+        """getUpdates as JSON: the library parses a batch as a whole, so one update it cannot
+        read (a field newer than its Bot API version, say) failed the batch every time, and
+        the poll never got past it. Each update is parsed on its own (`_parsed`)."""
+        timeout = self.config.poll_timeout_s
+        api_kwargs = {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES}
+        with warnings.catch_warnings():  # the library would rather we called get_updates
+            warnings.simplefilter("ignore")
+            result = await self.bot.do_api_request("getUpdates", api_kwargs=api_kwargs, read_timeout=timeout + 5)
+        return result if isinstance(result, list) else []
+
+    def _parsed(self, raw: list[Any]) -> list[Update]:
+        updates = []
+        for data in raw:
+            try:
+                updates.append(Update.de_json(data, self.bot))
+            except Exception as exc:  # noqa: BLE001 - the library raises various errors on odd payloads
+                update_id = data.get("update_id") if isinstance(data, dict) else None
+                log.warning("telegram: update %s ignored: the Bot API library cannot read it (%r)", update_id, exc)
+        return updates
 
     async def _load_offset(self) -> int | None:
         stored = await self.state.load_cursor(OFFSET_CURSOR)
@@ -115,6 +142,9 @@ class UpdateIngest:
         if isinstance(update, str):
             log.warning("telegram: malformed webhook body: %s", update)
             return web.Response(status=400, text=update)
+        if isinstance(update, Unreadable):  # an update, but not one the library reads: taken, skipped
+            log.warning("telegram: update %s ignored: the Bot API library cannot read it (%s)", update.id, update.why)
+            return web.Response(status=200, text="ok")
         try:
             await self._ingest([update], cursor=None)
         except Exception:
@@ -126,8 +156,9 @@ class UpdateIngest:
         expected = self.config.webhook_secret
         return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
-    def _parse_update(self, body: bytes) -> Update | str:
-        """The update, or why the body is not one."""
+    def _parse_update(self, body: bytes) -> Update | Unreadable | str:
+        """The update; an update the library cannot read (Telegram would redeliver a refused
+        one for ever, holding back those behind it); or why the body is not an update."""
         try:
             data: Any = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -137,7 +168,7 @@ class UpdateIngest:
         try:
             return Update.de_json(data, self.bot)
         except Exception as exc:  # noqa: BLE001 - PTB raises various errors on odd payloads
-            return f"not a Telegram update: {exc}"
+            return Unreadable(data["update_id"], repr(exc))
 
     # --- a batch: submit, then answer ------------------------------------------------
 
