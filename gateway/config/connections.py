@@ -44,11 +44,12 @@ class McpConfig(Section):
     servers: dict[str, McpServerConfig] = {}
     restart_initial_s: float = Field(1.0, gt=0)  # first wait before restarting a failed server; doubles
     restart_max_s: float = Field(60.0, gt=0)
+    restart_reset_s: float = Field(60.0, gt=0)  # a connection up this long starts the restart backoff afresh
     health_interval_s: float = Field(15.0, gt=0)  # a running server's tools are listed again this often
 
-    _duration = field_validator("restart_initial_s", "restart_max_s", "health_interval_s", mode="before")(
-        lambda cls, v: parse_duration(v)
-    )
+    _duration = field_validator(
+        "restart_initial_s", "restart_max_s", "restart_reset_s", "health_interval_s", mode="before"
+    )(lambda cls, v: parse_duration(v))
 
     @field_validator("servers")
     @classmethod

@@ -32,6 +32,7 @@ class ServerState:
     tools: int = 0
     error: str = ""
     restarts: int = 0
+    checks: int = 0  # health checks (tool listings) passed on the current connection
     retry_in_s: float = 0.0
     protocol: str = ""
     server: str = ""  # the server's own name and version
@@ -43,6 +44,7 @@ class ServerState:
             "tools": self.tools,
             "error": self.error,
             "restarts": self.restarts,
+            "checks": self.checks,
             "retry_in_s": self.retry_in_s,
             "protocol": self.protocol,
             "server": self.server,
@@ -97,7 +99,7 @@ class McpManager:
                 state.status = "starting"
             state.retry_in_s = 0.0
             await self._notify()
-            error = "the connection closed"
+            error, up_since = "the connection closed", None
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     async with asyncio.timeout(server.connect_timeout_s):
@@ -107,10 +109,11 @@ class McpManager:
                         await self._load(name, server, connection)
                     self.connections[name] = connection
                     state.status, state.error, state.protocol = "running", "", connection.protocol_version
-                    state.server, state.since = connection.server_version, time.time()
-                    delay = self.config.restart_initial_s
+                    state.server, state.since, state.checks = connection.server_version, time.time(), 0
+                    up_since = time.monotonic()
                     await self._notify()
                     await self._serve(name, server, connection)
+                    error = connection.why or error
             except asyncio.CancelledError:
                 self._unload(name)
                 raise
@@ -120,11 +123,23 @@ class McpManager:
                 error = describe(exc)
             self.connections.pop(name, None)
             self._unload(name)
+            delay, error = self._next_delay(delay, error, up_since)
             state.status, state.error, state.restarts, state.retry_in_s = "failed", error, state.restarts + 1, delay
             log.warning("MCP server %s is down (%s); restarting in %.1fs", name, error, delay)
             await self._notify()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.config.restart_max_s)
+
+    def _next_delay(self, delay: float, error: str, up_since: float | None) -> tuple[float, str]:
+        """The wait before the next start, and the error as shown. Only a connection that stayed
+        up `restart_reset_s` starts the backoff afresh: one that connects and then dies at once
+        (a crash loop) keeps it growing, and its state says how soon it died."""
+        if up_since is None:
+            return delay, error
+        up = time.monotonic() - up_since
+        if up >= self.config.restart_reset_s:
+            return self.config.restart_initial_s, error
+        return delay, f"{error}, {up:.1f}s after connecting"
 
     async def _serve(self, name: str, server: McpServerConfig, connection: Connection) -> None:
         """Until the connection is gone: reload the tools when the server says they changed,
@@ -146,6 +161,7 @@ class McpManager:
                 connection.tools_changed.clear()
                 async with asyncio.timeout(server.timeout_s):
                     await self._load(name, server, connection)
+                self.states[name].checks += 1
                 await self._notify()
         finally:
             watcher.cancel()

@@ -56,6 +56,10 @@ class ServerGone(Exception):
 class CallFailed(Exception):
     """The server answered the call with a protocol error (not an `isError` result)."""
 
+    def __init__(self, message: str, *, unsupported: bool = False):
+        super().__init__(message)
+        self.unsupported = unsupported  # the server does not implement the request
+
 
 @dataclass(frozen=True)
 class RemoteTool:
@@ -139,6 +143,13 @@ class Connection:
     timeout_s: float
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     tools_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""  # what ended the connection, once `closed` is set
+    change_stream: bool = False  # the server keeps a change stream open (else notifications, health checks)
+
+    def close(self, why: str) -> None:
+        if not self.closed.is_set():
+            self.why = why
+            self.closed.set()
 
     @property
     def server_version(self) -> str:
@@ -153,7 +164,12 @@ class Connection:
         tools: list[RemoteTool] = []
         cursor: str | None = None
         for _ in range(100):  # a paginator that never ends cannot hang the listing
-            page = await self._guard(self.client.list_tools(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            try:
+                page = await self._guard(self.client.list_tools(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            except CallFailed as exc:
+                if exc.unsupported:  # a server without tools (resources or prompts only)
+                    return tools
+                raise
             tools += [_remote_tool(tool) for tool in page.tools]
             cursor = page.next_cursor
             if cursor is None:
@@ -194,26 +210,61 @@ class Connection:
             raise  # the call took too long; the connection itself is still good (TimeoutError is an OSError)
         except MCPError as exc:
             if "closed" in str(exc).lower():
-                self.closed.set()
+                self.close(str(exc))
                 raise ServerGone(str(exc)) from exc
-            raise CallFailed(str(exc)) from exc
+            raise CallFailed(str(exc), unsupported=unsupported(exc)) from exc
         except (OSError, EOFError) as exc:
-            self.closed.set()
+            self.close(str(exc) or type(exc).__name__)
             raise ServerGone(str(exc) or type(exc).__name__) from exc
 
     async def watch(self) -> None:
         """Until the connection ends: set `tools_changed` when the server announces a change.
-        Returns when the server closes the change stream (the connection is gone)."""
+
+        The change stream (`subscriptions/listen`, 2026-07-28) is optional: a server that does
+        not implement it (JSON-RPC -32601, "not supported", or an older protocol version) sends
+        its changes as notifications (the message handler) or not at all, and the health checks
+        find the rest. Only a connection that no longer answers is gone."""
         try:
             async with self.client.listen(tools_list_changed=True) as subscription:
+                self.change_stream = True
                 async for _event in subscription:
                     self.tools_changed.set()
-        except ListenNotSupportedError:
-            await self.closed.wait()  # older servers announce changes through the message handler
+            ended = "the server closed the change stream"
+        except Exception as exc:  # noqa: BLE001 - whatever ended the stream, the server is asked below
+            if unsupported(exc):
+                log.debug("MCP server has no change stream (%s); relying on notifications", exc)
+                await self.closed.wait()
+                return
+            ended = f"the change stream ended: {exc}"
+        self.change_stream = False
+        if await self.answers():
+            log.info("MCP %s, but the server still answers; its tool changes are found by the health checks", ended)
+            await self.closed.wait()
             return
-        except Exception as exc:  # noqa: BLE001 - any end of the stream means the server is gone
-            log.info("MCP change stream ended: %s", exc)
-        self.closed.set()
+        self.close(self.why or ended)
+
+    async def answers(self) -> bool:
+        """Whether the server still answers a request (a tool listing)."""
+        try:
+            await self.list_tools()
+        except (ServerGone, CallFailed, TimeoutError):
+            return False
+        return True
+
+
+def unsupported(exc: BaseException | None) -> bool:
+    """The answer means the server does not implement the request: the feature is off for it,
+    the server is not gone. The SDK raises `MCPError` (code -32601, "Method not found", or a
+    "not supported" message), and `ListenNotSupportedError` before asking on older versions."""
+    seen = 0
+    while exc is not None and seen < 5:  # the error behind a lost subscription is its cause
+        if isinstance(exc, ListenNotSupportedError):
+            return True
+        if isinstance(exc, MCPError):
+            text = str(exc).lower()
+            return exc.code == types.METHOD_NOT_FOUND or "not supported" in text or "method not found" in text
+        exc, seen = exc.__cause__, seen + 1
+    return False
 
 
 @contextlib.asynccontextmanager
