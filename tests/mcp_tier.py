@@ -30,13 +30,19 @@ NODE_SERVERS = {  # npm package -> (version, the bin it installs)
     "@modelcontextprotocol/server-everything": ("2026.8.31", "mcp-server-everything"),
     "@modelcontextprotocol/server-filesystem": ("2026.8.31", "mcp-server-filesystem"),
 }
+# mcp-server-fetch extracts pages with readabilipy, which, when node is on PATH, runs Readability.js
+# and on its first use runs `npm install` of unpinned packages into its own directory: the newest
+# jsdom needs Node 22, so on Node 20 every fetch failed. Installed here, pinned, at build time.
+READABILIPY_JS = {"jsdom": "26.1.0", "@mozilla/readability": "0.6.0", "minimist": "1.2.8"}
 MARKER = ".built"  # written last: a tier without it is a build that did not finish
 
 
 def pins() -> list[str]:
-    return [f"{name}=={version}" for name, version in PYTHON_SERVERS.items()] + [
-        f"{name}@{version}" for name, (version, _bin) in NODE_SERVERS.items()
-    ]
+    return (
+        [f"{name}=={version}" for name, version in PYTHON_SERVERS.items()]
+        + [f"{name}@{version}" for name, (version, _bin) in NODE_SERVERS.items()]
+        + [f"readabilipy-js:{name}@{version}" for name, version in READABILIPY_JS.items()]
+    )
 
 
 def pin_hash() -> str:
@@ -94,10 +100,13 @@ def build() -> Path:
         pip = str(where / "py" / "bin" / "pip")
         run(pip, "install", "--quiet", "--upgrade", "pip")
         run(pip, "install", "--quiet", *[f"{n}=={v}" for n, v in PYTHON_SERVERS.items()])
+        (readabilipy,) = (where / "py" / "lib").glob("python*/site-packages/readabilipy/javascript")
+        npm = ("npm", "install", "--no-audit", "--no-fund", "--loglevel=error")
+        run(*npm, "--prefix", str(readabilipy), *[f"{n}@{v}" for n, v in READABILIPY_JS.items()])
         node = where / "node"
         node.mkdir()
         packages = [f"{name}@{version}" for name, (version, _bin) in NODE_SERVERS.items()]
-        run("npm", "install", "--prefix", str(node), "--no-audit", "--no-fund", "--loglevel=error", *packages)
+        run(*npm, "--prefix", str(node), *packages)
         (where / MARKER).write_text("\n".join(pins()) + "\n")
     return where
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls
-from gateway.mcp.naming import grant_key, schema_hash, tool_name
+from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
 from gateway.mcp.sdk import Answer, Connection, ElicitAnswer, Elicitation, InputRequest, Refusal, RemoteTool, connect
 from gateway.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec, matches_any
 
@@ -64,6 +64,7 @@ class McpManager:
         for name, server in config.servers.items():
             target = " ".join(server.command) if server.command else server.url
             self.states[name] = ServerState(name, target, status="starting" if server.enabled else "disabled")
+        registry.add_source(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -85,6 +86,25 @@ class McpManager:
         async with asyncio.timeout(timeout):
             async with self.changed:
                 await self.changed.wait_for(lambda: predicate(self))
+
+    async def first_listing(self) -> None:
+        """Until no server is in its first connect (each is bounded by its connect_timeout_s):
+        a turn right after a start (a deploy) is offered the tools of every server that comes up."""
+        if not self._tasks:
+            return  # not started (a one-off command): nothing is connecting
+        waiting = [name for name, state in self.states.items() if _first_connect(state)]
+        if not waiting:
+            return
+        bound = max(self.config.servers[name].connect_timeout_s for name in waiting) + 1.0
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(lambda m: not any(_first_connect(m.states[name]) for name in waiting), bound)
+
+    def absent(self, name: str) -> str | None:
+        """Why the tool `name` of a configured server is not offered: the server is not running."""
+        for server, state in self.states.items():
+            if name.startswith(f"{PREFIX}{server}__") and state.status != "running":
+                return down_text(state)
+        return None
 
     async def _notify(self) -> None:
         async with self.changed:
@@ -190,12 +210,7 @@ class McpManager:
     def _live(self, name: str) -> Connection:
         connection = self.connections.get(name)
         if connection is None or connection.closed.is_set():
-            state = self.states[name]
-            why = state.error if state.status != "running" else "its connection just closed"
-            raise ToolError(
-                f"The MCP server {name!r} is not running ({why}); its tools are unavailable "
-                "until it has been restarted. Try again later or do without it."
-            )
+            raise ToolError(down_text(self.states[name]))
         return connection
 
     def _spec(self, name: str, server: McpServerConfig, identity: str, tool: RemoteTool) -> ToolSpec:
@@ -224,6 +239,29 @@ class McpManager:
             log.info("MCP elicitation declined: the server sent it mid-call (an older protocol version)")
             return ElicitAnswer("decline")
         return Refusal("this client answers sampling requests only on the 2026-07-28 protocol")
+
+
+def _first_connect(state: ServerState) -> bool:
+    return state.status == "starting" and state.restarts == 0
+
+
+def down_text(state: ServerState) -> str:
+    """The tool result of a call to a server that is not running: its name and state."""
+    name = state.name
+    if state.status == "disabled":
+        why = f"it is disabled (mcp.servers.{name}.enabled)"
+    elif state.status == "starting" and not state.restarts:
+        why = "it is still starting"
+    elif state.status == "starting":
+        why = f"it is restarting (restart {state.restarts}; last error: {state.error or 'none'})"
+    elif state.status == "failed":
+        why = f"it is down: {state.error or 'no answer'}; restart {state.restarts} in {state.retry_in_s:g}s"
+    else:
+        why = "its connection just closed"
+    return (
+        f"The MCP server {name!r} is not running ({why}); its tools are unavailable until it is back. "
+        "Try again later or do without it."
+    )
 
 
 def state_line(name: str, server: dict[str, Any]) -> str:
