@@ -42,7 +42,8 @@ async def test_a_server_that_exits_at_start_is_retried_with_a_growing_backoff(tm
     git = {"command": [str(python_server("mcp-server-git")), "--repository", str(not_a_repo)]}
     seen = await restarts_seen(git, 4)
     assert [delay for delay, _error in seen] == [0.1, 0.2, 0.4, 0.5]  # FAST: 0.1 s doubling, capped at 0.5 s
-    assert all(error for _delay, error in seen)
+    # the state says why: what the server wrote to stderr before it exited
+    assert all("not a valid Git repository" in error for _delay, error in seen), seen
 
 
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="coreutils timeout is not installed")

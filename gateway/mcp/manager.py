@@ -16,7 +16,17 @@ from typing import Any
 from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
-from gateway.mcp.sdk import Answer, Connection, ElicitAnswer, Elicitation, InputRequest, Refusal, RemoteTool, connect
+from gateway.mcp.sdk import (
+    Answer,
+    Connection,
+    ElicitAnswer,
+    Elicitation,
+    InputRequest,
+    Refusal,
+    RemoteTool,
+    StartFailed,
+    connect,
+)
 from gateway.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec, matches_any
 
 log = logging.getLogger(__name__)
@@ -124,7 +134,7 @@ class McpManager:
                 async with contextlib.AsyncExitStack() as stack:
                     async with asyncio.timeout(server.connect_timeout_s):
                         connection = await stack.enter_async_context(
-                            connect(server, on_legacy_request=self._legacy_request)
+                            connect(server, on_legacy_request=self._legacy_request, name=name)
                         )
                         await self._load(name, server, connection)
                     self.connections[name] = connection
@@ -139,6 +149,8 @@ class McpManager:
                 raise
             except TimeoutError:
                 error = f"no answer within {server.connect_timeout_s:g}s"
+            except StartFailed as exc:  # it wrote why to stderr
+                error = shorten(f"{describe(exc.__cause__ or exc)}; its stderr: {exc}")
             except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
                 error = describe(exc)
             self.connections.pop(name, None)
@@ -339,5 +351,8 @@ def describe(exc: BaseException) -> str:
     """The first real error inside (possibly nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 300 else text[:299] + "…"
+    return shorten(str(exc) or type(exc).__name__)
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

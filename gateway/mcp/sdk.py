@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import McpServerConfig
+from gateway.mcp.stderr import ServerStderr
 
 if TYPE_CHECKING:
     import mcp_types as types
     from mcp import Client, StdioServerParameters
     from mcp.client.sse import sse_client
+    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.client.subscriptions import ListenNotSupportedError
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -36,13 +38,14 @@ log = logging.getLogger(__name__)
 def _load_sdk() -> None:
     """Import the SDK when a server is first connected: it takes a large part of a second, which
     a gateway without MCP servers (or before it connects them) need not pay at start."""
-    global types, Client, StdioServerParameters, sse_client, streamable_http_client  # noqa: PLW0603
+    global types, Client, StdioServerParameters, sse_client, stdio_client, streamable_http_client  # noqa: PLW0603
     global ListenNotSupportedError, create_mcp_http_client, MCPError  # noqa: PLW0603
     if "MCPError" in globals():
         return
     import mcp_types as types
     from mcp import Client, StdioServerParameters
     from mcp.client.sse import sse_client
+    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.client.subscriptions import ListenNotSupportedError
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -51,6 +54,11 @@ def _load_sdk() -> None:
 
 class ServerGone(Exception):
     """The connection to the server closed (the process exited, the HTTP session ended)."""
+
+
+class StartFailed(Exception):
+    """The server did not come up; the message is what the process wrote to stderr last (the
+    SDK's own error is the cause)."""
 
 
 class CallFailed(Exception):
@@ -268,7 +276,9 @@ def unsupported(exc: BaseException | None) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest) -> AsyncIterator[Connection]:
+async def connect(
+    config: McpServerConfig, *, on_legacy_request: OnLegacyRequest, name: str = ""
+) -> AsyncIterator[Connection]:
     """Open a session with the configured server (a subprocess for `command`, HTTP for `url`)."""
     _load_sdk()
     holder: dict[str, Connection] = {}
@@ -286,22 +296,32 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
     async def on_sample(context: Any, params: Any) -> Any:
         return _response(await on_legacy_request(_sampling_request(params)))
 
-    client = Client(
-        _transport(config),
-        cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
-        mode=config.protocol,
-        message_handler=on_message,
-        elicitation_callback=on_elicit,
-        sampling_callback=on_sample,
-        client_info=types.Implementation(name="chat-gateway", version="0.1"),
-    )
-    async with client:
+    async with contextlib.AsyncExitStack() as stack:
+        stderr = await stack.enter_async_context(ServerStderr(name or "server")) if config.command else None
+        client = Client(
+            _transport(config, stderr),
+            cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
+            mode=config.protocol,
+            message_handler=on_message,
+            elicitation_callback=on_elicit,
+            sampling_callback=on_sample,
+            client_info=types.Implementation(name="chat-gateway", version="0.1"),
+        )
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:
+            words = await stderr.last_words() if stderr is not None else ""
+            if words:
+                raise StartFailed(words) from exc
+            raise
+        if stderr is not None:
+            stderr.spawned()
         connection = Connection(client, config.timeout_s)
         holder["connection"] = connection
         yield connection
 
 
-def _transport(config: McpServerConfig) -> Any:
+def _transport(config: McpServerConfig, stderr: ServerStderr | None) -> Any:
     _load_sdk()
     if config.command:
         params = StdioServerParameters(
@@ -310,7 +330,7 @@ def _transport(config: McpServerConfig) -> Any:
             env=dict(config.env) or None,
             cwd=config.cwd or None,
         )
-        return params
+        return stdio_client(params, errlog=stderr.file) if stderr is not None else params
     if config.transport == "sse":
         return sse_client(config.url, headers=dict(config.headers) or None, timeout=config.connect_timeout_s)
     http = create_mcp_http_client(headers=dict(config.headers) or None)
