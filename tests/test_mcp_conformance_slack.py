@@ -114,3 +114,27 @@ async def test_over_http_health_checks_run_on_one_connection(store, llm, slack, 
             "everything": ("running", 0),
             "time": ("running", 0),
         }
+
+
+async def test_a_server_that_exits_at_start_shows_its_backoff_and_why_in_readyz(store, llm, slack, tmp_path) -> None:
+    import aiohttp
+
+    (tmp_path / "plain").mkdir()
+    servers = mcp_section(git=git_server(tmp_path / "plain"))  # not a repository: the server exits at start
+    async with running(store, slack_config(llm, slack, tmp_path, mcp=servers), slack) as s:
+        delays: dict[int, float] = {}
+
+        def seen(m) -> bool:  # noqa: ANN001
+            if m.states["git"].status == "failed" and m.states["git"].retry_in_s:
+                delays.setdefault(m.states["git"].restarts, m.states["git"].retry_in_s)
+            return len(delays) >= 4
+
+        await s.gateway.mcp.wait_for(seen, 60)
+        assert [delays[n] for n in sorted(delays)][:4] == [0.1, 0.2, 0.4, 0.5]  # grown from 0.1 s, capped
+        assert s.gateway.http is not None
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{s.gateway.http.port}/readyz") as response:
+                body = await response.json()
+        assert response.status == 200 and body["ready"] is True  # a server that is down is shown, not fatal
+        git = body["mcp"]["git"]
+        assert git["status"] == "failed" and "not a valid Git repository" in git["error"]
