@@ -258,16 +258,19 @@ def _first_connect(state: ServerState) -> bool:
 
 
 def down_text(state: ServerState) -> str:
-    """The tool result of a call to a server that is not running: its name and state."""
+    """The tool result of a call to a server that is not running: its name and state. Not the
+    error's text, which may quote a URL, a path or a credential (readyz and doctor show it)."""
     name = state.name
     if state.status == "disabled":
         why = f"it is disabled (mcp.servers.{name}.enabled)"
     elif state.status == "starting" and not state.restarts:
         why = "it is still starting"
     elif state.status == "starting":
-        why = f"it is restarting (restart {state.restarts}; last error: {state.error or 'none'})"
+        why = f"it is restarting (restart {state.restarts})"
+    elif state.status == "failed" and state.retry_in_s:
+        why = f"it is down; restart {state.restarts} in {state.retry_in_s:g}s"
     elif state.status == "failed":
-        why = f"it is down: {state.error or 'no answer'}; restart {state.restarts} in {state.retry_in_s:g}s"
+        why = f"it is down; restart {state.restarts} under way"
     else:
         why = "its connection just closed"
     return (
