@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+from helpers import session_file
 from mcp_conformance_support import (
     everything_stdio,
     fetch_server,
@@ -112,7 +113,7 @@ async def test_a_call_of_each_result_kind(store, llm, tg, tmp_path) -> None:
         image, structured, links, error, progress = tool_results(llm.requests[1])
         assert "[image/png saved to the workspace: mcp/everything/" in image
         saved = image.split("workspace: ")[1].split(" ")[0].rstrip("]")
-        assert (tmp_path / "ws" / saved).read_bytes().startswith(b"\x89PNG")
+        assert session_file(tmp_path / "ws", saved).read_bytes().startswith(b"\x89PNG")
         assert "temperature" in structured and "humidity" in structured
         assert links.count("demo://resource/") >= 2
         assert "returned an error" in error and "Mars/Olympus_Mons" in error
