@@ -128,7 +128,8 @@ class ToolCalls:
         if spec is None:
             available = ", ".join(self.offered_names()) or "none"
             args = check_arguments(call.arguments, {"type": "object"}, cut_off=cut_off, tool_name=call.name)
-            unknown = f"Unknown tool {call.name!r}. Available tools: {available}."
+            absent = self.services.registry.absent(call.name)  # e.g. its MCP server is restarting
+            unknown = absent or f"Unknown tool {call.name!r}. Available tools: {available}."
             return NewToolCall(call.id, call.name, args.stored_arguments, status="failed", result=unknown)
         checked = check_arguments(call.arguments, spec.parameters, cut_off=cut_off, tool_name=call.name)
         if isinstance(checked, ArgumentsProblem):
@@ -280,7 +281,7 @@ class ToolCalls:
         self, call: OpenCall, *, resume: dict[str, Any] | None = None, decided: Decided | None = None
     ) -> Settled:
         if call.spec is None:  # e.g. an MCP server went away since the call was recorded or approved
-            unavailable = f"The tool {call.name!r} is no longer available (its server is down)."
+            unavailable = self.services.registry.absent(call.name) or f"The tool {call.name!r} is no longer available."
             return await self.settle(call.record, "failed", unavailable, decided=decided)
         record = call.record
         await self.services.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)

@@ -170,6 +170,7 @@ class Turn:
     # ---- the loop ------------------------------------------------------------------------
     async def _loop(self) -> NoReturn:
         await self._deliver_undelivered_reply()
+        await self.services.registry.first_listing()  # MCP servers still starting: their tools too
         # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
         # one, and every round after the first, may have calls to finish.
         calls_may_be_open = self.req.parked_run is not None or self.req.continuing

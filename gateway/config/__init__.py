@@ -8,7 +8,8 @@ Every error names the file and the key path, e.g. `llm.context_window: expected 
 The sections live by concern: `core.py` (database, LLM, agent, context, inbox, outbox,
 approvals, HTTP...), `connections.py` (MCP servers, Telegram, Slack), `scheduler.py`,
 `access.py` (roles, pairing, budgets), `root.py` (`Config` and the environment's keys),
-`loading.py` (`load_config`); `base.py` what they share. Import them from here.
+`loading.py` (`load_config`), `mcp_import.py` (`mcp.import`: mcpServers JSON files);
+`base.py` what they share. Import them from here.
 """
 from gateway.config.access import AccessConfig, BudgetsConfig, CapConfig, DmPolicy, GroupPolicy, RoleConfig
 from gateway.config.base import ConfigError, parse_duration

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gateway.config.base import Section, parse_duration
 
@@ -15,7 +17,8 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
 class McpServerConfig(Section):
     """One MCP server: `command` (stdio, a subprocess) or `url` (Streamable HTTP, or SSE)."""
 
-    command: list[str] = []
+    command: list[str] = []  # the program and its arguments; or one program as a string, with `args`
+    args: list[str] = []  # appended to `command` (the `command` + `args` shape of Claude Desktop's mcpServers)
     env: dict[str, str] = {}
     cwd: str = ""
     url: str = ""
@@ -33,22 +36,43 @@ class McpServerConfig(Section):
 
     _duration = field_validator("timeout_s", "connect_timeout_s", mode="before")(lambda cls, v: parse_duration(v))
 
+    @field_validator("command", mode="before")
+    @classmethod
+    def _program(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return _strings(value)
+        if value.strip() != value or (" " in value and shutil.which(value) is None and not Path(value).exists()):
+            raise ValueError(
+                f"{value!r}: a string command is one program; put its arguments in args "
+                "(e.g. command: uvx, args: [mcp-server-time]), or give command as a list"
+            )
+        return [value] if value else []
+
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
+        if self.args:  # validated again (a copy, a reload) it must not append them twice
+            if not self.command:
+                raise ValueError("args are the arguments of command: give command too")
+            self.command, self.args = [*self.command, *self.args], []
         if bool(self.command) == bool(self.url):
             raise ValueError("give either command (a stdio server) or url (an HTTP server), not both or neither")
         return self
 
 
 class McpConfig(Section):
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
     servers: dict[str, McpServerConfig] = {}
+    # JSON files of `mcpServers` (Claude Desktop, Cursor) read into `servers` (gateway/config/mcp_import.py)
+    import_files: str | list[str] = Field("", alias="import")
     restart_initial_s: float = Field(1.0, gt=0)  # first wait before restarting a failed server; doubles
     restart_max_s: float = Field(60.0, gt=0)
+    restart_reset_s: float = Field(60.0, gt=0)  # a connection up this long starts the restart backoff afresh
     health_interval_s: float = Field(15.0, gt=0)  # a running server's tools are listed again this often
 
-    _duration = field_validator("restart_initial_s", "restart_max_s", "health_interval_s", mode="before")(
-        lambda cls, v: parse_duration(v)
-    )
+    _duration = field_validator(
+        "restart_initial_s", "restart_max_s", "restart_reset_s", "health_interval_s", mode="before"
+    )(lambda cls, v: parse_duration(v))
 
     @field_validator("servers")
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gateway.config.base import ConfigError
+from gateway.config.mcp_import import merge_imported_servers
 from gateway.config.root import ENV_OVERRIDES, SECRETS, Config
 
 DEFAULT_CONFIG_PATH = "config.yml"
@@ -142,6 +143,10 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: dict[str, st
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     _apply_env(data, env)
+    try:
+        merge_imported_servers(data, file.parent, lambda node, where: _interpolate(node, where, env))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

@@ -72,6 +72,7 @@ SHOWN = _paths(
     mcp.servers.*.timeout_s mcp.servers.*.connect_timeout_s mcp.servers.*.sampling mcp.servers.*.description_chars
     mcp.servers.*.enabled
     mcp.restart_initial_s mcp.restart_max_s mcp.health_interval_s
+    mcp.restart_reset_s mcp.import_files
     access.dm_policy access.group_policy access.pairing_ttl access.max_pending_per_channel
     access.roles.*.tools access.roles.*.deny_tools access.roles.*.approve access.roles.*.compact
     access.roles.*.new_for_others access.roles.*.schedule
@@ -92,7 +93,7 @@ NAMES_ONLY = _paths("mcp.servers.*.headers mcp.servers.*.env")
 # A command line: the program shown, its arguments (which may carry a token) masked.
 PROGRAMS = _paths("mcp.servers.*.command")
 # Masked on purpose (everything not listed above is masked anyway; these say it was decided).
-MASKED = frozenset(SECRETS)
+MASKED = frozenset(SECRETS) | _paths("mcp.servers.*.args")  # args: a command's arguments, like command's
 
 _ALL = SHOWN | URLS | NAMES_ONLY | PROGRAMS
 

@@ -15,8 +15,18 @@ from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls
-from gateway.mcp.naming import grant_key, schema_hash, tool_name
-from gateway.mcp.sdk import Answer, Connection, ElicitAnswer, Elicitation, InputRequest, Refusal, RemoteTool, connect
+from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
+from gateway.mcp.sdk import (
+    Answer,
+    Connection,
+    ElicitAnswer,
+    Elicitation,
+    InputRequest,
+    Refusal,
+    RemoteTool,
+    StartFailed,
+    connect,
+)
 from gateway.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec, matches_any
 
 log = logging.getLogger(__name__)
@@ -32,6 +42,7 @@ class ServerState:
     tools: int = 0
     error: str = ""
     restarts: int = 0
+    checks: int = 0  # health checks (tool listings) passed on the current connection
     retry_in_s: float = 0.0
     protocol: str = ""
     server: str = ""  # the server's own name and version
@@ -43,6 +54,7 @@ class ServerState:
             "tools": self.tools,
             "error": self.error,
             "restarts": self.restarts,
+            "checks": self.checks,
             "retry_in_s": self.retry_in_s,
             "protocol": self.protocol,
             "server": self.server,
@@ -62,6 +74,7 @@ class McpManager:
         for name, server in config.servers.items():
             target = " ".join(server.command) if server.command else server.url
             self.states[name] = ServerState(name, target, status="starting" if server.enabled else "disabled")
+        registry.add_source(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -84,6 +97,25 @@ class McpManager:
             async with self.changed:
                 await self.changed.wait_for(lambda: predicate(self))
 
+    async def first_listing(self) -> None:
+        """Until no server is in its first connect (each is bounded by its connect_timeout_s):
+        a turn right after a start (a deploy) is offered the tools of every server that comes up."""
+        if not self._tasks:
+            return  # not started (a one-off command): nothing is connecting
+        waiting = [name for name, state in self.states.items() if _first_connect(state)]
+        if not waiting:
+            return
+        bound = max(self.config.servers[name].connect_timeout_s for name in waiting) + 1.0
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(lambda m: not any(_first_connect(m.states[name]) for name in waiting), bound)
+
+    def absent(self, name: str) -> str | None:
+        """Why the tool `name` of a configured server is not offered: the server is not running."""
+        for server, state in self.states.items():
+            if name.startswith(f"{PREFIX}{server}__") and state.status != "running":
+                return down_text(state)
+        return None
+
     async def _notify(self) -> None:
         async with self.changed:
             self.changed.notify_all()
@@ -97,34 +129,49 @@ class McpManager:
                 state.status = "starting"
             state.retry_in_s = 0.0
             await self._notify()
-            error = "the connection closed"
+            error, up_since = "the connection closed", None
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     async with asyncio.timeout(server.connect_timeout_s):
                         connection = await stack.enter_async_context(
-                            connect(server, on_legacy_request=self._legacy_request)
+                            connect(server, on_legacy_request=self._legacy_request, name=name)
                         )
                         await self._load(name, server, connection)
                     self.connections[name] = connection
                     state.status, state.error, state.protocol = "running", "", connection.protocol_version
-                    state.server, state.since = connection.server_version, time.time()
-                    delay = self.config.restart_initial_s
+                    state.server, state.since, state.checks = connection.server_version, time.time(), 0
+                    up_since = time.monotonic()
                     await self._notify()
                     await self._serve(name, server, connection)
+                    error = connection.why or error
             except asyncio.CancelledError:
                 self._unload(name)
                 raise
             except TimeoutError:
                 error = f"no answer within {server.connect_timeout_s:g}s"
+            except StartFailed as exc:  # it wrote why to stderr
+                error = shorten(f"{describe(exc.__cause__ or exc)}; its stderr: {exc}")
             except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
                 error = describe(exc)
             self.connections.pop(name, None)
             self._unload(name)
+            delay, error = self._next_delay(delay, error, up_since)
             state.status, state.error, state.restarts, state.retry_in_s = "failed", error, state.restarts + 1, delay
             log.warning("MCP server %s is down (%s); restarting in %.1fs", name, error, delay)
             await self._notify()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.config.restart_max_s)
+
+    def _next_delay(self, delay: float, error: str, up_since: float | None) -> tuple[float, str]:
+        """The wait before the next start, and the error as shown. Only a connection that stayed
+        up `restart_reset_s` starts the backoff afresh: one that connects and then dies at once
+        (a crash loop) keeps it growing, and its state says how soon it died."""
+        if up_since is None:
+            return delay, error
+        up = time.monotonic() - up_since
+        if up >= self.config.restart_reset_s:
+            return self.config.restart_initial_s, error
+        return delay, f"{error}, {up:.1f}s after connecting"
 
     async def _serve(self, name: str, server: McpServerConfig, connection: Connection) -> None:
         """Until the connection is gone: reload the tools when the server says they changed,
@@ -146,6 +193,7 @@ class McpManager:
                 connection.tools_changed.clear()
                 async with asyncio.timeout(server.timeout_s):
                     await self._load(name, server, connection)
+                self.states[name].checks += 1
                 await self._notify()
         finally:
             watcher.cancel()
@@ -174,12 +222,7 @@ class McpManager:
     def _live(self, name: str) -> Connection:
         connection = self.connections.get(name)
         if connection is None or connection.closed.is_set():
-            state = self.states[name]
-            why = state.error if state.status != "running" else "its connection just closed"
-            raise ToolError(
-                f"The MCP server {name!r} is not running ({why}); its tools are unavailable "
-                "until it has been restarted. Try again later or do without it."
-            )
+            raise ToolError(down_text(self.states[name]))
         return connection
 
     def _spec(self, name: str, server: McpServerConfig, identity: str, tool: RemoteTool) -> ToolSpec:
@@ -208,6 +251,32 @@ class McpManager:
             log.info("MCP elicitation declined: the server sent it mid-call (an older protocol version)")
             return ElicitAnswer("decline")
         return Refusal("this client answers sampling requests only on the 2026-07-28 protocol")
+
+
+def _first_connect(state: ServerState) -> bool:
+    return state.status == "starting" and state.restarts == 0
+
+
+def down_text(state: ServerState) -> str:
+    """The tool result of a call to a server that is not running: its name and state. Not the
+    error's text, which may quote a URL, a path or a credential (readyz and doctor show it)."""
+    name = state.name
+    if state.status == "disabled":
+        why = f"it is disabled (mcp.servers.{name}.enabled)"
+    elif state.status == "starting" and not state.restarts:
+        why = "it is still starting"
+    elif state.status == "starting":
+        why = f"it is restarting (restart {state.restarts})"
+    elif state.status == "failed" and state.retry_in_s:
+        why = f"it is down; restart {state.restarts} in {state.retry_in_s:g}s"
+    elif state.status == "failed":
+        why = f"it is down; restart {state.restarts} under way"
+    else:
+        why = "its connection just closed"
+    return (
+        f"The MCP server {name!r} is not running ({why}); its tools are unavailable until it is back. "
+        "Try again later or do without it."
+    )
 
 
 def state_line(name: str, server: dict[str, Any]) -> str:
@@ -285,5 +354,8 @@ def describe(exc: BaseException) -> str:
     """The first real error inside (possibly nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 300 else text[:299] + "…"
+    return shorten(str(exc) or type(exc).__name__)
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import McpServerConfig
+from gateway.mcp.stderr import ServerStderr
 
 if TYPE_CHECKING:
     import mcp_types as types
     from mcp import Client, StdioServerParameters
     from mcp.client.sse import sse_client
+    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.client.subscriptions import ListenNotSupportedError
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -36,13 +38,14 @@ log = logging.getLogger(__name__)
 def _load_sdk() -> None:
     """Import the SDK when a server is first connected: it takes a large part of a second, which
     a gateway without MCP servers (or before it connects them) need not pay at start."""
-    global types, Client, StdioServerParameters, sse_client, streamable_http_client  # noqa: PLW0603
+    global types, Client, StdioServerParameters, sse_client, stdio_client, streamable_http_client  # noqa: PLW0603
     global ListenNotSupportedError, create_mcp_http_client, MCPError  # noqa: PLW0603
     if "MCPError" in globals():
         return
     import mcp_types as types
     from mcp import Client, StdioServerParameters
     from mcp.client.sse import sse_client
+    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.client.subscriptions import ListenNotSupportedError
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -53,8 +56,17 @@ class ServerGone(Exception):
     """The connection to the server closed (the process exited, the HTTP session ended)."""
 
 
+class StartFailed(Exception):
+    """The server did not come up; the message is what the process wrote to stderr last (the
+    SDK's own error is the cause)."""
+
+
 class CallFailed(Exception):
     """The server answered the call with a protocol error (not an `isError` result)."""
+
+    def __init__(self, message: str, *, unsupported: bool = False):
+        super().__init__(message)
+        self.unsupported = unsupported  # the server does not implement the request
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,13 @@ class Connection:
     timeout_s: float
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     tools_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""  # what ended the connection, once `closed` is set
+    change_stream: bool = False  # the server keeps a change stream open (else notifications, health checks)
+
+    def close(self, why: str) -> None:
+        if not self.closed.is_set():
+            self.why = why
+            self.closed.set()
 
     @property
     def server_version(self) -> str:
@@ -153,7 +172,12 @@ class Connection:
         tools: list[RemoteTool] = []
         cursor: str | None = None
         for _ in range(100):  # a paginator that never ends cannot hang the listing
-            page = await self._guard(self.client.list_tools(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            try:
+                page = await self._guard(self.client.list_tools(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            except CallFailed as exc:
+                if exc.unsupported:  # a server without tools (resources or prompts only)
+                    return tools
+                raise
             tools += [_remote_tool(tool) for tool in page.tools]
             cursor = page.next_cursor
             if cursor is None:
@@ -194,30 +218,67 @@ class Connection:
             raise  # the call took too long; the connection itself is still good (TimeoutError is an OSError)
         except MCPError as exc:
             if "closed" in str(exc).lower():
-                self.closed.set()
+                self.close(str(exc))
                 raise ServerGone(str(exc)) from exc
-            raise CallFailed(str(exc)) from exc
+            raise CallFailed(str(exc), unsupported=unsupported(exc)) from exc
         except (OSError, EOFError) as exc:
-            self.closed.set()
+            self.close(str(exc) or type(exc).__name__)
             raise ServerGone(str(exc) or type(exc).__name__) from exc
 
     async def watch(self) -> None:
         """Until the connection ends: set `tools_changed` when the server announces a change.
-        Returns when the server closes the change stream (the connection is gone)."""
+
+        The change stream (`subscriptions/listen`, 2026-07-28) is optional: a server that does
+        not implement it (JSON-RPC -32601, "not supported", or an older protocol version) sends
+        its changes as notifications (the message handler) or not at all, and the health checks
+        find the rest. Only a connection that no longer answers is gone."""
         try:
             async with self.client.listen(tools_list_changed=True) as subscription:
+                self.change_stream = True
                 async for _event in subscription:
                     self.tools_changed.set()
-        except ListenNotSupportedError:
-            await self.closed.wait()  # older servers announce changes through the message handler
+            ended = "the server closed the change stream"
+        except Exception as exc:  # noqa: BLE001 - whatever ended the stream, the server is asked below
+            if unsupported(exc):
+                log.debug("MCP server has no change stream (%s); relying on notifications", exc)
+                await self.closed.wait()
+                return
+            ended = f"the change stream ended: {exc}"
+        self.change_stream = False
+        if await self.answers():
+            log.info("MCP %s, but the server still answers; its tool changes are found by the health checks", ended)
+            await self.closed.wait()
             return
-        except Exception as exc:  # noqa: BLE001 - any end of the stream means the server is gone
-            log.info("MCP change stream ended: %s", exc)
-        self.closed.set()
+        self.close(self.why or ended)
+
+    async def answers(self) -> bool:
+        """Whether the server still answers a request (a tool listing)."""
+        try:
+            await self.list_tools()
+        except (ServerGone, CallFailed, TimeoutError):
+            return False
+        return True
+
+
+def unsupported(exc: BaseException | None) -> bool:
+    """The answer means the server does not implement the request: the feature is off for it,
+    the server is not gone. The SDK raises `MCPError` (code -32601, "Method not found", or a
+    "not supported" message), and `ListenNotSupportedError` before asking on older versions."""
+    seen = 0
+    while exc is not None and seen < 5:  # the error behind a lost subscription is its cause
+        if isinstance(exc, ListenNotSupportedError):
+            return True
+        if isinstance(exc, MCPError):
+            text = str(exc).lower()
+            return exc.code == types.METHOD_NOT_FOUND or "not supported" in text or "method not found" in text
+        exc, seen = exc.__cause__, seen + 1
+    return False
 
 
 @contextlib.asynccontextmanager
-async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest) -> AsyncIterator[Connection]:
+async def connect(
+    config: McpServerConfig, *, on_legacy_request: OnLegacyRequest, name: str = ""
+) -> AsyncIterator[Connection]:
     """Open a session with the configured server (a subprocess for `command`, HTTP for `url`)."""
     _load_sdk()
     holder: dict[str, Connection] = {}
@@ -235,22 +296,32 @@ async def connect(config: McpServerConfig, *, on_legacy_request: OnLegacyRequest
     async def on_sample(context: Any, params: Any) -> Any:
         return _response(await on_legacy_request(_sampling_request(params)))
 
-    client = Client(
-        _transport(config),
-        cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
-        mode=config.protocol,
-        message_handler=on_message,
-        elicitation_callback=on_elicit,
-        sampling_callback=on_sample,
-        client_info=types.Implementation(name="chat-gateway", version="0.1"),
-    )
-    async with client:
+    async with contextlib.AsyncExitStack() as stack:
+        stderr = await stack.enter_async_context(ServerStderr(name or "server")) if config.command else None
+        client = Client(
+            _transport(config, stderr),
+            cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
+            mode=config.protocol,
+            message_handler=on_message,
+            elicitation_callback=on_elicit,
+            sampling_callback=on_sample,
+            client_info=types.Implementation(name="chat-gateway", version="0.1"),
+        )
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:
+            words = await stderr.last_words() if stderr is not None else ""
+            if words:
+                raise StartFailed(words) from exc
+            raise
+        if stderr is not None:
+            stderr.spawned()
         connection = Connection(client, config.timeout_s)
         holder["connection"] = connection
         yield connection
 
 
-def _transport(config: McpServerConfig) -> Any:
+def _transport(config: McpServerConfig, stderr: ServerStderr | None) -> Any:
     _load_sdk()
     if config.command:
         params = StdioServerParameters(
@@ -259,7 +330,7 @@ def _transport(config: McpServerConfig) -> Any:
             env=dict(config.env) or None,
             cwd=config.cwd or None,
         )
-        return params
+        return stdio_client(params, errlog=stderr.file) if stderr is not None else params
     if config.transport == "sse":
         return sse_client(config.url, headers=dict(config.headers) or None, timeout=config.connect_timeout_s)
     http = create_mcp_http_client(headers=dict(config.headers) or None)

@@ -163,13 +163,40 @@ def build_spec(
     )
 
 
+class ToolSource(Protocol):
+    """Something that registers tools while the gateway runs (the MCP servers)."""
+
+    async def first_listing(self) -> None:
+        """Until the tools still being listed for the first time are in the registry (bounded)."""
+
+    def absent(self, name: str) -> str | None:
+        """Why one of its tools is not in the registry now (its server is down), or None."""
+
+
 class ToolRegistry:
     """Tools by name, in registration order."""
 
     def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        self._sources: list[ToolSource] = []
         for spec in specs:
             self.register(spec)
+
+    def add_source(self, source: ToolSource) -> None:
+        self._sources.append(source)
+
+    async def first_listing(self) -> None:
+        """A turn builds its tool list after this: tools of servers still in their first
+        connect are then offered from the first turn after a start."""
+        for source in self._sources:
+            await source.first_listing()
+
+    def absent(self, name: str) -> str | None:
+        """Why the tool `name` is not offered now, when a source knows it (else None)."""
+        for source in self._sources:
+            if (why := source.absent(name)) is not None:
+                return why
+        return None
 
     def register(self, spec: ToolSpec) -> ToolSpec:
         if spec.name in self._specs:
