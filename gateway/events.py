@@ -82,6 +82,18 @@ class Attachment:
 
 
 @dataclass(frozen=True)
+class Quoted:
+    """Earlier words a message refers to: the message it replies to (or the part of it the
+    person quoted), or a thread's messages from before the agent was first mentioned there."""
+
+    who: str  # the author's display name ("" when unknown)
+    text: str
+    from_bot: bool = False  # the agent's own message
+    fragment: bool = False  # only the part the person quoted (Telegram's reply quote)
+    relation: Literal["reply", "thread"] = "reply"  # replied to / said earlier in the thread
+
+
+@dataclass(frozen=True)
 class InboundMessage:
     """A message a person (or the scheduler) sent into a thread."""
 
@@ -95,6 +107,12 @@ class InboundMessage:
     group: str = ""  # an album: parts sharing a group id are taken as one message
     private: bool = False  # a direct message (Telegram private chat, Slack DM), not a group
     kind: Literal["message"] = "message"
+    context: tuple[Quoted, ...] = ()  # what it replies to; a thread's earlier messages
+    edit_of: str = ""  # an edit of the message with this platform id; `text` is its new text
+    # Group chatter not addressed to the agent, kept (never answered) as context for the next
+    # addressed message: the newest `context_keep` of its thread are kept. 0: a message to answer.
+    context_keep: int = 0
+    surroundings: ThreadKey | None = None  # where its unaddressed context is kept, when not its own thread
 
 
 @dataclass(frozen=True)
@@ -113,7 +131,33 @@ class ButtonPress:
     kind: Literal["button"] = "button"
 
 
-InboundEvent = InboundMessage | ButtonPress
+@dataclass(frozen=True)
+class MessageDeleted:
+    """A person deleted one of their messages (Slack `message_deleted`)."""
+
+    thread: ThreadKey
+    message_id: str
+    event_id: str
+    received_at: datetime = field(default_factory=utcnow)
+    kind: Literal["deleted"] = "deleted"
+
+
+@dataclass(frozen=True)
+class Reaction:
+    """A thumbs up or down put on (or taken off) a message in `thread.chat`: feedback on the
+    agent's reply when it is one. The chat is what counts: Telegram does not say the topic."""
+
+    thread: ThreadKey
+    sender: Sender
+    message_id: str
+    event_id: str
+    added: tuple[str, ...] = ()  # "up" | "down"
+    removed: tuple[str, ...] = ()
+    received_at: datetime = field(default_factory=utcnow)
+    kind: Literal["reaction"] = "reaction"
+
+
+InboundEvent = InboundMessage | ButtonPress | MessageDeleted | Reaction
 
 
 @dataclass(frozen=True)

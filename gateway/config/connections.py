@@ -103,7 +103,10 @@ class TelegramConfig(Section):
     group_trigger: Literal["mention", "all"] = "mention"
     streaming: Literal["auto", "edit", "off"] = "auto"
     show_tool_progress: bool = False
-    process_edited: bool = False
+    process_edited: bool = False  # no longer read: edits are handled by inbox.on_edit
+    # Keep the newest N messages of an admitted group not addressed to the bot (it sees them
+    # only with privacy mode off) and give them to the next addressed turn as context. 0: off.
+    group_context: int = Field(0, ge=0, le=200)
     poll_timeout_s: int = 30
     edit_interval_s: float = 1.0  # streaming edits/drafts: at most one per chat per interval
     rate_overall_per_s: float = 30.0  # sends per second for the whole bot (0 = no pacing)
@@ -128,6 +131,9 @@ class SlackConfig(Section):
     allowed_users: list[str] = []
     allowed_channels: list[str] = []
     thread_followups: bool = True
+    # Keep the newest N top-level messages of a channel not addressed to the bot and give them
+    # to the next mention there as context (needs the message.channels event). 0: off.
+    channel_context: int = Field(0, ge=0, le=200)
     streaming: Literal["auto", "native", "edit", "off"] = "auto"
     send_interval_s: float = Field(1.0, ge=0)  # per-channel pacing of posts (Slack: ~1 message/s)
     stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval

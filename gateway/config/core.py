@@ -133,6 +133,9 @@ class InboxConfig(Section):
     max_concurrent_turns: int = Field(8, ge=1)
     lease_ttl_s: float = 30.0
     poll_interval_s: float = 1.0
+    # An edit of a message already answered: answered as a follow-up about the edit (reply),
+    # dropped (ignore), or kept as context for the thread's next turn (note).
+    on_edit: Literal["reply", "ignore", "note"] = "reply"
 
     def busy_mode_for(self, channel: str) -> BusyMode:
         return self.busy_mode_by_channel.get(channel, self.busy_mode)

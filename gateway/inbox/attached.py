@@ -10,6 +10,7 @@ from typing import Any
 from gateway.attachments import AttachmentPreparer
 from gateway.config import AttachmentsConfig
 from gateway.events import ThreadKey, utcnow
+from gateway.inbox.surroundings import with_context
 from gateway.store import InboxItem, Store
 
 
@@ -23,13 +24,14 @@ class MessageReadiness:
         self, thread: ThreadKey, items: list[InboxItem], session_id: int
     ) -> list[tuple[int, dict[str, Any]]]:
         """(item id, payload) per message to append: album parts merged into their first part
-        once no new part arrived for `album_wait_s`, attachments settled."""
+        once no new part arrived for `album_wait_s`, attachments settled, what it replies to or
+        edits put into words (gateway/inbox/surroundings.py)."""
         messages = await self._albums(thread, items)
         ready = []
         for item_id, payload in messages:
             if payload.get("attachments") and self.preparer is not None:
                 payload = (await self.preparer.prepare(item_id, payload, thread, session_id)).payload
-            ready.append((item_id, payload))
+            ready.append((item_id, with_context(payload)))
         return ready
 
     async def _albums(self, thread: ThreadKey, items: list[InboxItem]) -> list[tuple[int, dict[str, Any]]]:

@@ -22,6 +22,7 @@ from gateway.agent.services import TurnServices
 from gateway.agent.turn import Turn
 from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult
 from gateway.inbox.commands import parse_command
+from gateway.inbox.revisions import Revisions, revises
 from gateway.inbox.running import TurnListener, apply_poll
 from gateway.inbox.sweeper import OutboxSweeper
 from gateway.inbox.worker import Worker
@@ -63,6 +64,7 @@ class Inbox:
         slots = asyncio.Semaphore(self.config.inbox.max_concurrent_turns)
         self.worker = Worker(store, services, listeners=self.listeners, stopper=self._stopper, slots=slots)
         self._turns = self.worker.runner
+        self.revisions = Revisions(store)
         self.sweeper = OutboxSweeper(
             store,
             services.outbox,
@@ -87,13 +89,15 @@ class Inbox:
     async def _submit(self, events: Sequence[InboundEvent], cursor: tuple[str, str] | None) -> list[SubmitResult]:
         results: dict[str, SubmitResult] = {}
         for event in events:
-            if isinstance(event, ButtonPress):
+            if revises(event):  # an edit, a deletion, a reaction, kept chatter: applied as recorded
+                results[event.event_id] = await self.revisions.submit(event)  # type: ignore[arg-type]
+            elif isinstance(event, ButtonPress):
                 results[event.event_id] = await self._press(event)
                 if results[event.event_id].duplicate:
                     metrics.DUPLICATES.labels(event.thread.channel).inc()
                 else:
                     metrics.INBOUND.labels(event.thread.channel, "button").inc()
-        messages = [e for e in events if isinstance(e, InboundMessage)]
+        messages = [e for e in events if isinstance(e, InboundMessage) and not revises(e)]
         if messages or cursor is not None:
             created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
             for event, new in zip(messages, created, strict=False):

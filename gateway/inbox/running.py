@@ -206,8 +206,9 @@ class TurnRunner:
             state.found(before, bool(pending))
             if any(is_stop(i) for i in pending):
                 return 0  # the /stop drops them
-            items = [i for i in pending if i.kind in ("message", "report")]
-            items = [i for i in items if i.kind != "message" or await self.admitted(request.thread, i, request.fence)]
+            # An edit of a message already answered joins too, as "(edited) ..." (surroundings.py).
+            items = [i for i in pending if i.kind in ("message", "report", "edit")]
+            items = [i for i in items if i.kind == "report" or await self.admitted(request.thread, i, request.fence)]
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)

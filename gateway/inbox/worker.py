@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
@@ -17,6 +18,7 @@ from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
+from gateway.inbox.surroundings import kept_lines, led_by
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
@@ -96,9 +98,11 @@ class Worker:
             await self.store.inbox.add_continuation(ContinueRun(run.id).item(thread_key), run.id)
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
-        if item.kind in ("message", "command") and not await self.admitted(thread, item, fence):
+        if item.kind in ("message", "command", "edit") and not await self.admitted(thread, item, fence):
             return
-        if item.kind == "command":
+        if item.kind == "edit":  # of a message already answered (a queued one took the new text)
+            await self._edited(thread, item, fence)
+        elif item.kind == "command":
             await self.commands.handle(thread, item, fence)
         elif item.kind == "resume":
             # Done only once acted on: killed in between, the item is still pending for the next
@@ -137,6 +141,15 @@ class Worker:
         await self.store.inbox.finish([item.id], status="dropped", fence=fence)
         return False
 
+    async def _edited(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        mode = self.config.inbox.on_edit
+        if mode == "reply":
+            await self._message(thread, item, fence)
+        elif mode == "note":
+            await self.store.conversation.note(item.id)
+        else:
+            await self.store.inbox.finish([item.id], fence=fence)
+
     async def _message(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         said = Said.of(item)
         before = await self.store.before_message(str(thread))
@@ -166,7 +179,7 @@ class Worker:
         session = current or await self.store.sessions.open(
             str(thread), source=thread.channel, started_by=said.sender.id
         )
-        ready = await self.readiness.ready(thread, [item], session.id)
+        ready = await self._with_kept_context(thread, item, await self.readiness.ready(thread, [item], session.id))
         started = await self.store.start_turn(
             session.id, str(thread), ready, model=self.config.llm.model, fence=fence
         )
@@ -181,6 +194,21 @@ class Worker:
             started_run=started.run,
         )
         await self.runner.run(request)
+
+    async def _with_kept_context(
+        self, thread: ThreadKey, item: InboxItem, ready: list[tuple[int, dict[str, Any]]]
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The group's unaddressed chatter kept since (`group_context`), and edits of answered
+        messages noted (`inbox.on_edit: note`), lead the turn's message; their items are done with it."""
+        where = str(item.payload.get("surroundings") or thread)
+        chatter = [i for i in await self.store.conversation.kept(where) if i.id < item.id]
+        notes = await self.store.conversation.kept(str(thread), ("note",), kind="edit")
+        if not ready or not (chatter or notes):
+            return ready
+        item_id, payload = ready[0]
+        payload = led_by(payload, kept_lines(chatter, notes))
+        payload["context_items"] = [i.id for i in (*chatter, *notes)]
+        return [(item_id, payload), *ready[1:]]
 
     async def _resume(self, thread: ThreadKey, resume: ResumePrompt, fence: Fence) -> None:
         """A decided prompt: its parked run continues. The prompt and the run are read here, once,

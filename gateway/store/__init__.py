@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
@@ -16,6 +16,7 @@ from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, reda
 from gateway.store.base import Fence, LeaseLost
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
 from gateway.store.console import ConsoleRepo, InstanceBeat, LoginSession, OverviewCounts
+from gateway.store.conversation import ConversationRepo, Feedback
 from gateway.store.db import (
     Database,
     StoreError,
@@ -84,8 +85,13 @@ def _consume_in(
                 images=payload.get("images") or (),
             )
         )
-        for done_id in (item_id, *payload.get("merged_items", ())):  # an album's other parts
+        for done_id in (item_id, *payload.get("merged_items", ()), *payload.get("context_items", ())):
             conn.execute(_MARK_DONE, {"item_id": done_id, "done_at": utcnow(), "session_id": session_id})
+        # The history row it became: a deletion of the message later redacts that row.
+        stored = conn.execute(select(inbox.c.payload).where(inbox.c.id == item_id)).scalar()
+        if isinstance(stored, dict) and "message_id" in stored:
+            recorded = {**stored, "history_row": records[-1].id}
+            conn.execute(update(inbox).where(inbox.c.id == item_id).values(payload=recorded))
     return records
 
 
@@ -118,6 +124,7 @@ class Store:
         self.budgets = BudgetRepo(self.db)
         self.audit = AuditRepo(self.db)
         self.console = ConsoleRepo(self.db)
+        self.conversation = ConversationRepo(self.db)
         self.gauges = GaugeRepo(self.db)
         self.holds = HoldRepo(self.db)
 
@@ -284,6 +291,8 @@ __all__ = [
     "redact",
     "redact_arguments",
     "ConsoleRepo",
+    "ConversationRepo",
+    "Feedback",
     "InstanceBeat",
     "LoginSession",
     "OverviewCounts",

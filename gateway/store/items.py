@@ -167,17 +167,23 @@ def button_item(event_id: str, thread_key: str, token: str, sender_id: str) -> N
     return NewItem(event_id, thread_key, "button", {"token": token, "sender": sender_id}, status="done")
 
 
-def message_item(event: InboundMessage, kind: str) -> NewItem:
-    """A person's message (`kind` "message", or "command" for a slash command), as committed by
-    `submit`; attachments are settled later (gateway/inbox/attached.py)."""
+def message_item(event: InboundMessage, kind: str, *, message_id: str = "", status: str = "pending") -> NewItem:
+    """A person's message (`kind` "message", or "command" for a slash command; "edit" and
+    "ambient" in gateway/store/conversation.py), as committed by `submit`; attachments are
+    settled later (gateway/inbox/attached.py), context is put into words by
+    gateway/inbox/surroundings.py."""
     payload: dict[str, Any] = {
         "text": event.text,
         "sender": SenderRef(event.sender.id, event.sender.name, event.sender.username).to_payload(),
         "attachments": [a.__dict__ for a in event.attachments],
-        "message_id": event.message_id,
+        "message_id": message_id or event.message_id,
         "received_at": event.received_at.isoformat(),
         **({"group": event.group} if event.group else {}),
     }
     if event.private:
         payload["private"] = True  # a direct message: the access check treats it as a person's DM
-    return NewItem(event.event_id, str(event.thread), kind, payload)
+    if event.context:
+        payload["context"] = [q.__dict__ for q in event.context]
+    if event.surroundings is not None:
+        payload["surroundings"] = str(event.surroundings)
+    return NewItem(event.event_id, str(event.thread), kind, payload, status)

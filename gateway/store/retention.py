@@ -1,6 +1,7 @@
 """Pruning what is finished and old: done inbox items, delivered outbox rows, decided
 prompts, the events of finished runs and old rows of the audit trail. Never pending, held or
-parked work. In batches, each its own short transaction, so a large backlog never holds locks
+parked work (kept group chatter and noted edits are pruned by the time they were stored).
+In batches, each its own short transaction, so a large backlog never holds locks
 for long."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gateway.store.base import Repo
 from gateway.store.tables import audit, inbox, outbox, prompts, run_events, runs
 
 FINISHED_RUNS = ("SUCCESS", "FAILED", "CANCELED")
+_FINISHED_ITEMS = ("done", "dropped", "context", "note")  # context, note: kept chatter, noted edits
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class RetentionRepo(Repo):
             return now - timedelta(days=value)
 
         targets: dict[str, tuple[Table, ColumnElement[bool]]] = {
-            "inbox": (inbox, inbox.c.status.in_(("done", "dropped")) & (inbox.c.done_at < before(days.inbox))),
+            "inbox": (inbox, inbox.c.status.in_(_FINISHED_ITEMS) & (inbox.c.done_at < before(days.inbox))),
             "outbox": (outbox, outbox.c.status.in_(("sent", "failed")) & (outbox.c.created_at < before(days.outbox))),
             "prompts": (
                 prompts,
