@@ -180,17 +180,18 @@ async def test_album_parts_share_a_group(make, fake, core) -> None:
     assert first.event_id != second.event_id
 
 
-async def test_bots_and_edits_are_ignored_unless_edits_are_enabled(make, fake, core) -> None:
+async def test_bots_are_ignored_and_edits_name_the_message_they_edit(make, fake, core) -> None:
     channel = await make()
     fake.enqueue(fake.message_update(42, "from a bot", user_id=99, is_bot=True))
-    fake.enqueue(fake.message_update(42, "fixed typo", user_id=42, kind="edited_message"))
     assert await ingest(channel, core, fake) == []
     assert core.batches[-1][0] == []  # the batch was still submitted: its offset is stored
 
-    edits = await make(process_edited=True)
-    fake.enqueue(fake.message_update(42, "fixed again", user_id=42, kind="edited_message"))
-    (event,) = await ingest(edits, core, fake)
-    assert event.text == "(edited) fixed again"
+    original = fake.private_message(42, "fixed typo")
+    (first,) = await ingest(channel, core, fake)
+    fake.edit(42, original["message"]["message_id"], "fixed again")
+    (event,) = await ingest(channel, core, fake)
+    assert (event.text, event.edit_of) == ("fixed again", first.message_id)
+    assert event.event_id != first.event_id  # each edit is its own update
 
 
 # --- polling: offsets and failures ------------------------------------------------------

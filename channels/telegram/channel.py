@@ -131,6 +131,8 @@ class TelegramChannel:
                 "telegram: link previews show only for links the person sent (telegram.link_previews: own, "
                 "new default); set telegram.link_previews: all for Telegram's previews of every link"
             )
+        if self.config.process_edited:
+            log.info("telegram: process_edited is no longer read: edits are always handled, as inbox.on_edit says")
         reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""), max_download_bytes=self._max_download)
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 

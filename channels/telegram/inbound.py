@@ -10,12 +10,33 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from telegram import CallbackQuery, Chat, Message, MessageEntity, Update, User
+from telegram import (
+    CallbackQuery,
+    Chat,
+    Message,
+    MessageEntity,
+    MessageReactionUpdated,
+    ReactionTypeEmoji,
+    Update,
+    User,
+)
 
 from gateway.config import TelegramConfig
-from gateway.events import Attachment, ButtonPress, InboundEvent, InboundMessage, Sender, ThreadKey
+from gateway.events import (
+    Attachment,
+    ButtonPress,
+    InboundEvent,
+    InboundMessage,
+    Quoted,
+    Reaction,
+    Sender,
+    ThreadKey,
+)
 
-ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "my_chat_member"]
+# message_reaction is sent only when asked for (and, in groups, only to an administrator bot).
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "my_chat_member", "message_reaction"]
+FEEDBACK = {"👍": "up", "👎": "down"}
+QUOTED_MAX = 2000  # characters of a replied-to message carried with the event (the core clips further)
 NOT_ALLOWED_ALERT = "You are not allowed to use this bot."
 
 
@@ -60,9 +81,11 @@ class UpdateReader:
         if update.message is not None:
             return self._read_message(update.update_id, update.message, edited=False)
         if update.edited_message is not None:
-            if not self._config.process_edited:
-                return Reading("ignore", update.update_id, text="edited message")
             return self._read_message(update.update_id, update.edited_message, edited=True)
+        if update.message_reaction is not None:
+            return self._read_reaction(update.update_id, update.message_reaction)
+        if update.channel_post is not None or update.edited_channel_post is not None:
+            return Reading("ignore", update.update_id, text="channel post (channels are not read)")
         if update.my_chat_member is not None:
             return Reading("ignore", update.update_id, text="membership change")
         return Reading("ignore", update.update_id, text="channel post or unsupported update")
@@ -88,20 +111,62 @@ class UpdateReader:
                 return Reading("ignore", update_id, text="not allowed (group)", user_id=str(user.id))
             day = message.date.date().isoformat()
             return Reading("refuse", update_id, chat_id=message.chat.id, day=day, user_id=str(user.id))
+        keep = 0
         if not self._addressed(message):
-            return Reading("ignore", update_id, text="not addressed to the bot")
+            keep = self._config.group_context  # kept as context for the next addressed message
+            if not keep:
+                return Reading("ignore", update_id, text="not addressed to the bot")
         text, attachments = self._content(message)
+        if keep:
+            attachments = ()  # chatter is kept as words only
         if not text and not attachments:
             return Reading("ignore", update_id, text="nothing to read")
         event = InboundMessage(
             thread=thread_of(message),
             sender=sender_of(user),
-            text=f"(edited) {text}" if edited and text else text,
+            text=text,
             event_id=self.event_id(update_id),
             attachments=attachments,
             message_id=str(message.message_id),
             group=f"{message.chat.id}:{message.media_group_id}" if message.media_group_id else "",
             private=message.chat.type == Chat.PRIVATE,
+            context=() if keep else self._quoted(message),
+            edit_of=str(message.message_id) if edited else "",
+            context_keep=keep,
+        )
+        return Reading("event", update_id, event=event)
+
+    def _quoted(self, message: Message) -> tuple[Quoted, ...]:
+        """What the message replies to: the part the person quoted, else the whole message."""
+        reply = message.reply_to_message
+        if reply is None or reply.forum_topic_created is not None:  # a topic's first message: no reply
+            return ()
+        author = reply.from_user
+        who = author.full_name if author is not None else (reply.sender_chat.title or "" if reply.sender_chat else "")
+        from_bot = author is not None and author.id == self._bot.id
+        if message.quote is not None and message.quote.text:
+            return (Quoted(who, message.quote.text[:QUOTED_MAX], from_bot=from_bot, fragment=True),)
+        text = reply.text or reply.caption or ("[a file]" if attachments_of(reply) else "")
+        return (Quoted(who, text[:QUOTED_MAX], from_bot=from_bot),) if text else ()
+
+    def _read_reaction(self, update_id: int, changed: MessageReactionUpdated) -> Reading:
+        """A thumbs up or down put on or taken off a message: feedback when it is a reply of ours."""
+        user = changed.user
+        if user is None or user.is_bot:
+            return Reading("ignore", update_id, text="an anonymous reaction")
+        if not self.allowed(user, changed.chat):
+            return Reading("ignore", update_id, text="a reaction by someone not allowed", user_id=str(user.id))
+        old, new = _thumbs(changed.old_reaction), _thumbs(changed.new_reaction)
+        added, removed = tuple(sorted(new - old)), tuple(sorted(old - new))
+        if not added and not removed:
+            return Reading("ignore", update_id, text="a reaction that is not a thumbs up or down")
+        event = Reaction(
+            thread=private_or_group(changed.chat),
+            sender=sender_of(user),
+            message_id=str(changed.message_id),
+            event_id=self.event_id(update_id),
+            added=added,
+            removed=removed,
         )
         return Reading("event", update_id, event=event)
 
@@ -167,6 +232,14 @@ class UpdateReader:
             message_id=str(message.message_id),
         )
         return Reading("event", update_id, event=event, callback_id=query.id)
+
+
+def _thumbs(reactions: object) -> set[str]:
+    found = set()
+    for reaction in reactions or ():  # type: ignore[attr-defined]
+        if isinstance(reaction, ReactionTypeEmoji) and reaction.emoji in FEEDBACK:
+            found.add(FEEDBACK[reaction.emoji])
+    return found
 
 
 def private_or_group(chat: Chat) -> ThreadKey:

@@ -12,7 +12,7 @@ from gateway.access.cli import configured
 from gateway.access.policy import AccessPolicy
 from gateway.admin.operations import Operations
 from gateway.budgets import budgets_report
-from gateway.cli.reports import event_summary
+from gateway.cli.reports import event_summary, feedback_tally
 from gateway.config import parse_duration
 from gateway.config.redaction import redacted_config, scrub, secret_values
 from gateway.store import RunEventRecord, RunRecord, redact
@@ -135,6 +135,7 @@ async def run_detail(ops: Operations, run_id: int) -> dict[str, Any] | None:
         "cost": cost_text(run),
         "took_s": took_s(run),
         "timeline": _timeline(run, events),
+        "feedback": feedback_tally(events),
         "rounds": rounds,
         "children": children,
     }

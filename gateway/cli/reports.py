@@ -47,6 +47,9 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
         f"{run.reasoning_tokens} reasoning; {run.llm_calls} LLM calls, {run.tool_calls} tool calls; cost {_cost(run)}"
         + (" (estimated: the server sent no usage)" if run.usage_estimated else "")
     )
+    tally = feedback_tally(events)
+    if any(tally.values()):
+        print(f"feedback: {tally['up']} 👍  {tally['down']} 👎")
     print("timeline:")
     for event in events:
         offset = (event.at - run.started_at).total_seconds()
@@ -67,6 +70,21 @@ def print_children(tree: Sequence[tuple[int, TaskRecord, RunRecord | None]]) -> 
         print(line + (f"  → {preview}" if preview else ""))
 
 
+THUMBS = {"up": "👍", "down": "👎"}
+
+
+def feedback_tally(events: Sequence[RunEventRecord]) -> dict[str, int]:
+    """Thumbs up and down standing on the run's replies (taken back ones taken off)."""
+    tally = {"up": 0, "down": 0}
+    for event in events:
+        if event.kind == "FEEDBACK":
+            for value in event.payload.get("added") or ():
+                tally[value] = tally.get(value, 0) + 1
+            for value in event.payload.get("removed") or ():
+                tally[value] = tally.get(value, 0) - 1
+    return tally
+
+
 def event_summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == "LLM_REQUEST":
         return (
@@ -82,6 +100,11 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
         )
     if kind == "TOOL_CALL":
         return f"{payload.get('name')} {payload.get('status')} {payload.get('duration_ms')} ms"
+    if kind == "FEEDBACK":
+        by = payload.get("by_name") or payload.get("by") or "someone"
+        marks = [THUMBS.get(v, v) for v in payload.get("added") or ()]
+        marks += [f"{THUMBS.get(v, v)} taken back" for v in payload.get("removed") or ()]
+        return f"{', '.join(marks)} by {by} on message {payload.get('message_id')}"
     return json.dumps(payload, ensure_ascii=False)[:200]
 
 

@@ -241,8 +241,10 @@ class FakeTelegram:
         is_bot: bool = False,
         kind: str = "message",
         media: dict[str, Any] | None = None,
+        quote: str | None = None,
     ) -> dict[str, Any]:
-        """`media`: fields of a message with files (e.g. {"photo": fake.files.photo(...)},
+        """`quote`: the part of the replied-to message the person quoted (Bot API TextQuote).
+        `media`: fields of a message with files (e.g. {"photo": fake.files.photo(...)},
         {"voice": ...}, {"media_group_id": "..."}); its text goes in the caption."""
         """An update as Telegram would deliver it (not queued: see `enqueue`)."""
         self.chat_types[chat_id] = chat_type
@@ -261,7 +263,10 @@ class FakeTelegram:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
         if reply_to is not None:
-            message["reply_to_message"] = self._message_json(self.messages[chat_id][reply_to])
+            replied = self.messages[chat_id][reply_to]
+            message["reply_to_message"] = self._message_json(replied)
+            if quote is not None:
+                message["quote"] = {"text": quote, "position": max(replied.text.find(quote), 0), "is_manual": True}
         if photo:
             message["photo"] = [
                 {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 900},
@@ -274,6 +279,45 @@ class FakeTelegram:
             message_id, chat_id, text, thread_id=thread_id, from_bot=False
         )
         return {"update_id": next(self._update_ids), kind: message}
+
+    def edit(self, chat_id: int, message_id: int, text: str, *, user_id: int = 42, first_name: str = "Ann") -> dict[str, Any]:
+        """A person edits their message: a new update (`edited_message`) carrying the whole
+        message again, with its new text and an `edit_date`; queued like any update."""
+        stored = self.messages[chat_id][message_id]
+        stored.text = text
+        kind = self.chat_types.get(chat_id, "private")
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()) - 5,
+            "edit_date": int(time.time()),
+            "chat": self._chat_json(chat_id),
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "username": first_name.lower()},
+            "text": text,
+            "entities": _auto_entities(text),
+        }
+        if stored.thread_id is not None:
+            message["message_thread_id"] = stored.thread_id
+            message["is_topic_message"] = True
+        key = "edited_channel_post" if kind == "channel" else "edited_message"
+        return self.enqueue({"update_id": next(self._update_ids), key: message})
+
+    def react(
+        self, chat_id: int, message_id: int, new: list[str], old: list[str] = (), *, user_id: int = 42  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        """A person changes their reaction on a message (`message_reaction`, Bot API 7.0): the
+        reactions before and after, as ReactionTypeEmoji lists."""
+        update = {
+            "update_id": next(self._update_ids),
+            "message_reaction": {
+                "chat": self._chat_json(chat_id),
+                "message_id": message_id,
+                "user": {"id": user_id, "is_bot": False, "first_name": "Ann", "username": "ann"},
+                "date": int(time.time()),
+                "old_reaction": [{"type": "emoji", "emoji": e} for e in old],
+                "new_reaction": [{"type": "emoji", "emoji": e} for e in new],
+            },
+        }
+        return self.enqueue(update)
 
     def private_message(self, chat_id: int, text: str, **kw: Any) -> dict[str, Any]:
         return self.enqueue(self.message_update(chat_id, text, user_id=kw.pop("user_id", chat_id), **kw))
@@ -481,6 +525,8 @@ class FakeTelegram:
         offset = int(params.get("offset") or 0)
         if offset:
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        # Kinds the poller did not ask for are never delivered (Telegram drops them).
+        self._updates = [u for u in self._updates if _wanted(u, params.get("allowed_updates"))]
         self._poll_generation += 1
         self._new_update.set()  # wakes an earlier poller, which then answers 409
         generation = self._poll_generation
@@ -498,6 +544,7 @@ class FakeTelegram:
                     "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
                 )
         limit = int(params.get("limit") or 100)
+        self._updates = [u for u in self._updates if _wanted(u, params.get("allowed_updates"))]
         return self._updates[:limit]
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -624,6 +671,19 @@ class FakeTelegram:
 
 
 @dataclass
+# Sent only when asked for by allowed_updates (Bot API getUpdates).
+_ONLY_WHEN_ASKED = {"chat_member", "message_reaction", "message_reaction_count"}
+
+
+def _wanted(update: dict[str, Any], allowed: Any) -> bool:
+    kinds = set(update) - {"update_id"}
+    if isinstance(allowed, str):
+        allowed = json.loads(allowed) if allowed else None
+    if not allowed:
+        return not kinds & _ONLY_WHEN_ASKED
+    return bool(kinds & set(allowed))
+
+
 class _RandomFaults:
     methods: set[str]
     rate_429: float
