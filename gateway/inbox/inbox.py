@@ -88,8 +88,11 @@ class Inbox:
 
     async def _submit(self, events: Sequence[InboundEvent], cursor: tuple[str, str] | None) -> list[SubmitResult]:
         results: dict[str, SubmitResult] = {}
+        messages: list[InboundMessage] = []
         for event in events:
-            if revises(event):  # an edit, a deletion, a reaction, kept chatter: applied as recorded
+            if revises(event):  # an edit, a deletion, a reaction, kept chatter: applied as recorded,
+                await self._add_messages(messages, None, results)  # after the messages before it
+                messages = []
                 results[event.event_id] = await self.revisions.submit(event)  # type: ignore[arg-type]
             elif isinstance(event, ButtonPress):
                 results[event.event_id] = await self._press(event)
@@ -97,21 +100,28 @@ class Inbox:
                     metrics.DUPLICATES.labels(event.thread.channel).inc()
                 else:
                     metrics.INBOUND.labels(event.thread.channel, "button").inc()
-        messages = [e for e in events if isinstance(e, InboundMessage) and not revises(e)]
-        if messages or cursor is not None:
-            created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
-            for event, new in zip(messages, created, strict=False):
-                results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
-                if new:
-                    kind = "command" if parse_command(event.text) else "message"
-                    metrics.INBOUND.labels(event.thread.channel, kind).inc()
-                else:
-                    metrics.DUPLICATES.labels(event.thread.channel).inc()
+            elif isinstance(event, InboundMessage):
+                messages.append(event)
+        await self._add_messages(messages, cursor, results)
         for event in events:
             self._poke(str(event.thread))
         presses = {str(e.thread) for e in events if isinstance(e, ButtonPress)}
         await notify.publish(self.store.db, presses)  # a decided prompt's resume item (messages: in `add`)
         return [results[e.event_id] for e in events]
+
+    async def _add_messages(
+        self, messages: list[InboundMessage], cursor: tuple[str, str] | None, results: dict[str, SubmitResult]
+    ) -> None:
+        if not messages and cursor is None:
+            return
+        created = await self.store.inbox.add([event_item(e) for e in messages], cursor=cursor)
+        for event, new in zip(messages, created, strict=False):
+            results[event.event_id] = SubmitResult(event.event_id, duplicate=not new)
+            if new:
+                kind = "command" if parse_command(event.text) else "message"
+                metrics.INBOUND.labels(event.thread.channel, kind).inc()
+            else:
+                metrics.DUPLICATES.labels(event.thread.channel).inc()
 
     def poke(self, thread_key: str) -> None:
         """Something was queued for this thread: look at once (not at the next poll)."""

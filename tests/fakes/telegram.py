@@ -670,7 +670,6 @@ class FakeTelegram:
         return text, entities
 
 
-@dataclass
 # Sent only when asked for by allowed_updates (Bot API getUpdates).
 _ONLY_WHEN_ASKED = {"chat_member", "message_reaction", "message_reaction_count"}
 
@@ -684,6 +683,7 @@ def _wanted(update: dict[str, Any], allowed: Any) -> bool:
     return bool(kinds & set(allowed))
 
 
+@dataclass
 class _RandomFaults:
     methods: set[str]
     rate_429: float
