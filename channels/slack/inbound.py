@@ -16,7 +16,8 @@ from gateway.events import Attachment, ThreadKey
 
 from .blocks import ACTION_PREFIX
 
-Route = Literal["mention", "followup", "dm"]
+# chatter: a top-level channel message not for the agent, kept as context (slack.channel_context)
+Route = Literal["mention", "followup", "dm", "chatter"]
 # Message subtypes that are still a person talking; edits, deletions, joins, bot posts are not.
 _PERSON_SUBTYPES = (None, "", "file_share", "thread_broadcast")
 _LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
@@ -135,18 +136,24 @@ def _is_from_a_person(event: dict[str, Any], me: Identity) -> bool:
 
 def _thread_of(route: Route, channel: str, event: dict[str, Any]) -> ThreadKey:
     thread_ts = str(event.get("thread_ts") or "")
+    if route == "chatter":
+        return ThreadKey("slack", channel, "")
     if route == "dm":
         return ThreadKey("slack", channel, thread_ts)  # one session per DM, per thread if threaded
     return ThreadKey("slack", channel, thread_ts or str(event["ts"]))
 
 
-def candidate(event: Any, me: Identity) -> Candidate | None:
-    """The message in an `app_mention` / `message` event, or None when it is not for us."""
+def candidate(event: Any, me: Identity, *, chatter: bool = False) -> Candidate | None:
+    """The message in an `app_mention` / `message` event, or None when it is not for us.
+    With `chatter`, a top-level channel message not for us is one too (route "chatter", in
+    the channel's top-level thread `slack:<channel>:`)."""
     if not isinstance(event, dict) or event.get("type") not in ("app_mention", "message"):
         return None
     if not event.get("channel") or not event.get("ts") or not _is_from_a_person(event, me):
         return None
     route = _route(event, me)
+    if route is None and chatter and event.get("type") == "message" and not event.get("thread_ts"):
+        route = "chatter"
     if route is None:
         return None
     channel = str(event["channel"])
@@ -161,6 +168,72 @@ def candidate(event: Any, me: Identity) -> Candidate | None:
         ts=str(event["ts"]),
         text=text,
         attachments=files,
+    )
+
+
+# ---- revisions: edits, deletions, reactions ------------------------------------------------
+
+_UP, _DOWN = {"+1", "thumbsup"}, {"-1", "thumbsdown"}
+
+
+def changed_message(event: Any) -> dict[str, Any] | None:
+    """A `message_changed` event's new message, shaped as a message event (its channel and
+    channel type added), or None when its text did not change: Slack also sends the event for
+    unfurls and for a thread's reply count."""
+    if not isinstance(event, dict) or event.get("subtype") != "message_changed":
+        return None
+    new, old = event.get("message"), event.get("previous_message") or {}
+    if not isinstance(new, dict) or not event.get("channel") or not new.get("ts"):
+        return None
+    if isinstance(old, dict) and old.get("text") == new.get("text"):
+        return None
+    shaped = {**new, "type": "message", "channel": event["channel"], "channel_type": event.get("channel_type")}
+    if shaped.get("subtype") not in _PERSON_SUBTYPES:
+        shaped.pop("subtype", None)  # the edited message itself is a person's words
+    return shaped
+
+
+@dataclass(frozen=True)
+class Deletion:
+    thread: ThreadKey
+    channel: str
+    ts: str  # the deleted message's
+
+
+def deletion(event: Any) -> Deletion | None:
+    if not isinstance(event, dict) or event.get("subtype") != "message_deleted":
+        return None
+    channel, ts = event.get("channel"), event.get("deleted_ts")
+    if not channel or not ts:
+        return None
+    previous = event.get("previous_message") or {}
+    thread_ts = str(previous.get("thread_ts") or "") if isinstance(previous, dict) else ""
+    dm = event.get("channel_type") == "im"
+    return Deletion(ThreadKey("slack", str(channel), thread_ts if dm else thread_ts or str(ts)), str(channel), str(ts))
+
+
+@dataclass(frozen=True)
+class Reacted:
+    channel: str
+    user: str
+    ts: str  # the message reacted to
+    feedback: str  # up | down
+    added: bool
+
+
+def reacted(event: Any, me: Identity) -> Reacted | None:
+    """A thumbs up or down put on (`reaction_added`) or taken off one of the agent's messages."""
+    if not isinstance(event, dict) or event.get("type") not in ("reaction_added", "reaction_removed"):
+        return None
+    item = event.get("item") or {}
+    if not isinstance(item, dict) or item.get("type") != "message" or event.get("item_user") != me.bot_user_id:
+        return None
+    name = str(event.get("reaction") or "").split("::", 1)[0]  # "+1::skin-tone-2"
+    feedback = "up" if name in _UP else "down" if name in _DOWN else ""
+    if not feedback or event.get("user") in (None, "", me.bot_user_id) or not item.get("channel") or not item.get("ts"):
+        return None
+    return Reacted(
+        str(item["channel"]), str(event["user"]), str(item["ts"]), feedback, event["type"] == "reaction_added"
     )
 
 

@@ -22,16 +22,29 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from gateway.config import SlackConfig
-from gateway.events import ButtonPress, ChannelState, InboundEvent, InboundMessage, Submit, SubmitResult, ThreadKey
+from gateway.events import (
+    ButtonPress,
+    ChannelError,
+    ChannelState,
+    InboundEvent,
+    InboundMessage,
+    MessageDeleted,
+    Quoted,
+    Reaction,
+    Submit,
+    SubmitResult,
+    ThreadKey,
+)
 
 from .api import Lru, SlackWeb, signature_ok
-from .inbound import Candidate, Identity, candidate, press
+from .inbound import Candidate, Identity, candidate, changed_message, deletion, press, reacted, text_for_model
 from .render import escape
 
 log = logging.getLogger(__name__)
 
 REFUSE_USER = "Sorry, you are not allowed to use this assistant."
 REFUSE_CHANNEL = "Sorry, this assistant is not enabled in this channel."
+EARLIER_IN_THREAD = 20  # messages of a thread before the agent's first mention there, given as context
 
 
 class SlackIntake:
@@ -93,9 +106,18 @@ class SlackIntake:
     # ---- listeners -------------------------------------------------------------------
 
     async def _on_event(self, body: dict[str, Any]) -> None:
-        found = candidate(body.get("event"), self._identity())
+        event = body.get("event")
+        if isinstance(event, dict) and event.get("type") in ("reaction_added", "reaction_removed"):
+            return await self._on_reaction(body, event)
+        if isinstance(event, dict) and event.get("subtype") == "message_changed":
+            return await self._on_edit(body, event)
+        if isinstance(event, dict) and event.get("subtype") == "message_deleted":
+            return await self._on_delete(body, event)
+        found = candidate(event, self._identity(), chatter=self._config.channel_context > 0)
         if found is None:
             return
+        if found.route == "chatter":
+            return await self._keep_chatter(found)
         if found.route == "followup" and not await self._continues_thread(found):
             return
         refusal = self._refusal(found.user, found.channel, dm=found.route == "dm")
@@ -112,8 +134,115 @@ class SlackIntake:
             attachments=found.attachments,
             message_id=found.ts,
             private=found.route == "dm",
+            context=await self._earlier_in_thread(found),
+            surroundings=self._surroundings(found),
         )
         await self._submit_one(message)
+
+    # ---- the conversation around a message ---------------------------------------------
+
+    def _surroundings(self, found: Candidate) -> ThreadKey | None:
+        """A mention at the top of a channel takes the channel's kept chatter as context."""
+        if self._config.channel_context and found.route == "mention" and found.thread.thread == found.ts:
+            return ThreadKey("slack", found.channel, "")
+        return None
+
+    async def _earlier_in_thread(self, found: Candidate) -> tuple[Quoted, ...]:
+        """A first mention in a thread that was going on without the agent: the thread so far."""
+        if found.route != "mention" or found.thread.thread in ("", found.ts):
+            return ()
+        if await self._state.knows_thread(found.thread):
+            return ()
+        try:
+            response = await self._web(
+                "conversations_replies",
+                channel=found.channel,
+                ts=found.thread.thread,
+                latest=found.ts,
+                inclusive=False,
+                limit=200,
+            )
+        except ChannelError as exc:
+            log.info("slack: could not read the thread %s before the mention: %s", found.thread, exc)
+            return ()
+        me = self._identity()
+        earlier = [m for m in response.get("messages") or () if float(m.get("ts") or 0) < float(found.ts)]
+        quoted = []
+        for message in earlier[-EARLIER_IN_THREAD:]:
+            text = text_for_model(str(message.get("text") or ""), me.bot_user_id)
+            mine = message.get("user") == me.bot_user_id or bool(me.bot_id and message.get("bot_id") == me.bot_id)
+            if not text:
+                continue
+            if mine or not message.get("user"):
+                who = "" if mine else str(message.get("username") or "a bot")
+            else:
+                who = (await self._web.sender(str(message["user"]))).name
+            quoted.append(Quoted(who, text, from_bot=mine, relation="thread"))
+        return tuple(quoted)
+
+    async def _keep_chatter(self, found: Candidate) -> None:
+        if self._refusal(found.user, found.channel, dm=False):
+            return
+        await self._submit_one(self._message(found, await self._web.sender(found.user), keep=True))
+
+    def _message(
+        self, found: Candidate, sender: Any, *, keep: bool, event_id: str = "", edit_of: str = ""
+    ) -> InboundMessage:
+        return InboundMessage(
+            thread=found.thread,
+            sender=sender,
+            text=found.text,
+            event_id=event_id or found.event_id,
+            attachments=() if keep else found.attachments,
+            message_id=found.ts,
+            private=found.route == "dm",
+            edit_of=edit_of,
+            context_keep=self._config.channel_context if keep else 0,
+        )
+
+    # ---- revisions: edits, deletions, reactions ------------------------------------------
+
+    @staticmethod
+    def _event_id(body: dict[str, Any], event: dict[str, Any], kind: str) -> str:
+        """Slack's own id of the event (an edit or a reaction has no message ts of its own)."""
+        if body.get("event_id"):
+            return f"slack:event:{body['event_id']}"
+        return f"slack:{kind}:{event.get('channel') or ''}:{event.get('event_ts') or event.get('ts') or ''}"
+
+    async def _on_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        shaped = changed_message(event)
+        found = candidate(shaped, self._identity(), chatter=self._config.channel_context > 0) if shaped else None
+        if found is None:
+            return
+        if found.route == "followup" and not await self._continues_thread(found):
+            return
+        if self._refusal(found.user, found.channel, dm=found.route == "dm"):
+            return
+        sender = await self._web.sender(found.user)
+        event_id = self._event_id(body, event, "changed")
+        await self._submit_one(
+            self._message(found, sender, keep=found.route == "chatter", event_id=event_id, edit_of=found.ts)
+        )
+
+    async def _on_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        deleted = deletion(event)
+        if deleted is not None:
+            await self._submit_one(MessageDeleted(deleted.thread, deleted.ts, self._event_id(body, event, "deleted")))
+
+    async def _on_reaction(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        found = reacted(event, self._identity())
+        if found is None or self._refusal(found.user, found.channel, dm=found.channel.startswith("D")):
+            return
+        change = (found.feedback,)
+        reaction = Reaction(
+            ThreadKey("slack", found.channel, ""),
+            await self._web.sender(found.user),
+            found.ts,
+            self._event_id(body, event, "reaction"),
+            added=change if found.added else (),
+            removed=() if found.added else change,
+        )
+        await self._submit_one(reaction)
 
     async def _on_action(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
         await ack()  # the response still waits for this listener: the press is committed first

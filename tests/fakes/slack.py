@@ -694,6 +694,57 @@ class SlackEventSender:
     def dm(self, channel: str, user: str, text: str, **fields: Any) -> dict[str, Any]:
         return self.message(channel, user, text, channel_type="im", **fields)
 
+    def changed(
+        self, previous: dict[str, Any], text: str, *, channel_type: str = "channel", edited_by: str | None = None
+    ) -> dict[str, Any]:
+        """`message_changed` for the message event `previous` (as it was delivered), now saying
+        `text`: the event has its own ts, the message keeps its ts and gains `edited`."""
+        ts = self.next_ts()
+        old = {k: v for k, v in previous.items() if k not in ("channel", "channel_type", "event_ts")}
+        old["type"] = "message"
+        new = {**old, "text": text, "edited": {"user": edited_by or previous.get("user"), "ts": ts}}
+        return {
+            "type": "message",
+            "subtype": "message_changed",
+            "hidden": True,
+            "channel": previous["channel"],
+            "channel_type": channel_type,
+            "ts": ts,
+            "event_ts": ts,
+            "message": new,
+            "previous_message": old,
+        }
+
+    def deleted(self, previous: dict[str, Any], *, channel_type: str = "channel") -> dict[str, Any]:
+        """`message_deleted` for the message event `previous`."""
+        ts = self.next_ts()
+        old = {k: v for k, v in previous.items() if k not in ("channel", "channel_type", "event_ts")}
+        old["type"] = "message"
+        return {
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": True,
+            "channel": previous["channel"],
+            "channel_type": channel_type,
+            "ts": ts,
+            "event_ts": ts,
+            "deleted_ts": previous["ts"],
+            "previous_message": old,
+        }
+
+    def reaction(
+        self, channel: str, ts: str, user: str, name: str, *, item_user: str = "UBOT", added: bool = True
+    ) -> dict[str, Any]:
+        """`reaction_added` / `reaction_removed` on the message `ts` (written by `item_user`)."""
+        return {
+            "type": "reaction_added" if added else "reaction_removed",
+            "user": user,
+            "reaction": name,
+            "item_user": item_user,
+            "item": {"type": "message", "channel": channel, "ts": ts},
+            "event_ts": self.next_ts(),
+        }
+
 
 # ---- an in-memory core for channel tests -------------------------------------------------
 
