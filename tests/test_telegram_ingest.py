@@ -189,7 +189,7 @@ async def test_bots_are_ignored_and_edits_name_the_message_they_edit(make, fake,
     original = fake.private_message(42, "fixed typo")
     (first,) = await ingest(channel, core, fake)
     fake.edit(42, original["message"]["message_id"], "fixed again")
-    (event,) = await ingest(channel, core, fake)
+    event = (await ingest(channel, core, fake))[-1]
     assert (event.text, event.edit_of) == ("fixed again", first.message_id)
     assert event.event_id != first.event_id  # each edit is its own update
 
@@ -309,7 +309,9 @@ async def test_webhook_mode_registers_the_secret_and_update_types(webhook, fake)
     (call,) = fake.calls_to("setWebhook")
     assert call.params["secret_token"] == SECRET
     assert call.params["url"] == "https://gw.example/telegram/webhook"
-    assert set(call.params["allowed_updates"]) == {"message", "edited_message", "callback_query", "my_chat_member"}
+    assert set(call.params["allowed_updates"]) == {
+        "message", "edited_message", "callback_query", "my_chat_member", "message_reaction"
+    }
 
 
 async def test_webhook_rejects_bad_secrets_and_bodies(webhook, fake, core) -> None:
