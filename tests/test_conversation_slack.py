@@ -179,7 +179,9 @@ async def test_channel_chatter_is_kept_as_context_for_the_next_mention(store, ll
         await s.mention("and now?")
         await s.settle(lambda: len(texts(slack)) == 2)
     said = user_texts(llm.requests[0])[-1]
-    assert said == "[said in this chat since, not addressed to you:\nBob: lunch at noon?\nAnn: noon works]\nwhat did we decide?"
+    assert said == (
+        "[said in this chat since, not addressed to you:\nBob: lunch at noon?\nAnn: noon works]\nwhat did we decide?"
+    )
     assert user_texts(llm.requests[1])[-1] == "and now?"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from fakes.llm import FakeToolCall, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram
-from helpers import echo, until
+from helpers import echo
 from test_telegram_e2e import GROUP, PRIVATE, running, settle, texts, tg_config
 
 from gateway.cli.reports import print_run
@@ -167,7 +167,9 @@ async def test_on_edit_note_keeps_the_edit_for_the_next_turn(store, llm, tg, tmp
         tg.private_message(PRIVATE, "bye")
         await settle(gateway, lambda: len(llm.requests) == 3)
     noted = user_texts(llm.requests[1])[-1]
-    assert 'Ann edited a message you had already answered; it said: "call me at 5", it now says: "call me at 6"' in noted
+    assert 'Ann edited a message you had already answered; it said: "call me at 5", it now says: "call me at 6"' in (
+        noted
+    )
     assert noted.endswith("thanks")
     assert "call me at 6" not in user_texts(llm.requests[2])[-1]  # told once
 

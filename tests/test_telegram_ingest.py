@@ -357,3 +357,16 @@ async def test_a_rejected_token_is_a_clear_error(fake, core) -> None:
     with pytest.raises(ChannelError, match="token was rejected") as caught:
         await TelegramChannel(config, core).start(core.submit)
     assert "999:wrong" not in str(caught.value)
+
+
+async def test_channel_posts_their_edits_and_other_reactions_are_ignored(make, fake, core) -> None:
+    channel = await make()
+    fake.chat_types[-100900] = "channel"
+    post = fake.message_update(-100900, "news", chat_type="channel", kind="channel_post")
+    fake.enqueue(post)
+    fake.edit(-100900, post["channel_post"]["message_id"], "news, fixed")
+    fake.react(42, 1, ["🔥"])
+    assert await ingest(channel, core, fake) == []
+    fake.react(42, 1, ["👍", "🔥"], ["🔥"])
+    (event,) = await ingest(channel, core, fake)
+    assert (event.kind, event.added, event.removed, event.message_id) == ("reaction", ("up",), (), "1")

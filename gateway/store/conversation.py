@@ -89,7 +89,9 @@ class ConversationRepo(Repo):
                 _add(conn, NewItem(item.event_id, item.thread_key, kind, item.payload, status))
                 return "context" if keep else "new"
             record = {**item.payload, "edit_of_item": original.id}
-            if original.kind == "command" or is_command or original.status == "dropped":
+            # A command is never replayed; an answered message edited into chatter is not answered.
+            unaddressed = bool(keep) and original.kind != "ambient"
+            if original.kind == "command" or is_command or original.status == "dropped" or unaddressed:
                 _add(conn, NewItem(item.event_id, item.thread_key, "edit", {**record, "ignored": True}, "done"))
                 return "ignored"
             if original.status in ("pending", "held", "context"):

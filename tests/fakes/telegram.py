@@ -280,7 +280,9 @@ class FakeTelegram:
         )
         return {"update_id": next(self._update_ids), kind: message}
 
-    def edit(self, chat_id: int, message_id: int, text: str, *, user_id: int = 42, first_name: str = "Ann") -> dict[str, Any]:
+    def edit(
+        self, chat_id: int, message_id: int, text: str, *, user_id: int = 42, first_name: str = "Ann"
+    ) -> dict[str, Any]:
         """A person edits their message: a new update (`edited_message`) carrying the whole
         message again, with its new text and an `edit_date`; queued like any update."""
         stored = self.messages[chat_id][message_id]
