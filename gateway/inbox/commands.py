@@ -201,8 +201,11 @@ class Commands:
                     await self._cancel_parked_run(thread, canceled.run_id)
         if drop_before is not None:
             session = await self.store.sessions.current(str(thread))
-            await self.store.inbox.drop_pending(
-                str(thread), before_id=drop_before, session_id=session.id if session else None
+            await self.store.inbox.drop_pending(  # queued edits of answered messages go with the messages
+                str(thread),
+                kinds=("message", "edit"),
+                before_id=drop_before,
+                session_id=session.id if session else None,
             )
 
     async def _cancel_parked_run(self, thread: ThreadKey, run_id: int) -> None:
