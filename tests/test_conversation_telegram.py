@@ -192,6 +192,37 @@ async def test_an_edited_stop_is_not_replayed(store, llm, tg, tmp_path) -> None:
     assert item is not None and item.kind == "edit" and item.payload.get("ignored")
 
 
+async def test_stop_drops_a_queued_edit_with_the_queued_messages(store, llm, tg, tmp_path) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def script(body: dict[str, Any]) -> Reply:
+        if len(llm.requests) == 2:
+            started.set()
+            await go.wait()
+        return echo(body)
+
+    llm.responder = script
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        answered = tg.private_message(PRIVATE, "call me at 5")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        tg.private_message(PRIVATE, "and write it down")
+        await asyncio.wait_for(started.wait(), 10)
+        edit = tg.edit(PRIVATE, answered["message"]["message_id"], "call me at 6")
+        await stored(gateway, edit)
+        tg.private_message(PRIVATE, "/stop")
+        item_id = f"tg:{BOT_ID}:{edit['update_id']}"
+        for _ in range(1000):
+            item = await gateway.store.inbox.get_by_event(item_id)
+            if item is not None and item.status != "pending":
+                break
+            await asyncio.sleep(0.01)
+        go.set()
+        await asyncio.sleep(0.2)
+        await gateway.inbox.wait_until_idle(10)
+    assert item is not None and item.status == "dropped"
+    assert len(llm.requests) == 2
+
+
 # --- group context without a mention ------------------------------------------------------
 
 
