@@ -10,6 +10,8 @@ import contextlib
 import io
 from typing import Any
 
+import aiohttp
+from admin_support import TOKEN, logged_in
 from fakes.llm import FakeToolCall, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram
 from helpers import echo
@@ -261,7 +263,8 @@ async def test_without_group_context_chatter_is_not_stored(store, llm, tg, tmp_p
 async def test_a_thumbs_reaction_on_a_reply_is_recorded_on_its_run(store, llm, tg, tmp_path) -> None:
     llm.reply("Here you go.")
     before = FEEDBACK.labels("telegram", "up", "added")._value.get()
-    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+    config = tg_config(llm, tg, tmp_path, admin={"token": TOKEN}, http={"host": "127.0.0.1", "port": 0})
+    async with running(store, config, serve_http=True) as gateway:
         tg.private_message(PRIVATE, "help me")
         await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
         answer = bot_message_ids(tg, PRIVATE)[-1]
@@ -272,6 +275,13 @@ async def test_a_thumbs_reaction_on_a_reply_is_recorded_on_its_run(store, llm, t
         await until_events(gateway, run.id, 3)
         await gateway.inbox.wait_until_idle(10)
         events = [e for e in await gateway.store.runs.events(run.id) if e.kind == "FEEDBACK"]
+        assert gateway.http is not None
+        base = f"http://127.0.0.1:{gateway.http.port}/admin"
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:  # an IP host
+            await logged_in(http, base)
+            async with http.get(f"{base}/runs/{run.id}") as response:
+                page = await response.text()
+    assert "0 👍 · 1 👎" in page and "👍 taken back by Ann" in page  # the console's run page
     assert [(e.payload["added"], e.payload["removed"]) for e in events] == [(["up"], []), ([], ["up"]), (["down"], [])]
     assert FEEDBACK.labels("telegram", "up", "added")._value.get() == before + 1
     assert len(llm.requests) == 1  # nothing else happens
