@@ -87,16 +87,28 @@ async def test_a_long_replied_message_is_quoted_within_its_budget(store, llm, tg
 
 
 async def test_an_edit_of_a_queued_message_replaces_its_text(store, llm, tg, tmp_path) -> None:
-    llm.responder = echo
-    original = tg.private_message(PRIVATE, "what is 2+3?")
-    tg.edit(PRIVATE, original["message"]["message_id"], "what is 2+2?")  # both in the first batch
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def script(body: dict[str, Any]) -> Reply:
+        if len(llm.requests) == 1:  # the first turn holds the thread: the next message stays queued
+            started.set()
+            await go.wait()
+        return echo(body)
+
+    llm.responder = script
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
-        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        tg.private_message(PRIVATE, "first")
+        await asyncio.wait_for(started.wait(), 10)
+        original = tg.private_message(PRIVATE, "what is 2+3?")
+        await stored(gateway, original)
+        await stored(gateway, tg.edit(PRIVATE, original["message"]["message_id"], "what is 2+2?"))
+        go.set()
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
         await asyncio.sleep(0.2)
         await gateway.inbox.wait_until_idle(10)
-    assert len(llm.requests) == 1
-    assert user_texts(llm.requests[0]) == ["what is 2+2?"]
-    assert texts(tg, PRIVATE) == ["re: what is 2+2?"]
+    assert len(llm.requests) == 2
+    assert user_texts(llm.requests[1])[-1] == "what is 2+2?"
+    assert texts(tg, PRIVATE) == ["re: first", "re: what is 2+2?"]
 
 
 async def test_an_edit_while_its_turn_runs_joins_at_the_round_boundary(store, llm, tg, tmp_path) -> None:
