@@ -171,6 +171,20 @@ def candidate(event: Any, me: Identity, *, chatter: bool = False) -> Candidate |
     )
 
 
+def why_not(event: Any, me: Identity) -> str:
+    """Why `candidate` found no message for us in the event (for the log)."""
+    if not isinstance(event, dict):
+        return "no event"
+    kind = "/".join(str(part) for part in (event.get("type"), event.get("subtype")) if part)
+    if event.get("type") not in ("app_mention", "message"):
+        return f"{kind}: not a message"
+    if not event.get("channel") or not event.get("ts"):
+        return f"{kind}: no channel or timestamp"
+    if not _is_from_a_person(event, me):
+        return f"{kind}: not from a person (a bot, this app, or a system message)"
+    return f"{kind}: not addressed to the bot"
+
+
 # ---- revisions: edits, deletions, reactions ------------------------------------------------
 
 _UP, _DOWN = {"+1", "thumbsup"}, {"-1", "thumbsdown"}

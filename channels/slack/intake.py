@@ -37,7 +37,17 @@ from gateway.events import (
 )
 
 from .api import Lru, SlackWeb, signature_ok
-from .inbound import Candidate, Identity, candidate, changed_message, deletion, press, reacted, text_for_model
+from .inbound import (
+    Candidate,
+    Identity,
+    candidate,
+    changed_message,
+    deletion,
+    press,
+    reacted,
+    text_for_model,
+    why_not,
+)
 from .render import escape
 
 log = logging.getLogger(__name__)
@@ -115,11 +125,12 @@ class SlackIntake:
             return await self._on_delete(body, event)
         found = candidate(event, self._identity(), chatter=self._config.channel_context > 0)
         if found is None:
+            log.debug("slack: event %s ignored: %s", body.get("event_id", ""), why_not(event, self._identity()))
             return
         if found.route == "chatter":
             return await self._keep_chatter(found)
         if found.route == "followup" and not await self._continues_thread(found):
-            return
+            return _ignored(body, "a message in a thread the bot is not in, without a mention")
         refusal = self._refusal(found.user, found.channel, dm=found.route == "dm")
         if refusal:
             if found.route != "followup" or await self._first_refusal(found):
@@ -213,11 +224,11 @@ class SlackIntake:
         shaped = changed_message(event)
         found = candidate(shaped, self._identity(), chatter=self._config.channel_context > 0) if shaped else None
         if found is None:
-            return
+            return _ignored(body, "an edit that changed no text, or of a message not for the bot")
         if found.route == "followup" and not await self._continues_thread(found):
-            return
+            return _ignored(body, "an edit in a thread the bot is not in")
         if self._refusal(found.user, found.channel, dm=found.route == "dm"):
-            return
+            return _ignored(body, "an edit by someone not allowed here")
         sender = await self._web.sender(found.user)
         event_id = self._event_id(body, event, "changed")
         await self._submit_one(
@@ -226,13 +237,16 @@ class SlackIntake:
 
     async def _on_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         deleted = deletion(event)
-        if deleted is not None:
-            await self._submit_one(MessageDeleted(deleted.thread, deleted.ts, self._event_id(body, event, "deleted")))
+        if deleted is None:
+            return _ignored(body, "a deletion without the message it deleted")
+        await self._submit_one(MessageDeleted(deleted.thread, deleted.ts, self._event_id(body, event, "deleted")))
 
     async def _on_reaction(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         found = reacted(event, self._identity())
-        if found is None or self._refusal(found.user, found.channel, dm=found.channel.startswith("D")):
-            return
+        if found is None:
+            return _ignored(body, "not a 👍/👎 on a message in a channel")
+        if self._refusal(found.user, found.channel, dm=found.channel.startswith("D")):
+            return _ignored(body, "a reaction by someone not allowed here")
         change = (found.feedback,)
         reaction = Reaction(
             ThreadKey("slack", found.channel, ""),
@@ -248,7 +262,7 @@ class SlackIntake:
         await ack()  # the response still waits for this listener: the press is committed first
         pressed = press(body)
         if pressed is None:
-            return
+            return _ignored(body, "a button press without its message or value")
         refusal = self._refusal(pressed.user, pressed.channel, dm=pressed.channel.startswith("D"))
         if refusal:
             self._later(self._ephemeral(pressed.channel, pressed.user, refusal, pressed.thread.thread))
@@ -320,3 +334,9 @@ async def _unhandled_is_ignored(error: Exception, body: dict[str, Any]) -> BoltR
         return BoltResponse(status=200, body="")
     log.error("slack: a listener failed: %r", error, exc_info=error)
     return None  # bolt answers 500: Slack retries it
+
+
+def _ignored(body: dict[str, Any], why: str) -> None:
+    event: dict[str, Any] = body["event"] if isinstance(body.get("event"), dict) else {}
+    kind = "/".join(str(p) for p in (event.get("type") or body.get("type"), event.get("subtype")) if p)
+    log.debug("slack: %s %s ignored: %s", kind or "request", body.get("event_id", ""), why)
