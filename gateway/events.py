@@ -113,6 +113,9 @@ class InboundMessage:
     # addressed message: the newest `context_keep` of its thread are kept. 0: a message to answer.
     context_keep: int = 0
     surroundings: ThreadKey | None = None  # where its unaddressed context is kept, when not its own thread
+    # A part of a group's album that does not itself address the agent: answered only with an
+    # addressed part of the same album (`group`), dropped when none is.
+    album_part: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from fakes.telegram import BOT_ID, FakeTelegram
 from harness import make_config
 from helpers import until
 from media import decoded_image, image_bytes, image_parts, pdf_bytes, text_of, user_message, voice_bytes
-from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
+from test_telegram_e2e import GROUP, PRIVATE, running, settle, texts, tg_config
 
 from gateway.config import Config
 
@@ -229,6 +229,37 @@ async def test_an_album_is_one_message(store, llm, tg, tmp_path) -> None:
     assert "attachments/1/photo-1-1.jpg (image/jpeg, 100x80" in text
     assert "(image/png, 120x90" in text
     assert await store.inbox.count_pending() == 0
+
+
+def group_photo(tg: FakeTelegram, data: bytes, caption: str = "", **media: Any) -> dict[str, Any]:
+    photo = tg.files.photo(data, 100, 80)
+    update = tg.message_update(GROUP, caption, user_id=7, chat_type="supergroup", media={"photo": photo, **media})
+    return tg.enqueue(update)
+
+
+async def test_a_group_album_addressed_by_one_part_is_one_message_with_every_part(store, llm, tg, tmp_path) -> None:
+    """In a group only the part with the caption names the bot: the other parts were dropped
+    as "not addressed", and the model saw one photo of the three."""
+    llm.reply("Three photos.")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        group_photo(tg, image_bytes(100, 80), media_group_id="g7")
+        group_photo(tg, image_bytes(101, 80), "@test_bot what are these?", media_group_id="g7")
+        group_photo(tg, image_bytes(102, 80), media_group_id="g7")
+        await settle(gateway, lambda: "Three photos." in texts(tg, GROUP))
+    assert len(llm.requests) == 1
+    text = text_of(user_message(llm.requests[0]))
+    assert "what are these?" in text and text.count("[photo saved at") == 3
+    assert await store.inbox.count_pending() == 0
+
+
+async def test_a_group_album_nobody_addressed_is_no_turn(store, llm, tg, tmp_path) -> None:
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        group_photo(tg, image_bytes(100, 80), "our trip", media_group_id="g8")
+        group_photo(tg, image_bytes(101, 80), media_group_id="g8")
+        tg.group_message(GROUP, "@test_bot hello", user_id=7)
+        await settle(gateway, lambda: bool(texts(tg, GROUP)))
+    assert len(llm.requests) == 1 and "[photo" not in text_of(user_message(llm.requests[0]))
+    assert await store.inbox.count_pending() == 0 and tg.files.download_attempts == []
 
 
 async def test_an_oversize_file_is_not_downloaded_and_both_sides_are_told(store, llm, tg, tmp_path) -> None:

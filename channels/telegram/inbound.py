@@ -111,10 +111,13 @@ class UpdateReader:
                 return Reading("ignore", update_id, text="not allowed (group)", user_id=str(user.id))
             day = message.date.date().isoformat()
             return Reading("refuse", update_id, chat_id=message.chat.id, day=day, user_id=str(user.id))
-        keep = 0
+        keep, album_part = 0, False
         if not self._addressed(message):
-            keep = self._config.group_context  # kept as context for the next addressed message
-            if not keep:
+            # A part of an album: the caption (and so the mention) is on one part only; the
+            # others belong to it when that part is addressed (the core decides, album whole).
+            album_part = bool(message.media_group_id) and not edited
+            keep = 0 if album_part else self._config.group_context  # kept as context for the next addressed one
+            if not keep and not album_part:
                 return Reading("ignore", update_id, text="not addressed to the bot")
         text, attachments = self._content(message)
         if keep:
@@ -133,6 +136,7 @@ class UpdateReader:
             context=() if keep else self._quoted(message),
             edit_of=str(message.message_id) if edited else "",
             context_keep=keep,
+            album_part=album_part,
         )
         return Reading("event", update_id, event=event)
 

@@ -11,7 +11,7 @@ from gateway.attachments import AttachmentPreparer
 from gateway.config import AttachmentsConfig
 from gateway.events import ThreadKey, utcnow
 from gateway.inbox.surroundings import with_context
-from gateway.store import InboxItem, Store
+from gateway.store import Fence, InboxItem, Store
 
 
 class MessageReadiness:
@@ -33,6 +33,25 @@ class MessageReadiness:
                 payload = (await self.preparer.prepare(item_id, payload, thread, session_id)).payload
             ready.append((item_id, with_context(payload)))
         return ready
+
+    async def addressed_part(self, thread: ThreadKey, part: InboxItem, fence: Fence) -> InboxItem | None:
+        """For an album part that does not address the agent (a group album whose caption,
+        with the mention, is on another part): once the album is whole (no new part for
+        `album_wait_s`), its addressed part, which takes the others along; None when no part
+        is addressed (the parts are then dropped, never a turn of their own)."""
+        group = part.payload.get("group")
+        while True:
+            pending = [i for i in await self.store.inbox.pending(str(thread), limit=200) if i.kind == "message"]
+            album = [i for i in pending if i.payload.get("group") == group]
+            addressed = next((i for i in album if not i.payload.get("album_part")), None)
+            if addressed is not None:
+                return addressed
+            newest = max((_received(i) for i in album), default=None)
+            wait = self.config.album_wait_s - (utcnow() - newest).total_seconds() if newest else 0.0
+            if wait <= 0:
+                await self.store.inbox.finish([i.id for i in album] or [part.id], status="dropped", fence=fence)
+                return None
+            await asyncio.sleep(wait)
 
     async def _albums(self, thread: ThreadKey, items: list[InboxItem]) -> list[tuple[int, dict[str, Any]]]:
         groups = {str(i.payload.get("group")) for i in items if i.payload.get("group")}
@@ -78,6 +97,7 @@ def _merged(items: list[InboxItem]) -> list[tuple[int, dict[str, Any]]]:
         first = firsts.get(group)
         if first is None:
             payload = {**item.payload, "attachments": list(item.payload.get("attachments") or ())}
+            payload.pop("album_part", None)  # merged only from its album's addressed part
             payload.setdefault("merged_items", [])
             firsts[group] = payload
             out.append((item.id, payload))

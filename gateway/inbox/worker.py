@@ -98,6 +98,11 @@ class Worker:
             await self.store.inbox.add_continuation(ContinueRun(run.id).item(thread_key), run.id)
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        if item.payload.get("album_part"):  # its album's addressed part speaks for it, or nobody
+            found = await self.readiness.addressed_part(thread, item, fence)
+            if found is None:
+                return
+            item = found
         if item.kind in ("message", "command", "edit") and not await self.admitted(thread, item, fence):
             return
         if item.kind == "edit":  # of a message already answered (a queued one took the new text)

@@ -182,6 +182,8 @@ def message_item(event: InboundMessage, kind: str, *, message_id: str = "", stat
     }
     if event.private:
         payload["private"] = True  # a direct message: the access check treats it as a person's DM
+    if event.album_part:
+        payload["album_part"] = True  # taken only with an addressed part of its album
     if event.context:
         payload["context"] = [q.__dict__ for q in event.context]
     if event.surroundings is not None:
