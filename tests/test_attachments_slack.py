@@ -73,6 +73,24 @@ async def test_a_file_still_processing_is_looked_up_with_files_info(store, llm, 
     assert "Invoice total 42 EUR" in text
 
 
+async def test_file_shared_before_its_message_is_one_turn_with_the_file(store, llm, slack, tmp_path, caplog) -> None:
+    """Slack may send `file_shared` before the message that shares the file (and the file can
+    still be processing): the event is passed over with its reason, the message brings the file."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, "channels.slack")
+    llm.reply("Got the notes.")
+    async with running(store, config(llm, slack, tmp_path), slack) as side:
+        file = slack.shared.share(b"# Notes\n- ship it\n", "notes.md", "text/markdown", processing=True)
+        shared = {"type": "file_shared", "file_id": file["id"], "user_id": ANN, "file": {"id": file["id"]},
+                  "channel_id": DM, "event_ts": side.sender.next_ts()}
+        await side.post(shared)
+        await share_in_dm(side, "my notes", [file])
+        await side.settle(lambda: "Got the notes." in texts(slack, DM))
+    assert len(llm.requests) == 1 and "- ship it" in text_of(user_message(llm.requests[0]))
+    assert any("file_shared: not a message" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_download_that_fails_twice_then_succeeds(store, llm, slack, tmp_path) -> None:
     slack.shared.fail_downloads(2)
     llm.reply("Thanks.")
