@@ -435,3 +435,29 @@ async def until_async(probe, expected, timeout: float = 15.0) -> None:
     async with asyncio.timeout(timeout):
         while await probe() != expected:
             await asyncio.sleep(0.05)
+
+
+async def test_a_closed_sessions_files_are_pruned_after_their_retention(store, llm, tg, tmp_path) -> None:
+    """Attachments and MCP results stayed on disk for ever: they are pruned with their
+    session (`retention.files_days` after /new closed it); the session in use keeps its own."""
+    llm.reply("A photo.")
+    llm.reply("Another photo.")
+    retention = {"files_days": 2 / 86400, "every_s": 0.1}  # two seconds
+    async with running(store, config(llm, tg, tmp_path, retention=retention)) as gateway:
+        photo_update(tg, image_bytes(100, 80), 100, 80, caption="first")
+        await settle(gateway, lambda: "A photo." in texts(tg, PRIVATE))
+        first = saved(tmp_path, "attachments/1/photo-1-1.jpg")
+        assert first.is_file()
+        (first.parents[2] / "mcp" / "files").mkdir(parents=True)  # an MCP result of that session
+        (first.parents[2] / "mcp" / "files" / "chart.png").write_bytes(b"png")
+        (first.parents[2] / "notes.md").write_text("written by a tool")  # the agent's own work stays
+        tg.private_message(PRIVATE, "/new")
+        await until(lambda: len(texts(tg, PRIVATE)) >= 2)
+        photo_update(tg, image_bytes(100, 80), 100, 80, caption="second")
+        await settle(gateway, lambda: "Another photo." in texts(tg, PRIVATE))
+        gone = (first.parents[1], first.parents[2] / "mcp")
+        await until(lambda: not any(folder.exists() for folder in gone), timeout=15)
+        assert (first.parents[2] / "notes.md").is_file()
+        current = sorted((tmp_path / "ws" / "sessions").glob("*/attachments/*/*"))
+        assert len(current) == 1 and "photo" in current[0].name  # the second session's, kept
+    assert len(await store.sessions.list()) == 2  # the history stays

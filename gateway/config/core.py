@@ -162,6 +162,8 @@ class RetentionConfig(Section):
     prompts_days: float = Field(30, ge=0)  # decided, expired or canceled prompts
     run_events_days: float = Field(30, ge=0)  # the timelines of finished runs (the runs stay)
     audit_days: float = Field(90, ge=0)  # the audit trail (tool calls, decisions, access, console)
+    # a closed session's attachments and MCP results on disk (its history stays); each instance prunes its own
+    files_days: float = Field(30, ge=0)
     every_s: float = Field(3600.0, gt=0)
     batch: int = Field(1000, ge=1)
 

@@ -47,7 +47,7 @@ SHOWN = _paths(
     inbox.busy_mode inbox.busy_mode_by_channel inbox.max_concurrent_turns inbox.lease_ttl_s inbox.poll_interval_s
     outbox.max_attempts outbox.backoff_s outbox.backoff_max_s outbox.sweep_after_s outbox.give_up_after_s
     retention.inbox_days retention.outbox_days retention.prompts_days retention.run_events_days
-    retention.audit_days retention.every_s retention.batch
+    retention.audit_days retention.files_days retention.every_s retention.batch
     approvals.rules.*.tool approvals.rules.*.action approvals.rules.*.args approvals.rules.*.source
     approvals.rules.*.priority
     approvals.approvers approvals.admins approvals.separate_requester approvals.expire_after

@@ -27,6 +27,7 @@ from gateway.inbox.running import TurnListener, apply_poll
 from gateway.inbox.sweeper import OutboxSweeper
 from gateway.inbox.worker import Worker
 from gateway.lifecycle import Stopper
+from gateway.session_files import SessionFiles
 from gateway.store import NewItem, Store, notify
 from gateway.store.items import ContinueRun, message_item
 
@@ -65,6 +66,7 @@ class Inbox:
         self.worker = Worker(store, services, listeners=self.listeners, stopper=self._stopper, slots=slots)
         self._turns = self.worker.runner
         self.revisions = Revisions(store)
+        self.session_files = SessionFiles(store, self.config)
         self.sweeper = OutboxSweeper(
             store,
             services.outbox,
@@ -239,6 +241,7 @@ class Inbox:
         if self.services.spend is not None:
             await self.services.spend.sweep()
         await self.continue_stopped_runs()
+        await self.session_files.prune_due()
         if self._sweeping is None or self._sweeping.done():  # off the dispatcher: a send may wait
             self._sweeping = asyncio.create_task(self._sweep(), name="outbox-sweeper")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins  # the repositories have a `list` method, which hides the type in their signatures
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -119,6 +120,15 @@ class SessionRepo(Repo):
         await self.db.write(
             lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(closed_at=utcnow()))
         )
+
+    async def closed_before(self, session_ids: Sequence[int], cutoff: datetime) -> set[int]:
+        """Which of `session_ids` were closed (by /new, or at the end of a scheduled run) before `cutoff`."""
+        if not session_ids:
+            return set()
+        query = select(sessions.c.id).where(
+            sessions.c.id.in_(list(session_ids)), sessions.c.closed_at.is_not(None), sessions.c.closed_at < cutoff
+        )
+        return await self.db.read(lambda conn: set(conn.execute(query).scalars()))
 
     async def thread_exists(self, thread_key: str) -> bool:
         return await self.db.read(
