@@ -45,6 +45,7 @@ SHOWN = _paths(
     attachments.max_image_pixels attachments.pdf_max_pages attachments.pdf_cpu_s attachments.pdf_memory_mb
     attachments.pdf_timeout_s
     inbox.busy_mode inbox.busy_mode_by_channel inbox.max_concurrent_turns inbox.lease_ttl_s inbox.poll_interval_s
+    inbox.on_edit
     outbox.max_attempts outbox.backoff_s outbox.backoff_max_s outbox.sweep_after_s outbox.give_up_after_s
     retention.inbox_days retention.outbox_days retention.prompts_days retention.run_events_days
     retention.audit_days retention.files_days retention.every_s retention.batch
@@ -58,9 +59,9 @@ SHOWN = _paths(
     telegram.mode telegram.allowed_users telegram.allowed_chats telegram.group_trigger telegram.streaming
     telegram.show_tool_progress telegram.process_edited telegram.poll_timeout_s telegram.edit_interval_s
     telegram.rate_overall_per_s telegram.rate_private_per_s telegram.rate_group_per_min
-    telegram.request_timeout_s telegram.link_previews
+    telegram.request_timeout_s telegram.link_previews telegram.group_context
     slack.allowed_users slack.allowed_channels slack.thread_followups slack.streaming slack.send_interval_s
-    slack.stream_interval_s slack.link_previews
+    slack.stream_interval_s slack.link_previews slack.channel_context
     scheduler.enabled scheduler.timezone scheduler.misfire_grace scheduler.quiet_sentinel scheduler.timeout
     scheduler.poll_interval
     scheduler.jobs.*.name scheduler.jobs.*.kind scheduler.jobs.*.cron scheduler.jobs.*.every scheduler.jobs.*.at
