@@ -238,6 +238,12 @@ async def test_a_background_task_reports_back_and_starts_a_parent_turn(store, ll
     assert user_texts(report_turn)[0] == "look into the logs"  # the parent's own conversation, continued
     child_run = await store.runs.get(task.child_run_id)
     assert child_run.stage == "SUCCESS" and child_run.thread_key == f"task:{task.id}:"
+    # What the child spent counts for the run that started it, like a foreground child's (it did not).
+    parent = await store.runs.get(task.parent_run_id)
+    alone = [r for r in await store.runs.list(session_id=parent.session_id) if r.id == parent.id][0]
+    assert child_run.input_tokens > 0 and alone.input_tokens >= child_run.input_tokens
+    events = await store.runs.events(parent.id)
+    assert [e.payload["task_id"] for e in events if e.kind == "CHILD_RUN"] == [task.id]
 
 
 # --- stopping ------------------------------------------------------------------------------

@@ -63,7 +63,10 @@ class ChildControl:
         if outcome.status == "done" and not outcome.text:
             outcome.text = await self.final_text(request.session.id)
         report = report_item(task, outcome)
-        if await self.store.delegations.finish(task, outcome.status, outcome.text, charge_run=None, report=report):
+        # What it spent counts for the run that started it (ended since, most likely), like a
+        # foreground child's: in that run's totals, so in its session's /cost and its job's.
+        charged = task.parent_run_id
+        if await self.store.delegations.finish(task, outcome.status, outcome.text, charge_run=charged, report=report):
             self.wake(task.thread_key)
             await self.show(
                 child.chat,
