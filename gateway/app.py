@@ -15,6 +15,7 @@ from typing import Any
 from channels.headless import HeadlessChannel
 from gateway import metrics
 from gateway.access import AccessPolicy, Gatekeeper
+from gateway.access.notes import explicit_dm_policy, log_start_notes
 from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
@@ -61,15 +62,18 @@ def settle_garbage_collector() -> None:
 
 def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Channel]:
     channels: dict[str, Channel] = {}
+    pair_unlisted = explicit_dm_policy(config)
     # Imported only when enabled: a gateway without Telegram or Slack never loads their SDKs.
     if config.telegram.enabled:
         from channels.telegram import TelegramChannel
 
-        channels["telegram"] = TelegramChannel(config.telegram, state, max_download_bytes=config.attachments.max_bytes)
+        channels["telegram"] = TelegramChannel(
+            config.telegram, state, max_download_bytes=config.attachments.max_bytes, pair_unlisted=pair_unlisted
+        )
     if config.slack.enabled:
         from channels.slack.channel import SlackChannel
 
-        channels["slack"] = SlackChannel(config.slack, state)
+        channels["slack"] = SlackChannel(config.slack, state, pair_unlisted=pair_unlisted)
     return channels
 
 
@@ -318,6 +322,7 @@ class Gateway:
         if matches_any("shell", agent.tools):
             sandbox_status(agent.shell_sandbox).log()
         await self.scheduler.sync_config_jobs()
+        log_start_notes(self.config)
         for name, channel in self.channels.items():
             try:
                 await channel.start(self.submit)

@@ -59,12 +59,20 @@ class SlackChannel:
 
     name = "slack"
 
-    def __init__(self, config: SlackConfig, state: ChannelState, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: SlackConfig,
+        state: ChannelState,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pair_unlisted: bool = False,
+    ):
+        """`pair_unlisted`: DMs of people not on `allowed_users` go on to the core (it pairs them)."""
         self._config = config
         self._clock = clock
         self._web = SlackWeb(config, clock=clock)
         self._recipients: Lru[ThreadKey, tuple[str, str]] = Lru()  # who a streamed answer is for
-        self._intake = SlackIntake(config, state, self._web, self._recipients)
+        self._intake = SlackIntake(config, state, self._web, self._recipients, pair_unlisted=pair_unlisted)
         self._presence = Presence(self._web, self._team)
         self._me: Identity | None = None
         self._dms: dict[str, str] = {}  # user id -> their DM channel with the bot

@@ -61,9 +61,16 @@ class SlackIntake:
     """Bolt's app and its listeners: messages and button presses become inbox events."""
 
     def __init__(
-        self, config: SlackConfig, state: ChannelState, web: SlackWeb, recipients: Lru[ThreadKey, tuple[str, str]]
+        self,
+        config: SlackConfig,
+        state: ChannelState,
+        web: SlackWeb,
+        recipients: Lru[ThreadKey, tuple[str, str]],
+        *,
+        pair_unlisted: bool = False,
     ) -> None:
         self._config = config
+        self._pair_unlisted = pair_unlisted
         self._state = state
         self._web = web
         self._recipients = recipients  # who a streamed answer is for, learnt from the request
@@ -287,7 +294,8 @@ class SlackIntake:
         return self._config.thread_followups and await self._state.knows_thread(found.thread)
 
     def _refusal(self, user: str, channel: str, *, dm: bool) -> str:
-        if self._config.allowed_users and user not in self._config.allowed_users:
+        unlisted = bool(self._config.allowed_users) and user not in self._config.allowed_users
+        if unlisted and not (dm and self._pair_unlisted):
             return REFUSE_USER
         if not dm and self._config.allowed_channels and channel not in self._config.allowed_channels:
             return REFUSE_CHANNEL

@@ -68,10 +68,20 @@ class TelegramChannel:
     poll_backoff_s = 1.0  # first wait after a failed getUpdates; doubles up to poll_backoff_max_s
     poll_backoff_max_s = 30.0
 
-    def __init__(self, config: TelegramConfig, state: ChannelState, *, max_download_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        state: ChannelState,
+        *,
+        max_download_bytes: int | None = None,
+        pair_unlisted: bool = False,
+    ) -> None:
         """`max_download_bytes`: the gateway's attachment limit; of a photo's sizes, the largest
-        under it (and under the Bot API's own 20 MB) is the one described for download."""
+        under it (and under the Bot API's own 20 MB) is the one described for download.
+        `pair_unlisted`: direct messages of people not on `allowed_users` are not refused
+        here but passed on (the core pairs them: an explicit `access.dm_policy`)."""
         self.config = config
+        self.pair_unlisted = pair_unlisted
         self.show_tool_progress = config.show_tool_progress
         self.state = state
         self._max_download = min(max_download_bytes or BOT_API_DOWNLOAD_LIMIT, BOT_API_DOWNLOAD_LIMIT)
@@ -133,7 +143,12 @@ class TelegramChannel:
             )
         if self.config.process_edited:
             log.info("telegram: process_edited is no longer read: edits are always handled, as inbox.on_edit says")
-        reader = UpdateReader(self.config, BotIdentity(me.id, me.username or ""), max_download_bytes=self._max_download)
+        reader = UpdateReader(
+            self.config,
+            BotIdentity(me.id, me.username or ""),
+            max_download_bytes=self._max_download,
+            pair_unlisted=self.pair_unlisted,
+        )
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 
     def _check_config(self) -> None:

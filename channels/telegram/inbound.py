@@ -61,8 +61,12 @@ class BotIdentity:
 
 
 class UpdateReader:
-    def __init__(self, config: TelegramConfig, bot: BotIdentity, *, max_download_bytes: int = 0) -> None:
+    def __init__(
+        self, config: TelegramConfig, bot: BotIdentity, *, max_download_bytes: int = 0, pair_unlisted: bool = False
+    ) -> None:
         self._config = config
+        # an explicit `access.dm_policy`: private chats of people not listed go to the core's check
+        self._pair_unlisted = pair_unlisted
         self._bot = bot
         self._max_download = max_download_bytes or BOT_API_DOWNLOAD_LIMIT
         self._user_ids = {u for u in config.allowed_users if not u.startswith("@")}
@@ -95,6 +99,8 @@ class UpdateReader:
     def allowed(self, user: User, chat: Chat) -> bool:
         """Allowed when no list is set, the sender is listed, or the chat is listed."""
         if not self._user_ids and not self._usernames and not self._chats:
+            return True
+        if self._pair_unlisted and chat.type == Chat.PRIVATE:
             return True
         if str(user.id) in self._user_ids or str(chat.id) in self._chats:
             return True
