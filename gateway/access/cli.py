@@ -52,7 +52,7 @@ async def _pairing(args: argparse.Namespace, store: Store, out: TextIO) -> int:
         pending = await store.access.pending()
         for request in pending:
             print(
-                f"{request.code}  {request.kind:<4}  {describe(request):<50} "
+                f"{request.code}  {request.kind:<4}  {describe(request, markdown=False):<50} "
                 f"expires {request.expires_at:%Y-%m-%d %H:%M} UTC",
                 file=out,
             )
@@ -67,10 +67,10 @@ async def _pairing(args: argparse.Namespace, store: Store, out: TextIO) -> int:
     approve = args.pairing_command == "approve"
     result = await store.access.decide(request.id, approve=approve, decided_by="cli")
     if result.kind != "decided":
-        print(f"request {request.code} ({describe(request)}): {result.kind.replace('_', ' ')}", file=sys.stderr)
+        print(f"request {request.code} ({describe(request, markdown=False)}): {result.kind.replace('_', ' ')}", file=sys.stderr)
         return 1
     verb = "approved: their held messages will be answered" if approve else "denied"
-    print(f"{request.code} {describe(request)} {verb}", file=out)
+    print(f"{request.code} {describe(request, markdown=False)} {verb}", file=out)
     return 0
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
+from gateway.display import escape_markdown, name_shown
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
 from gateway.store import AccessRequestRecord, Action, Store
@@ -50,15 +51,20 @@ class Admission:
 ALLOWED = Admission(True)
 
 
-def describe(request: AccessRequestRecord) -> str:
+def describe(request: AccessRequestRecord, *, markdown: bool = True) -> str:
+    """The person or chat, for an admin's prompt (`markdown`) or the terminal: the display name
+    is theirs to choose, so it is shown escaped (no links or formatting of its own)."""
+    escape = escape_markdown if markdown else str
+    shown = name_shown(request.name, markdown=markdown)
     if request.kind == "chat":
-        who = f" by {request.name}" if request.name else ""
-        return f"the chat {request.subject} on {request.channel} (addressed{who})"
-    name = f"{request.name} " if request.name else ""
-    return f"{name}({request.channel}:{request.subject})"
+        who = f" by {shown}" if shown else ""
+        return f"the chat {escape(request.subject)} on {request.channel} (addressed{who})"
+    name = f"{shown} " if shown else ""
+    return f"{name}({request.channel}:{escape(request.subject)})"
 
 
 def outcome_text(request: AccessRequestRecord, by: str) -> str:
+    by = name_shown(by, markdown=False)  # an outcome line is plain text
     if request.status == "approved":
         return f"✅ Access approved by {by}"
     if request.status == "denied":
@@ -98,15 +104,23 @@ class Gatekeeper:
                 return ALLOWED
             if access.dm_policy == "allowlist":
                 return Admission(False, reply=PRIVATE)
-            return await self._pair(thread, "user", user_id, said.sender.name or username, hold=not command)
+            return await self._pair(
+                thread, "user", user_id, said.sender.name or username, hold=not command, asked_by=user_id
+            )
         if access.group_policy == "open" or self.policy.listed_chat(channel, thread.chat):
             return ALLOWED
         if await self.store.access.grant_for("chat", channel, thread.chat):
             return ALLOWED
-        admission = await self._pair(thread, "chat", thread.chat, said.sender.name or username, hold=not command)
+        admission = await self._pair(
+            thread, "chat", thread.chat, said.sender.name or username, hold=not command, asked_by=user_id
+        )
         return Admission(False, hold=admission.hold, request_id=admission.request_id)  # a group not approved: silent
 
-    async def _pair(self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool) -> Admission:
+    async def _pair(
+        self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool, asked_by: str
+    ) -> Admission:
+        """A stranger is answered once per code (its lifetime), not once per message: a flood
+        of messages neither renews the code nor makes the bot send a flood of replies."""
         access = self.config.access
         outcome = await self.store.access.request(
             kind=kind,
@@ -117,17 +131,25 @@ class Gatekeeper:
             ttl_s=access.pairing_ttl,
             max_pending=access.max_pending_per_channel,
             now=self.clock.now(),
+            asked_by=asked_by,
         )
         if outcome.request is None:
-            return Admission(False, reply=PAIRING_FULL)
-        if outcome.kind == "created":
-            await self._ask_admins(outcome.request)
+            return Admission(False, reply=PAIRING_FULL if await self._first_full(thread, asked_by) else "")
+        if outcome.kind != "created":  # told already: held (or dropped) without a word
+            return Admission(False, hold=hold, request_id=outcome.request.id)
+        await self._ask_admins(outcome.request)
         return Admission(
             False,
             hold=hold,
             reply=PAIRING_CODE.format(code=outcome.request.code, ttl=ttl_text(access.pairing_ttl)),
             request_id=outcome.request.id,
         )
+
+    async def _first_full(self, thread: ThreadKey, asked_by: str) -> bool:
+        """"Try again later" once per person per `pairing_ttl` window, not once per message."""
+        window = int(self.clock.now().timestamp() // max(self.config.access.pairing_ttl, 1))
+        name = f"access:full:{thread.channel}:{asked_by or thread.chat}:{window}"
+        return await self.store.inbox.bump_counter(name) == 1
 
     async def _ask_admins(self, request: AccessRequestRecord) -> None:
         admins = self.policy.admins(request.channel)

@@ -46,6 +46,7 @@ class AccessRequestRecord:
     created_at: datetime
     expires_at: datetime
     decided_at: datetime | None
+    asked_by: str | None = None  # the person behind it (a chat's: who addressed the bot)
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,13 @@ class AccessRepo(Repo):
         ttl_s: float,
         max_pending: int,
         now: datetime | None = None,
+        asked_by: str = "",
     ) -> RequestOutcome:
-        """The person's (or chat's) pending request, a new one, or `full` when the channel has
-        `max_pending` requests waiting already. `now` (here, in `decide` and `expire_due`): the
-        time expiry is judged at (a `Clock`'s; the system's by default)."""
+        """The person's (or chat's) pending request, a new one, or `full` when `max_pending`
+        people have requests waiting on the channel already, or when `asked_by` (the person
+        behind it) has one of this kind waiting for another subject (one person cannot fill
+        the cap by adding the bot to many groups). `now` (here, in `decide` and `expire_due`):
+        the time expiry is judged at (a `Clock`'s; the system's by default)."""
         key = open_key(channel, kind, subject)
         asked_at = now
 
@@ -144,12 +148,8 @@ class AccessRepo(Repo):
             row = conn.execute(select(access_requests).where(access_requests.c.open_key == key)).first()
             if row is not None:
                 return RequestOutcome("pending", to_record(AccessRequestRecord, row))
-            waiting = conn.execute(
-                select(func.count())
-                .select_from(access_requests)
-                .where(access_requests.c.channel == channel, access_requests.c.status == "pending")
-            ).scalar_one()
-            if waiting >= max_pending:
+            person = asked_by or (subject if kind == "user" else "")
+            if self._waiting_people(conn, channel, person, kind, max_pending):
                 return RequestOutcome("full", None)
             request_id = conn.execute(
                 insert(access_requests)
@@ -166,6 +166,7 @@ class AccessRepo(Repo):
                     prompts=[],
                     created_at=now,
                     expires_at=now + timedelta(seconds=ttl_s),
+                    asked_by=person or None,
                 )
                 .returning(access_requests.c.id)
             ).scalar_one()
@@ -177,6 +178,20 @@ class AccessRepo(Repo):
             return await self.db.write(work)
         except IntegrityError:  # another instance created it a moment ago (a group's other topic)
             return await self.db.write(work)
+
+    @staticmethod
+    def _waiting_people(conn: Connection, channel: str, person: str, kind: str, max_pending: int) -> bool:
+        """Whether a new request is refused: the person has one of this kind waiting already,
+        or `max_pending` other people have (requests of before, without a person, count one each)."""
+        rows = conn.execute(
+            select(access_requests.c.kind, access_requests.c.asked_by, access_requests.c.id).where(
+                access_requests.c.channel == channel, access_requests.c.status == "pending"
+            )
+        ).all()
+        if person and any(row.asked_by == person and row.kind == kind for row in rows):
+            return True
+        people = {row.asked_by or f"request:{row.id}" for row in rows}
+        return person not in people and len(people) >= max_pending
 
     @staticmethod
     def _get_in(conn: Connection, request_id: int) -> AccessRequestRecord | None:

@@ -211,13 +211,22 @@ class PromptRepo(Repo):
 
     # ---- bypasses --------------------------------------------------------------------------
     async def add_bypass(
-        self, *, thread_key: str, tool: str, expires_at: datetime | None, granted_by: str, prompt_id: int | None
+        self,
+        *,
+        thread_key: str,
+        tool: str,
+        expires_at: datetime | None,
+        granted_by: str,
+        prompt_id: int | None,
+        person: str | None = None,
     ) -> None:
+        """`person`: whose later requests it covers (the one whose request was approved)."""
         statement = insert(bypasses).values(
             thread_key=thread_key,
             tool=tool,
             expires_at=expires_at,
             granted_by=granted_by,
+            person=person if person is not None else granted_by,
             prompt_id=prompt_id,
             created_at=utcnow(),
         )

@@ -185,6 +185,11 @@ class BypassRecord:
     tool: str
     expires_at: datetime | None
     granted_by: str
+    person: str | None = None  # whose later requests it covers (None: a row from before, the granter's)
+
+    @property
+    def covers_person(self) -> str:
+        return self.person if self.person is not None else self.granted_by
 
 
 @dataclass(frozen=True)

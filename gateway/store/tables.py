@@ -263,6 +263,7 @@ bypasses = Table(
     Column("tool", String(128), nullable=False),
     Column("expires_at", UTCDateTime, nullable=True),  # NULL = for this thread
     Column("granted_by", String(64), nullable=False),
+    Column("person", String(64), nullable=True),  # whose later requests it covers (NULL: the granter's)
     Column("prompt_id", Id, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
@@ -397,6 +398,7 @@ access_requests = Table(
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("decided_at", UTCDateTime, nullable=True),
+    Column("asked_by", String(128), nullable=True),  # the person behind it (a chat's: who addressed the bot)
     Index("ix_access_requests_channel_status", "channel", "status"),
 )
 
