@@ -67,7 +67,8 @@ async def _pairing(args: argparse.Namespace, store: Store, out: TextIO) -> int:
     approve = args.pairing_command == "approve"
     result = await store.access.decide(request.id, approve=approve, decided_by="cli")
     if result.kind != "decided":
-        print(f"request {request.code} ({describe(request, markdown=False)}): {result.kind.replace('_', ' ')}", file=sys.stderr)
+        what = describe(request, markdown=False)
+        print(f"request {request.code} ({what}): {result.kind.replace('_', ' ')}", file=sys.stderr)
         return 1
     verb = "approved: their held messages will be answered" if approve else "denied"
     print(f"{request.code} {describe(request, markdown=False)} {verb}", file=out)

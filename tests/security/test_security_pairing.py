@@ -8,7 +8,6 @@ import re
 
 from test_telegram_e2e import has_prompt, prompt_message, running, settle, texts, tg_config
 
-
 STRANGER, ADMIN, FRIEND, OTHER = 43, 7, 44, 45
 GROUPS = (-1001, -1002, -1003)
 PAIRING = {"dm_policy": "pairing", "group_policy": "allowlist"}
