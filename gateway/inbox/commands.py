@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.access import TRUSTED_CHANNELS
 from gateway.agent.audit_trail import Decided, tool_call_entry
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
@@ -27,6 +28,7 @@ COMMANDS = {
 IMMEDIATE = frozenset({"status", "cost", "help"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
+STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
 Ended = Callable[[TurnRequest, TurnOutcome], Awaitable[None]]
 
 
@@ -164,12 +166,15 @@ class Commands:
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
 
-    async def refusal(self, thread: ThreadKey, item: InboxItem, name: str) -> str:
-        """Why this person's role may not run the command here ("" when it may)."""
+    async def refusal(self, thread: ThreadKey, item: InboxItem, name: str, *, running_for: str | None = None) -> str:
+        """Why this person's role may not run the command here ("" when it may). `running_for`:
+        who asked for the turn running now (a /stop sent while it runs)."""
         access = self.services.access
         sender = Said.of(item).sender.id
         if access is None:
             return ""
+        if name == "stop" and not await self._may_stop(thread, sender, running_for):
+            return STOP_NOT_YOURS
         if name == "compact" and not access.may_compact(thread.channel, sender):
             return f"Your role ({access.role_name(thread.channel, sender)}) may not run /compact."
         if name == "new":
@@ -178,6 +183,22 @@ class Commands:
                 role = access.role_name(thread.channel, sender)
                 return f"This session was started by someone else; your role ({role}) may not run /new for others."
         return ""
+
+    async def _may_stop(self, thread: ThreadKey, sender: str, running_for: str | None) -> bool:
+        """A member stops their own turn (running, or parked on a request); an admin anyone's."""
+        access = self.services.access
+        if access is None or thread.channel in TRUSTED_CHANNELS or access.is_admin(thread.channel, sender):
+            return True
+        if running_for is not None:
+            owners = {running_for}
+        else:
+            owners = {p.requested_by for p in await self.store.prompts.pending(thread_key=str(thread))}
+        return not {str(owner) for owner in owners if owner and str(owner) != str(sender)}
+
+    async def refuse_now(self, thread: ThreadKey, item: InboxItem, text: str) -> None:
+        """A command refused while a turn runs: answered and done at once (the turn goes on)."""
+        await self._reply(thread, item, text)
+        await self.store.inbox.finish([item.id])
 
     async def _budget_lines(self, thread: ThreadKey, item: InboxItem) -> list[str]:
         if not self.config.budgets.caps:

@@ -230,9 +230,18 @@ class TurnRunner:
                 if command is not None and command.name in IMMEDIATE:
                     if await self.admitted(thread, item, None):
                         await self.commands.answer(thread, item, command.name, running=True)
-                elif interrupting and await self.commands.refusal(thread, item, command.name):  # type: ignore[union-attr]
-                    continue  # refused when its turn comes; the running turn goes on
                 elif interrupting or (interrupt and item.kind == "message"):
+                    if not await self.admitted(thread, item, None):
+                        continue  # a stranger's: held or dropped like any message of theirs
+                    if command is not None and command.name == "stop":
+                        refusal = await self.commands.refusal(
+                            thread, item, "stop", running_for=running.turn.req.requested_by
+                        )
+                        if refusal:
+                            await self.commands.refuse_now(thread, item, refusal)
+                            continue
+                    elif command is not None and await self.commands.refusal(thread, item, command.name):
+                        continue  # refused when its turn comes; the running turn goes on
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
             # Local submits wake it at once; polling (for other instances' events) can be slow.
