@@ -230,18 +230,9 @@ class TurnRunner:
                 if command is not None and command.name in IMMEDIATE:
                     if await self.admitted(thread, item, None):
                         await self.commands.answer(thread, item, command.name, running=True)
-                elif interrupting or (interrupt and item.kind == "message"):
-                    if not await self.admitted(thread, item, None):
-                        continue  # a stranger's: held or dropped like any message of theirs
-                    if command is not None and command.name == "stop":
-                        refusal = await self.commands.refusal(
-                            thread, item, "stop", running_for=running.turn.req.requested_by
-                        )
-                        if refusal:
-                            await self.commands.refuse_now(thread, item, refusal)
-                            continue
-                    elif command is not None and await self.commands.refusal(thread, item, command.name):
-                        continue  # refused when its turn comes; the running turn goes on
+                elif (interrupting or (interrupt and item.kind == "message")) and await self._stops(
+                    thread, item, running, command.name if command else ""
+                ):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
             # Local submits wake it at once; polling (for other instances' events) can be slow.
@@ -250,6 +241,19 @@ class TurnRunner:
             except TimeoutError:
                 pass
 
+
+    async def _stops(self, thread: ThreadKey, item: InboxItem, running: Running, command: str) -> bool:
+        """Whether a /stop, a /new or (interrupt mode) a message stops the running turn: never
+        a stranger's (held or dropped like any message of theirs), nor a /stop of someone else's
+        turn by a member (answered at once), nor a refused /new (refused when its turn comes)."""
+        if not await self.admitted(thread, item, None):
+            return False
+        if command == "stop":
+            refusal = await self.commands.refusal(thread, item, "stop", running_for=running.turn.req.requested_by)
+            if refusal:
+                await self.commands.refuse_now(thread, item, refusal)
+            return not refusal
+        return not (command and await self.commands.refusal(thread, item, command))
 
     def _quiet_window(self) -> float:
         # The dispatcher confirms quiet threads at every poll (`polled`): two polls' time
