@@ -144,10 +144,15 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
-    from gateway.cli.doctor import diagnose, diagnose_mcp, print_check
+    from gateway.access.notes import doctor_checks
+    from gateway.cli.doctor import Check, diagnose, diagnose_mcp, print_check
 
+    access = [Check(name, status, found, fix) for name, status, found, fix in doctor_checks(config)]  # type: ignore[arg-type]
+    for check in access:
+        print_check(check)
     print(f"model server {config.llm.base_url}, model {config.llm.model}", flush=True)
     report = await diagnose(config.llm, on_check=print_check)
+    report.checks[:0] = access
     if config.mcp.servers:
         print(f"MCP servers: {', '.join(config.mcp.servers)}", flush=True)
         report.checks += (await diagnose_mcp(config.mcp, on_check=print_check)).checks

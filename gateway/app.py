@@ -20,8 +20,9 @@ from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
 from gateway.agent.services import TurnServices
+from gateway.approvals.ask_user import ask_user_spec
 from gateway.approvals.policy import ApprovalPolicy
-from gateway.approvals.prompts import PromptService, ask_user_spec
+from gateway.approvals.prompts import PromptService
 from gateway.attachments import AttachmentPreparer
 from gateway.budgets import SpendGate
 from gateway.channel_state import StoreChannelState

@@ -55,3 +55,12 @@ def head_and_tail(text: str, limit: int) -> tuple[str, int]:
     head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3 :]
     omitted = len(text) - len(head) - len(tail)
     return f"{head}\n… {omitted} characters not shown …\n{tail}", omitted
+
+
+_FORMATTING = re.compile(r"[\\`*_\[\]()<>~|]")
+
+
+def plain_name(name: str, limit: int = NAME_CHARS) -> str:
+    """A display name inside an outcome line, which some channels show as plain text and others
+    render: one line, hidden characters escaped, and no characters that could format it."""
+    return _FORMATTING.sub("", name_shown(name, limit, markdown=False))

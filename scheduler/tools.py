@@ -94,7 +94,9 @@ class _ScheduleTool:
         fields["deliver_to"] = target
         moment = self.now()
         try:
-            new = to_schedule(job_config(fields), self.config, source="agent", now=moment, created_by=str(ctx.thread))
+            # the person whose turn made it: its runs act for them (their role), not as the scheduler
+            creator = ctx.person or str(ctx.thread)
+            new = to_schedule(job_config(fields), self.config, source="agent", now=moment, created_by=creator)
             check_not_past(new, moment)
             created = await self.repo.create(new, now=moment)
         except (DefinitionError, ScheduleExists) as exc:

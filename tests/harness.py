@@ -31,6 +31,9 @@ def make_config(llm_url: str, workspace: str, **sections: dict[str, Any]) -> Con
         "scheduler": {"enabled": False},
         # The tests talk to the bot as people nobody listed: they say so (the default is pairing).
         "access": {"dm_policy": "open", "group_policy": "open"},
+        # The tests of approvals approve their own requests (the behaviour of before); the
+        # default (admins decide) is tried in tests/security/test_security_approvals.py.
+        "approvals": {"self_approve": True},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)

@@ -93,11 +93,23 @@ def _actions(prompt: Prompt) -> list[Block]:
 
 def _arguments_section(prompt: Prompt) -> tuple[Block, int]:
     tool = f"Tool: `{escape(prompt.tool_name)}`" if prompt.tool_name else "Arguments:"
-    shown, omitted = truncate_escaped(prompt.arguments, ARGUMENTS_BUDGET)
+    shown, omitted = _head_and_tail(prompt.arguments, ARGUMENTS_BUDGET)
     text = f"{tool}\n```\n{shown or ' '}\n```"
     if omitted:
         text += f"\n_… {omitted:,} more characters; the full arguments are attached in this thread._"
     return _section(text, "gw_arguments"), omitted
+
+
+def _head_and_tail(raw: str, budget: int) -> tuple[str, int]:
+    """Long arguments keep their head and their tail (what hides at the end of a long command
+    is what the decider must see), escaped; and how many characters are left out between."""
+    head, omitted = truncate_escaped(raw, budget * 2 // 3)
+    if not omitted:
+        return head, 0
+    rest = raw[len(raw) - omitted :]
+    # escaping is per character, so the tail is the escaped prefix of the reversed rest, reversed
+    tail, hidden = truncate_escaped(rest[::-1], budget - len(head) - 40)
+    return f"{head}\n…\n{tail[::-1]}", hidden
 
 
 def approval_blocks(prompt: Prompt) -> RenderedPrompt:

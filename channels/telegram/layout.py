@@ -25,7 +25,7 @@ def approval_body(prompt: Prompt) -> tuple[Rendered, tuple[str, str] | None]:
         tail.styled("pre", shown, language="json")
         if hidden:
             tail.text("\n")
-            tail.styled("italic", f"… {hidden} more characters (full arguments attached)")
+            tail.styled("italic", f"{hidden} more characters not shown in the middle (full arguments attached)")
             document = (f"{prompt.tool_name or 'arguments'}.json", prompt.arguments)
     return body + tail.build(), document
 
@@ -47,8 +47,14 @@ def outcome_line(text: str, outcome: str) -> str:
 
 
 def _truncate(arguments: str) -> tuple[str, int]:
+    """The head and the tail of long arguments (what hides at the end of a long command is what
+    the decider must see), and how many characters are left out between them."""
     if len(arguments) <= ARGUMENTS_PREVIEW_CHARS:
         return arguments, 0
-    cut = arguments.rfind("\n", 0, ARGUMENTS_PREVIEW_CHARS)
-    cut = cut if cut > ARGUMENTS_PREVIEW_CHARS // 2 else ARGUMENTS_PREVIEW_CHARS
-    return arguments[:cut], len(arguments) - cut
+    head_chars = ARGUMENTS_PREVIEW_CHARS * 2 // 3
+    tail_chars = ARGUMENTS_PREVIEW_CHARS - head_chars
+    cut = arguments.rfind("\n", 0, head_chars)
+    cut = cut if cut > head_chars // 2 else head_chars
+    tail = arguments[-tail_chars:]
+    hidden = len(arguments) - cut - len(tail)
+    return f"{arguments[:cut]}\n… {hidden} characters …\n{tail}", hidden

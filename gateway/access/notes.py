@@ -44,6 +44,50 @@ def admission_lines(config: Config) -> list[str]:
     return lines
 
 
+def chat_channels(config: Config) -> list[str]:
+    return [name for name, section in (("telegram", config.telegram), ("slack", config.slack)) if section.enabled]
+
+
+def admins_missing(config: Config) -> list[str]:
+    """The chat channels with nobody to decide approval requests by default (no admin)."""
+    return [channel for channel in chat_channels(config) if not config.approvals.admins.get(channel)]
+
+
+def approval_lines(config: Config) -> list[tuple[int, str]]:
+    """(level, line): who decides approvals, for set-ups that relied on self-approval."""
+    if config.approvals.self_approve:
+        return [(logging.WARNING, "approvals.self_approve: true: with no approvers, the person who asked decides "
+                 "their own requests (shell, write_file, ...): anyone let in can run them")]
+    lines = []
+    for channel in admins_missing(config):
+        others = bool(config.approvals.approvers.get(channel))
+        decided = "approvals.approvers" if others else "nobody in the chat (`gateway approvals` from the terminal)"
+        lines.append((logging.WARNING, (
+            f"{channel}: approval requests are decided by approvals.admins (or approvers, or a role with "
+            f"approve: true), no longer by the person who asked; {channel} has no admin, so {decided} decides them. "
+            f"Set approvals.admins: {{{channel}: [<your id>]}} (or approvals.self_approve: true for the old behaviour)"
+        )))
+    return lines
+
+
+def doctor_checks(config: Config) -> list[tuple[str, str, str, str]]:
+    """(name, ok | warn, found, fix) for `gateway doctor`: an admin per chat channel."""
+    checks = []
+    for channel in chat_channels(config):
+        admins = config.approvals.admins.get(channel) or []
+        if admins:
+            checks.append((f"admins ({channel})", "ok", f"{len(admins)} admin(s) decide approvals and pairing", ""))
+        elif config.approvals.self_approve:
+            checks.append((f"admins ({channel})", "warn", "no admin; people approve their own requests "
+                           "(approvals.self_approve: true)", f"set approvals.admins: {{{channel}: [<your id>]}}"))
+        else:
+            checks.append((f"admins ({channel})", "warn", "no admin: approval and pairing requests wait for "
+                           "the terminal", f"set approvals.admins: {{{channel}: [<your id>]}}"))
+    return checks
+
+
 def log_start_notes(config: Config) -> None:
     for line in admission_lines(config):
         log.info("access: %s", line)
+    for level, line in approval_lines(config):
+        log.log(level, "approvals: %s", line)

@@ -122,6 +122,7 @@ class Delegation:
                 turn.req.requested_by or session.started_by,
                 session.max_rounds,
                 child_max_tokens(turn),
+                session.schedule_id,  # a job's children count against its `scope: job` caps
             ),
         )
         if background:
@@ -245,6 +246,7 @@ class Delegation:
             session,
             turn.thread,
             requested_by=turn.req.requested_by,
+            on_behalf_of=turn.req.on_behalf_of,  # a job's children act for its creator too
             fence=turn.req.fence,
             child=self.control.context(task, turn.thread),
         )

@@ -137,7 +137,9 @@ class DecidedPrompt:
 class TurnRequest:
     session: SessionRecord
     thread: ThreadKey
-    requested_by: str = ""  # who started the turn (default approver)
+    requested_by: str = ""  # who started the turn: their role, their grants, their approvals
+    requester_name: str = ""  # their display name, for the deciders' copies of a prompt
+    private: bool = False  # asked in a direct message (a prompt they cannot decide goes to the deciders' DMs)
     reply_to: str = ""  # platform id of the triggering message
     links: tuple[str, ...] = ()  # links of the triggering message (`events.links_in`): their previews may show
     parked_run: RunRecord | None = None  # continue this parked run (as whoever resumes it read it)
@@ -148,6 +150,17 @@ class TurnRequest:
     continuing: bool = False  # a dead worker's turn, continued from the database
     continued_run: int | None = None  # the run it continues (its partial reply is adopted)
     child: ChildContext | None = None  # a sub-agent's turn (see delegation.py): shows nothing but its prompts
+    # "<channel>:<user id>" the turn acts for when not its thread's person: a job made with the
+    # `schedule` tool runs with its creator's role (never as the trusted `cron` channel)
+    on_behalf_of: str = ""
+
+    def acting(self, channel: str) -> tuple[str, str]:
+        """(channel, user id) whose role the turn's tools are checked against; `channel`: that
+        of the chat the turn shows in (a sub-agent's: its root's)."""
+        if self.on_behalf_of:
+            where, _, user = self.on_behalf_of.partition(":")
+            return where, user
+        return channel, self.requested_by
 
 
 def shorten(text: str, limit: int = 120) -> str:

@@ -33,7 +33,7 @@ from gateway.agent.messages import (
     shorten,
 )
 from gateway.agent.services import TurnServices
-from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, rejection_text
+from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, PolicyDecision, rejection_text
 from gateway.events import ThreadKey
 from gateway.lifecycle import Stopper, interruptible
 from gateway.store import NewToolCall, PromptRecord, ToolCallRecord
@@ -106,7 +106,7 @@ class ToolCalls:
             names = set(self.services.delegation.offered(self.child, [s.name for s in specs]))
             specs = [s for s in specs if s.name in names]
         if self.services.access is not None:  # the person's role: tools it does not allow are never offered
-            specs = self.services.access.offered(specs, self.thread.channel, self.req.requested_by)
+            specs = self.services.access.offered(specs, *self.req.acting(self.thread.channel))
         hidden = self.services.policy.hidden_tools(specs, self.session.source)
         return [
             s
@@ -152,8 +152,10 @@ class ToolCalls:
         `fresh`: the round just recorded them, so no prompt can be about them yet."""
         self.parent_seq = parent_seq
         calls = [self._open(record) for record in records]
-        # A reply of only delegate calls: the children run together.
-        delegated = await self.delegate(calls) if self.delegate is not None and is_delegate_batch(calls) else None
+        # A reply of only delegate calls, each let through by the gate: the children run together.
+        together = self.delegate is not None and is_delegate_batch(calls)
+        together = together and all([await self._cleared_to_delegate(call) for call in calls])
+        delegated = await self.delegate(calls) if self.delegate is not None and together else None
         results: list[ToolResult] = []
         for i, call in enumerate(calls):
             status, text = delegated[i] if delegated is not None else await self._process(call, fresh)
@@ -166,8 +168,8 @@ class ToolCalls:
             await self.notice(TOOL_LOOP_NOTICE)
 
     async def _process(self, call: OpenCall, fresh: bool) -> Settled:
-        if call.name == DELEGATE and self.delegate is not None:  # sub-agents: gateway/agent/delegation.py
-            return (await self.delegate([call]))[0]
+        if call.name == DELEGATE and self.delegate is not None and call.record.status == "running":
+            return (await self.delegate([call]))[0]  # its children started (gated then): delegation.py
         if call.record.status == "running":  # a restart interrupted it mid-run
             if call.spec is not None and not call.spec.side_effects:
                 return await self._execute(call, decided=Decided("rerun", via="policy", reason=RESTART_RERUN))
@@ -214,28 +216,48 @@ class ToolCalls:
             return await self.settle(call, "cancelled", placeholder_text("canceled"), decided=decided)
         return await self.settle(call, "done", NO_ANSWER, decided=decided)
 
-    async def _gate(self, call: OpenCall) -> Settled:
-        if call.spec is None:
-            return await self._execute(call)  # answers that the tool is gone
+    def _role_denial(self, name: str) -> str | None:
+        """The role's refusal of a tool (None when it allows it): the role of the person the
+        turn acts for (a job made with `schedule` acts for its creator)."""
         access = self.services.access
-        if access is not None and not access.tool_allowed(self.thread.channel, self.req.requested_by, call.name):
-            role = access.role_name(self.thread.channel, self.req.requested_by)
-            text = role_denial_text(call.name, role)
-            return await self.settle(call.record, "rejected", text, note=text, decided=by_role(role))
-        if call.name == "ask_user":
-            return await self._ask_user(call)
-        bypasses = [
+        if access is None or access.tool_allowed(*self.req.acting(self.thread.channel), name):
+            return None
+        return access.role_name(*self.req.acting(self.thread.channel))
+
+    async def _decide(self, call: OpenCall, spec: ToolSpec) -> PolicyDecision:
+        bypasses = [  # a standing approval covers the requests of the person it was given for
             Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
             for b in await self.services.store.prompts.active_bypasses(str(self.thread))
+            if str(b.covers_person) == str(self.req.requested_by)
         ]
-        decision = self.services.policy.decide(
-            call.spec,
+        return self.services.policy.decide(
+            spec,
             call.args,
             source=self.session.source,
             interactive=self.session.interactive,
             bypasses=bypasses,
             thread=self.thread,
         )
+
+    async def _cleared_to_delegate(self, call: OpenCall) -> bool:
+        """A delegate call of a batch runs with the others only when the gate lets it through
+        as it stands (else each goes through the gate on its own: a denial, a prompt)."""
+        if call.record.status == "running":
+            return True
+        if call.spec is None or self._role_denial(call.name) is not None:
+            return False
+        return (await self._decide(call, call.spec)).action == "allow"
+
+    async def _gate(self, call: OpenCall) -> Settled:
+        if call.spec is None:
+            return await self._execute(call)  # answers that the tool is gone
+        role = self._role_denial(call.name)
+        if role is not None:
+            text = role_denial_text(call.name, role)
+            return await self.settle(call.record, "rejected", text, note=text, decided=by_role(role))
+        if call.name == "ask_user":
+            return await self._ask_user(call)
+        decision = await self._decide(call, call.spec)
         if decision.action == "allow":
             return await self._execute(call, decided=by_policy(decision))
         if decision.action == "deny":
@@ -252,6 +274,8 @@ class ToolCalls:
             reason=decision.reason,
             grant=call.spec.grant_key,
             agent=self.child.name if self.child is not None else "",
+            requester_name=self.req.requester_name,
+            private=self.req.private,
         )
         await self._park(prompt)
 
@@ -283,6 +307,8 @@ class ToolCalls:
         if call.spec is None:  # e.g. an MCP server went away since the call was recorded or approved
             unavailable = self.services.registry.absent(call.name) or f"The tool {call.name!r} is no longer available."
             return await self.settle(call.record, "failed", unavailable, decided=decided)
+        if call.name == DELEGATE and self.delegate is not None:  # allowed: sub-agents (delegation.py)
+            return (await self.delegate([call]))[0]
         record = call.record
         await self.services.store.sessions.set_tool_call(record.id, status="running", fence=self.req.fence)
         await self._show_progress(record)
@@ -299,6 +325,7 @@ class ToolCalls:
             call_id=record.call_id,
             run_id=self.run_id,
             resume=resume,
+            person=_person(*self.req.acting(self.thread.channel)),
         )
         started = time.monotonic()
         self.tool_ran()
@@ -358,3 +385,7 @@ class ToolCalls:
         )
         metrics.TOOL_CALLS.labels(call.name, status).inc()
         return status, text
+
+
+def _person(channel: str, user: str) -> str:
+    return f"{channel}:{user}" if user else ""

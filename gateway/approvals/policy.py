@@ -323,11 +323,14 @@ def may_decide(
     requested_by: str | int | None,
     approvers_config: Mapping[str, Sequence[str | int]],
     admins_config: Mapping[str, Sequence[str | int]],
+    self_approve: bool = True,
 ) -> bool:
     """Whether this person may approve or reject a prompt in this channel.
 
     Admins of the channel always may. Otherwise the channel's configured approvers decide;
-    with none configured, the person who started the turn does.
+    with none configured, the person who started the turn does when `self_approve` (questions,
+    a job's "Run again", approvals with `approvals.self_approve`), else nobody by this rule
+    (roles with `approve` may: gateway/access/policy.py).
     """
     user = str(user_id)
     if user in _ids(admins_config, channel):
@@ -335,6 +338,8 @@ def may_decide(
     approvers = _ids(approvers_config, channel)
     if approvers:
         return user in approvers
+    if not self_approve:
+        return False
     return requested_by is not None and str(requested_by) != "" and user == str(requested_by)
 
 

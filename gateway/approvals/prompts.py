@@ -10,21 +10,30 @@ inbox event (dedupe) and the resume item that continues the parked turn. The act
 
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from gateway import metrics
 from gateway.access.policy import AccessPolicy
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
+from gateway.approvals.routing import (
+    NOBODY_DECIDES,
+    WAITING_FOR_ADMIN,
+    Asker,
+    deciders,
+    one_line,
+    requester_decides,
+    shown_arguments,
+)
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
+from gateway.display import escape_markdown, plain_name
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.outbox import Outbox
 from gateway.store import Action, NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord, choice_action, chosen
 from gateway.store.items import SenderRef, button_item, rerun_message, resume_item
-from gateway.tools import ToolError, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,7 @@ NOT_PENDING = "This request is no longer pending."
 NOT_YOURS = "You can't decide this request."
 UNKNOWN_BUTTON = "This button is no longer valid."
 EXPIRED_ANSWER = "This request has expired."
+DECIDED_BY_ADMINS = "_An admin decides this request._"
 
 
 def button_token(prompt_token: str, action: str) -> str:
@@ -57,7 +67,7 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 
 def outcome_text(prompt: PromptRecord) -> str:
-    who = prompt.decided_by_name or prompt.decided_by or "someone"
+    who = plain_name(prompt.decided_by_name or prompt.decided_by or "someone")
     if prompt.status == "approved":
         scopes: dict[str, str] = {
             Action.ALLOW_15M: f" (allowed for {BYPASS_MINUTES} min)",
@@ -104,14 +114,14 @@ class PromptService:
         reason: str,
         grant: str = "",
         agent: str = "",
+        requester_name: str = "",
+        private: bool = False,
     ) -> PromptRecord:
-        """`agent`: the sub-agent asking, named in the prompt (its parent's chat shows it)."""
-        try:
-            arguments = json.dumps(json.loads(call.arguments or "{}"), indent=2, ensure_ascii=False)
-        except ValueError:
-            arguments = call.arguments
-        payload = {"tool": call.name, "arguments": arguments, "reason": reason, "grant": grant or call.name}
-        payload["agent"] = agent
+        """`agent`: the sub-agent asking, named in the prompt (its parent's chat shows it).
+        `private`: asked in a DM; `requester_name`: shown to the deciders (gateway/approvals/routing.py)."""
+        arguments = shown_arguments(call.arguments)
+        payload: dict[str, Any] = {"tool": call.name, "arguments": arguments, "reason": reason}
+        payload.update(grant=grant or call.name, agent=agent, requester_name=requester_name, private=private)
         metrics.APPROVALS.labels("requested").inc()
         prompt, _ = await self.store.prompts.create(
             kind="approval",
@@ -129,11 +139,42 @@ class PromptService:
         )
         summary = f"Approve `{call.name}`?"
         if agent:  # a sub-agent's call, shown in its parent's chat
-            summary = f"🤖 {agent} → wants to run `{call.name}`: {_one_line(call.arguments)}"
-        await self._send(
-            prompt, Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
-        )
+            summary = f"🤖 {escape_markdown(agent)} → wants to run `{call.name}`: {one_line(call.arguments)}"
+        shown = Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
+        people = [] if self.may_decide(prompt, requested_by) else self._deciders_elsewhere(prompt, thread)
+        if not people:
+            await self._send(prompt, shown)
+            return prompt
+        if private:  # the member's DM: told it waits; the buttons go to the deciders
+            delivered = await self.outbox.send_text(
+                thread, WAITING_FOR_ADMIN.format(tool=call.name), key=f"prompt:{prompt.id}"
+            )
+            await self.store.prompts.set_message_ids(prompt.id, list(delivered.message_ids))
+        else:
+            await self._send(prompt, replace(shown, text=f"{summary}\n{DECIDED_BY_ADMINS}"))
+        asker = Asker(thread.channel, str(requested_by), requester_name, private, thread.chat)
+        await self._send_copies(prompt, replace(shown, text=f"{summary}\n{asker.line()}"), people)
         return prompt
+
+    def _deciders_elsewhere(self, prompt: PromptRecord, thread: ThreadKey) -> list[str]:
+        """The people who may decide the prompt, each reached in their own DM (not this thread)."""
+        people = deciders(self.config, self.access, thread.channel)
+        if not people:
+            log.warning(NOBODY_DECIDES, prompt.id, prompt.payload.get("tool"), thread.channel,
+                        prompt.requested_by, thread.channel)
+        return [p for p in people if ThreadKey(thread.channel, p, "") != thread and self.may_decide(prompt, p)]
+
+    async def _send_copies(self, prompt: PromptRecord, shown: Prompt, people: list[str]) -> None:
+        copies = []
+        for person in people:
+            dm = ThreadKey(shown.thread.channel, person, "")
+            try:
+                delivered = await self.outbox.send_prompt(replace(shown, thread=dm, key=f"prompt:{prompt.id}:{person}"))
+            except Exception:  # noqa: BLE001 - one unreachable decider must not stop the others
+                log.exception("could not send approval %s to %s", prompt.id, dm)
+                continue
+            copies.append([str(dm), list(delivered.message_ids)])
+        await self.store.prompts.set_copies(prompt.id, copies)
 
     async def ask(
         self,
@@ -173,15 +214,18 @@ class PromptService:
         await self.store.prompts.set_message_ids(record.id, list(delivered.message_ids))
 
     async def close(self, prompt: PromptRecord) -> None:
-        """Show the decision on the prompt message and remove its buttons (once)."""
-        if not prompt.message_ids:
+        """Show the decision on the prompt message (and its copies in the deciders' DMs) and
+        remove its buttons (once)."""
+        if not prompt.message_ids or prompt.kind == "approval":
             prompt = await self.store.prompts.get(prompt.id) or prompt
-        try:
-            await self.outbox.close_prompt(
-                f"close:{prompt.id}", ThreadKey.parse(prompt.thread_key), list(prompt.message_ids), outcome_text(prompt)
-            )
-        except Exception as exc:  # noqa: BLE001 - a stale prompt message must not stop the turn
-            log.warning("could not update prompt %s: %s", prompt.id, exc)
+        shown = [(prompt.thread_key, list(prompt.message_ids), f"close:{prompt.id}")]
+        for thread_key, message_ids in prompt.payload.get("copies") or []:
+            shown.append((thread_key, list(message_ids), f"close:{prompt.id}:{thread_key}"))
+        for thread_key, message_ids, key in shown:
+            try:
+                await self.outbox.close_prompt(key, ThreadKey.parse(thread_key), message_ids, outcome_text(prompt))
+            except Exception as exc:  # noqa: BLE001 - a stale prompt message must not stop the turn
+                log.warning("could not update prompt %s: %s", prompt.id, exc)
 
     # ---- answering ------------------------------------------------------------------------
     async def press(self, press: ButtonPress) -> SubmitResult:
@@ -216,6 +260,12 @@ class PromptService:
         )
         return await self._answer(press, result.outcome, result.prompt)
 
+    async def thread_of(self, token: str) -> str | None:
+        """The thread a button's prompt was asked in (a copy is pressed in a decider's DM)."""
+        parsed = parse_token(token)
+        prompt = await self.store.prompts.by_token(parsed[0]) if parsed else None
+        return prompt.thread_key if prompt is not None else None
+
     def _decision(self, prompt: PromptRecord, action: str) -> tuple[str, str | None] | None:
         if prompt.kind == "approval":
             status = APPROVAL_VERDICTS.get(action)
@@ -245,6 +295,7 @@ class PromptService:
                 expires_at=expires,
                 granted_by=press.sender.id,
                 prompt_id=prompt.id,
+                person=prompt.requested_by,  # it covers the requester's later requests, nobody else's
             )
         return SubmitResult(press.event_id, answer=outcome_text(prompt))
 
@@ -277,6 +328,8 @@ class PromptService:
             requested_by=prompt.requested_by,
             approvers_config=self.config.approvals.approvers,
             admins_config=self.config.approvals.admins,
+            # an approval is not the requester's to decide (unless the set-up says so)
+            self_approve=prompt.kind != "approval" or requester_decides(self.config, channel),
         )
         if self.access is None or prompt.kind != "approval":
             return by_rules  # roles and separate_requester are about approvals, not questions
@@ -322,45 +375,3 @@ class PromptService:
         for prompt in due:
             await self.expire(prompt)
         return len(due)
-
-
-def _one_line(arguments: str, limit: int = 120) -> str:
-    text = " ".join(arguments.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-ASK_USER_DESCRIPTION = (
-    "Ask the user a clarifying question and wait for the answer. Give `choices` for a quick "
-    "pick (shown as buttons); the user can also type an answer unless allow_free_text is false."
-)
-
-
-def ask_user_spec() -> ToolSpec:
-    """The `ask_user` tool as offered to the model; the turn parks on it instead of running it."""
-
-    async def never_run(ctx, args):  # noqa: ANN001, ANN202
-        raise ToolError("ask_user is answered through the chat, not run directly")
-
-    return ToolSpec(
-        name="ask_user",
-        description=ASK_USER_DESCRIPTION,
-        parameters={
-            "type": "object",
-            "properties": {
-                "question": {"type": "string", "description": "The question to ask."},
-                "choices": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Answers to offer as buttons.",
-                },
-                "allow_free_text": {
-                    "type": "boolean",
-                    "description": "Whether a typed answer is accepted.",
-                    "default": True,
-                },
-            },
-            "required": ["question"],
-            "additionalProperties": False,
-        },
-        func=never_run,
-    )

@@ -183,6 +183,9 @@ class ApprovalsConfig(Section):
     approvers: dict[str, list[str]] = {}
     admins: dict[str, list[str]] = {}
     separate_requester: bool = False  # the person who asked never decides their own request
+    # true: with no approvers configured, the person who asked decides their own request (the
+    # behaviour of before); default: admins, approvers and roles with `approve` decide
+    self_approve: bool = False
     expire_after: float = 24 * 3600.0
 
     _duration = field_validator("expire_after", mode="before")(lambda cls, v: parse_duration(v))

@@ -134,7 +134,12 @@ class Inbox:
             return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap (prompt or pairing)
         gatekeeper = self.services.gatekeeper
         if gatekeeper is None or not gatekeeper.handles(press):
-            return await self.services.prompts.press(press)
+            result = await self.services.prompts.press(press)
+            asked_in = await self.services.prompts.thread_of(press.token) if not result.alert else None
+            if asked_in is not None and asked_in != str(press.thread):  # a copy in a decider's DM
+                self._poke(asked_in)
+                await notify.publish(self.store.db, {asked_in})
+            return result
         result, woken = await gatekeeper.press(press)
         if woken is not None:
             self._poke(woken)  # its held messages are queued again

@@ -20,7 +20,7 @@ from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.inbox.surroundings import kept_lines, led_by
 from gateway.lifecycle import Stopper
-from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, Store
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
 
 log = logging.getLogger("gateway.inbox.inbox")
@@ -192,6 +192,9 @@ class Worker:
             session,
             thread,
             requested_by=said.sender.id,
+            requester_name=said.sender.name or said.sender.username,
+            private=said.private,
+            on_behalf_of=await self._job_creator(session),
             reply_to=said.message_id,
             links=links_in(said.text),
             fence=fence,
@@ -238,6 +241,8 @@ class Worker:
             session,
             thread,
             requested_by=prompt.requested_by,
+            requester_name=str(prompt.payload.get("requester_name") or ""),
+            private=bool(prompt.payload.get("private")),
             parked_run=run,
             decided=DecidedPrompt(verdict, prompt),
             fence=fence,
@@ -264,6 +269,7 @@ class Worker:
         if run is None or session is None or run.stage != "RUNNING":
             return
         turn_started_seq = await self._turn_start(session.id, run.id)
+        asker = await self._asker(session.id, turn_started_seq)
         new_run = await self.store.runs.continue_in_new_run(
             run.id, "the worker running this turn stopped; continuing in a new run", model=run.model, fence=fence
         )
@@ -274,7 +280,9 @@ class Worker:
         request = TurnRequest(
             session,
             thread,
-            requested_by=session.started_by,
+            requested_by=asker[0] if asker is not None else session.started_by,
+            requester_name=asker[1] if asker is not None else "",
+            on_behalf_of=await self._job_creator(session),
             fence=fence,
             turn_started_seq=turn_started_seq,
             continuing=True,
@@ -283,6 +291,31 @@ class Worker:
             started_run=new_run,
         )
         await self.runner.run(request)
+
+    async def _job_creator(self, session: SessionRecord) -> str:
+        """The person a scheduled run acts for: a job made with the `schedule` tool runs with its
+        creator's role (`<channel>:<user id>`); a job made by the operator (config, CLI) as the
+        trusted scheduler (""). A job the agent made before creators were recorded acts for
+        nobody known: the default role of its chat's channel (fail closed)."""
+        if session.schedule_id is None:
+            return ""
+        schedule = await self.store.schedules.get(session.schedule_id)
+        if schedule is None or schedule.source != "agent":
+            return ""
+        creator = schedule.created_by or ""
+        if creator.count(":") == 1 and creator.split(":")[1]:
+            return creator
+        return f"{ThreadKey.channel_of(schedule.deliver_to or creator) or 'unknown'}:?"
+
+    async def _asker(self, session_id: int, turn_started_seq: int) -> tuple[str, str] | None:
+        """Who asked for the turn starting at that row (its sender), to continue it as them:
+        a turn continued after a restart keeps its requester's role, grants and approvers,
+        not the identity of whoever started the session."""
+        history = await self.store.sessions.history(session_id)
+        row = next((m for m in history if m.seq == turn_started_seq and m.role == "user"), None)
+        if row is None or not row.sender_id:
+            return None
+        return row.sender_id, row.sender_name or ""
 
     async def _turn_start(self, session_id: int, run_id: int) -> int:
         """The user row that started the run's turn: the last one at or before the run's

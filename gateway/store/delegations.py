@@ -75,6 +75,7 @@ class ChildSession:
     started_by: str
     max_rounds: int | None
     max_tokens: int | None
+    schedule_id: int | None = None  # a scheduled run's job: its caps count the children's calls
 
 
 TASK_CHANNEL = "task"  # the channel part of a background task's thread key
@@ -144,6 +145,7 @@ class DelegationRepo(Repo):
                         started_by=child.started_by,
                         max_rounds=child.max_rounds,
                         max_tokens=child.max_tokens,
+                        schedule_id=child.schedule_id,
                         next_seq=1,
                         notes={},
                         created_at=now,

@@ -115,6 +115,18 @@ class PromptRepo(Repo):
         statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
         await self.db.write(lambda conn: conn.execute(statement))
 
+    async def set_copies(self, prompt_id: int, copies: list[list[Any]]) -> None:
+        """Where copies of the prompt were sent ([[thread key, [message ids]], ...]: the deciders'
+        DMs), kept in its payload so closing it closes them too."""
+
+        def work(conn: Connection) -> None:
+            row = conn.execute(select(prompts.c.payload).where(prompts.c.id == prompt_id)).first()
+            if row is not None:
+                payload = {**(row.payload or {}), "copies": copies}
+                conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(payload=payload))
+
+        await self.db.write(work)
+
     async def pending(
         self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None
     ) -> list[PromptRecord]:

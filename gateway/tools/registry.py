@@ -86,6 +86,7 @@ class ToolContext:
     call_id: str = ""  # the model's tool call id, for tools that park on it (ask_user)
     run_id: int = 0  # the run the call belongs to, for tools that add to its trace (MCP)
     resume: dict[str, Any] | None = None  # the answer a parked call continues with (see NeedsAnswer)
+    person: str = ""  # "<channel>:<user id>" the turn acts for (whose role it has); "" for nobody
 
 
 @dataclass(frozen=True)
