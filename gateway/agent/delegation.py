@@ -16,8 +16,9 @@ to do (start, resume, continue, or take the result already there).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -172,13 +173,17 @@ class Delegation:
         tasks = [t for p in plans for t in p.tasks]
         await self._reap_interrupted_batch(turn, tasks)
         slots = asyncio.Semaphore(self.cfg.agent.max_parallel_children)
+        turns = self.services.turn_slots  # inbox.max_concurrent_turns: children are turns too
 
         async def one(task: TaskRecord) -> ChildOutcome:
-            async with slots:
+            async with slots, _slot(turns):
+                if turn.stopper.stopped:  # stopped while it waited for a slot: never started
+                    return ChildOutcome("canceled", placeholder_text("canceled"))
                 return await self._run_child(turn, task)
 
         open_tasks = [t for t in await self._current(tasks) if not t.finished]
-        results = await asyncio.gather(*(one(t) for t in open_tasks), return_exceptions=True)
+        async with _lent(turns):  # the parent waits: its slot goes to its children meanwhile
+            results = await asyncio.gather(*(one(t) for t in open_tasks), return_exceptions=True)
         ended = await self._collect(turn, open_tasks, results)
         if turn.stopper.stopped:
             raise Interrupted(turn.stopper.reason)
@@ -296,3 +301,26 @@ class Delegation:
             await self.control.show(
                 turn.thread, f"child-start:{task.id}", start_line(turn, task), interactive=turn.session.interactive
             )
+
+
+@contextlib.asynccontextmanager
+async def _slot(turns: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    if turns is None:
+        yield
+        return
+    async with turns:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _lent(turns: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    """The slot the waiting turn holds is free while its children run, and taken back after
+    (shielded: a cancellation cannot leave the worker releasing a slot it does not hold)."""
+    if turns is None:
+        yield
+        return
+    turns.release()
+    try:
+        yield
+    finally:
+        await asyncio.shield(turns.acquire())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,3 +33,5 @@ class TurnServices:
     access: AccessPolicy | None = None  # roles: which tools a person's turns may use
     gatekeeper: Gatekeeper | None = None  # who may talk to the agent (pairing)
     spend: SpendGate | None = None  # the spend caps (also the LLM client's gate)
+    # inbox.max_concurrent_turns, shared by the threads' workers and the sub-agents they run
+    turn_slots: asyncio.Semaphore | None = None

@@ -63,6 +63,7 @@ class Inbox:
         self._polled_at = float("-inf")  # when the dispatcher last looked at the running threads' news
         self._stopper = Stopper()
         slots = asyncio.Semaphore(self.config.inbox.max_concurrent_turns)
+        services.turn_slots = slots  # sub-agents take them too (gateway/agent/delegation.py)
         self.worker = Worker(store, services, listeners=self.listeners, stopper=self._stopper, slots=slots)
         self._turns = self.worker.runner
         self.revisions = Revisions(store)

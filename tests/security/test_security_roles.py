@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fakes.channel import FakeChannel
-from fakes.llm import FakeLLM, FakeToolCall, Reply, user_texts
+from fakes.llm import FakeLLM, FakeToolCall, Reply, Stall, user_texts
 from harness import ALICE, BOB, make_config, running_gateway
 from helpers import tool_results
 from subagent_chat import Agents, delegate
@@ -143,3 +143,22 @@ async def test_a_scheduled_runs_children_carry_its_job(store, tmp_path) -> None:
 
 def _all_counters(conn):  # noqa: ANN001, ANN202
     return conn.execute(budget_counters.select()).all()
+
+
+async def test_children_count_against_max_concurrent_turns(store, tmp_path) -> None:
+    """With one turn at a time, a parent's two children run one after the other: the first
+    stalls, so the second never starts before the /stop that ends them both."""
+    agents = Agents()
+    agents.script("split it", Reply(tool_calls=(delegate({"prompt": "First: wait."}, {"prompt": "Second: go."}),)),
+                  Reply("split"))
+    agents.script("First", Stall())
+    agents.script("Second", Reply("second done"))
+    async with FakeLLM(responder=agents) as llm:
+        config = make_config(llm.base_url, str(tmp_path / "ws"), inbox={"max_concurrent_turns": 1},
+                             agent={"max_parallel_children": 2})
+        async with running_gateway(store, config) as h:
+            await h.say("split it")
+            await h.wait_for(lambda: llm.stalled.is_set())
+            await h.say("/stop")
+            await h.idle()
+        assert [user_texts(r)[0][:5] for r in llm.requests] == ["split", "First"]
