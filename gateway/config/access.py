@@ -27,7 +27,7 @@ class AccessConfig(Section):
     dm_policy: DmPolicy = "pairing"
     group_policy: GroupPolicy = "allowlist"
     pairing_ttl: float = 3600.0
-    max_pending_per_channel: int = Field(10, ge=1)  # pairing requests waiting at once, per channel
+    max_pending_per_channel: int = Field(10, ge=1)  # people with pairing requests waiting at once, per channel
     roles: dict[str, RoleConfig] = {}
     users: dict[str, str] = {}  # "telegram:123456789" -> role name (admin | member | your own)
 
