@@ -106,7 +106,10 @@ class Turn:
         person = self.req.requested_by if self.session.interactive and self.req.requested_by else None
         job = str(self.session.schedule_id) if self.session.schedule_id is not None else None
         chat = f"{channel}:{self.thread.chat}" if self.session.interactive else None
-        return Payer(user=f"{channel}:{person}" if person else None, chat=chat, job=job)
+        user = f"{channel}:{person}" if person else None
+        if user is None and self.req.on_behalf_of and not self.req.on_behalf_of.endswith(":?"):
+            user = self.req.on_behalf_of  # a member's job spends from their own `scope: user` caps
+        return Payer(user=user, chat=chat, job=job)
 
     async def _run(self) -> TurnOutcome:
         await self._open_run()

@@ -13,6 +13,12 @@ import sys
 import pytest
 from helpers import tool_results, until
 from test_chat_cli import child_env
+from test_slack_e2e import DM as SLACK_DM
+from test_slack_e2e import bot_messages as slack_bot_messages
+from test_slack_e2e import buttons as slack_buttons
+from test_slack_e2e import running as slack_running
+from test_slack_e2e import slack_config
+from test_slack_e2e import texts as slack_texts
 from test_telegram_e2e import answers, button, has_prompt, prompt_message, running, settle, texts, tg_config
 
 from gateway.config import ApprovalsConfig
@@ -103,6 +109,21 @@ async def test_a_standing_approval_covers_the_requester_only(store, llm, tg, tmp
         await settle(gateway, lambda: len([m for m in tg.bot_messages(GROUP) if m.buttons]) == 1
                      and len(llm.requests) == 5)
         assert len(await store.prompts.pending(thread_key=f"telegram:{GROUP}:")) == 1
+
+
+async def test_slack_a_members_dm_request_goes_to_the_admins_dm(store, llm, slack, tmp_path) -> None:
+    llm.tool_call("shell", {"command": "echo hi > made.txt"}, id="s1")
+    llm.reply("Done.")
+    config = slack_config(llm, slack, tmp_path, approvals={**DEFAULT, "admins": {"slack": ["U2"]}})
+    async with slack_running(store, config, slack) as side:
+        await side.dm("run it")  # Ann (U1), a member
+        await side.settle(lambda: any(slack_buttons(m) for m in slack_bot_messages(slack, "D2")))
+        assert "needs an admin's approval" in slack_texts(slack, SLACK_DM)[0]
+        assert not any(slack_buttons(m) for m in slack_bot_messages(slack, SLACK_DM))
+        copy = next(m for m in slack_bot_messages(slack, "D2") if slack_buttons(m))  # Bob's DM
+        await side.click(copy, "Approve", user="U2", channel="D2")
+        await side.settle(lambda: "Done." in slack_texts(slack, SLACK_DM))
+        assert (tmp_path / "ws" / "made.txt").exists()
 
 
 def test_doctor_warns_when_no_admin_is_configured(tmp_path) -> None:
