@@ -26,6 +26,7 @@ from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resume
 log = logging.getLogger("gateway.inbox.inbox")
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
 NOT_YOUR_QUESTION = "⏳ The question above is waiting for the person it was asked of; your message comes after it."
+WAITING_FOR_ADMIN = "⏳ Waiting for an admin's decision on the request above; your message comes after it."
 WAITING_FOR_DECISION = (
     "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
 )
@@ -172,7 +173,10 @@ class Worker:
         # An approval, a question that only takes a button, or someone else's: the turn waits
         # (unless it was decided since it was read: then the message is handled now).
         if pending and await self.store.inbox.hold_while_waiting(item.id, [p.id for p in pending]):
-            notice = waiting_notice(pending, question_is_theirs=theirs)
+            deciding = any(
+                p.kind == "approval" and self.services.prompts.may_decide(p, said.sender.id) for p in pending
+            )
+            notice = waiting_notice(pending, question_is_theirs=theirs, decides=deciding)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
         # Decided since this item was read: the resumed turn goes first, this one after it. A
@@ -330,9 +334,9 @@ class Worker:
         return users[-1] if users else first
 
 
-def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool) -> str:
+def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool, decides: bool = True) -> str:
     if any(p.kind == "approval" for p in pending):
-        return WAITING_FOR_DECISION
+        return WAITING_FOR_DECISION if decides else WAITING_FOR_ADMIN
     return PICK_A_BUTTON if question_is_theirs else NOT_YOUR_QUESTION
 
 

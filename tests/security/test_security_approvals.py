@@ -64,6 +64,9 @@ async def test_a_members_dm_request_goes_to_the_admins_dm(store, llm, tg, tmp_pa
         assert "needs an admin's approval" in texts(tg, MEMBER)[0]
         copy = prompt_message(tg, ADMIN)
         assert "Mel" in copy.text and "telegram:43" in copy.text and "direct message" in copy.text
+        tg.private_message(MEMBER, "well?", user_id=MEMBER)  # held: not theirs to decide
+        await settle(gateway, lambda: len(texts(tg, MEMBER)) == 2)
+        assert "Waiting for an admin's decision" in texts(tg, MEMBER)[1]
         tg.press(MEMBER, copy.message_id, button(copy, "Approve"), user_id=MEMBER)  # a forged tap of theirs
         await until(lambda: len(answers(tg)) == 1)
         assert answers(tg) == [("You can't decide this request.", True)]
