@@ -399,6 +399,8 @@ async def test_commands_are_answered_without_the_model(store, llm, tg, tmp_path)
 
 async def test_strangers_get_one_refusal_and_never_reach_the_model(store, llm, tg, tmp_path) -> None:
     config = tg_config(llm, tg, tmp_path, telegram={"allowed_users": [str(PRIVATE)]})
+    # no access section (a written dm_policy would handle the others: tests/security/test_security_policy.py)
+    config = config.model_copy(update={"access": type(config.access)()})
     async with running(store, config) as gateway:
         tg.private_message(43, "let me in")
         tg.private_message(43, "please")

@@ -56,7 +56,7 @@ def admins_missing(config: Config) -> list[str]:
 def approval_lines(config: Config) -> list[tuple[int, str]]:
     """(level, line): who decides approvals, for set-ups that relied on self-approval."""
     if config.approvals.self_approve:
-        return [(logging.WARNING, "approvals.self_approve: true: with no approvers, the person who asked decides "
+        return [(logging.INFO, "approvals.self_approve: true: with no approvers, the person who asked decides "
                  "their own requests (shell, write_file, ...): anyone let in can run them")]
     lines = []
     for channel in admins_missing(config):

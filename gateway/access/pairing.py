@@ -20,6 +20,7 @@ from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
 from gateway.outbox import Outbox
 from gateway.store import AccessRequestRecord, Action, Store
 from gateway.store.access import TOKEN_PREFIX, DecideOutcome, Kind
+from gateway.store.delegations import TASK_CHANNEL
 from gateway.store.items import Said, button_item
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,10 @@ class Gatekeeper:
     # ---- every message ---------------------------------------------------------------------
     async def admit(self, thread: ThreadKey, said: Said, *, command: bool) -> Admission:
         channel = thread.channel
-        if channel in TRUSTED_CHANNELS or said.rerun_of is not None:
-            return ALLOWED  # the terminal, scheduled sessions, a job run again by a button
+        if channel in TRUSTED_CHANNELS or channel == TASK_CHANNEL or said.rerun_of is not None:
+            # the terminal, scheduled sessions, a job run again by a button, and a background
+            # task's own thread (only the gateway writes there: its start, a /stop handed to it)
+            return ALLOWED
         user_id, username = said.sender.id, said.sender.username
         if self.policy.listed(channel, user_id, username):
             return ALLOWED

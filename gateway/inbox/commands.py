@@ -189,6 +189,8 @@ class Commands:
         access = self.services.access
         if access is None or thread.channel in TRUSTED_CHANNELS or access.is_admin(thread.channel, sender):
             return True
+        if not sender:
+            return True  # queued by the gateway itself (a /stop handed to a background task's thread)
         if running_for is not None:
             owners = {running_for}
         else:
