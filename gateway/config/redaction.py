@@ -51,7 +51,7 @@ SHOWN = _paths(
     retention.audit_days retention.files_days retention.every_s retention.batch
     approvals.rules.*.tool approvals.rules.*.action approvals.rules.*.args approvals.rules.*.source
     approvals.rules.*.priority
-    approvals.approvers approvals.admins approvals.separate_requester approvals.expire_after
+    approvals.approvers approvals.admins approvals.separate_requester approvals.self_approve approvals.expire_after
     questions.timeout
     http.host http.port http.trusted_proxies http.public_status
     admin.enabled
