@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from helpers import tool_results, until
+from security_support import written
 from test_chat_cli import child_env
 from test_slack_e2e import DM as SLACK_DM
 from test_slack_e2e import bot_messages as slack_bot_messages
@@ -48,10 +49,10 @@ async def test_in_a_group_a_member_cannot_approve_their_own_call(store, llm, tg,
         await until(lambda: len(answers(tg)) == 1)
         await gateway.inbox.wait_until_idle(10)
         assert answers(tg) == [("You can't decide this request.", True)]
-        assert not (tmp_path / "ws" / "pwned.txt").exists()
+        assert not written(tmp_path, "pwned.txt")
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=ADMIN, first_name="Ada")
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
-        assert (tmp_path / "ws" / "pwned.txt").exists()
+        assert written(tmp_path, "pwned.txt")
 
 
 async def test_a_members_dm_request_goes_to_the_admins_dm(store, llm, tg, tmp_path) -> None:
@@ -70,10 +71,10 @@ async def test_a_members_dm_request_goes_to_the_admins_dm(store, llm, tg, tmp_pa
         tg.press(MEMBER, copy.message_id, button(copy, "Approve"), user_id=MEMBER)  # a forged tap of theirs
         await until(lambda: len(answers(tg)) == 1)
         assert answers(tg) == [("You can't decide this request.", True)]
-        assert not (tmp_path / "ws" / "made.txt").exists()
+        assert not written(tmp_path, "made.txt")
         tg.press(ADMIN, copy.message_id, button(copy, "Approve"), user_id=ADMIN, first_name="Ada")
         await settle(gateway, lambda: "Done." in texts(tg, MEMBER))
-        assert (tmp_path / "ws" / "made.txt").exists()
+        assert written(tmp_path, "made.txt")
         assert tg.messages[ADMIN][copy.message_id].buttons == []  # the copy is closed with the outcome
         assert "Approved by Ada" in tg.messages[ADMIN][copy.message_id].text
 
@@ -87,7 +88,7 @@ async def test_the_owner_as_admin_approves_their_own_request_in_one_tap(store, l
         prompt = prompt_message(tg, ADMIN)
         tg.press(ADMIN, prompt.message_id, button(prompt, "Approve"), user_id=ADMIN)
         await settle(gateway, lambda: "Written." in texts(tg, ADMIN))
-        assert (tmp_path / "ws" / "mine.txt").exists() and len(tg.bot_messages(ADMIN)) == 2
+        assert written(tmp_path, "mine.txt") and len(tg.bot_messages(ADMIN)) == 2
 
 
 @pytest.mark.parametrize("label", ["Allow 15 min", "Allow in this chat"])
@@ -126,7 +127,7 @@ async def test_slack_a_members_dm_request_goes_to_the_admins_dm(store, llm, slac
         copy = next(m for m in slack_bot_messages(slack, "D2") if slack_buttons(m))  # Bob's DM
         await side.click(copy, "Approve", user="U2", channel="D2")
         await side.settle(lambda: "Done." in slack_texts(slack, SLACK_DM))
-        assert (tmp_path / "ws" / "made.txt").exists()
+        assert written(tmp_path, "made.txt")
 
 
 def test_doctor_warns_when_no_admin_is_configured(tmp_path) -> None:

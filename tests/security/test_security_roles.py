@@ -12,6 +12,7 @@ from fakes.channel import FakeChannel
 from fakes.llm import FakeLLM, FakeToolCall, Reply, Stall, user_texts
 from harness import ALICE, BOB, make_config, running_gateway
 from helpers import tool_results
+from security_support import written
 from subagent_chat import Agents, delegate
 
 from gateway.events import Sender, ThreadKey
@@ -68,7 +69,7 @@ async def test_a_forced_shell_call_in_a_members_job_is_refused_by_the_role(store
             await h.idle()
         last = next(r for r in reversed(llm.requests) if user_texts(r)[0].startswith("Later"))
         assert tool_results(last) == ["Tool call denied: the role 'member' may not use 'shell'."]
-        assert not (tmp_path / "ws" / "pwned.txt").exists()
+        assert not written(tmp_path, "pwned.txt")
 
 
 async def test_a_turn_continued_after_a_restart_keeps_the_askers_identity(store, tmp_path) -> None:
