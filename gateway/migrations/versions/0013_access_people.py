@@ -1,14 +1,14 @@
 """who asked for access, and whose requests a standing approval covers
 
-Revision ID: 0011
-Revises: 0018
+Revision ID: 0013
+Revises: 0012
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0018"  # after main's 0012 and 0018 (the integrator re-chains the numbers)
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

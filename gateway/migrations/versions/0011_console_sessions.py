@@ -1,6 +1,6 @@
 """console sessions in the database
 
-Revision ID: 0012
+Revision ID: 0011
 Revises: 0010
 """
 
@@ -9,7 +9,7 @@ from alembic import op
 
 from gateway.store.tables import UTCDateTime
 
-revision = "0012"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None

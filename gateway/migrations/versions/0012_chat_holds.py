@@ -1,7 +1,7 @@
 """flood waits shared by every instance
 
-Revision ID: 0018
-Revises: 0012
+Revision ID: 0012
+Revises: 0011
 """
 
 import sqlalchemy as sa
@@ -9,8 +9,8 @@ from alembic import op
 
 from gateway.store.tables import UTCDateTime
 
-revision = "0018"
-down_revision = "0012"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
