@@ -192,6 +192,7 @@ class Gateway:
                 "outbox": self.outbox,
                 "file_target": self._file_target,
                 "llm": self.llm,
+                "prompts": self.prompts,  # an MCP server's question asked in the middle of a call
             },
             attachments=self._attachments(),
             access=self.access,

@@ -224,6 +224,7 @@ class Outbound:
 class Button:
     label: str
     token: str  # opaque, <= 64 bytes
+    url: str = ""  # a link button: opens this page (no press comes back)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ def _button(prompt: Prompt, button: Button, row: int, column: int) -> Block:
         "action_id": f"{ACTION_PREFIX}{row}:{column}",
         "value": button.token,
     }
+    if button.url:  # a link: Slack opens it; its click carries no value, so it is not a press
+        element["url"] = button.url
+        del element["value"]
     style = _button_style(prompt, button)
     if style:
         element["style"] = style

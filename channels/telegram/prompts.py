@@ -75,6 +75,12 @@ async def _append_outcome(outlet: Outlet, target: Target, message: Message, outc
             )
 
 
+def _button(button: Button) -> InlineKeyboardButton:
+    if button.url:  # a link: Telegram opens it, no callback comes back
+        return InlineKeyboardButton(button.label, url=button.url)
+    return InlineKeyboardButton(button.label, callback_data=button.token)
+
+
 def keyboard(rows: tuple[tuple[Button, ...], ...]) -> InlineKeyboardMarkup | None:
     for row in rows:
         for button in row:
@@ -83,5 +89,5 @@ def keyboard(rows: tuple[tuple[Button, ...], ...]) -> InlineKeyboardMarkup | Non
                 raise ChannelError(
                     f"telegram: button token of {size} bytes ({button.label!r}); Telegram accepts 1-64", permanent=True
                 )
-    shown = [[InlineKeyboardButton(b.label, callback_data=b.token) for b in row] for row in rows if row]
+    shown = [[_button(b) for b in row] for row in rows if row]
     return InlineKeyboardMarkup(shown) if shown else None

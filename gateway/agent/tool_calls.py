@@ -33,6 +33,7 @@ from gateway.agent.messages import (
     shorten,
 )
 from gateway.agent.services import TurnServices
+from gateway.approvals.in_call import restart_error
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, PolicyDecision, rejection_text
 from gateway.events import ThreadKey
 from gateway.lifecycle import Stopper, interruptible
@@ -171,6 +172,9 @@ class ToolCalls:
         if call.name == DELEGATE and self.delegate is not None and call.record.status == "running":
             return (await self.delegate([call]))[0]  # its children started (gated then): delegation.py
         if call.record.status == "running":  # a restart interrupted it mid-run
+            ended = await self._ended_waiting(call.record)
+            if ended is not None:  # it waited inside the call for an answer: the model decides
+                return await self.settle(call.record, "failed", ended, decided=Decided("not_rerun"))
             if call.spec is not None and not call.spec.side_effects:
                 return await self._execute(call, decided=Decided("rerun", via="policy", reason=RESTART_RERUN))
             return await self.settle(call.record, "failed", RESTART_NOT_RERUN, decided=Decided("not_rerun"))
@@ -181,6 +185,16 @@ class ToolCalls:
         if prompt is not None:
             return await self._apply_verdict(call, prompt, Verdict.of(prompt))
         return await self._gate(call)
+
+    async def _ended_waiting(self, call: ToolCallRecord) -> str | None:
+        """The error for a call a restart caught waiting for an answer to a question asked inside
+        it (gateway/approvals/in_call.py); its question is closed as expired. None otherwise."""
+        prompt = await self.services.store.prompts.for_tool_call(call.id)
+        error = restart_error(prompt) if prompt is not None else None
+        if prompt is None or error is None:
+            return None
+        await self.services.prompts.end_in_call(prompt)
+        return error
 
     async def _apply_verdict(self, call: OpenCall, prompt: PromptRecord, verdict: Verdict) -> Settled:
         if verdict.status == "pending":
@@ -326,6 +340,9 @@ class ToolCalls:
             run_id=self.run_id,
             resume=resume,
             person=_person(*self.req.acting(self.thread.channel)),
+            requested_by=self.req.requested_by,
+            tool_call_id=record.id,
+            fence=self.req.fence,
         )
         started = time.monotonic()
         self.tool_ran()

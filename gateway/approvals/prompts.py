@@ -11,12 +11,14 @@ inbox event (dedupe) and the resume item that continues the parked turn. The act
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from gateway import metrics
 from gateway.access.policy import AccessPolicy
+from gateway.approvals.in_call import EXPIRED_QUESTION, IN_CALL, OPEN, is_in_call
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
 from gateway.approvals.routing import (
     NOBODY_DECIDES,
@@ -101,6 +103,7 @@ class PromptService:
         self.config = config
         self.access = access  # roles that may approve; approvals.separate_requester
         self.clock = clock  # prompts expire by it (approvals.expire_after, questions.timeout)
+        self.waiting_in_call: dict[str, int] = {}  # thread -> calls of this process waiting for an answer
 
     # ---- asking --------------------------------------------------------------------------
     async def request_approval(
@@ -209,6 +212,45 @@ class PromptService:
         await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", text, buttons, hint=hint))
         return prompt
 
+    async def ask_in_call(
+        self,
+        *,
+        session_id: int,
+        thread: ThreadKey,
+        tool_call_id: int,
+        run_id: int,
+        requested_by: str,
+        question: str,
+        choices: list[str],
+        allow_free_text: bool,
+        link: tuple[str, str] | None,
+        restart_error: str,
+        alive_until: datetime,
+    ) -> PromptRecord:
+        """A question the running call waits for (see in_call.py); `link` is a (label, url)
+        button shown first; `restart_error` is the call's result if a restart ends the wait."""
+        payload: dict[str, Any] = {"question": question, "choices": choices, "allow_free_text": allow_free_text}
+        payload[IN_CALL] = {"restart_error": restart_error}
+        prompt, _ = await self.store.prompts.create(
+            kind="question", session_id=session_id, thread_key=str(thread), payload=payload,
+            requested_by=requested_by, expires_at=alive_until, run_id=run_id, tool_call_id=tool_call_id,
+        )
+        rows = [(Button(link[0], button_token(prompt.token, OPEN), url=link[1]),)] if link else []
+        rows += [(Button(c[:60], button_token(prompt.token, choice_action(i))),) for i, c in enumerate(choices)]
+        hint = FREE_TEXT_HINT if allow_free_text else ""
+        await self._send(prompt, Prompt("question", thread, f"prompt:{prompt.id}", question, tuple(rows), hint=hint))
+        return prompt
+
+    async def end_in_call(self, prompt: PromptRecord, status: str = "expired") -> PromptRecord:
+        """The call stopped waiting (out of time, stopped, ended by a restart): the prompt gets
+        `status` unless someone decided it first, and its message shows which."""
+        result = await self.store.prompts.decide(
+            prompt.id, status=status, decision=Action.EXPIRED, decided_by="", enforce_expiry=False
+        )
+        decided = result.prompt or await self.store.prompts.get(prompt.id) or prompt
+        await self.close(decided)
+        return decided
+
     async def _send(self, record: PromptRecord, prompt: Prompt) -> None:
         delivered = await self.outbox.send_prompt(prompt)
         await self.store.prompts.set_message_ids(record.id, list(delivered.message_ids))
@@ -237,7 +279,8 @@ class PromptService:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
         action = parsed[1]
         if prompt.status != "pending" and prompt.kind != "rerun":
-            return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
+            gone = is_in_call(prompt) and prompt.status in ("expired", "canceled")
+            return SubmitResult(press.event_id, answer=EXPIRED_QUESTION if gone else NOT_PENDING, alert=True)
         if not press.operator and not self.may_decide(prompt, press.sender.id):
             return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
         if prompt.kind == "rerun":
@@ -254,7 +297,7 @@ class PromptService:
             decided_by_name=press.sender.name or press.sender.username,
             answer=answer,
             event=self._event_item(press),
-            resume=resume_item,
+            resume=_resume_of(prompt),
             now=self.clock.now(),
             reason_from_held=status == "rejected",
         )
@@ -281,7 +324,8 @@ class PromptService:
             return SubmitResult(press.event_id, duplicate=True)
         if outcome == "expired" and prompt is not None:
             await self.expire(prompt)
-            return SubmitResult(press.event_id, answer=EXPIRED_ANSWER, alert=True)
+            expired = EXPIRED_QUESTION if is_in_call(prompt) else EXPIRED_ANSWER
+            return SubmitResult(press.event_id, answer=expired, alert=True)
         if outcome != "decided" or prompt is None:
             return SubmitResult(press.event_id, answer=NOT_PENDING, alert=True)
         if prompt.kind == "approval":
@@ -351,7 +395,7 @@ class PromptService:
             decided_by=sender_id,
             decided_by_name=sender_name,
             answer=text,
-            resume=resume_item,
+            resume=_resume_of(prompt),
             now=self.clock.now(),
         )
         return result.prompt if result.outcome == "decided" else None
@@ -363,10 +407,12 @@ class PromptService:
             decision=Action.EXPIRED,
             decided_by="",
             answer=None,
-            resume=resume_item,
+            resume=_resume_of(prompt),
             now=self.clock.now(),
             enforce_expiry=False,
         )
+        if result.outcome == "decided" and is_in_call(prompt):
+            await self.close(result.prompt or prompt)  # no turn resumes to close it
         if result.outcome == "decided" and prompt.kind == "approval":
             metrics.APPROVALS.labels("expired").inc()
 
@@ -375,3 +421,9 @@ class PromptService:
         for prompt in due:
             await self.expire(prompt)
         return len(due)
+
+
+def _resume_of(prompt: PromptRecord) -> Callable[[PromptRecord], NewItem] | None:
+    """What a decision queues: the item that continues the turn parked on the prompt; none for
+    a question a running call waits for (it reads the decision itself)."""
+    return None if is_in_call(prompt) else resume_item

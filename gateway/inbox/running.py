@@ -230,9 +230,9 @@ class TurnRunner:
                 if command is not None and command.name in IMMEDIATE:
                     if await self.admitted(thread, item, None):
                         await self.commands.answer(thread, item, command.name, running=True)
-                elif (interrupting or (interrupt and item.kind == "message")) and await self._stops(
-                    thread, item, running, command.name if command else ""
-                ):
+                elif (
+                    interrupting or (interrupt and item.kind == "message" and not self._answers(str(thread)))
+                ) and await self._stops(thread, item, running, command.name if command else ""):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
             # Local submits wake it at once; polling (for other instances' events) can be slow.
@@ -254,6 +254,11 @@ class TurnRunner:
                 await self.commands.refuse_now(thread, item, refusal)
             return not refusal
         return not (command and await self.commands.refusal(thread, item, command))
+
+    def _answers(self, thread_key: str) -> bool:
+        """A call of the turn waits for an answer typed in the thread: a message is read by it
+        (gateway/mcp/midcall.py), not an interruption."""
+        return bool(self.services.prompts.waiting_in_call.get(thread_key))
 
     def _quiet_window(self) -> float:
         # The dispatcher confirms quiet threads at every poll (`polled`): two polls' time

@@ -1,7 +1,9 @@
 """One call of an MCP tool: the round trips with the server, the questions it asks (parked as
-chat questions, declined in headless sessions), its sampling requests (refused unless the
-server is allowed to sample, then answered by our model and counted in the run), and the
-MCP_CALL trace event of each round trip (server, tool, duration, result size).
+chat questions on the 2026-07-28 protocol, waited for inside the call on older ones: see
+midcall.py; declined in headless sessions), its sampling requests (refused unless the server
+is allowed to sample, then answered by our model and counted in the run: sampling.py), the
+images of its result (shown to a vision model), and the MCP_CALL trace event of each round
+trip (server, tool, duration, result size).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from typing import Any
 
 from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
-from gateway.mcp.results import render
+from gateway.mcp.midcall import MidCall
+from gateway.mcp.results import Rendered, render
+from gateway.mcp.sampling import sample
 from gateway.mcp.sdk import (
     Answer,
+    Busy,
     CallFailed,
     CallResult,
     Connection,
@@ -41,10 +46,19 @@ async def call(
     if ctx.resume is not None:
         answers, token, pending = _resumed(ctx.resume)
         answers = await _answer(server, config, pending, answers, token, ctx)
+    mid_call = MidCall(server, config, tool, ctx)
     for _ in range(MAX_ROUNDS):
         started = time.monotonic()
         try:
-            result = await connection.call(tool, args, answers=answers or None, state=token)
+            result = await connection.call(
+                tool, args, answers=answers or None, state=token, on_request=mid_call.answer
+            )
+        except Busy:
+            await _trace(ctx, server, tool, started, "busy", 0)
+            raise ToolError(
+                f"The MCP server {server!r} is busy with another call that is waiting for an answer "
+                f"(it takes one call at a time); try again later."
+            ) from None
         except ServerGone as exc:
             await _trace(ctx, server, tool, started, "server_gone", 0)
             raise ToolError(
@@ -53,17 +67,21 @@ async def call(
             ) from None
         except CallFailed as exc:
             await _trace(ctx, server, tool, started, "protocol_error", 0)
-            raise ToolError(f"The MCP server {server!r} rejected the call: {exc}") from None
+            refused = "".join(f" {why}" for why in mid_call.refusals)
+            raise ToolError(f"The MCP server {server!r} rejected the call: {exc}{refused}") from None
         except TimeoutError:
             await _trace(ctx, server, tool, started, "timeout", 0)
             raise ToolError(
                 f"The MCP server {server!r} did not answer within {config.timeout_s:g}s; the call was abandoned."
             ) from None
         if isinstance(result, CallResult):
-            text = render(result, server=server, workspace=ctx.workspace)
+            rendered = render(result, server=server, workspace=ctx.workspace)
+            text = rendered.text
             await _trace(ctx, server, tool, started, "error" if result.is_error else "ok", len(text))
             if result.is_error:
-                raise ToolError(f"The MCP tool {tool} of {server!r} returned an error: {text}")
+                refused = "".join(f" ({why})" for why in mid_call.refusals)
+                raise ToolError(f"The MCP tool {tool} of {server!r} returned an error: {text}{refused}")
+            await show_images(ctx, rendered, f"{tool} of {server!r}")
             return text
         await _trace(ctx, server, tool, started, "input_required", 0)
         token = result.state
@@ -97,45 +115,25 @@ async def _answer(
             }
             raise NeedsAnswer(asked.text, choices=asked.choices, allow_free_text=asked.allow_free_text, state=state)
         if isinstance(request, SamplingRequest):
-            answers[key] = await _sample(server, config, request, ctx)
+            answers[key] = await sample(server, config, request, ctx)
             continue
         assert isinstance(request, OtherRequest)
         raise ToolError(f"The MCP server {server!r} asked for {request.method!r}, which this gateway does not provide.")
     return answers
 
 
-async def _sample(server: str, config: McpServerConfig, request: SamplingRequest, ctx: ToolContext) -> Answer:
-    llm = ctx.services.get("llm")
-    if not config.sampling or llm is None:
-        raise ToolError(
-            f"The MCP server {server!r} asked to use the model (sampling), which is not enabled for it "
-            f"(mcp.servers.{server}.sampling); the call was not finished."
-        )
-    messages = ([{"role": "system", "content": request.system_prompt}] if request.system_prompt else []) + [
-        {"role": "assistant" if role == "assistant" else "user", "content": text} for role, text in request.messages
-    ]
-    started = time.monotonic()
-    completion = await llm.complete(messages, max_tokens=request.max_tokens or None)
-    usage = completion.usage
-    totals = {"llm_calls": 1}
-    if usage is not None:
-        totals |= {
-            "input_tokens": usage.prompt_tokens,
-            "cached_tokens": usage.cached_tokens,
-            "output_tokens": usage.completion_tokens,
-        }
-    await _record(
-        ctx,
-        "MCP_SAMPLING",
-        {
-            "server": server,
-            "model": completion.model,
-            "duration_ms": round((time.monotonic() - started) * 1000, 2),
-            "output_chars": len(completion.text),
-        },
-        **totals,
+async def show_images(ctx: ToolContext, rendered: Rendered, source: str) -> None:
+    """Images of a result reach a vision model (`llm.vision`) like those people send: a notice
+    row after the call carries them (tool results are text only in Chat Completions)."""
+    config, store = ctx.services.get("config"), ctx.services.get("store")
+    if not rendered.images or config is None or store is None or not config.llm.vision or not ctx.session_id:
+        return
+    names = ", ".join(image["path"] for image in rendered.images)
+    text = f"[The images returned by the MCP tool {source} (call {ctx.call_id}): {names}]"
+    await store.sessions.append(
+        ctx.session_id, "user", text, synthetic=True, run_id=ctx.run_id or None, fence=ctx.fence,
+        images=rendered.images,
     )
-    return SamplingAnswer(completion.text, completion.model)
 
 
 def _resumed(resume: dict[str, Any]) -> tuple[dict[str, Answer], str | None, dict[str, InputRequest]]:

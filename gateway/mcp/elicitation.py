@@ -2,7 +2,9 @@
 
 A schema with one enum field becomes buttons; any other field (or several) is answered by
 typing: one value for a single field, `name: value` lines (or a JSON object) for several.
-A "Decline" button is always offered; an expired or canceled question is a `cancel`.
+A "Decline" button is always offered; an expired or canceled question is a `cancel`. A
+URL-mode question (the server sends the person to a page: a sign-in, a payment) shows the
+page's address with an Open link and Done / Decline: Done accepts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from gateway.mcp.sdk import ElicitAnswer, Elicitation
 
 DECLINE = "Decline"
+DONE = "Done"
+OPEN = "Open"
 
 
 @dataclass(frozen=True)
@@ -21,9 +25,13 @@ class Question:
     text: str
     choices: list[str]
     allow_free_text: bool
+    link: tuple[str, str] | None = None  # (label, url) of a link button, for URL mode
 
 
 def question(server: str, request: Elicitation) -> Question:
+    if request.url:
+        text = f"🔌 {server} asks you to open a page: {request.message}\n{request.url}\nTap {DONE} once through."
+        return Question(text, [DONE, DECLINE], allow_free_text=False, link=(OPEN, request.url))
     fields = _fields(request.schema)
     text = f"🔌 {server} asks: {request.message}"
     if len(fields) == 1:
@@ -50,6 +58,8 @@ def answer(request: Elicitation, status: str, text: str | None) -> ElicitAnswer:
     text = (text or "").strip()
     if text == DECLINE:
         return ElicitAnswer("decline")
+    if request.url:
+        return ElicitAnswer("accept") if text == DONE else ElicitAnswer("decline")
     fields = _fields(request.schema)
     if not fields:
         return ElicitAnswer("accept", {})

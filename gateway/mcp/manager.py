@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
-from gateway.mcp import calls
+from gateway.mcp import calls, resources
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
+from gateway.mcp.results import READ_TOOL
 from gateway.mcp.sdk import (
     Answer,
     Connection,
@@ -69,6 +70,7 @@ class McpManager:
         self.states: dict[str, ServerState] = {}
         self.connections: dict[str, Connection] = {}
         self._offered: dict[str, list[str]] = {}  # server -> names in the registry
+        self._readable: set[str] = set()  # running servers with resources (mcp_read_resource)
         self._tasks: list[asyncio.Task] = []
         self.changed = asyncio.Condition()  # notified whenever a server's state or tools change
         for name, server in config.servers.items():
@@ -213,11 +215,26 @@ class McpManager:
             offered.append(spec.name)
         self._offered[name] = offered
         self.states[name].tools = len(offered)
+        if connection.has_resources:
+            self._readable.add(name)
+        self._offer_reader()
 
     def _unload(self, name: str) -> None:
         for tool in self._offered.pop(name, []):
             self.registry.unregister(tool)
         self.states[name].tools = 0
+        self._readable.discard(name)
+        self._offer_reader()
+
+    def _offer_reader(self) -> None:
+        """`mcp_read_resource` is offered while a running server has resources to read."""
+        offered = READ_TOOL in self.registry
+        if offered:
+            self.registry.unregister(READ_TOOL)
+        if self._readable:
+            self.registry.register(resources.read_spec(self._live, self.config.servers, sorted(self._readable)))
+        elif offered:
+            log.debug("no MCP server with resources is running: %s withdrawn", READ_TOOL)
 
     def _live(self, name: str) -> Connection:
         connection = self.connections.get(name)
@@ -245,12 +262,13 @@ class McpManager:
         )
 
     async def _legacy_request(self, request: InputRequest) -> Answer:
-        """Requests sent in the middle of a call by servers on older protocol versions: the
-        turn cannot park inside the call, so elicitation is declined and sampling refused."""
+        """A request a server on an older protocol sent outside any call that answers it (the
+        calls of turns answer theirs: gateway/mcp/midcall.py): nobody to ask, so elicitation
+        is declined and sampling refused."""
         if isinstance(request, Elicitation):
-            log.info("MCP elicitation declined: the server sent it mid-call (an older protocol version)")
+            log.info("MCP elicitation declined: the server sent it outside a call")
             return ElicitAnswer("decline")
-        return Refusal("this client answers sampling requests only on the 2026-07-28 protocol")
+        return Refusal("sampling is answered only inside a call of a turn")
 
 
 def _first_connect(state: ServerState) -> bool:

@@ -5,8 +5,11 @@ A connection is opened by `connect()` (an async context manager that must be ent
 left in one task: the SDK runs the transport in anyio task groups), lists tools, calls them,
 and reports when the server says its tools changed or the connection is gone. Elicitation
 and sampling requests arrive inside the call's result (`InputNeeded`, the 2026-07-28
-protocol) so the turn can park on them and answer later; on older protocol versions, where
-they arrive as requests in the middle of a call, the callbacks given to `connect()` answer.
+protocol) so the turn can park on them and answer later. On older protocol versions they
+arrive as requests in the middle of a call: the call that gave `on_request` answers them
+(in its own task's context, with its timeout paused meanwhile). Such a request says nothing
+of the call it belongs to, so on those connections calls with `on_request` run one at a time;
+a request that arrives outside them is answered by the `on_legacy_request` given to `connect()`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,6 +73,14 @@ class CallFailed(Exception):
         self.unsupported = unsupported  # the server does not implement the request
 
 
+class Busy(Exception):
+    """Another call on an older-protocol connection held it past the timeout (it may be waiting
+    for a person's answer to the server's question)."""
+
+
+MID_CALL_BEFORE = "2026-07-28"  # protocols older than this send elicitation/sampling mid-call
+
+
 @dataclass(frozen=True)
 class RemoteTool:
     name: str
@@ -80,10 +92,12 @@ class RemoteTool:
 
 @dataclass(frozen=True)
 class Content:
-    kind: Literal["text", "image", "audio", "blob", "link"]
-    text: str = ""  # text, or the link's uri
+    kind: Literal["text", "image", "audio", "blob", "link", "resource"]
+    text: str = ""  # text (of a text resource too), or the link's uri
     data: bytes = b""
     mime: str = ""
+    uri: str = ""  # an embedded resource's (or a link's) uri
+    title: str = ""  # a link's name and description
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class CallResult:
 class Elicitation:
     message: str
     schema: dict[str, Any]
+    url: str = ""  # URL mode: the person is sent to this page (no form)
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,51 @@ Answer = ElicitAnswer | SamplingAnswer | Refusal
 OnLegacyRequest = Callable[[InputRequest], Awaitable[Answer]]
 
 
+@dataclass(frozen=True)
+class Resource:
+    """What `resources/read` returned: text parts and binary parts (as `Content`)."""
+
+    contents: tuple[Content, ...]
+
+
+class _InCall:
+    """The call in flight that answers the server's mid-call requests: its handler, the context
+    of its task (the turn's: who pays for sampling, the trace), and its timeout, paused while
+    a request is answered (a person may take minutes)."""
+
+    def __init__(self, handler: OnLegacyRequest, timeout_s: float):
+        self.handler = handler
+        self.context = contextvars.copy_context()
+        self.timeout_s = timeout_s
+        self.timer: asyncio.Timeout | None = None
+        self.remaining: float | None = None
+        self.answering: set[asyncio.Task[Answer]] = set()
+
+    async def answer(self, request: InputRequest) -> Answer:
+        loop = asyncio.get_running_loop()
+        if not self.answering and self.timer is not None and self.timer.when() is not None:
+            self.remaining = max(self.timer.when() - loop.time(), 1.0)  # type: ignore[operator]
+            self.timer.reschedule(None)
+        async def handle() -> Answer:
+            return await self.handler(request)
+
+        task = asyncio.create_task(handle(), context=self.context)
+        self.answering.add(task)
+        try:
+            return await task
+        finally:
+            self.answering.discard(task)
+            if not self.answering and self.timer is not None and self.remaining is not None:
+                self.timer.reschedule(loop.time() + self.remaining)
+                self.remaining = None
+
+    async def end(self) -> None:
+        """The call is over (answered, failed, canceled): no handler may go on waiting."""
+        for task in list(self.answering):
+            task.cancel()
+        await asyncio.gather(*self.answering, return_exceptions=True)
+
+
 @dataclass
 class Connection:
     """An open session with one server."""
@@ -153,11 +213,22 @@ class Connection:
     tools_changed: asyncio.Event = field(default_factory=asyncio.Event)
     why: str = ""  # what ended the connection, once `closed` is set
     change_stream: bool = False  # the server keeps a change stream open (else notifications, health checks)
+    in_call: _InCall | None = None
+    one_call: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def close(self, why: str) -> None:
         if not self.closed.is_set():
             self.why = why
             self.closed.set()
+
+    @property
+    def asks_mid_call(self) -> bool:
+        """Whether the server sends its questions and sampling as requests inside a call."""
+        return self.protocol_version < MID_CALL_BEFORE
+
+    @property
+    def has_resources(self) -> bool:
+        return getattr(self.client.server_capabilities, "resources", None) is not None
 
     @property
     def server_version(self) -> str:
@@ -191,18 +262,17 @@ class Connection:
         *,
         answers: dict[str, Answer] | None = None,
         state: str | None = None,
+        on_request: OnLegacyRequest | None = None,
     ) -> CallResult | InputNeeded:
+        """One round trip; `on_request` answers what the server asks in the middle of it."""
         responses = {key: _response(answer) for key, answer in (answers or {}).items()} or None
-        result = await self._guard(
-            self.client.session.call_tool(
-                name,
-                arguments,
-                input_responses=responses,
-                request_state=state,
-                allow_input_required=True,
-            ),
-            self.timeout_s,
+        work = self.client.session.call_tool(
+            name, arguments, input_responses=responses, request_state=state, allow_input_required=True
         )
+        if on_request is None or not self.asks_mid_call:
+            result = await self._guard(work, self.timeout_s)
+        else:
+            result = await self._call_answering(work, on_request)
         if isinstance(result, types.InputRequiredResult):
             requests = {key: _input_request(request) for key, request in (result.input_requests or {}).items()}
             return InputNeeded(requests, result.request_state)
@@ -210,9 +280,45 @@ class Connection:
             tuple(_content(block) for block in result.content), bool(result.is_error), result.structured_content
         )
 
-    async def _guard(self, work: Awaitable[Any], timeout: float) -> Any:
+    async def _call_answering(self, work: Any, on_request: OnLegacyRequest) -> Any:
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self.timeout_s):
+                await self.one_call.acquire()
+        except TimeoutError:
+            work.close()
+            raise Busy(f"another call held the server for {self.timeout_s:g}s") from None
+        self.in_call = in_call = _InCall(on_request, self.timeout_s)
+        try:
+            return await self._guard(work, self.timeout_s, in_call)
+        finally:
+            self.in_call = None
+            await in_call.end()
+            self.one_call.release()
+
+    async def answer_mid_call(self, request: InputRequest, fallback: OnLegacyRequest) -> Answer:
+        """A request the server sent in the middle of a call: answered by that call."""
+        in_call = self.in_call
+        if in_call is None:
+            return await fallback(request)
+        try:
+            return await in_call.answer(request)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the SDK's own task is being cancelled (the connection is closing)
+            # the call ended while it was being answered
+            if isinstance(request, Elicitation):
+                return ElicitAnswer("cancel")
+            return Refusal("the call was canceled")
+
+    async def read_resource(self, uri: str) -> Resource:
+        result = await self._guard(self.client.read_resource(uri, cache_mode="bypass"), self.timeout_s)
+        return Resource(tuple(_resource_content(item) for item in result.contents))
+
+    async def _guard(self, work: Awaitable[Any], timeout: float, in_call: _InCall | None = None) -> Any:
+        try:
+            async with asyncio.timeout(timeout) as timer:
+                if in_call is not None:
+                    in_call.timer = timer
                 return await work
         except TimeoutError:
             raise  # the call took too long; the connection itself is still good (TimeoutError is an OSError)
@@ -290,11 +396,10 @@ async def connect(
             log.info("MCP transport error: %s", message)
 
     async def on_elicit(context: Any, params: Any) -> Any:
-        request = Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
-        return _response(await on_legacy_request(request))
+        return _response(await holder["connection"].answer_mid_call(_elicitation(params), on_legacy_request))
 
     async def on_sample(context: Any, params: Any) -> Any:
-        return _response(await on_legacy_request(_sampling_request(params)))
+        return _response(await holder["connection"].answer_mid_call(_sampling_request(params), on_legacy_request))
 
     async with contextlib.AsyncExitStack() as stack:
         stderr = await stack.enter_async_context(ServerStderr(name or "server")) if config.command else None
@@ -353,22 +458,33 @@ def _content(block: Any) -> Content:
     if kind == "audio":
         return Content("audio", data=base64.b64decode(block.data), mime=block.mime_type or "")
     if kind == "resource_link":
-        return Content("link", text=str(block.uri), mime=block.mime_type or "")
+        title = " - ".join(part for part in (block.title or block.name, block.description) if part)
+        return Content("link", text=str(block.uri), mime=block.mime_type or "", uri=str(block.uri), title=title)
     if kind == "resource":
-        resource = block.resource
-        if getattr(resource, "text", None) is not None:
-            return Content("text", resource.text, mime=resource.mime_type or "")
-        return Content(
-            "blob", data=base64.b64decode(resource.blob), mime=resource.mime_type or "", text=str(resource.uri)
-        )
+        return _resource_content(block.resource)
     return Content("text", f"[unsupported content {kind!r}]")
+
+
+def _resource_content(resource: Any) -> Content:
+    """An embedded resource or a part of what `resources/read` returned."""
+    mime, uri = resource.mime_type or "", str(resource.uri)
+    if getattr(resource, "text", None) is not None:
+        return Content("resource", resource.text, mime=mime, uri=uri)
+    data = base64.b64decode(resource.blob)
+    kind: Literal["image", "audio", "blob"] = "image" if mime.startswith("image/") else "blob"
+    return Content("audio" if mime.startswith("audio/") else kind, data=data, mime=mime, uri=uri)
+
+
+def _elicitation(params: Any) -> Elicitation:
+    if getattr(params, "mode", "form") == "url":
+        return Elicitation(params.message, {}, url=str(params.url))
+    return Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
 
 
 def _input_request(request: Any) -> InputRequest:
     _load_sdk()
     if isinstance(request, types.ElicitRequest):
-        params = request.params
-        return Elicitation(params.message, dict(getattr(params, "requested_schema", {}) or {}))
+        return _elicitation(request.params)
     if isinstance(request, types.CreateMessageRequest):
         return _sampling_request(request.params)
     return OtherRequest(getattr(request, "method", type(request).__name__))

@@ -111,6 +111,16 @@ class PromptRepo(Repo):
         statement = update(prompts).where(prompts.c.id == prompt_id).values(run_id=run_id)
         await self.db.write(lambda conn: conn.execute(statement))
 
+    async def extend(self, prompt_id: int, expires_at: datetime) -> bool:
+        """Move a pending prompt's expiry (a question a running call waits for stays alive while
+        the call does); False when it is no longer pending."""
+        statement = (
+            update(prompts)
+            .where(prompts.c.id == prompt_id, prompts.c.status == "pending")
+            .values(expires_at=expires_at)
+        )
+        return bool(await self.db.write(lambda conn: conn.execute(statement).rowcount))
+
     async def set_message_ids(self, prompt_id: int, message_ids: Sequence[str]) -> None:
         statement = update(prompts).where(prompts.c.id == prompt_id).values(message_ids=list(message_ids))
         await self.db.write(lambda conn: conn.execute(statement))

@@ -87,6 +87,11 @@ class ToolContext:
     run_id: int = 0  # the run the call belongs to, for tools that add to its trace (MCP)
     resume: dict[str, Any] | None = None  # the answer a parked call continues with (see NeedsAnswer)
     person: str = ""  # "<channel>:<user id>" the turn acts for (whose role it has); "" for nobody
+    # For a tool that asks the chat while it runs (an MCP server's mid-call question): whose
+    # turn it is (who may answer), the call's row (its prompt names it) and the turn's lease.
+    requested_by: str = ""
+    tool_call_id: int = 0
+    fence: Any = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ directory, so a test can see whether it ran), `fail` (an `isError` result), `cha
 `grow` (changes its own schema: adds a parameter and tells the client the list changed),
 `confirm` (asks the user to pick a colour through elicitation), `rename` (asks for a typed
 name), `haiku` (asks the client's model: sampling), `crash` (the process exits mid-call) and
-`slow` (sleeps, for timeouts).
+`slow` (sleeps, for timeouts). With `--extra`: `sign_in` (a URL-mode elicitation, sent
+mid-call: older protocols only), `report` (a resource link, an embedded resource or a
+structured-only result) and the resources `notes://report` (text) and `notes://pixel` (a PNG).
 """
 
 import argparse
@@ -16,7 +18,7 @@ import base64
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
@@ -39,13 +41,47 @@ class NewName(BaseModel):
     name: str
 
 
-def build(state: Path) -> MCPServer:
+def build(state: Path, extra: bool = False) -> MCPServer:
     server = MCPServer("test-tools", version="1.0", log_level="CRITICAL")
     add_plain_tools(server, state)
     add_changing_tool(server, state)
     add_asking_tools(server)
     add_failing_tools(server, state)
+    if extra:
+        add_extra_tools(server)
     return server
+
+
+def add_extra_tools(server: MCPServer) -> None:
+    from mcp.types import CallToolResult, EmbeddedResource, ResourceLink, TextResourceContents
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def sign_in(service: str, ctx: Context) -> str:
+        """Sign in to a service (sends the user to a page)."""
+        answer = await ctx.elicit_url(f"Sign in to {service}.", f"https://auth.example/{service}", "e1")
+        return f"sign-in {answer.action}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def report(kind: str) -> Any:
+        """A report as a resource link, an embedded resource or structured content only."""
+        if kind == "link":
+            link = ResourceLink(
+                type="resource_link", uri="notes://report", name="report", description="the weekly report",
+                mime_type="text/plain",
+            )
+            return [TextContent(type="text", text="the report is ready"), link]
+        if kind == "embedded":
+            text = TextResourceContents(uri="notes://report", text="The report: all green.", mime_type="text/plain")
+            return [EmbeddedResource(type="resource", resource=text)]
+        return CallToolResult(content=[], structured_content={"total": 3, "items": ["a", "ü"]})
+
+    @server.resource("notes://report", mime_type="text/plain")
+    def report_text() -> str:
+        return "The report: all green."
+
+    @server.resource("notes://pixel", mime_type="image/png")
+    def pixel() -> bytes:
+        return PIXEL
 
 
 def add_plain_tools(server: MCPServer, state: Path) -> None:
@@ -148,10 +184,11 @@ def main() -> None:
     parser.add_argument("--http", type=int, default=None)
     parser.add_argument("--sse", type=int, default=None, help="serve the older SSE transport on this port")
     parser.add_argument("--state", default=os.environ.get("MCP_TEST_STATE", "."))
+    parser.add_argument("--extra", action="store_true", help="add the tools and resources of newer tests")
     args = parser.parse_args()
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
-    server = build(state)
+    server = build(state, args.extra)
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     elif args.sse is not None:
