@@ -216,7 +216,7 @@ async def test_on_the_older_protocol_questions_mid_call_are_declined_and_changes
         await manager.wait_for(lambda m: m.states["t"].status == "running", 30)
         assert manager.summary()["t"]["protocol"] < "2026"  # a handshake-era version
         ctx = ToolContext(1, ThreadKey("console", "1", ""), "console", True, tmp_path, AgentConfig(), InMemoryNotes())
-        # the question arrives in the middle of the call, where the turn cannot park: declined
+        # the question arrives in the middle of the call; with no chat to ask in, it is declined
         painted = await run_tool(registry.get("mcp__t__confirm"), {"item": "gate"}, ctx)
         assert painted.text == "not painted (decline)"
         old = registry.get("mcp__t__grow").grant_key

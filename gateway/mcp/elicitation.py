@@ -104,6 +104,11 @@ def _coerce(text: str, spec: dict[str, Any]) -> Any:
             return float(text)
     except ValueError:
         return None
+    if kind == "array":  # a multiple choice: comma-separated
+        items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
+        allowed = _enum(items)
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        return values if values and (not allowed or set(values) <= set(allowed)) else None
     if kind == "boolean":
         lowered = text.lower()
         return True if lowered in ("yes", "true", "y", "1") else False if lowered in ("no", "false", "n", "0") else None
