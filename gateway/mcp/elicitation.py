@@ -105,8 +105,8 @@ def _coerce(text: str, spec: dict[str, Any]) -> Any:
     except ValueError:
         return None
     if kind == "array":  # a multiple choice: comma-separated
-        items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
-        allowed = _enum(items)
+        items = spec.get("items")
+        allowed = _enum(items) if isinstance(items, dict) else []
         values = [v.strip() for v in text.split(",") if v.strip()]
         return values if values and (not allowed or set(values) <= set(allowed)) else None
     if kind == "boolean":
