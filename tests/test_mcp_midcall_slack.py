@@ -98,3 +98,21 @@ async def test_over_http_mid_call_sampling_is_answered_and_priced(store, llm, sl
         assert tool_results(llm.requests[2]) == ["haiku: rain on the roof"]
         (run,) = await store.runs.list()
         assert run.llm_calls == 3 and run.cost_nano_usd == 144_000_000  # 144 tokens at $0.001
+
+
+async def test_a_url_mode_question_is_a_link_button_and_done(store, llm, slack, tmp_path) -> None:
+    cfg = over_stdio(llm, slack, tmp_path)
+    cfg.mcp.servers["t"].command.append("--extra")
+    llm.tool_call("mcp__t__sign_in", {"service": "drive"}, id="s1")
+    llm.responder = lambda request: Reply(f"result: {tool_results(request)[-1]}")
+    async with running(store, cfg, slack) as s:
+        await until_running(s.gateway)
+        await s.mention("sign me in")
+        await until(lambda: has_prompt(slack), 20)
+        prompt = prompt_message(slack)
+        link, done, decline = buttons(prompt)
+        assert link["text"]["text"] == "Open" and link["url"] == "https://auth.example/drive" and "value" not in link
+        assert (done["text"]["text"], decline["text"]["text"]) == ("Done", "Decline")
+        await s.click(prompt, "Done")
+        await s.settle(lambda: bool(results(slack)))
+        assert results(slack) == ["result: sign-in accept"]
