@@ -6,6 +6,7 @@ a restart during the wait ends the call with a tool error. SQLite and PostgreSQL
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from fakes.llm import Reply
@@ -33,8 +34,10 @@ from gateway.budgets.caps import Caps, Payer
 LEGACY = {"trusted": True, "protocol": "legacy"}
 
 
-def config(llm, tg, tmp_path, *, questions: float | None = None, **server):
-    sections = {"questions": {"timeout": questions}} if questions else {}
+def config(llm, tg, tmp_path, *, questions: float | None = None, inbox: dict | None = None, **server):
+    sections: dict = {"questions": {"timeout": questions}} if questions else {}
+    if inbox:
+        sections["inbox"] = inbox
     state = tmp_path / "state"
     mcp = mcp_section(t=stdio_server(state, **LEGACY, **server))
     mcp["servers"]["t"]["command"].append("--extra")
@@ -105,6 +108,42 @@ async def test_a_mid_call_question_answered_by_typing(store, llm, tg, tmp_path) 
         await settle(gateway, lambda: bool(result_texts(tg)))
         assert result_texts(tg) == ["result: renamed door to Front door"]
         assert len(llm.requests) == 2  # the typed answer answered the call; it is no new message
+
+
+async def test_in_interrupt_mode_the_typed_answer_answers_and_does_not_interrupt(store, llm, tg, tmp_path) -> None:
+    llm.tool_call("mcp__t__rename", {"item": "door"}, id="r1")
+    results_reply(llm)
+    async with running(store, config(llm, tg, tmp_path, inbox={"busy_mode": "interrupt"})) as gateway:
+        await until_running(gateway)
+        tg.private_message(PRIVATE, "rename the door")
+        await until(lambda: has_prompt(tg, PRIVATE), 20)
+        tg.private_message(PRIVATE, "Side door")
+        await settle(gateway, lambda: bool(result_texts(tg)))
+        assert result_texts(tg) == ["result: renamed door to Side door"]
+        (run,) = await store.runs.list()
+        assert run.stage == "SUCCESS"
+
+
+async def test_the_waiting_call_keeps_its_question_alive_past_a_lease(store, llm, tg, tmp_path) -> None:
+    """The question's expiry follows the call (a lease's time ahead), so it outlives many leases
+    while the call waits; the maintenance that expires due prompts leaves it alone."""
+    llm.tool_call("mcp__t__confirm", {"item": "fence"}, id="c1")
+    results_reply(llm)
+    fast = {"lease_ttl_s": 1.0, "poll_interval_s": 0.1}
+    cfg = config(llm, tg, tmp_path, inbox=fast)
+    cfg = cfg.model_copy(update={"outbox": cfg.outbox.model_copy(update={"sweep_after_s": 0.2})})
+    async with running(store, cfg) as gateway:
+        await until_running(gateway)
+        tg.private_message(PRIVATE, "paint the fence")
+        await until(lambda: has_prompt(tg, PRIVATE), 20)
+        (asked,) = await store.prompts.pending()
+        await asyncio.sleep(3)  # three leases
+        (still,) = await store.prompts.pending()
+        assert still.id == asked.id and still.expires_at > asked.expires_at
+        prompt = prompt_message(tg, PRIVATE)
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "red"), user_id=PRIVATE)
+        await settle(gateway, lambda: bool(result_texts(tg)))
+        assert result_texts(tg) == ["result: painted fence red"]
 
 
 async def test_a_mid_call_question_nobody_answers_ends_with_its_timeout(store, llm, tg, tmp_path) -> None:
