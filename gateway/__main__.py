@@ -120,7 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli.audit import add_parser as add_audit_parser
 
     add_audit_parser(sub, parents=[common], handler=cmd_audit)
+    from gateway.cli.mcp_login import add_parser as add_mcp_parser
+
+    add_mcp_parser(sub, parents=[common], handler=cmd_mcp)
     return parser
+
+
+async def cmd_mcp(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.mcp_login import run
+
+    if args.action == "key":
+        return await run(args, config, None)
+    store = await _store(config)
+    try:
+        return await run(args, config, store)
+    finally:
+        await store.close()
 
 
 async def _store(config: Config) -> Store:
@@ -155,7 +170,12 @@ async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     report.checks[:0] = access
     if config.mcp.servers:
         print(f"MCP servers: {', '.join(config.mcp.servers)}", flush=True)
-        report.checks += (await diagnose_mcp(config.mcp, on_check=print_check)).checks
+        store = await _store(config) if any(s.auth == "oauth" for s in config.mcp.servers.values()) else None
+        try:
+            report.checks += (await diagnose_mcp(config.mcp, on_check=print_check, store=store)).checks
+        finally:
+            if store is not None:
+                await store.close()
     print("nothing to change" if not report.failed and all(c.status == "ok" for c in report.checks) else
           ("fix the failures above before connecting a chat" if report.failed else "works; see the warnings above"))
     return 1 if report.failed else 0

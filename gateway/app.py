@@ -35,6 +35,7 @@ from gateway.inbox.inbox import Inbox
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.mcp import McpManager
+from gateway.mcp.oauth import TokenVault
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
 from gateway.store import Store, notify
@@ -200,7 +201,7 @@ class Gateway:
             spend=self.spend,
         )
         # MCP servers add their tools to the registry while they run (and remove them when down).
-        self.mcp = McpManager(config.mcp, self.registry)
+        self.mcp = McpManager(config.mcp, self.registry, vaults=lambda name: TokenVault.from_env(self.store, name))
         self.services.tool_services["mcp"] = self.mcp
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
         if DELEGATE in self.registry:

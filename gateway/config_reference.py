@@ -62,7 +62,19 @@ def render() -> str:
     lines += ["### `mcp.servers.<name>`", "", "| key | type | default |", "|---|---|---|"]
     for name, sub in McpServerConfig.model_fields.items():
         lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
-    lines += ["", "See [mcp.md](mcp.md) for connecting servers and how approvals apply to their tools.", ""]
+    lines += ["", "See [mcp.md](mcp.md) for connecting servers and how approvals apply to their tools."]
+    lines += [
+        "A server's questions (elicitation) wait at most `questions.timeout`, answered by who may answer",
+        "`ask_user`; with `sampling: true` its use of the model is priced at `llm.prices` and counted by",
+        "`budgets`; with `llm.vision: true` the images of MCP results reach the model. On protocols before",
+        "2026-07-28 the call waits inside the server's request while the question is asked, and calls to",
+        "that server run one at a time ([mcp.md](mcp.md#questions-inside-the-call-protocols-before-2026-07-28)).",
+        "`auth: oauth` is for a remote server behind OAuth: `gateway mcp login <name>` signs in (the browser",
+        "comes back to `oauth_redirect`, a loopback address), the tokens are stored in the database encrypted",
+        "with the `GATEWAY_SECRET_KEY` environment variable (`gateway mcp key` makes one) and refreshed by the",
+        "gateway; without them the server is shown as `needs_login` ([mcp.md](mcp.md#servers-behind-oauth)).",
+        "",
+    ]
     lines += [
         "Approval rules (`approvals.rules`) are mappings: `tool` (a name, a glob, or a class such as",
         "`@side_effects`, `@fs_write`, `@exec`, `@network`), `action` (`allow` | `deny` | `require`), optional",

@@ -184,10 +184,16 @@ def _model_ids(response: httpx.Response) -> list[str] | None:
     return [str(entry.get("id")) for entry in data if isinstance(entry, dict) and entry.get("id")]
 
 
-async def diagnose_mcp(config: McpConfig, *, on_check: Callable[[Check], None] | None = None) -> Report:
-    """One check per configured MCP server, after starting each once (gateway/mcp)."""
+async def diagnose_mcp(
+    config: McpConfig, *, on_check: Callable[[Check], None] | None = None, store: Any = None
+) -> Report:
+    """One check per configured MCP server, after starting each once (gateway/mcp); `store`
+    holds the tokens of servers behind OAuth."""
+    from gateway.mcp.oauth import TokenVault
+
     report = Report()
-    for name, status, found, fix in await doctor_checks(config):
+    vaults = (lambda name: TokenVault.from_env(store, name)) if store is not None else None
+    for name, status, found, fix in await doctor_checks(config, vaults=vaults):
         check = report.add(name, status, found, fix)  # type: ignore[arg-type]  # ok | warn | fail
         if on_check is not None:
             on_check(check)

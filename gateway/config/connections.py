@@ -33,6 +33,11 @@ class McpServerConfig(Section):
     sampling: bool = False  # answer the server's sampling requests with our model (counts against the run)
     description_chars: int = Field(300, ge=0)  # tool descriptions are cut to this, so the prompt stays small
     enabled: bool = True
+    # oauth: a remote server behind OAuth (`gateway mcp login <name>` signs in; the tokens are kept
+    # in the database, encrypted with GATEWAY_SECRET_KEY); the redirect goes to this loopback address
+    auth: Literal["none", "oauth"] = "none"
+    oauth_redirect: str = "http://127.0.0.1:33418/callback"
+    oauth_scope: str = ""
 
     _duration = field_validator("timeout_s", "connect_timeout_s", mode="before")(lambda cls, v: parse_duration(v))
 
@@ -56,6 +61,8 @@ class McpServerConfig(Section):
             self.command, self.args = [*self.command, *self.args], []
         if bool(self.command) == bool(self.url):
             raise ValueError("give either command (a stdio server) or url (an HTTP server), not both or neither")
+        if self.auth == "oauth" and not self.url:
+            raise ValueError("auth: oauth is for a server with a url")
         return self
 
 

@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
 from gateway.mcp import calls, resources
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
+from gateway.mcp.oauth import NoKey
 from gateway.mcp.results import READ_TOOL
 from gateway.mcp.sdk import (
     Answer,
@@ -23,9 +25,11 @@ from gateway.mcp.sdk import (
     ElicitAnswer,
     Elicitation,
     InputRequest,
+    NeedsLogin,
     Refusal,
     RemoteTool,
     StartFailed,
+    Vault,
     connect,
 )
 from gateway.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec, matches_any
@@ -39,7 +43,7 @@ class ServerState:
 
     name: str
     target: str  # the command or the url
-    status: str = "starting"  # starting | running | failed | disabled
+    status: str = "starting"  # starting | running | failed | needs_login | disabled
     tools: int = 0
     error: str = ""
     restarts: int = 0
@@ -64,9 +68,10 @@ class ServerState:
 
 
 class McpManager:
-    def __init__(self, config: McpConfig, registry: ToolRegistry):
+    def __init__(self, config: McpConfig, registry: ToolRegistry, vaults: Callable[[str], Vault] | None = None):
         self.config = config
         self.registry = registry
+        self.vaults = vaults  # a server behind OAuth: where its tokens are kept (gateway/mcp/oauth.py)
         self.states: dict[str, ServerState] = {}
         self.connections: dict[str, Connection] = {}
         self._offered: dict[str, list[str]] = {}  # server -> names in the registry
@@ -127,7 +132,7 @@ class McpManager:
         state = self.states[name]
         delay = self.config.restart_initial_s
         while True:
-            if state.status != "failed":  # a failed server stays shown as failed while it is retried
+            if state.status not in ("failed", "needs_login"):  # shown as it is while it is retried
                 state.status = "starting"
             state.retry_in_s = 0.0
             await self._notify()
@@ -135,8 +140,9 @@ class McpManager:
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     async with asyncio.timeout(server.connect_timeout_s):
+                        vault = self._vault(name, server)
                         connection = await stack.enter_async_context(
-                            connect(server, on_legacy_request=self._legacy_request, name=name)
+                            connect(server, on_legacy_request=self._legacy_request, name=name, vault=vault)
                         )
                         await self._load(name, server, connection)
                     self.connections[name] = connection
@@ -155,6 +161,9 @@ class McpManager:
                 error = shorten(f"{describe(exc.__cause__ or exc)}; its stderr: {exc}")
             except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
                 error = describe(exc)
+                if needs_login(exc):  # not a crash: it waits for a person, looked at again now and then
+                    await self._wait_for_login(name, error)
+                    continue
             self.connections.pop(name, None)
             self._unload(name)
             delay, error = self._next_delay(delay, error, up_since)
@@ -163,6 +172,25 @@ class McpManager:
             await self._notify()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.config.restart_max_s)
+
+    def _vault(self, name: str, server: McpServerConfig) -> Vault | None:
+        if server.auth != "oauth" or self.vaults is None:
+            return None
+        try:
+            return self.vaults(name)
+        except NoKey as exc:
+            log.error("MCP server %s: %s", name, exc)
+            return None
+
+    async def _wait_for_login(self, name: str, error: str) -> None:
+        state = self.states[name]
+        self.connections.pop(name, None)
+        self._unload(name)
+        if state.status != "needs_login":
+            log.warning("MCP server %s needs a login (%s): run `gateway mcp login %s`", name, error, name)
+        state.status, state.error, state.retry_in_s = "needs_login", f"{error}; run `gateway mcp login {name}`", 0.0
+        await self._notify()
+        await asyncio.sleep(self.config.restart_max_s)
 
     def _next_delay(self, delay: float, error: str, up_since: float | None) -> tuple[float, str]:
         """The wait before the next start, and the error as shown. Only a connection that stayed
@@ -297,8 +325,19 @@ def down_text(state: ServerState) -> str:
     )
 
 
+def needs_login(exc: BaseException) -> bool:
+    """Whether the (possibly grouped) error is a server behind OAuth asking for a sign-in."""
+    if isinstance(exc, NeedsLogin):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(needs_login(inner) for inner in exc.exceptions)
+    return exc.__cause__ is not None and needs_login(exc.__cause__)
+
+
 def state_line(name: str, server: dict[str, Any]) -> str:
     """One server's state in a line, as /status and `gateway doctor` show it."""
+    if server["status"] == "needs_login":
+        return f"MCP {name}: 🔑 needs login (gateway mcp login {name})"
     if server["status"] == "running":
         return f"MCP {name}: 🟢 running, {server['tools']} tools"
     if server["status"] == "failed":
@@ -306,10 +345,12 @@ def state_line(name: str, server: dict[str, Any]) -> str:
     return f"MCP {name}: {server['status']}"
 
 
-async def check_servers(config: McpConfig, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+async def check_servers(
+    config: McpConfig, timeout: float = 30.0, vaults: Callable[[str], Vault] | None = None
+) -> dict[str, dict[str, Any]]:
     """Start every enabled server once and report how each came up (running with its tool
     count, or failed with the error): what `gateway doctor` shows, without a running gateway."""
-    manager = McpManager(config.model_copy(update={"restart_initial_s": 3600.0}), ToolRegistry())
+    manager = McpManager(config.model_copy(update={"restart_initial_s": 3600.0}), ToolRegistry(), vaults)
     await manager.start()
     try:
         settled = lambda m: all(s.status != "starting" for s in m.states.values())  # noqa: E731
@@ -320,15 +361,19 @@ async def check_servers(config: McpConfig, timeout: float = 30.0) -> dict[str, d
         await manager.stop()
 
 
-async def doctor_checks(config: McpConfig, timeout: float = 30.0) -> list[tuple[str, str, str, str]]:
+async def doctor_checks(
+    config: McpConfig, timeout: float = 30.0, vaults: Callable[[str], Vault] | None = None
+) -> list[tuple[str, str, str, str]]:
     """`gateway doctor`'s MCP section: (name, ok | warn | fail, what was found, what to change)
     for each configured server, after starting it once."""
-    report = await check_servers(config, timeout)
+    report = await check_servers(config, timeout, vaults)
     checks = []
     for name, settings in config.servers.items():
         state, where = report[name], f"mcp.servers.{name}"
         if state["status"] == "disabled":
             checks.append((f"MCP {name}", "warn", "disabled", f"set {where}.enabled: true to use it"))
+        elif state["status"] == "needs_login":
+            checks.append((f"MCP {name}", "fail", "needs login", f"run `gateway mcp login {name}`"))
         elif state["status"] != "running":
             fix = f"check {where}.{'command' if settings.command else 'url'}"
             checks.append((f"MCP {name}", "fail", f"{state['status']}: {state['error'] or 'no answer'}", fix))

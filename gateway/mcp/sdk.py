@@ -18,10 +18,12 @@ import asyncio
 import base64
 import contextlib
 import contextvars
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.config import McpServerConfig
 from gateway.mcp.stderr import ServerStderr
@@ -73,11 +75,17 @@ class CallFailed(Exception):
         self.unsupported = unsupported  # the server does not implement the request
 
 
+class NeedsLogin(Exception):
+    """A server behind OAuth wants a person's sign-in (no stored tokens, or the refresh was
+    refused): `gateway mcp login <name>`."""
+
+
 class Busy(Exception):
     """Another call on an older-protocol connection held it past the timeout (it may be waiting
     for a person's answer to the server's question)."""
 
 
+TOKEN_MARGIN_S = 30  # an access token this close to its expiry is refreshed first
 MID_CALL_BEFORE = "2026-07-28"  # protocols older than this send elicitation/sampling mid-call
 
 
@@ -156,6 +164,23 @@ class Refusal:
 
 Answer = ElicitAnswer | SamplingAnswer | Refusal
 OnLegacyRequest = Callable[[InputRequest], Awaitable[Answer]]
+
+
+class Vault(Protocol):
+    """Where a server's OAuth tokens and client registration are kept (gateway/mcp/oauth.py)."""
+
+    async def load(self, field: str) -> str | None: ...
+
+    async def save(self, field: str, value: str) -> None: ...
+
+
+@dataclass
+class Login:
+    """The interactive sign-in of `gateway mcp login`: `show` is given the authorization link;
+    `wait` returns the (code, state) the browser was redirected back with."""
+
+    show: Callable[[str], Awaitable[None]]
+    wait: Callable[[], Awaitable[tuple[str, str | None]]]
 
 
 @dataclass(frozen=True)
@@ -383,10 +408,18 @@ def unsupported(exc: BaseException | None) -> bool:
 
 @contextlib.asynccontextmanager
 async def connect(
-    config: McpServerConfig, *, on_legacy_request: OnLegacyRequest, name: str = ""
+    config: McpServerConfig,
+    *,
+    on_legacy_request: OnLegacyRequest,
+    name: str = "",
+    vault: Vault | None = None,
+    login: Login | None = None,
 ) -> AsyncIterator[Connection]:
-    """Open a session with the configured server (a subprocess for `command`, HTTP for `url`)."""
+    """Open a session with the configured server (a subprocess for `command`, HTTP for `url`;
+    with `auth: oauth`, signed in by the tokens in `vault`, or through `login`)."""
     _load_sdk()
+    if config.auth == "oauth" and login is None and (vault is None or not await vault.load("tokens")):
+        raise NeedsLogin("no stored tokens" if vault is not None else "GATEWAY_SECRET_KEY is not set")
     holder: dict[str, Connection] = {}
 
     async def on_message(message: Any) -> None:
@@ -404,7 +437,7 @@ async def connect(
     async with contextlib.AsyncExitStack() as stack:
         stderr = await stack.enter_async_context(ServerStderr(name or "server")) if config.command else None
         client = Client(
-            _transport(config, stderr),
+            _transport(config, stderr, _oauth(config, vault, login) if config.auth == "oauth" else None),
             cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection
             mode=config.protocol,
             message_handler=on_message,
@@ -426,7 +459,72 @@ async def connect(
         yield connection
 
 
-def _transport(config: McpServerConfig, stderr: ServerStderr | None) -> Any:
+def _oauth(config: McpServerConfig, vault: Vault | None, login: Login | None) -> Any:
+    """The SDK's OAuth client for the server: tokens from the vault, refreshed by the SDK; a
+    sign-in only through `login` (otherwise NeedsLogin)."""
+    from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+    from mcp.shared.auth import OAuthClientMetadata
+
+    if vault is None:
+        raise NeedsLogin("no token store: GATEWAY_SECRET_KEY is needed for a server behind OAuth")
+
+    async def redirect(url: str) -> None:
+        if login is None:
+            raise NeedsLogin("the server asks for a sign-in")
+        await login.show(url)
+
+    async def callback() -> AuthorizationCodeResult:
+        assert login is not None
+        code, state = await login.wait()
+        return AuthorizationCodeResult(code=code, state=state)
+
+    metadata = OAuthClientMetadata(
+        redirect_uris=[config.oauth_redirect],
+        client_name="chat-gateway",
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        scope=config.oauth_scope or None,
+    )
+    storage = _token_storage(vault)
+    return OAuthClientProvider(config.url, metadata, storage, redirect_handler=redirect, callback_handler=callback)
+
+
+def _token_storage(kept: Vault) -> Any:
+    from mcp.client.auth import TokenStorage
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+    class Storage(TokenStorage):
+        """Tokens are kept with their absolute expiry: the SDK reads a stored token as valid
+        (its `expires_in` is relative) and, on the 401, signs in anew instead of refreshing.
+        An expired one is handed over without its access token, which makes the SDK refresh."""
+
+        async def get_tokens(self) -> OAuthToken | None:
+            text = await kept.load("tokens")
+            if not text:
+                return None
+            kept_tokens = json.loads(text)
+            tokens = OAuthToken.model_validate(kept_tokens["token"])
+            expires_at = kept_tokens.get("expires_at")
+            if expires_at is not None and time.time() >= expires_at - TOKEN_MARGIN_S and tokens.refresh_token:
+                tokens = tokens.model_copy(update={"access_token": ""})
+            return tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            expires_at = time.time() + tokens.expires_in if tokens.expires_in else None
+            kept_tokens = {"token": tokens.model_dump(mode="json"), "expires_at": expires_at}
+            await kept.save("tokens", json.dumps(kept_tokens))
+
+        async def get_client_info(self) -> OAuthClientInformationFull | None:
+            text = await kept.load("client")
+            return OAuthClientInformationFull.model_validate_json(text) if text else None
+
+        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+            await kept.save("client", client_info.model_dump_json())
+
+    return Storage()
+
+
+def _transport(config: McpServerConfig, stderr: ServerStderr | None, auth: Any = None) -> Any:
     _load_sdk()
     if config.command:
         params = StdioServerParameters(
@@ -438,7 +536,7 @@ def _transport(config: McpServerConfig, stderr: ServerStderr | None) -> Any:
         return stdio_client(params, errlog=stderr.file) if stderr is not None else params
     if config.transport == "sse":
         return sse_client(config.url, headers=dict(config.headers) or None, timeout=config.connect_timeout_s)
-    http = create_mcp_http_client(headers=dict(config.headers) or None)
+    http = create_mcp_http_client(headers=dict(config.headers) or None, auth=auth)
     return streamable_http_client(config.url, http_client=http)
 
 

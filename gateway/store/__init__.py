@@ -29,6 +29,7 @@ from gateway.store.gauges import GaugeRepo, Gauges
 from gateway.store.history import HistoryRepo
 from gateway.store.holds import HoldRepo
 from gateway.store.inbox import InboxRepo, NewItem
+from gateway.store.mcp_tokens import McpTokenRepo
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import DecideResult, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
@@ -127,6 +128,7 @@ class Store:
         self.conversation = ConversationRepo(self.db)
         self.gauges = GaugeRepo(self.db)
         self.holds = HoldRepo(self.db)
+        self.mcp_tokens = McpTokenRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:

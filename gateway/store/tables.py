@@ -486,6 +486,18 @@ console_sessions = Table(
 )
 
 
+# OAuth tokens and client registrations of remote MCP servers (gateway/mcp/oauth.py), each
+# encrypted with the key from GATEWAY_SECRET_KEY: the table alone signs nobody in.
+mcp_tokens = Table(
+    "mcp_tokens",
+    metadata,
+    Column("server", String(64), primary_key=True),
+    Column("tokens", Text, nullable=True),
+    Column("client", Text, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+)
+
+
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""
