@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from gateway.config import McpServerConfig
@@ -130,9 +131,18 @@ async def show_images(ctx: ToolContext, rendered: Rendered, source: str) -> None
         return
     names = ", ".join(image["path"] for image in rendered.images)
     text = f"[The images returned by the MCP tool {source} (call {ctx.call_id}): {names}]"
+    # Image records name their file from the workspace's root (`sessions/<id>/…`), the paths
+    # shown to the model from the session's own directory.
+    root = Path(ctx.agent.workspace).expanduser().resolve()
+    images = []
+    for image in rendered.images:
+        located = (ctx.workspace / image["path"]).resolve()
+        if located.is_relative_to(root):
+            images.append({**image, "path": located.relative_to(root).as_posix()})
+    if not images:
+        return
     await store.sessions.append(
-        ctx.session_id, "user", text, synthetic=True, run_id=ctx.run_id or None, fence=ctx.fence,
-        images=rendered.images,
+        ctx.session_id, "user", text, synthetic=True, run_id=ctx.run_id or None, fence=ctx.fence, images=images
     )
 
 
