@@ -59,6 +59,18 @@ class MidCall:
         if prompts is None or store is None or not ctx.tool_call_id:
             log.info("MCP %s: a mid-call question was declined (no chat to ask in)", self.server)
             return ElicitAnswer("decline")
+        # Counted before the question is shown: a reply typed at once must not interrupt the turn.
+        waiting, thread_key = prompts.waiting_in_call, str(ctx.thread)
+        waiting[thread_key] = waiting.get(thread_key, 0) + 1
+        try:
+            return await self._shown(request, prompts, store)
+        finally:
+            waiting[thread_key] -= 1
+            if not waiting[thread_key]:
+                del waiting[thread_key]
+
+    async def _shown(self, request: Elicitation, prompts: Any, store: Any) -> Answer:
+        ctx = self.ctx
         asked = elicitation.question(self.server, request)
         config, now = ctx.services["config"], prompts.clock.now()
         deadline = now + timedelta(seconds=config.questions.timeout)
@@ -70,17 +82,11 @@ class MidCall:
             restart_error=self._restart_error(request), alive_until=alive_until(now, liveness, deadline),
         )
         await _trace(ctx, self.server, self.tool, prompt.id)
-        waiting, thread_key = prompts.waiting_in_call, str(ctx.thread)
-        waiting[thread_key] = waiting.get(thread_key, 0) + 1
         try:
             decided = await self._wait(prompts, store, prompt, deadline, liveness)
         except asyncio.CancelledError:  # the call was stopped (or the gateway is stopping)
             await asyncio.shield(prompts.end_in_call(prompt, "canceled"))
             raise
-        finally:
-            waiting[thread_key] -= 1
-            if not waiting[thread_key]:
-                del waiting[thread_key]
         if decided.status == "pending" or decided.status == "expired":
             decided = await prompts.end_in_call(decided)
         else:

@@ -316,7 +316,7 @@ class Connection:
         try:
             return await self._guard(work, self.timeout_s, in_call)
         finally:
-            self.in_call = None
+            self.in_call, in_call.timer = None, None  # its timeout is over: nothing to resume
             await in_call.end()
             self.one_call.release()
 
