@@ -2,20 +2,18 @@
 others, protocol 2025-11-25), over stdio through Telegram and Slack: its mid-call elicitation
 answered by typing and declined by button, its mid-call sampling answered by our model and
 priced, a resource link read with `mcp_read_resource`, its image shown to a vision model and
-its structured content. The server comes from the conformance tier,
-`$GATEWAY_TEST_MCP_TIER/node/node_modules/.bin/mcp-server-everything`; skipped (with the
-reason) when it is not built."""
+its structured content. The server comes from the conformance tier (tests/mcp_tier.py);
+skipped (with the reason) when it is not built."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm import FakeToolCall, Reply
 from helpers import until
 from mcp_support import mcp_section, until_running
+from mcp_tier import node_server, unavailable_reason
 from test_budgets import priced
 from test_slack_e2e import buttons, has_prompt, prompt_message, slack_config
 from test_slack_e2e import running as slack_running
@@ -26,13 +24,10 @@ from test_telegram_e2e import prompt_message as tg_prompt_message
 
 
 def everything() -> str:
-    tier = os.environ.get("GATEWAY_TEST_MCP_TIER", "")
-    if not tier:
-        pytest.skip("MCP tier skipped: GATEWAY_TEST_MCP_TIER is not set")
-    binary = Path(tier) / "node" / "node_modules" / ".bin" / "mcp-server-everything"
-    if not binary.exists():
-        pytest.skip(f"MCP tier skipped: {binary} is missing (npm install @modelcontextprotocol/server-everything)")
-    return str(binary)
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"MCP tier skipped: {reason}")
+    return str(node_server("mcp-server-everything"))
 
 
 def servers(**settings: Any) -> dict[str, Any]:
