@@ -12,7 +12,7 @@ from fakes.llm import FakeToolCall, Reply
 from mcp_support import mcp_section, stdio_server, until_running
 from test_telegram_e2e import PRIVATE, has_prompt, prompt_message, running, settle, texts, tg_config, tool_results
 
-from gateway.mcp.results import PNG_SIGNATURE, mended_png, render
+from gateway.mcp.results import PNG_SIGNATURE, mended_png, render, render_result
 from gateway.mcp.sdk import CallResult, Content
 
 
@@ -104,12 +104,13 @@ def test_a_png_loses_only_its_broken_ancillary_chunks() -> None:
     critical = chunk(b"IDAT", b"x", crc=1)  # a broken critical chunk is not hidden
     assert mended_png(PNG_SIGNATURE + header + critical + end) == PNG_SIGNATURE + header + critical + end
     assert mended_png(b"GIF89a...") == b"GIF89a..."
+    assert mended_png(PNG_SIGNATURE + b"not chunks") == PNG_SIGNATURE + b"not chunks"  # left as it is
 
 
 def test_structured_only_results_are_json_and_links_name_their_reader(tmp_path) -> None:
-    rendered = render(CallResult((), False, {"a": [1, 2]}), server="s", workspace=tmp_path)
+    rendered = render_result(CallResult((), False, {"a": [1, 2]}), server="s", workspace=tmp_path)
     assert json.loads(rendered.text) == {"a": [1, 2]}
     link = Content("link", "file:///x", mime="", uri="file:///x")
-    assert render(CallResult((link,), False), server="s", workspace=tmp_path).text == (
+    assert render(CallResult((link,), False), server="s", workspace=tmp_path) == (
         '[resource link file:///x; read it with mcp_read_resource(server="s", uri="file:///x")]'
     )

@@ -73,7 +73,7 @@ SHOWN = _paths(
     mcp.servers.*.timeout_s mcp.servers.*.connect_timeout_s mcp.servers.*.sampling mcp.servers.*.description_chars
     mcp.servers.*.enabled
     mcp.restart_initial_s mcp.restart_max_s mcp.health_interval_s
-    mcp.restart_reset_s mcp.import_files
+    mcp.restart_reset_s mcp.import_files mcp.servers.*.auth mcp.servers.*.oauth_scope
     access.dm_policy access.group_policy access.pairing_ttl access.max_pending_per_channel
     access.roles.*.tools access.roles.*.deny_tools access.roles.*.approve access.roles.*.compact
     access.roles.*.new_for_others access.roles.*.schedule
@@ -86,7 +86,7 @@ SHOWN = _paths(
 URLS = _paths(
     """
     database.url llm.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
-    slack.api_base_url mcp.servers.*.url
+    slack.api_base_url mcp.servers.*.url mcp.servers.*.oauth_redirect
     """
 )
 # Mappings whose names are shown and values masked (header names, environment variable names).

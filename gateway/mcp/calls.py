@@ -16,7 +16,7 @@ from typing import Any
 from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
 from gateway.mcp.midcall import MidCall
-from gateway.mcp.results import Rendered, render
+from gateway.mcp.results import Rendered, render_result
 from gateway.mcp.sampling import sample
 from gateway.mcp.sdk import (
     Answer,
@@ -76,7 +76,7 @@ async def call(
                 f"The MCP server {server!r} did not answer within {config.timeout_s:g}s; the call was abandoned."
             ) from None
         if isinstance(result, CallResult):
-            rendered = render(result, server=server, workspace=ctx.workspace)
+            rendered = render_result(result, server=server, workspace=ctx.workspace)
             text = rendered.text
             await _trace(ctx, server, tool, started, "error" if result.is_error else "ok", len(text))
             if result.is_error:

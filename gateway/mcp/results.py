@@ -42,7 +42,12 @@ class Rendered:
     images: list[dict[str, Any]] = field(default_factory=list)  # records as user rows keep them
 
 
-def render(result: CallResult, *, server: str, workspace: Path) -> Rendered:
+def render(result: CallResult, *, server: str, workspace: Path) -> str:
+    """The result's text for the model (`render_result` has its images too)."""
+    return render_result(result, server=server, workspace=workspace).text
+
+
+def render_result(result: CallResult, *, server: str, workspace: Path) -> Rendered:
     rendered = render_contents(result.content, server=server, workspace=workspace)
     if not rendered.text and result.structured is not None:
         rendered.text = structured_text(result.structured)
@@ -106,7 +111,7 @@ def mended_png(data: bytes) -> bytes:
         if not ancillary or zlib.crc32(kind + body).to_bytes(4, "big") == crc:
             out.append(chunk)
         at += 12 + length
-    return b"".join(out)
+    return b"".join(out) if at == len(data) else data  # trailing bytes: not a PNG we can read
 
 
 def save(item: Content, server: str, workspace: Path) -> str:
