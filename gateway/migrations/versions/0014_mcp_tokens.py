@@ -1,7 +1,7 @@
 """OAuth tokens of remote MCP servers, encrypted
 
-Revision ID: 0013
-Revises: 0018
+Revision ID: 0014
+Revises: 0013
 """
 
 import sqlalchemy as sa
@@ -9,8 +9,8 @@ from alembic import op
 
 from gateway.store.tables import UTCDateTime
 
-revision = "0013"
-down_revision = "0018"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
