@@ -118,6 +118,10 @@ async def test_a_call_of_each_result_kind(store, llm, tg, tmp_path) -> None:
         assert links.count("demo://resource/") >= 2
         assert "returned an error" in error and "Mars/Olympus_Mons" in error
         assert "Long running operation completed" in progress and "Steps: 2" in progress
+        # Its progress notifications (sent because the call carries a progress token) are traced.
+        run = (await store.runs.list())[0]
+        progressed = [e.payload for e in await store.runs.events(run.id) if e.kind == "MCP_PROGRESS"]
+        assert progressed and progressed[0]["server"] == "everything" and progressed[0]["total"] == 2
 
 
 async def test_an_untrusted_servers_call_is_approved_by_button(store, llm, tg, tmp_path) -> None:

@@ -35,6 +35,7 @@ from gateway.mcp.sdk import (
 from gateway.tools.registry import NeedsAnswer, ToolContext, ToolError
 
 log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 2.0
 MAX_ROUNDS = 8  # input rounds of one call, so a server that keeps asking cannot loop forever
 
 
@@ -48,11 +49,12 @@ async def call(
         answers, token, pending = _resumed(ctx.resume)
         answers = await _answer(server, config, pending, answers, token, ctx)
     mid_call = MidCall(server, config, tool, ctx)
+    progress = ProgressTrace(ctx, server, tool)
     for _ in range(MAX_ROUNDS):
         started = time.monotonic()
         try:
             result = await connection.call(
-                tool, args, answers=answers or None, state=token, on_request=mid_call.answer
+                tool, args, answers=answers or None, state=token, on_request=mid_call.answer, on_progress=progress
             )
         except Busy:
             await _trace(ctx, server, tool, started, "busy", 0)
@@ -207,6 +209,33 @@ def _load_answers(dumped: dict[str, Any]) -> dict[str, Answer]:
         else:
             loaded[key] = SamplingAnswer(item["text"], item["model"])
     return loaded
+
+
+class ProgressTrace:
+    """A call's progress notifications as MCP_PROGRESS run events: the first, then at most one
+    every PROGRESS_EVERY_S (a chatty server cannot flood the trace), each with the count so far."""
+
+    def __init__(self, ctx: ToolContext, server: str, tool: str):
+        self.ctx, self.server, self.tool = ctx, server, tool
+        self.count = 0
+        self._last = float("-inf")
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        payload = {
+            "server": self.server,
+            "tool": self.tool,
+            "call_id": self.ctx.call_id,
+            "progress": progress,
+            "total": total,
+            "message": (message or "")[:200],
+            "notifications": self.count,
+        }
+        await _record(self.ctx, "MCP_PROGRESS", payload)
 
 
 async def _trace(ctx: ToolContext, server: str, tool: str, started: float, status: str, result_chars: int) -> None:

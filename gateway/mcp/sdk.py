@@ -190,6 +190,26 @@ class Resource:
     contents: tuple[Content, ...]
 
 
+OnProgress = Callable[[float, "float | None", "str | None"], Awaitable[None]]
+
+
+class _Progress:
+    """A call's progress notifications (the SDK sends a progress token when it has a callback):
+    each one is reported and moves the call's timeout on by `timeout_s`, so a long operation
+    that says it is progressing is not abandoned (unless its timeout is paused for a question)."""
+
+    def __init__(self, report: OnProgress, timeout_s: float):
+        self.report = report
+        self.timeout_s = timeout_s
+        self.timer: asyncio.Timeout | None = None
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        timer = self.timer
+        if timer is not None and timer.when() is not None and not timer.expired():
+            timer.reschedule(max(timer.when() or 0.0, asyncio.get_running_loop().time() + self.timeout_s))
+        await self.report(progress, total, message)
+
+
 class _InCall:
     """The call in flight that answers the server's mid-call requests: its handler, the context
     of its task (the turn's: who pays for sampling, the trace), and its timeout, paused while
@@ -288,14 +308,22 @@ class Connection:
         answers: dict[str, Answer] | None = None,
         state: str | None = None,
         on_request: OnLegacyRequest | None = None,
+        on_progress: OnProgress | None = None,
     ) -> CallResult | InputNeeded:
-        """One round trip; `on_request` answers what the server asks in the middle of it."""
+        """One round trip; `on_request` answers what the server asks in the middle of it,
+        `on_progress` hears its progress notifications."""
         responses = {key: _response(answer) for key, answer in (answers or {}).items()} or None
+        progress = _Progress(on_progress, self.timeout_s) if on_progress is not None else None
         work = self.client.session.call_tool(
-            name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+            name,
+            arguments,
+            input_responses=responses,
+            request_state=state,
+            allow_input_required=True,
+            progress_callback=progress,
         )
         if on_request is None or not self.asks_mid_call:
-            result = await self._guard(work, self.timeout_s)
+            result = await self._guard(work, self.timeout_s, progress)
         else:
             result = await self._call_answering(work, on_request)
         if isinstance(result, types.InputRequiredResult):
@@ -339,7 +367,7 @@ class Connection:
         result = await self._guard(self.client.read_resource(uri, cache_mode="bypass"), self.timeout_s)
         return Resource(tuple(_resource_content(item) for item in result.contents))
 
-    async def _guard(self, work: Awaitable[Any], timeout: float, in_call: _InCall | None = None) -> Any:
+    async def _guard(self, work: Awaitable[Any], timeout: float, in_call: _InCall | _Progress | None = None) -> Any:
         try:
             async with asyncio.timeout(timeout) as timer:
                 if in_call is not None:
