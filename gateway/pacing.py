@@ -11,7 +11,6 @@ alone too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -97,14 +96,18 @@ class ChatPacer:
             del self._held[key]
 
     async def follow(self, stopped: asyncio.Event) -> None:
-        """Until `stopped`: refresh every HOLDS_REFRESH_S, or at once when `changed` is set."""
+        """Until `stopped` (at once): refresh every HOLDS_REFRESH_S, or when `changed` is set."""
         while not stopped.is_set():
             try:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - the database blinked: the next round reads again
                 log.debug("reading the shared holds failed", exc_info=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), HOLDS_REFRESH_S)
+            waits = [asyncio.ensure_future(self.changed.wait()), asyncio.ensure_future(stopped.wait())]
+            try:
+                await asyncio.wait(waits, timeout=HOLDS_REFRESH_S, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
             self.changed.clear()
 
     async def sleep(self, seconds: float) -> None:
