@@ -57,7 +57,7 @@ def head_and_tail(text: str, limit: int) -> tuple[str, int]:
     return f"{head}\n… {omitted} characters not shown …\n{tail}", omitted
 
 
-_FORMATTING = re.compile(r"[\\`*_\[\]()<>~|]")
+_FORMATTING = re.compile(r"[\\`*_\[\]<>~|]")  # no brackets, so no link; parentheses are plain text
 
 
 def plain_name(name: str, limit: int = NAME_CHARS) -> str:
