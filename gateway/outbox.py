@@ -11,6 +11,7 @@ thread to another instance neither sends nor records.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -132,7 +133,8 @@ class Outbox:
     ) -> Delivered:
         channel = self.channel(thread)
         delivered = await self.with_retries(thread, lambda done: action(channel, done), record=record)
-        await self.store.outbox.mark_sent(record.id, list(delivered.message_ids), fence=fencing.fence())
+        fence = fencing.fence()
+        await recorded(lambda: self.store.outbox.mark_sent(record.id, list(delivered.message_ids), fence=fence))
         metrics.OUTBOX.labels(thread.channel).inc()
         return delivered
 
@@ -169,14 +171,17 @@ class Outbox:
     ) -> None:
         retry_at = None if step.final else utcnow() + timedelta(seconds=step.wait)
         try:
-            await self.store.outbox.attempt_failed(
-                record.id,
-                str(exc),
-                final=step.final,
-                retry_at=retry_at,
-                uncertain=step.uncertain,
-                delivered=done,
-                fence=fencing.fence(),
+            fence = fencing.fence()
+            await recorded(
+                lambda: self.store.outbox.attempt_failed(
+                    record.id,
+                    str(exc),
+                    final=step.final,
+                    retry_at=retry_at,
+                    uncertain=step.uncertain,
+                    delivered=done,
+                    fence=fence,
+                )
             )
         except LeaseLost:
             # Stalled mid-request while another instance took the thread over: what it sent
@@ -204,6 +209,30 @@ class Outbox:
             return _Step(uncertain=AMBIGUOUS_RESENT)
         state.failures += 1
         return _Step(wait=self.policy.backoff(state.failures))
+
+
+RECORD_RETRY_S = 60.0  # how long a write recording what a platform did is tried while the database is away
+
+
+async def recorded(write: Callable[[], Awaitable[Any]]) -> None:
+    """A write that records what the platform already did (a message posted, a send that timed
+    out): tried again while the database is away (restarted, failing over), for up to
+    RECORD_RETRY_S. Given up at once, a posted message went unrecorded and was sent again by
+    the turn that continued; a lost lease is never retried (the new holder decides)."""
+    delay, waited = 0.2, 0.0
+    while True:
+        try:
+            await write()
+            return
+        except LeaseLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the driver's errors of a database that is away
+            if waited >= RECORD_RETRY_S:
+                raise
+            log.warning("could not record a delivery (%s); trying again in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 5.0)
 
 
 def _count_failure(channel: str, exc: ChannelError, step: _Step) -> None:
@@ -332,7 +361,8 @@ class RecordedStream:
             if self._progress_id is None:
                 record = await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)
                 self._progress_id = record.id
-            await repo.remember_partial(self._progress_id, ids, fence=fence)
+            progress_id = self._progress_id
+            await recorded(lambda: repo.remember_partial(progress_id, ids, fence=fence))
         except LeaseLost:
             new = [i for i in ids if i not in self._recorded]  # posted, never recorded: the new holder cannot know
             if new:
@@ -389,8 +419,10 @@ class RecordedStream:
         if forget is None and self._uncertain and self._progress_key is not None:  # adopted, never updated
             repo = self.outbox.store.outbox
             forget = (await repo.record(self._progress_key, str(self.thread), "partial", {}, fence=fence)).id
-        await self.outbox.store.outbox.mark_sent(
-            record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget, fence=fence
+        await recorded(
+            lambda: self.outbox.store.outbox.mark_sent(
+                record.id, list(delivered.message_ids), final_stage=final_stage, forget=forget, fence=fence
+            )
         )
         metrics.OUTBOX.labels(self.thread.channel).inc()
         self._recorded = ()

@@ -351,3 +351,23 @@ async def test_no_progress_goes_to_a_chat_the_platform_holds(sqlite_store) -> No
     assert channel.stream_updates == []
     await stream.finish("reply:1", "the whole reply")
     assert virtual.sleeps == [40]
+
+
+async def test_a_delivery_is_recorded_once_the_database_is_back(sqlite_store, monkeypatch) -> None:
+    """The database went away (a restart) just after the platform took the message: the write
+    that records it is tried again, not given up (the turn that continued sent it again)."""
+    channel = ScriptedChannel([])
+    outbox = outbox_for(sqlite_store, channel)
+    real, failures = sqlite_store.outbox.mark_sent, [ConnectionRefusedError(111, "Connect call failed")] * 2
+
+    async def flaky(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite_store.outbox, "mark_sent", flaky)
+    await outbox.send_text(CHAT, "posted while the database restarts", key="k1")
+    assert channel.messages() == ["posted while the database restarts"]
+    assert (await sqlite_store.outbox.get("k1")).status == "sent"
+    await outbox.send_text(CHAT, "posted while the database restarts", key="k1")  # the turn continued
+    assert channel.messages() == ["posted while the database restarts"]
