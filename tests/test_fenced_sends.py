@@ -129,15 +129,16 @@ async def test_a_sigstopped_holder_sends_nothing_after_a_second_instance_finishe
             llm.reply("The survivor's answer.")
             async with running(store, config, instance_id="survivor") as gateway:
                 await settle(gateway, lambda: "The survivor's answer." in texts(tg, PRIVATE))
-                before = sum(len(tg.calls_to(method)) for method in SHOWING)
+                woken = len(tg.calls)
                 held.released.set()  # the stalled stream's next chunks wait in its socket
                 await asyncio.sleep(0.3)
                 process.send_signal(signal.SIGCONT)
                 await asyncio.sleep(ttl)  # the woken holder's sends, if any, come now
-                after = sum(len(tg.calls_to(method)) for method in SHOWING)
         finally:
             process.send_signal(signal.SIGCONT)
-    assert after == before, [c.method for c in tg.calls if c.method in SHOWING][before:]
+    # Told apart by their text: the survivor's stream may still show a late draft of its own.
+    late = [c.method for c in tg.calls[woken:] if c.method in SHOWING and "stalled holder" in str(c.params)]
+    assert late == []
     assert texts(tg, PRIVATE) == ["The survivor's answer."]
 
 
