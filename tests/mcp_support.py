@@ -35,11 +35,15 @@ def free_port() -> int:
 async def http_server(state: Path, transport: str = "http") -> AsyncIterator[str]:
     """The server on Streamable HTTP (or SSE) at 127.0.0.1; yields its /mcp (or /sse) url."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER), f"--{transport}", str(port), "--state", str(state)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    argv = [sys.executable, str(SERVER), f"--{transport}", str(port), "--state", str(state)]
+    async with serving(argv, port):
+        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
+
+
+@contextlib.asynccontextmanager
+async def serving(argv: list[str], port: int) -> AsyncIterator[None]:
+    """A server process (`argv`) the test starts, once it accepts connections on `port`."""
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
             with contextlib.suppress(OSError):
@@ -47,7 +51,7 @@ async def http_server(state: Path, transport: str = "http") -> AsyncIterator[str
                 writer.close()
                 break
             await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
+        yield
     finally:
         process.kill()
         process.wait()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from fakes.llm import Reply
 from helpers import until
-from mcp_support import FAST, free_port
+from mcp_support import FAST, free_port, serving
 from test_chat_cli import child_env
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config, tool_results
 
@@ -32,22 +31,8 @@ OAUTH_SERVER = Path(__file__).parent / "mcp_server" / "oauth_server.py"
 @contextlib.asynccontextmanager
 async def oauth_server(token_ttl: int = 3600) -> AsyncIterator[str]:
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(OAUTH_SERVER), str(port), "--token-ttl", str(token_ttl)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            await asyncio.sleep(0.05)
+    async with serving([sys.executable, str(OAUTH_SERVER), str(port), "--token-ttl", str(token_ttl)], port):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture
