@@ -64,6 +64,10 @@ MARKER = re.compile(r"\bM\d{5}\b")
 PAIRING_REQUEST = re.compile(r"Access request from .*\(telegram:(\d+)\)")
 GATEWAY = str(ROOT / ".venv" / "bin" / "gateway")
 LEASE_TTL_S = 6.0
+# A 429 reaches the other instances through the database (a write, then a NOTIFY, then their
+# read): a send another instance had under way within this long of the 429 could not have
+# known. Telegram refuses it with a 429 of its own, and its sender holds the chat from then on.
+HOLD_KNOWN_S = 0.25
 ADMIN = 999  # the Telegram admin whose DM gets the pairing prompts (besides every drill user's)
 PAIRED = (7100, 7101)  # strangers an admin approves during the run
 STRANGERS = (7000, 7001)  # strangers nobody approves: never answered
@@ -681,6 +685,8 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
     latencies = [s.answered_at - s.at for s in drill.by_marker.values() if s.answered_at is not None]
     failovers = [float(what.split(":")[1]) for _, what, _ in drill.events if what.startswith("failover:")]
     takeovers = sorted(drill.takeovers)
+    in_flight = [v for v in drill.tg.flood_violations if v[3] < HOLD_KNOWN_S]
+    broken = [v for v in drill.tg.flood_violations if v[3] >= HOLD_KNOWN_S]
     return {
         "messages": len(drill.by_marker),
         "threads": len(drill.conversations),
@@ -692,8 +698,11 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
         "strangers' messages answered": len(strangers_answered),
         "people paired during the run": len(drill.paired_at),
         "messages with a document": drill.attachments,
-        "sends into a chat Telegram held (flood wait broken)": len(drill.tg.flood_violations),
-        "flood waits broken (first)": [f"{m} to {c}, {s:.1f}s early" for m, c, s in drill.tg.flood_violations[:10]],
+        "sends already under way when another instance was told to wait (refused, resent after)": len(in_flight),
+        "sends into a chat Telegram held (flood wait broken)": len(broken),
+        "flood waits broken (first)": [
+            f"{m} to {c}, {left:.1f}s early, {since * 1000:.0f} ms after the 429" for m, c, left, since in broken[:10]
+        ],
         "job firings": await job_firings(store, started_at, utcnow()),
         "job spend": await job_spend(store, JOB_CAP_TOKENS),
         "faults": [f"{what} {name}" for _, what, name in drill.events if what.split(":")[0] in ("stop", "db-down")],

@@ -28,7 +28,7 @@ from gateway.config import AgentConfig, ContextConfig, LLMConfig
 from gateway.context import ContextBuilder
 from gateway.store import NewToolCall, SessionRepo, Store
 
-TOOLS = [("read_file", "head"), ("shell", "tail"), ("http_fetch", "head"), ("run_tests", "both")]
+TOOLS = [("read_file", "head"), ("shell", "tail"), ("web_fetch", "head"), ("run_tests", "both")]
 
 
 async def summarise(messages: list[dict], max_tokens: int) -> str:

@@ -2,6 +2,7 @@
 
 Run by hand:  .venv/bin/python bench/gateway_load.py [--db sqlite|postgres|both]
               [--only steady,thousand,slack] [--chats 20] [--messages 200] [--quick]
+              [--turns 1000] [--instances 1] [--slots N] [--pool-size N] [--max-overflow N]
 
 The gateway runs as its own process (`python -m gateway serve`, a config written here) so its
 CPU time is read from /proc: nothing of the driver, the fake Bot API or the fake LLM is counted.
@@ -16,10 +17,14 @@ Slack Web API run in this one.
   sendMessage received), peak RSS, and the statements and transactions sent to the database per
   message (the gateway's /metrics counters; on PostgreSQL each statement is a round trip, and
   each transaction adds its BEGIN and COMMIT).
-- `thousand`: 1,000 private chats at once, each turn streaming a chunk every 50 ms for 10 s.
-  Every reply must arrive exactly once; sends are checked against Telegram's limits (30/s
-  overall, 1/s per chat with bursts of 3); event-loop lag p50/p99 is read from the gateway's
-  /metrics; CPU per streamed reply and peak RSS.
+- `thousand`: `--turns` (1,000) private chats at once, each turn streaming a chunk every 50 ms
+  for 10 s, over `--instances` (1) `gateway serve` processes on one database (several: PostgreSQL;
+  `--instances 3 --db postgres --turns 10000` is the scale-out case), each with its own fake LLM
+  process. Every reply must arrive exactly once; sends are checked against Telegram's limits for
+  the bot as a whole (30 in any second, drafts, typing and edits counted too; 1/s per chat with
+  bursts of 3); per instance: event-loop lag p50/p99 from its /metrics, CPU, peak RSS and, on
+  PostgreSQL, the most connections it held (pg_stat_activity, sampled every second); the commit
+  and the machine's load average are printed with them.
 - `slack`: signed events posted to /slack/events (HTTP Events API mode), the replies through
   the fake Slack Web API: events/s accepted, CPU per Slack reply, p50/p95.
 """
@@ -158,13 +163,14 @@ class GatewayProcess:
 
 
 def write_config(directory: Path, database: str, llm_url: str, port: int, *, telegram: dict[str, Any] | None = None,
-                 slack: dict[str, Any] | None = None, inbox: dict[str, Any] | None = None) -> Path:
+                 slack: dict[str, Any] | None = None, inbox: dict[str, Any] | None = None,
+                 serve: dict[str, Any] | None = None, pool: dict[str, Any] | None = None) -> Path:
     config: dict[str, Any] = {
-        "database": {"url": database},
+        "database": {"url": database, **(pool or {})},
         "llm": {"base_url": llm_url, "model": "bench-model", "max_retries": 1},
         "agent": {"workspace": str(directory / "workspace")},
         "http": {"port": port},
-        "serve": {"shutdown_grace": 5},
+        "serve": {"shutdown_grace": 5, **(serve or {})},
         "inbox": inbox or {},
         "access": {"dm_policy": "open", "group_policy": "open"},  # the load talks as people nobody listed
     }
@@ -209,6 +215,7 @@ class LoadTelegram(FakeTelegram):
         super().__init__()
         self.sent: Counter[int] = Counter()
         self.send_times: list[tuple[float, int]] = []  # (monotonic, chat) of every sendMessage
+        self.paced_times: list[float] = []  # every call the bot's overall budget covers (drafts, typing too)
         self._waiters: dict[int, list[tuple[int, asyncio.Future[float]]]] = {}
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -216,12 +223,25 @@ class LoadTelegram(FakeTelegram):
         chat, now = int(params["chat_id"]), time.perf_counter()
         self.sent[chat] += 1
         self.send_times.append((time.monotonic(), chat))
+        self.paced_times.append(time.monotonic())
         waiting = self._waiters.get(chat, [])
         for entry in [w for w in waiting if w[0] <= self.sent[chat]]:
             waiting.remove(entry)
             if not entry[1].done():
                 entry[1].set_result(now)
         return result
+
+    async def _api_sendMessageDraft(self, params: dict[str, Any]) -> Any:
+        self.paced_times.append(time.monotonic())
+        return await super()._api_sendMessageDraft(params)
+
+    async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
+        self.paced_times.append(time.monotonic())
+        return await super()._api_sendChatAction(params)
+
+    async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
+        self.paced_times.append(time.monotonic())
+        return await super()._api_editMessageText(params)
 
     def until_sent(self, chat: int, count: int) -> asyncio.Future[float]:
         """Resolves (with perf_counter time) when `chat` has received `count` messages."""
@@ -266,7 +286,31 @@ def figures(label: str, cpu: float, elapsed: float, latencies: list[float], extr
             f"{percentile(latencies, 95) * 1000:8.1f}{extra}")
 
 
-async def steady(kind: str, args: argparse.Namespace) -> None:
+# The peer measured side by side with this workload at 84cd0e9 (issue 30: nanobot-ai 0.3.5, same
+# fake Bot API, 0 ms model, closed loop), and the goals set against it.
+PEER = {"plain": 81.8, "one tool call": 93.9}
+GOALS = {"plain": 8.0, "one tool call": 9.0, "cold start": 500.0}
+
+
+def print_against_goals(results: dict[str, dict[str, float]]) -> None:
+    """The steady figures of every database measured, beside the peer's and the goals."""
+    kinds = list(results)
+    print(f"\n== against the goals (commit {commit()}; load average {load_average():.1f}) ==")
+    print(f"{'':<34} {'nanobot':>9}" + "".join(f" {kind:>9}" for kind in kinds) + f" {'goal':>7}")
+    rows = [(f"CPU ms per message, {case}", case, PEER[case]) for case in PEER] + [
+        ("cold start to /readyz ms (p50)", "cold start", None)
+    ]
+    for label, key, peer in rows:
+        ours = [results[kind].get(key) for kind in kinds]
+        line = f"{label:<34} {(f'{peer:.1f}' if peer else '-'):>9}"
+        line += "".join(f" {(f'{v:.1f}' if v is not None else '-'):>9}" for v in ours)
+        met = all(v is not None and v <= GOALS[key] for v in ours)
+        print(line + f" {'<= ' + format(GOALS[key], 'g'):>7}  {'met' if met else 'NOT MET'}")
+
+
+async def steady(kind: str, args: argparse.Namespace) -> dict[str, float]:
+    """The cold start and the CPU per message of each case (ms), also printed."""
+    result: dict[str, float] = {}
     print(f"\n== steady: {args.messages} messages over {args.chats} private chats, each waiting for its reply "
           f"({kind}, pacing {'on' if args.paced else 'off'}) ==")
     with tempfile.TemporaryDirectory() as tmp:
@@ -294,6 +338,7 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
                       f"(min {min(cold) * 1000:.0f}, max {max(cold) * 1000:.0f}; the first start, creating the schema: "
                       f"{first * 1000:.0f} ms); CPU until ready p50 {statistics.median(cold_cpu) * 1000:.0f} ms; "
                       f"first reply after ready: {first_reply * 1000:.0f} ms")
+                result["cold start"] = statistics.median(cold) * 1000
                 print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
                       f"{'stmts/msg':>10} {'txns/msg':>8}")
                 base = 100
@@ -314,6 +359,7 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
                     extra = (f" {per_message['gateway_db_statements_total']:10.1f} "
                              f"{per_message['gateway_db_transactions_total']:8.1f}")
                     print(figures(case, cpu, elapsed, latencies, extra))
+                    result[case] = cpu * 1000 / len(latencies)
                     missing = [c for c in chats if fake.sent[c] != args.messages // args.chats]
                     if missing:
                         print(f"  !! chats with a wrong reply count: {missing[:5]}")
@@ -323,6 +369,7 @@ async def steady(kind: str, args: argparse.Namespace) -> None:
                 code = await gateway.stop()
                 if code:
                     print(f"  !! gateway exited with {code}; see its log")
+    return result
 
 
 async def start_profiler(gateway: GatewayProcess, prefix: str, case: str) -> asyncio.subprocess.Process:
@@ -357,7 +404,7 @@ def busiest(times: list[float], window: float) -> int:
     return most
 
 
-def pacing_report(sends: list[tuple[float, int]]) -> str:
+def pacing_report(sends: list[tuple[float, int]], paced: list[float] | None = None) -> str:
     """The busiest second and five seconds overall and the busiest second per chat, against
     Telegram's limits (about 30 messages a second, 1 a second per chat; the pacer allows 30 in
     any second overall and a chat's token bucket a burst of 3 on top of its rate)."""
@@ -371,69 +418,170 @@ def pacing_report(sends: list[tuple[float, int]]) -> str:
         stamps.sort()
         for i in range(len(stamps)):
             chat_busiest = max(chat_busiest, sum(1 for s in stamps[i:] if s - stamps[i] < 1.0))
-    verdict = "within limits" if five <= 150 and one <= 30 and chat_busiest <= 3 else "OVER THE LIMITS"
+    every = busiest(sorted(paced), 1.0) if paced else 0
+    verdict = "within limits" if five <= 150 and one <= 30 and every <= 30 and chat_busiest <= 3 else "OVER THE LIMITS"
     return (f"sendMessage: busiest second {one}, busiest 5 s {five} ({five / 5:.1f}/s; limit 30 in any second), "
-            f"busiest chat-second {chat_busiest} (burst 3): {verdict}")
+            f"busiest chat-second {chat_busiest} (burst 3)"
+            f"{f'; with drafts, typing and edits: busiest second {every}' if paced else ''}: {verdict}")
+
+
+def commit() -> str:
+    """The commit measured (with "+changes" when the tree differs from it)."""
+    run = lambda *cmd: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    head = run("git", "rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if run("git", "status", "--porcelain", "--untracked-files=no") else "")
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+class ConnectionCounter:
+    """PostgreSQL backends connected to the run's database, per application name (the gateway
+    names its connections "gateway <instance id>"), sampled every `every` seconds."""
+
+    def __init__(self, url: str, every: float = 1.0) -> None:
+        self.dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        self.database = url.rsplit("/", 1)[1]
+        self.every = every
+        self.peak: Counter[str] = Counter()  # the most connections each name held at once
+        self.peak_total = 0
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> ConnectionCounter:
+        import asyncpg
+
+        self._conn = await asyncpg.connect(self.dsn)
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def _sample(self) -> None:
+        query = ("SELECT application_name, count(*) FROM pg_stat_activity "
+                 "WHERE datname = $1 AND pid <> pg_backend_pid() GROUP BY application_name")
+        while True:
+            rows = await self._conn.fetch(query, self.database)
+            for name, count in rows:
+                self.peak[name] = max(self.peak[name], count)
+            self.peak_total = max(self.peak_total, sum(count for _, count in rows))
+            await asyncio.sleep(self.every)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._conn.close()
 
 
 async def thousand(kind: str, args: argparse.Namespace) -> None:
-    chats, seconds = args.turns, 10.0
+    """`--turns` private chats at once over `--instances` `gateway serve` processes on one
+    database (more than one: PostgreSQL), each turn streaming a chunk every 50 ms for 10 s."""
+    chats, instances, seconds = args.turns, args.instances, 10.0
+    if instances > 1 and kind != "postgres":
+        print(f"\n== {chats} turns over {instances} instances: skipped on {kind} (several need PostgreSQL) ==")
+        return
     chunks = int(seconds / 0.05)
     reply = (REPLY * 2)[: chunks * CHUNK_CHARS]
-    print(f"\n== {chats} turns in flight: each streams {chunks} chunks, one every 50 ms ({kind}) ==")
+    slots = args.slots or -(-chats // instances) + 50
+    pool = {k: v for k, v in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow)) if v is not None}
+    print(f"\n== {chats} turns in flight over {instances} instance{'s' * (instances > 1)}: "
+          f"each streams {chunks} chunks, one every 50 ms ({kind}; commit {commit()}; "
+          f"max_concurrent_turns {slots} per instance{', pool ' + str(pool) if pool else ''}) ==")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        async with LLMProcess(CHUNK_CHARS, delay=0.05, reply=reply) as llm, LoadTelegram() as fake, \
-                database_url(kind, directory) as db:
-            port = free_port()
-            config = write_config(directory, db, llm.base_url, port, telegram=telegram_section(fake, True),
-                                  inbox={"max_concurrent_turns": chats + 50})
-            gateway = GatewayProcess(config, port, directory / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
-            await gateway.start()
+        async with contextlib.AsyncExitStack() as stack:
+            # One fake LLM process per instance: a single one fell behind a thousand streams.
+            llms = [await stack.enter_async_context(LLMProcess(CHUNK_CHARS, delay=0.05, reply=reply))
+                    for _ in range(instances)]
+            fake = await stack.enter_async_context(LoadTelegram())
+            db = await stack.enter_async_context(database_url(kind, directory))
+            gateways = []
+            for n, llm in enumerate(llms):
+                home = directory / f"instance-{n}"
+                home.mkdir()
+                port = free_port()
+                config = write_config(home, db, llm.base_url, port, telegram=telegram_section(fake, True),
+                                      inbox={"max_concurrent_turns": slots}, serve={"instance_id": f"bench-{n}"},
+                                      pool=pool)
+                gateway = GatewayProcess(config, port, home / "gateway.log", {"TELEGRAM_BOT_TOKEN": fake.token})
+                gateways.append(gateway)
+                await gateway.start()  # in turn: the first creates the schema and leads
+            counter = await stack.enter_async_context(ConnectionCounter(db)) if kind == "postgres" else None
             try:
-                profiler = await start_profiler(gateway, args.profile, "thousand") if args.profile else None
-                cpu = gateway.cpu_seconds()
-                started = time.perf_counter()
-                waits = []
-                for n in range(chats):
-                    chat = 10_000 + n
-                    fake.private_message(chat, f"tell me a long story ({n})")
-                    waits.append(fake.until_sent(chat, 1))
-                lags: list[dict[str, float]] = []
-
-                async def sample_lag() -> None:
-                    while True:
-                        await asyncio.sleep(5)
-                        lags.append(await gateway.metrics())
-
-                sampler = asyncio.create_task(sample_lag())
-                try:
-                    times = await asyncio.wait_for(asyncio.gather(*waits), args.timeout + 60)
-                finally:
-                    sampler.cancel()
-                elapsed = time.perf_counter() - started
-                lags.append(await gateway.metrics())
-                if profiler is not None:
-                    await stop_profiler(profiler)
-                await asyncio.sleep(1.0)  # anything sent twice would arrive now
-                cpu = gateway.cpu_seconds() - cpu
-                rss, peak = gateway.memory_mb()
-                latencies = [t - started for t in times]
-                once = all(fake.sent[10_000 + n] == 1 for n in range(chats))
-                drafts = len(fake.calls_to("sendMessageDraft"))
-                print(f"replies {len(times)}/{chats} ({'each exactly once' if once else 'NOT EXACTLY ONCE'}) "
-                      f"in {elapsed:.1f} s; "
-                      f"first reply at {min(latencies):.1f} s, last at {max(latencies):.1f} s; {drafts} drafts")
-                print(pacing_report(fake.send_times))
-                # Each sample covers the 30 s before it: the worst window is reported.
-                p50 = max(s.get('gateway_event_loop_lag_seconds{quantile="0.5"}', float("nan")) for s in lags)
-                p99 = max(s.get('gateway_event_loop_lag_seconds{quantile="0.99"}', float("nan")) for s in lags)
-                worst = max(s.get("gateway_event_loop_lag_seconds_max", float("nan")) for s in lags)
-                print(f"event-loop lag p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms; "
-                      f"CPU {cpu * 1000 / chats:.1f} ms per streamed reply ({cpu:.1f} s in all); "
-                      f"RSS {rss:.0f} MB, peak {peak:.0f} MB")
+                await drive_turns(fake, gateways, chats, args, counter)
             finally:
-                await gateway.stop()
+                for gateway in gateways:
+                    await gateway.stop()
+
+
+async def drive_turns(fake: LoadTelegram, gateways: list[GatewayProcess], chats: int, args: argparse.Namespace,
+                      counter: ConnectionCounter | None) -> None:
+    profiler = await start_profiler(gateways[0], args.profile, "thousand") if args.profile else None
+    cpu = [gateway.cpu_seconds() for gateway in gateways]
+    loads = [load_average()]
+    started = time.perf_counter()
+    waits = []
+    for n in range(chats):
+        chat = 10_000 + n
+        fake.private_message(chat, f"tell me a long story ({n})")
+        waits.append(fake.until_sent(chat, 1))
+    samples: list[list[dict[str, float]]] = [[] for _ in gateways]
+    peaks = [0.0 for _ in gateways]
+
+    async def sample() -> None:
+        while True:
+            await asyncio.sleep(5)
+            loads.append(load_average())
+            for n, gateway in enumerate(gateways):
+                samples[n].append(await gateway.metrics())
+                peaks[n] = max(peaks[n], gateway.memory_mb()[1])
+
+    sampler = asyncio.create_task(sample())
+    # A floor for the deadline: Telegram's 30 messages a second for the bot send `chats` replies
+    # in chats / 30 s at best.
+    deadline = max(args.timeout + 60, chats / 10 + 120)
+    try:
+        times = await asyncio.wait_for(asyncio.gather(*waits), deadline)
+    finally:
+        sampler.cancel()
+    elapsed = time.perf_counter() - started
+    for n, gateway in enumerate(gateways):
+        samples[n].append(await gateway.metrics())
+    if profiler is not None:
+        await stop_profiler(profiler)
+    await asyncio.sleep(2.0)  # anything sent twice would arrive now
+    cpu = [gateway.cpu_seconds() - before for gateway, before in zip(gateways, cpu, strict=True)]
+    loads.append(load_average())
+    latencies = [t - started for t in times]
+    twice = [10_000 + n for n in range(chats) if fake.sent[10_000 + n] != 1]
+    drafts = len(fake.calls_to("sendMessageDraft"))
+    print(f"replies {len(times)}/{chats} ({'each exactly once' if not twice else f'NOT EXACTLY ONCE: {twice[:5]}'}) "
+          f"in {elapsed:.1f} s; first reply at {min(latencies):.1f} s, median {statistics.median(latencies):.1f} s, "
+          f"last at {max(latencies):.1f} s; {drafts} drafts")
+    print(pacing_report(fake.send_times, fake.paced_times))
+    total_cpu = sum(cpu)
+    print(f"CPU {total_cpu * 1000 / chats:.1f} ms per streamed reply ({total_cpu:.1f} s in all); "
+          f"machine load average {min(loads):.1f}-{max(loads):.1f} during the run")
+    for n, gateway in enumerate(gateways):
+        rss, peak = gateway.memory_mb()
+        # Each sample's quantiles cover the 30 s before it: the worst window is reported.
+        series = samples[n]
+        p50 = max(s.get('gateway_event_loop_lag_seconds{quantile="0.5"}', float("nan")) for s in series)
+        p99 = max(s.get('gateway_event_loop_lag_seconds{quantile="0.99"}', float("nan")) for s in series)
+        worst = max(s.get("gateway_event_loop_lag_seconds_max", float("nan")) for s in series)
+        label = f"instance {n}" if len(gateways) > 1 else "gateway"
+        print(f"{label}: event-loop lag p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms; "
+              f"CPU {cpu[n]:.1f} s; RSS {rss:.0f} MB, peak {max(peak, peaks[n]):.0f} MB"
+              f"{'' if counter is None else f'; PostgreSQL connections at most {counter.peak[gateway_name(n)]}'}")
+    if counter is not None:
+        others = {name: count for name, count in counter.peak.items()
+                  if name not in {gateway_name(n) for n in range(len(gateways))}}
+        print(f"PostgreSQL connections to the run's database: at most {counter.peak_total} at once"
+              f"{f' (others: {dict(others)})' if others else ''}")
+
+
+def gateway_name(n: int) -> str:
+    return f"gateway bench-{n}"
 
 
 # ---- Slack ----------------------------------------------------------------------------------------
@@ -519,10 +667,16 @@ async def main(args: argparse.Namespace) -> None:
     if "postgres" in kinds and not postgres_url():
         print("note: PostgreSQL skipped: GATEWAY_TEST_POSTGRES_URL is not set")
         kinds.remove("postgres")
-    scenarios = {"steady": steady, "thousand": thousand, "slack": slack}
+    scenarios = {"thousand": thousand, "slack": slack}
+    steady_results: dict[str, dict[str, float]] = {}
     for kind in kinds:
         for name in args.only.split(","):
-            await scenarios[name](kind, args)
+            if name == "steady":
+                steady_results[kind] = await steady(kind, args)
+            else:
+                await scenarios[name](kind, args)
+    if steady_results:
+        print_against_goals(steady_results)
 
 
 if __name__ == "__main__":
@@ -532,6 +686,12 @@ if __name__ == "__main__":
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--turns", type=int, default=1000, help="turns in flight in `thousand`")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="`gateway serve` processes sharing the database in `thousand` (more than one: PostgreSQL)")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="inbox.max_concurrent_turns per instance in `thousand` (default: its share + 50)")
+    parser.add_argument("--pool-size", type=int, help="database.pool_size of each instance (default: the gateway's)")
+    parser.add_argument("--max-overflow", type=int, help="database.max_overflow of each instance")
     parser.add_argument("--cold-starts", type=int, default=4, help="extra restarts measured for the cold start")
     parser.add_argument("--paced", action="store_true",
                         help="Telegram pacing on in `steady` (default off: raw capacity)")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -30,22 +29,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     from gateway.config import ConfigError, load_config
+    from gateway.logs import configure as configure_logging
     from gateway.store import StoreError
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # Per-request chatter (and URLs that can carry a bot token) only when debugging.
-    if args.log_level != "debug":
-        for noisy in ("httpx", "alembic.runtime.migration", "apscheduler.scheduler", "apscheduler.executors.default"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
     try:
         config = load_config(args.config)
+        # Other libraries' chatter (and URLs that can carry a bot token) only when debugging.
+        configure_logging(args.log_level or config.logging.level)
         return asyncio.run(args.handler(args, config)) or 0
     except ConfigError as exc:
         print(f"configuration error:\n{exc}", file=sys.stderr)
@@ -63,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=None, help="path to config.yml (default: $GATEWAY_CONFIG or ./config.yml)")
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument(
+        "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="default: logging.level"
+    )
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default="info", help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command")
 
     sub.add_parser("serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP").set_defaults(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from channels.headless import HeadlessChannel
-from gateway import metrics
+from gateway import metrics, telemetry
 from gateway.access import AccessPolicy, Gatekeeper
 from gateway.access.notes import explicit_dm_policy, log_start_notes
 from gateway.admin import mount as mount_admin
@@ -23,7 +24,7 @@ from gateway.agent.services import TurnServices
 from gateway.approvals.ask_user import ask_user_spec
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService
-from gateway.attachments import AttachmentPreparer
+from gateway.attachments import AttachmentPreparer, Heard, TranscriptionRefused
 from gateway.budgets import SpendGate
 from gateway.channel_state import StoreChannelState
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -31,18 +32,24 @@ from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.http import HttpServer, webhook_routes
-from gateway.inbox.inbox import Inbox
+from gateway.inbox.inbox import Inbox, default_instance_id
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
+from gateway.llm.gate import BudgetReached
+from gateway.llm.pricing import minutes_cost
 from gateway.mcp import McpManager
 from gateway.mcp.oauth import TokenVault
+from gateway.memory import MemoryBook, memory_specs
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
 from gateway.store import Store, notify
+from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL
 from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
+from gateway.tools.builtin_search import search_specs
 from gateway.tools.builtin_shell import sandbox_status
+from gateway.traces import current_spending
 from gateway.workspace import adopt_legacy_layout, shared_root
 from scheduler import control as job_control
 from scheduler.definitions import DefinitionError, parse_deliver_to
@@ -83,6 +90,8 @@ def build_registry(config: Config, store: Store) -> ToolRegistry:
     """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
     registry = default_registry(config.agent)
     extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
+    extra += search_specs(config.search)  # web_search, when search.provider names one
+    extra += memory_specs(store, config.memory) if config.memory.enabled else []
     for spec in extra:
         if matches_any(spec.name, config.agent.tools):
             registry.register(spec)
@@ -144,7 +153,14 @@ class Gateway:
         """`clock`: what prompts expire by (a test's advances by hand)."""
         self.config = config
         self._owns = {"store": store is None, "llm": llm is None}
-        self.store = store or Store(config.database.url, echo=config.database.echo)
+        instance_id = instance_id or config.serve.instance_id or default_instance_id()
+        self.store = store or Store(
+            config.database.url,
+            echo=config.database.echo,
+            pool_size=config.database.pool_size,
+            max_overflow=config.database.max_overflow,
+            application_name=f"gateway {instance_id}",  # pg_stat_activity: connections per instance
+        )
         self.llm = llm or LLMClient(config.llm)
         self.channel_state = StoreChannelState(self.store)
         self.channels: dict[str, Channel] = (
@@ -199,11 +215,15 @@ class Gateway:
             access=self.access,
             gatekeeper=self.gatekeeper,
             spend=self.spend,
+            memory=MemoryBook(self.store, config.memory) if config.memory.enabled else None,
         )
         # MCP servers add their tools to the registry while they run (and remove them when down).
         self.mcp = McpManager(config.mcp, self.registry, vaults=lambda name: TokenVault.from_env(self.store, name))
         self.services.tool_services["mcp"] = self.mcp
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
+        # None while telemetry.otlp_endpoint is empty: OpenTelemetry is then never imported.
+        self.telemetry = telemetry.build(config.telemetry, instance_id=self.inbox.instance_id)
+        self.services.telemetry = self.telemetry
         if DELEGATE in self.registry:
             self.services.delegation = Delegation(self.services, wake=self.inbox.poke)
         self.scheduler = Scheduler(
@@ -239,10 +259,12 @@ class Gateway:
             config.inbox.lease_ttl_s,
             start_duties=self._start_duties,
             stop_duties=self._stop_duties,
+            on_instances=self._share_rate_limits,
         )
         self._leader_task: asyncio.Task | None = None
         self._holds_stopped = asyncio.Event()
         self._holds_tasks: list[asyncio.Task] = []
+        self._recounts: set[asyncio.Task] = set()
         self._clock_running = False
         self.started_channels: set[str] = set()
 
@@ -257,7 +279,15 @@ class Gateway:
         return self.mcp.summary()
 
     async def _summarise(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
-        completion = await self.llm.complete(messages, max_tokens=max_tokens)
+        """A compaction's summary, by the session's model, counted on the turn's run (or /compact's)."""
+        spending = current_spending.get()
+        started = time.monotonic()
+        model = spending.model if spending else None
+        completion = await self.llm.complete(messages, max_tokens=max_tokens, model=model)
+        if spending is not None:
+            took = round((time.monotonic() - started) * 1000, 2)
+            detail = {"output_chars": len(completion.text), "duration_ms": took}
+            await spending.trace.aux_call("SUMMARY_CALL", completion.model, completion.usage, detail)
         return completion.text
 
     async def _on_context_event(self, kind: str, payload: dict[str, Any]) -> None:
@@ -305,8 +335,16 @@ class Gateway:
         async def notify(thread: ThreadKey, text: str, key: str, reply_to: str) -> None:
             await self.outbox.send_text(thread, text, key=key, reply_to=reply_to)
 
-        async def transcribe(audio: bytes, name: str, mime: str) -> str:
-            return await self.llm.transcribe(audio, name, mime)
+        async def transcribe(audio: bytes, name: str, mime: str, seconds: float | None) -> Heard:
+            """Through the spend caps (the payer is the turn's: see the inbox worker), priced by the minute."""
+            model = self.config.llm.transcription_model
+            try:
+                heard = await self.llm.transcribe(audio, name, mime, seconds=seconds)
+            except BudgetReached as exc:
+                raise TranscriptionRefused(exc.message) from None
+            price = self.config.llm.price_of(model)
+            cost = minutes_cost(price, heard.seconds) if heard.seconds is not None else None
+            return Heard(heard.text, model, heard.seconds, cost)
 
         return AttachmentPreparer(
             self.config.attachments,
@@ -326,6 +364,15 @@ class Gateway:
             sandbox_status(agent.shell_sandbox).log()
         await self.scheduler.sync_config_jobs()
         log_start_notes(self.config)
+        if legacy := self.config.llm.fallback_models:
+            log.warning(
+                "llm.fallback_models is deprecated: %s read as llm.models (the same server) and appended to "
+                "llm.fallback (now %s); write them there instead (docs/models.md)",
+                ", ".join(legacy),
+                ", ".join(self.config.llm.fallback),
+            )
+        if self.telemetry is not None:
+            log.info("telemetry: %s", self.telemetry.describe())
         for name, channel in self.channels.items():
             try:
                 await channel.start(self.submit)
@@ -346,13 +393,31 @@ class Gateway:
             await self.http.start()
         self._leader_task = asyncio.create_task(self.leadership.run(), name="leader")
 
+    def _on_shared_notice(self, payload: str) -> None:
+        """The holds channel carries new flood holds ("<channel>:<chat>") and instances that
+        arrived or left ("instance:<id>", see Leadership._announce)."""
+        if not payload.startswith(HEARTBEAT_PREFIX):
+            self.outbox.pacer.changed.set()
+        elif payload != f"{HEARTBEAT_PREFIX}{self.inbox.instance_id}":
+            recount = asyncio.create_task(self.leadership.count_instances(), name="count-instances")
+            self._recounts.add(recount)  # held until done (the loop keeps only weak references)
+            recount.add_done_callback(self._recounts.discard)
+
+    def _share_rate_limits(self, instances: int) -> None:
+        """A channel whose platform limits a bot as a whole (Telegram: 30 messages a second)
+        takes its share of them among the instances sending for it."""
+        for channel in self.channels.values():
+            share = getattr(channel, "share_rate_limits", None)
+            if share is not None:
+                share(instances)
+
     async def _follow_holds(self) -> None:
         """Flood waits written by any instance (or before a restart) are honoured from the first send."""
         pacer = self.outbox.pacer
         await pacer.refresh()
         if self.store.is_sqlite:
             return  # one process: what it holds it knows; a restart read them just now
-        listen = notify.listen(self.store.db, lambda _: pacer.changed.set(), self._holds_stopped, channel=HOLDS_CHANNEL)
+        listen = notify.listen(self.store.db, self._on_shared_notice, self._holds_stopped, channel=HOLDS_CHANNEL)
         self._holds_tasks = [
             asyncio.create_task(pacer.follow(self._holds_stopped), name="holds"),
             asyncio.create_task(listen, name="holds-listener"),
@@ -366,6 +431,8 @@ class Gateway:
         if self.http is not None:
             await self.http.stop_intake()
         await self.inbox.stop()
+        if self.telemetry is not None:  # the turns are over: their last spans go out (bounded)
+            await self.telemetry.shutdown()
         await asyncio.gather(*self._holds_tasks, return_exceptions=True)
         await self.mcp.stop()
         for channel in self.channels.values():

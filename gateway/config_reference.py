@@ -10,8 +10,9 @@ import re
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
-from gateway.config import ENV_OVERRIDES, SECRETS, Config, McpServerConfig
+from gateway.config import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config, McpServerConfig, ModelEndpoint, ModelPrice
 
 INTRO = """# Configuration reference
 
@@ -34,8 +35,8 @@ def _type_name(annotation: Any) -> str:
 
 
 def _default(value: Any) -> str:
-    if isinstance(value, BaseModel):
-        return ""
+    if isinstance(value, BaseModel) or value is PydanticUndefined:
+        return "required" if value is PydanticUndefined else ""
     if value == "" or value is None:
         return "—"
     return f"`{json.dumps(value, default=str)}`"
@@ -43,7 +44,7 @@ def _default(value: Any) -> str:
 
 def render() -> str:
     lines = [INTRO]
-    env = {path: name for path, name in {**SECRETS, **ENV_OVERRIDES}.items()}
+    env = {path: name for path, name in {**SECRETS, **ENV_DEFAULTS, **ENV_OVERRIDES}.items()}
     for section, field in Config.model_fields.items():
         if section == "source":
             continue
@@ -59,6 +60,18 @@ def render() -> str:
                 f" {_default(sub.default)} | {f'`{variable}`' if variable else ''} |"
             )
         lines.append("")
+    for title, fields_of in (("llm.models.<name>", ModelEndpoint), ("llm.prices.<model>", ModelPrice)):
+        lines += [f"### `{title}`", "", "| key | type | default |", "|---|---|---|"]
+        for name, sub in fields_of.model_fields.items():
+            lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
+        lines.append("")
+    lines += [
+        "A named model (`llm.models`) is chosen with `/model` or `scheduler.jobs[].model` and tried by",
+        "`llm.fallback`; its `api_key` is a `${VAR}` reference. Prices are USD per million tokens (`per_minute`:",
+        "per minute of audio, for `llm.transcription_model`); the provider's own cost is taken over them",
+        "([models.md](models.md)).",
+        "",
+    ]
     lines += ["### `mcp.servers.<name>`", "", "| key | type | default |", "|---|---|---|"]
     for name, sub in McpServerConfig.model_fields.items():
         lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
@@ -89,6 +102,10 @@ def render() -> str:
         "Each session's directory (`agent.workspace`, `agent.shared_dir`, `agent.shared_writable`) and the",
         "shell's sandbox (`agent.shell_sandbox`, `shell_network`, `shell_env`, `shell_ro_paths`) are described in",
         "[security.md](security.md#files-and-processes).",
+        "",
+        "The web tools: `search.provider` (searxng | brave | tavily) turns `web_search` on; `web_fetch` (once",
+        "`http_fetch`) keeps its settings under `agent` (`http_fetch_*`, `http_allow_hosts`). Both, and why the",
+        "configured `search.url` is reached without the SSRF check, are described in [web.md](web.md).",
         "",
     ]
     return "\n".join(lines)

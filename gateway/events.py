@@ -243,9 +243,11 @@ class Prompt:
 
 @dataclass(frozen=True)
 class Delivered:
-    """Platform message ids of what was sent (one per chunk)."""
+    """Platform message ids of what was sent (one per chunk); `finished_run` when the write
+    that recorded it also wrote the run's final stage (see `RunTrace.end_with`)."""
 
     message_ids: tuple[str, ...]
+    finished_run: bool = False
 
 
 class ChannelError(Exception):
@@ -318,8 +320,9 @@ class ReplyStream(Protocol):
 @runtime_checkable
 class Channel(Protocol):
     """A platform adapter. It may also have `show_tool_progress = True` to get a short
-    "🔧 tool args" line before each tool runs, and `fetch_file` (a `FetchFile`) when its
-    messages can carry attachments."""
+    "🔧 tool args" line before each tool runs, `fetch_file` (a `FetchFile`) when its
+    messages can carry attachments, and `share_rate_limits(instances: int)` when the
+    platform's limits are the bot's as a whole (told how many instances send for it)."""
 
     name: str  # "telegram", "slack", "console"
 

@@ -14,21 +14,34 @@ from collections.abc import Awaitable, Callable
 from gateway import metrics
 from gateway.config import RetentionConfig
 from gateway.lifecycle import Stopper
-from gateway.store import RetentionDays, Store
+from gateway.store import Lease, RetentionDays, Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
+from gateway.store.holds import HOLDS_CHANNEL
 
 log = logging.getLogger(__name__)
 LEADER_LEASE = "leader"
 
 StartDuties = Callable[[], Awaitable[list[asyncio.Task]]]
 StopDuties = Callable[[list[asyncio.Task]], Awaitable[None]]
+OnInstances = Callable[[int], None]
 
 
 class Leadership:
     def __init__(
-        self, store: Store, instance_id: str, ttl: float, *, start_duties: StartDuties, stop_duties: StopDuties
+        self,
+        store: Store,
+        instance_id: str,
+        ttl: float,
+        *,
+        start_duties: StartDuties,
+        stop_duties: StopDuties,
+        on_instances: OnInstances | None = None,
     ) -> None:
+        """`on_instances`: told after every heartbeat how many instances beat (this one included)."""
         self.store = store
+        self.on_instances = on_instances
+        self._beat_name = f"{HEARTBEAT_PREFIX}{instance_id}"
+        self._beat: Lease | None = None
         self.instance_id = instance_id
         self.ttl = ttl
         self._start_duties = start_duties
@@ -71,13 +84,39 @@ class Leadership:
             await self._stop_duties(duties)
             if lease is not None:
                 await self.store.inbox.release(lease)
+            await self._depart()
 
     async def _heartbeat(self, ttl: float) -> None:
-        """Every instance renews its own lease: the console lists instances by it."""
+        """Every instance renews its own lease: the console lists instances by it, and the
+        instances sharing a bot's rate limits count each other by it (an instance that
+        stopped released it; one that died is not counted once it expired)."""
         try:
-            await self.store.inbox.acquire(f"{HEARTBEAT_PREFIX}{self.instance_id}", self.instance_id, ttl)
-        except Exception:  # noqa: BLE001 - only the console's view depends on it
+            beat = await self.store.inbox.acquire(self._beat_name, self.instance_id, ttl)
+            self._beat = beat
+            if beat is not None and not beat.unreleased:
+                await self._announce()  # arrived (or back after a lapse)
+            await self.count_instances()
+        except Exception:  # noqa: BLE001 - the console's view and the shares wait for the next beat
             log.debug("heartbeat failed", exc_info=True)
+
+    async def _announce(self) -> None:
+        """Others recount at once when this instance arrives or leaves (each beat would find it
+        too, a third of a lease's time later: meanwhile the bot's budget would be over-shared)."""
+        await notify.publish(self.store.db, {self._beat_name}, channel=HOLDS_CHANNEL)
+
+    async def _depart(self) -> None:
+        if self._beat is None:
+            return
+        try:
+            await self.store.inbox.release(self._beat)
+            await self._announce()
+        except Exception:  # noqa: BLE001 - the others find it expired at their beats
+            log.debug("releasing the heartbeat failed", exc_info=True)
+
+    async def count_instances(self) -> None:
+        """Tell `on_instances` how many instances beat now (this one included)."""
+        if self.on_instances is not None:
+            self.on_instances(max(1, await self.store.inbox.count_held(HEARTBEAT_PREFIX)))
 
 
 async def prune_forever(store: Store, cfg: RetentionConfig) -> None:
@@ -86,6 +125,7 @@ async def prune_forever(store: Store, cfg: RetentionConfig) -> None:
     while True:
         try:
             pruned = await store.retention.prune(days, batch=cfg.batch)
+            pruned["memories"] = await store.memory.prune(cfg.memory_days, batch=cfg.batch)
             if any(pruned.values()):
                 log.info("retention: pruned %s", ", ".join(f"{n} {k}" for k, n in pruned.items() if n))
         except Exception:  # noqa: BLE001 - the next round tries again

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from gateway import fencing, metrics
+from gateway import fencing, metrics, telemetry
 from gateway.events import (
     Channel,
     ChannelError,
@@ -40,6 +40,7 @@ Attempt = Callable[[tuple[str, ...]], Awaitable[T]]  # called with the parts alr
 AMBIGUOUS_RESENT = "timed out, may have been delivered: sent again once"
 AMBIGUOUS_GAVE_UP = "timed out again after the one resend: not sent a third time"
 STALLED = "sent by a holder that stalled and lost the thread meanwhile: may be in the chat"
+ORPHANED = "its sender stopped before recording what became of its send: may be in the chat; sent again once"
 
 
 class Outbox:
@@ -139,6 +140,23 @@ class Outbox:
         return delivered
 
     async def with_retries(self, thread: ThreadKey, call: Attempt[T], *, record: OutboxRecord | None = None) -> T:
+        """`_with_retries`, in a span of the run being traced (a send: one per recorded delivery)."""
+        spans = telemetry.current()
+        if spans is None:
+            return await self._with_retries(thread, call, record=record)
+        kind = record.kind if record is not None else "message"
+        attributes = {"messaging.system": thread.channel, "gateway.outbox.kind": kind, "gateway.thread": str(thread)}
+        if record is not None:
+            attributes["gateway.outbox.key"] = record.key
+        with spans.span(f"send {kind}", attributes) as span:
+            result = await self._with_retries(thread, call, record=record)
+            ids = getattr(result, "message_ids", ())
+            if ids:
+                span.set("messaging.message.id", str(ids[-1]))
+                span.set("gateway.outbox.messages", len(ids))
+            return result
+
+    async def _with_retries(self, thread: ThreadKey, call: Attempt[T], *, record: OutboxRecord | None = None) -> T:
         """The one retry layer: wait out the chat's hold, try, and on failure decide
         (`_next_step`). Every failed attempt is written on the row: the error, when the next
         attempt is due, the parts already posted, and what an ambiguous failure decided."""
@@ -187,7 +205,7 @@ class Outbox:
             # Stalled mid-request while another instance took the thread over: what it sent
             # may be in the chat beside the new holder's answer. Recorded, not decided.
             if exc.ambiguous or done != tuple(record.message_ids):
-                await self.store.outbox.note_stalled(record.key, record.thread_key, record.kind, STALLED, done)
+                await self.store.outbox.note_uncertain(record.key, record.thread_key, record.kind, STALLED, done)
             raise
 
     def _next_step(self, exc: ChannelError, state: _Attempts) -> _Step:
@@ -325,6 +343,7 @@ class RecordedStream:
         if stream is None or not text or self._uncertain or self.outbox.pacer.held_for(self.thread) > 0:
             return  # progress is optional: none while the platform holds the chat (the final text waits)
         await fencing.proven()  # an edit after a stall could overwrite the new holder's reply
+        await self._note_first_post(stream)
         try:
             await stream.update(text)
         except ChannelError as exc:  # progress is best effort; the final text is what counts
@@ -337,6 +356,20 @@ class RecordedStream:
                 await self._note_uncertain(text, str(exc))
             log.info("stream update to %s failed: %s", self.thread, exc)
         await self.note_progress()
+
+    async def _note_first_post(self, stream: ReplyStream) -> None:
+        """Before a stream posts its first message (an edited reply's, not a draft): its progress
+        record, so that a kill while the platform is slow to answer leaves the intent behind, and
+        the turn that continues the reply takes its delivery for the one resend."""
+        if self._progress_key is None or self._progress_id is not None or not getattr(stream, "posts_messages", False):
+            return
+        if self.message_ids():
+            return
+        posting = {"posting": True}
+        record = await self.outbox.store.outbox.record(
+            self._progress_key, str(self.thread), "partial", posting, fence=fencing.fence()
+        )
+        self._progress_id = record.id
 
     async def _note_uncertain(self, text: str, error: str) -> None:
         """Written on the progress record at once, not only when the reply is delivered: a
@@ -366,7 +399,7 @@ class RecordedStream:
         except LeaseLost:
             new = [i for i in ids if i not in self._recorded]  # posted, never recorded: the new holder cannot know
             if new:
-                await repo.note_stalled(self._progress_key, str(self.thread), "partial", STALLED, new)
+                await repo.note_uncertain(self._progress_key, str(self.thread), "partial", STALLED, new)
             raise
         self._recorded = ids
 
@@ -390,13 +423,8 @@ class RecordedStream:
         """Deliver the final text under an intent already recorded (with `intent(text)`); with
         `final_stage`, the run this reply ends is finished in the same write that marks it sent."""
         fence = fencing.fence()
-        if record.status == "sent":
+        if record.status == "sent":  # delivered before: the run's stage is its trace's to write
             await self.abort()
-            if final_stage is not None:
-                final = final_stage
-                await self.outbox.store.runs.set_stage(
-                    final.run_id, final.stage, end_reason=final.end_reason, fence=fence
-                )
             return Delivered(tuple(record.message_ids))
         if self._uncertain and record.uncertain is None:
             await self.outbox.store.outbox.attempt_failed(
@@ -427,7 +455,7 @@ class RecordedStream:
         metrics.OUTBOX.labels(self.thread.channel).inc()
         self._recorded = ()
         self._stream = None
-        return delivered
+        return replace(delivered, finished_run=final_stage is not None)
 
     async def abort(self) -> None:
         """Stop showing progress; the partial reply is no longer continued by anyone."""

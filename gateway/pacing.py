@@ -26,6 +26,9 @@ from gateway.events import ThreadKey, utcnow
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
 HOLDS_REFRESH_S = 5.0  # how stale another instance's view of a new hold can be if a NOTIFY is lost
+# A view older than this (its refreshes failed: the database was away; or the process was
+# stopped) is read again before a send: a NOTIFY sent meanwhile may never have arrived.
+HOLDS_STALE_S = 2 * HOLDS_REFRESH_S
 
 
 class SharedHolds(Protocol):
@@ -55,11 +58,13 @@ class ChatPacer:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.shared = shared
         self.changed = asyncio.Event()  # set when another instance announced a hold
+        self._fresh_until = float("-inf")  # the shared holds' view is current until then
 
     async def wait(self, thread: ThreadKey) -> None:
         key = (thread.channel, thread.chat)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            await self._current_view()
             waited = 0.0
             while (delay := max(self._next.get(key, 0.0), self._held.get(key, 0.0)) - self._clock()) > 0:
                 await self._sleep(delay)  # again: a hold may have been extended meanwhile
@@ -84,6 +89,16 @@ class ChatPacer:
     def _extend(self, key: tuple[str, str], until: float) -> None:
         self._held[key] = max(self._held.get(key, 0.0), until)
 
+    async def _current_view(self) -> None:
+        """Before a send: the shared holds read again when the view went stale (never, while
+        `follow` keeps it current)."""
+        if self.shared is None or self._clock() < self._fresh_until:
+            return
+        try:
+            await self.refresh()
+        except Exception:  # noqa: BLE001 - the database is away: what this process knows decides
+            log.debug("reading the shared holds before a send failed", exc_info=True)
+
     async def refresh(self) -> None:
         """Take in the holds written by every instance (one read)."""
         if self.shared is None:
@@ -94,6 +109,7 @@ class ChatPacer:
             self._extend((channel, chat_id), now_mono + (until - now).total_seconds())
         for key in [k for k, until in self._held.items() if until <= now_mono]:
             del self._held[key]
+        self._fresh_until = now_mono + HOLDS_STALE_S
 
     async def follow(self, stopped: asyncio.Event) -> None:
         """Until `stopped` (at once): refresh every HOLDS_REFRESH_S, or when `changed` is set."""

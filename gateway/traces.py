@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from gateway import metrics
 from gateway.config import ModelPrice, TracesConfig
+from gateway.events import Delivered
+from gateway.llm.events import Usage
+from gateway.llm.pricing import NANO_PER_USD, usage_cost
 from gateway.store import Fence, FinalStage, LeaseLost, Store
 
 log = logging.getLogger(__name__)
 
-NANO_PER_USD = 1_000_000_000
+__all__ = [
+    "NANO_PER_USD", "RunTrace", "Spending", "cap_payload", "current_spending", "format_nano_usd", "llm_totals",
+    "usage_payload",
+]
 
 
 def cap_utf8(text: str, limit: int) -> str:
@@ -42,25 +49,49 @@ def cap_payload(value: Any, limit: int) -> Any:
     return value
 
 
-def cost_nano_usd(price: ModelPrice | None, *, input_tokens: int, cached_tokens: int, output_tokens: int) -> int | None:
-    """Integer nano-USD for one call; None when the model has no price (unpriced, not free)."""
-    if price is None:
-        return None
-    cached_price = price.cached_input if price.cached_input is not None else price.input
-    uncached = max(input_tokens - cached_tokens, 0)
-    # prices are USD per million tokens: nano-USD per token = price * 1000
-    total = uncached * price.input + cached_tokens * cached_price + output_tokens * price.output
-    return round(total * NANO_PER_USD / 1_000_000)
+PriceOf = Callable[[str], ModelPrice | None]  # a model's prices by the name runs record (LLMConfig.price_of)
 
 
-@dataclass
-class LLMCallUsage:
+def llm_totals(model: str, usage: Usage, cost: int | None, **counts: int) -> dict[str, Any]:
+    """The run's totals of one LLM call (a round, a summary, a sub-agent's, a sampling request)."""
+    return dict(
+        model=model,
+        cost_nano_usd=cost,
+        unpriced=cost is None,
+        usage_estimated=usage.estimated,
+        input_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.completion_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        llm_calls=1,
+        **counts,
+    )
+
+
+def usage_payload(usage: Usage) -> dict[str, Any]:
+    """A call's usage as its trace event shows it (the names of the run's totals)."""
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "output_tokens": usage.completion_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "estimated": usage.estimated,
+        "provider_cost_usd": usage.cost_usd,
+    }
+
+
+@dataclass(frozen=True)
+class Spending:
+    """The run an LLM call besides a round is counted on (a summary, a sampling request), and
+    the model its turn uses: set by the turn for its task (`current_spending`)."""
+
+    trace: RunTrace
     model: str
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    estimated: bool = False  # the server sent no usage: counted or estimated by the gateway
+
+
+current_spending: ContextVar[Spending | None] = ContextVar("current_spending", default=None)
 
 
 class RunTrace:
@@ -72,7 +103,7 @@ class RunTrace:
         run_id: int,
         *,
         config: TracesConfig,
-        prices: dict[str, ModelPrice],
+        prices: PriceOf,
         fence: Fence | None = None,
     ):
         self.store = store
@@ -97,36 +128,38 @@ class RunTrace:
             return []
 
     def llm_call(
-        self, *, request: dict[str, Any], response: dict[str, Any], usage: LLMCallUsage, latency_ms: float
+        self, *, request: dict[str, Any], response: dict[str, Any], model: str, usage: Usage, latency_ms: float
     ) -> tuple[list[tuple[str, dict[str, Any], int | None]], dict[str, Any]]:
         """LLM_REQUEST and LLM_RESPONSE (both complete when the call is) and the run's totals,
         for the round's own transaction to write (Store.record_round); the response's seq is
         what TOOL_CALL events link to."""
-        cost = cost_nano_usd(
-            self.prices.get(usage.model),
-            input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_tokens,
-            output_tokens=usage.output_tokens,
-        )
-        if cost:
-            metrics.COST.labels(usage.model).inc(cost / 1e9)
+        cost = self.cost(model, usage)
         events = [
             ("LLM_REQUEST", {**request, "latency_ms": round(latency_ms, 2)}, None),
-            ("LLM_RESPONSE", {**response, "usage": usage.__dict__, "latency_ms": round(latency_ms, 2)}, None),
+            (
+                "LLM_RESPONSE",
+                {**response, "usage": usage_payload(usage), "cost_nano_usd": cost, "latency_ms": round(latency_ms, 2)},
+                None,
+            ),
         ]
-        totals = dict(
-            model=usage.model,
-            cost_nano_usd=cost,
-            unpriced=cost is None,
-            usage_estimated=usage.estimated,
-            input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_tokens,
-            output_tokens=usage.output_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            llm_calls=1,
-            rounds=1,
-        )
+        totals = llm_totals(model, usage, cost, rounds=1)
         return [(kind, cap_payload(payload, self.limit), parent) for kind, payload, parent in events], totals
+
+    def cost(self, model: str, usage: Usage) -> int | None:
+        """What the call cost (counted in the cost metric too)."""
+        cost = usage_cost(self.prices(model), usage)
+        if cost:
+            metrics.COST.labels(model).inc(cost / 1e9)
+        return cost
+
+    async def aux_call(self, kind: str, model: str, usage: Usage | None, payload: dict[str, Any]) -> None:
+        """An LLM call besides the rounds (a summary, a sampling request): its event and totals."""
+        used = usage or Usage(estimated=True)
+        cost = self.cost(model, used) if usage is not None else None
+        body = {**payload, "model": model, "usage": usage_payload(used), "cost_nano_usd": cost}
+        totals = llm_totals(model, used, cost)
+        totals.pop("model")  # the run's model stays its rounds'
+        await self.event(kind, body, **totals)
 
     def tool_call_trace(
         self,
@@ -170,10 +203,14 @@ class RunTrace:
         except Exception:  # noqa: BLE001 - like a trace write, a stage write never fails the turn
             log.exception("run %s: could not set stage %s", self.run_id, stage)
 
-    async def end_with(self, stage: str, end_reason: str, write: Callable[[FinalStage], Awaitable[object]]) -> None:
+    async def end_with(self, stage: str, end_reason: str, write: Callable[[FinalStage], Awaitable[Delivered]]) -> None:
         """The final stage written by `write` in a write of its own: the reply's delivery, so
-        that a reply is never sent without its run being finished, nor the other way round."""
-        await write(FinalStage(self.run_id, stage, end_reason))
+        that a reply is never sent without its run being finished, nor the other way round. A
+        reply found delivered already (a continued run) finished nothing: the stage is written
+        here, fenced like every stage of the run."""
+        delivered = await write(FinalStage(self.run_id, stage, end_reason))
+        if not delivered.finished_run:
+            await self.end(stage, end_reason=end_reason)
         self.ended = True
 
     async def cancel(self) -> None:

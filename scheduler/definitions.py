@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from gateway.config import JobConfig, SchedulerConfig, parse_duration
+from gateway.config import DEFAULT_MODEL, JobConfig, SchedulerConfig, parse_duration
 from gateway.events import ThreadKey
 from gateway.store.schedules import NewSchedule
 from scheduler.triggers import LATE_OK, UTC, TriggerError, parse_active_hours, parse_at, parse_interval, timetable, zone
@@ -152,6 +152,7 @@ def _to_schedule(
         deliver_to=(job.deliver_to or "none").strip(),
         max_rounds=job.max_rounds,
         max_tokens=job.max_tokens,
+        model=job.model if job.model and job.model != DEFAULT_MODEL else None,
         timeout_s=timeout,
         misfire=job.misfire,
         misfire_grace_s=_seconds(job.misfire_grace, "misfire_grace"),

@@ -235,7 +235,7 @@ class Scheduler:
         try:
             session = await self.store.sessions.open(
                 str(thread), source=kind, kind=kind, interactive=False, ephemeral=True, schedule_id=schedule.id,  # type: ignore[arg-type]
-                max_rounds=schedule.max_rounds, max_tokens=schedule.max_tokens, fresh=True,
+                max_rounds=schedule.max_rounds, max_tokens=schedule.max_tokens, model=schedule.model, fresh=True,
             )
             await self.repo.attach_session(run.id, session.id)
             message = InboundMessage(thread=thread, sender=SCHEDULER, text=job_text(schedule), event_id=f"job:{run.id}")

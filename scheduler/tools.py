@@ -7,6 +7,7 @@ scheduled run must not be able to schedule more runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -97,6 +98,8 @@ class _ScheduleTool:
             # the person whose turn made it: its runs act for them (their role), not as the scheduler
             creator = ctx.person or str(ctx.thread)
             new = to_schedule(job_config(fields), self.config, source="agent", now=moment, created_by=creator)
+            # its runs use the memory of where it was made (a person's DM, a group), nobody else's
+            new = replace(new, memory_owner=ctx.memory.owner if ctx.memory is not None else None)
             check_not_past(new, moment)
             created = await self.repo.create(new, now=moment)
         except (DefinitionError, ScheduleExists) as exc:

@@ -133,7 +133,9 @@ class Browser:
         try:
             await self._do("GET", f"/element/{element}/name")
         except WebDriverError as exc:
-            if exc.error == "stale element reference":
+            # Caught while the old document is torn down, chromedriver answers with the inspector's
+            # own error rather than a stale reference: the page is going all the same.
+            if exc.error == "stale element reference" or "does not belong to the document" in str(exc):
                 return True
             raise
         return False

@@ -75,6 +75,15 @@ async def slack():
         yield server
 
 
+@pytest.fixture
+async def otlp():
+    """An OTLP/HTTP trace receiver, as a collector's (tests/fakes/otlp.py), on a random local port."""
+    from fakes.otlp import OtlpReceiver
+
+    async with OtlpReceiver() as receiver:
+        yield receiver
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_kind(request) -> str:
     return request.param

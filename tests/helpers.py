@@ -1,14 +1,16 @@
 """Helpers the end-to-end and flow tests share: waiting for a condition, reading what the
-gateway sent to the model, and a clock the test moves by hand."""
+gateway sent to the model, a clock the test moves by hand, and a web app served on loopback."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from fakes.llm import Reply, user_texts
 
 from gateway.events import utcnow
@@ -60,3 +62,26 @@ def session_file(workspace: Path, name: str) -> Path:
     found = sorted(Path(workspace).glob(f"sessions/*/{name}"))
     assert len(found) <= 1, found
     return found[0] if found else Path(workspace) / "sessions" / "none" / name
+
+
+class Site:
+    """A test web site's state: the paths it was asked for, its base URL once served, and an
+    event its slow pages wait on."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.release = asyncio.Event()
+        self.base = ""
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` served on 127.0.0.1 (a free port) while the block runs; yields its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()

@@ -20,7 +20,7 @@ from gateway.approvals.policy import (
 from gateway.config import ApprovalsConfig
 from gateway.events import ThreadKey
 
-SHELL, WRITE, READ, FETCH, CLOCK = (builtin(n) for n in ("shell", "write_file", "read_file", "http_fetch", "clock"))
+SHELL, WRITE, READ, FETCH, CLOCK = (builtin(n) for n in ("shell", "write_file", "read_file", "web_fetch", "clock"))
 OTHER_THREAD = ThreadKey("telegram", "42", "8")
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 
@@ -49,11 +49,11 @@ def test_unmatched_calls_follow_side_effects(ws):
     assert "side effects" in write.reason
 
 
-def test_http_fetch_to_a_host_off_the_allow_list_needs_approval(ws):
+def test_web_fetch_to_a_host_off_the_allow_list_needs_approval(ws):
     from gateway.config import AgentConfig
     from gateway.tools import default_registry
 
-    fetch = default_registry(AgentConfig(http_allow_hosts=["*.wikipedia.org", "api.github.com"])).get("http_fetch")
+    fetch = default_registry(AgentConfig(http_allow_hosts=["*.wikipedia.org", "api.github.com"])).get("web_fetch")
     policy = ApprovalPolicy([], ws)
     allowed = decide(policy, fetch, {"url": "https://en.wikipedia.org/wiki/Fence"})
     listed = decide(policy, fetch, {"url": "https://API.github.com/repos"})
@@ -63,7 +63,7 @@ def test_http_fetch_to_a_host_off_the_allow_list_needs_approval(ws):
     assert decide(policy, FETCH, {"url": "https://en.wikipedia.org/"}).action == "require"  # empty list: all ask
     cron = decide(policy, fetch, {"url": "https://evil.example/"}, source="cron", interactive=False)
     assert cron.action == "auto_deny"
-    trusting = ApprovalPolicy([{"tool": "http_fetch", "action": "allow"}], ws)
+    trusting = ApprovalPolicy([{"tool": "web_fetch", "action": "allow"}], ws)
     assert decide(trusting, fetch, {"url": "https://evil.example/"}).action == "allow"  # a rule decides first
 
 
@@ -77,10 +77,10 @@ def test_tool_name_glob(ws):
 @pytest.mark.parametrize(
     "token, matched, unmatched",
     [
-        ("@side_effects", ["shell", "write_file"], ["read_file", "http_fetch", "clock"]),
+        ("@side_effects", ["shell", "write_file"], ["read_file", "web_fetch", "clock"]),
         ("@fs_write", ["write_file"], ["read_file", "shell"]),
         ("@exec", ["shell"], ["write_file", "clock"]),
-        ("@network", ["http_fetch"], ["shell", "read_file"]),
+        ("@network", ["web_fetch"], ["shell", "read_file"]),
         ("@all", ["clock", "shell", "read_file"], []),
     ],
 )
@@ -124,7 +124,7 @@ def test_regex_and_plain_globs_on_named_arguments(ws):
         [
             {"tool": "shell", "args": {"command": r"re:\brm\s+-rf\b"}, "action": "deny"},
             {"tool": "shell", "args": {"command": "re:^(ls|pwd)( |$)"}, "action": "allow"},
-            {"tool": "http_fetch", "args": {"url": "*://internal.*"}, "action": "deny"},
+            {"tool": "web_fetch", "args": {"url": "*://internal.*"}, "action": "deny"},
         ],
         ws,
     )
@@ -174,8 +174,8 @@ def test_deny_hides_tools_only_when_unconditional_for_the_source(ws):
             {"tool": "shell", "action": "deny"},
             {"tool": "read_file", "args": {"path": "secrets/*"}, "action": "deny"},
             {"tool": "@side_effects", "source": "cron", "action": "deny"},
-            {"tool": "http_fetch", "args": {"url": "re:^https://ok"}, "action": "allow", "priority": 1},
-            {"tool": "http_fetch", "action": "deny"},
+            {"tool": "web_fetch", "args": {"url": "re:^https://ok"}, "action": "allow", "priority": 1},
+            {"tool": "web_fetch", "action": "deny"},
         ],
         ws,
     )

@@ -78,12 +78,14 @@ SDK_HOMES = {
     "apscheduler": ("scheduler/",),
     "markdown_it": ("channels/markdown.py",),
     "jinja2": ("gateway/admin/",),
+    "trafilatura": ("gateway/tools/readable.py",),
     "aiohttp": ("gateway/http.py", "gateway/admin/", "channels/"),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
     "mcp": ("gateway/mcp/sdk.py",),
     "mcp_types": ("gateway/mcp/sdk.py",),
     "httpx2": ("gateway/mcp/sdk.py",),
+    "opentelemetry": ("gateway/telemetry/otlp.py",),
 }
 
 
@@ -228,14 +230,15 @@ def test_only_the_composition_root_and_the_http_server_know_the_console():
 
 def test_a_runs_stage_is_written_by_run_trace():
     """`RunTrace` (gateway/traces.py) is the one writer of a run's stage; the reply stream writes
-    only the `FinalStage` RunTrace gave it, and the store's own transactions use `set_stage_in`."""
+    only the `FinalStage` RunTrace gave it, inside the write that marks the reply sent, and the
+    store's own transactions use `set_stage_in`."""
     writers = {
         rel(p)
         for package in PROJECT
         for p in modules(package)
         if ".set_stage(" in p.read_text(encoding="utf-8")
     }
-    assert writers == {"gateway/traces.py", "gateway/outbox.py"}
+    assert writers == {"gateway/traces.py"}
 
 
 def test_thread_keys_are_written_and_read_by_thread_key():

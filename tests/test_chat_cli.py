@@ -28,7 +28,7 @@ BANNER = "Talking to the agent."
 
 def child_env() -> dict[str, str]:
     """The environment without settings that would override the test's config file."""
-    prefixes = ("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OPENAI_")
+    prefixes = ("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OPENAI_", "OTEL_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -215,6 +215,7 @@ async def test_a_tool_turn_is_traced_and_the_call_is_shown(chat: ChatProcess, ll
     _, _, tool_detail = timeline[2]
     assert f"<- #{timeline[1][0]}" in tool_detail and "clock done" in tool_detail, report.stdout
     assert "2 LLM calls, 1 tool calls" in report.stdout
+    assert re.search(r"^trace [0-9a-f]{32}  turn span [0-9a-f]{16}$", report.stdout, re.M), report.stdout
 
     assert "clock" in shown, f"the tool call is not shown on the console:\n{shown}"
 

@@ -103,3 +103,49 @@ def test_the_configuration_reference_is_current():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
     assert doc.read_text() == render(), "run: .venv/bin/python -m gateway.config_reference > docs/configuration.md"
+
+
+def test_documented_variables_work_without_a_config_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_CONFIG", raising=False)
+    env = {
+        "LLM_BASE_URL": "http://127.0.0.1:5000/v1",
+        "LLM_MODEL": "m-from-env",
+        "LLM_CONTEXT_WINDOW": "16384",
+        "LLM_API_KEY": "sk-1",
+        "TELEGRAM_BOT_TOKEN": "123:abc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+    }
+    config = load_config(env=env)
+    assert (config.llm.base_url, config.llm.model, config.llm.context_window) == (
+        "http://127.0.0.1:5000/v1", "m-from-env", 16384
+    )
+    assert config.llm.api_key == "sk-1" and config.telegram.enabled
+    assert config.telemetry.traces_url == "http://127.0.0.1:4318/v1/traces"
+
+
+def test_a_value_the_file_sets_is_not_replaced_by_the_default_variable(tmp_path):
+    path = write(tmp_path, "llm:\n  model: from-file\n")
+    assert load_config(path, env={"LLM_MODEL": "from-env"}).llm.model == "from-file"
+
+
+def test_telemetry_settings_are_checked_and_their_secrets_masked(tmp_path):
+    from gateway.config.redaction import redacted_config
+
+    path = write(tmp_path, "telemetry:\n  otlp_endpoint: collector:4318\n")
+    with pytest.raises(ConfigError, match=r"telemetry\.otlp_endpoint: .*http:// or https://"):
+        load_config(path, env={})
+    path = write(tmp_path, "telemetry:\n  max_queue: 10\n  max_batch: 20\n")
+    with pytest.raises(ConfigError, match=r"telemetry\.max_batch: .*must not exceed max_queue"):
+        load_config(path, env={})
+    path = write(
+        tmp_path,
+        "telemetry:\n  otlp_endpoint: https://u:pw@otel.example/v1/traces\n"
+        "  otlp_headers: {Authorization: 'Bearer ${OTLP_TOKEN}'}\n",
+    )
+    config = load_config(path, env={"OTLP_TOKEN": "tok-secret-1234"})
+    assert config.telemetry.traces_url == "https://u:pw@otel.example/v1/traces"
+    shown = redacted_config(config)["telemetry"]
+    assert shown["otlp_endpoint"] == "https://••••@otel.example/v1/traces"
+    assert shown["otlp_headers"] == {"Authorization": "•••• (set, 22 characters)"}
+    assert "tok-secret-1234" not in str(redacted_config(config))

@@ -294,6 +294,7 @@ async def test_a_thumbs_reaction_on_a_reply_is_recorded_on_its_run(store, llm, t
             async with http.get(f"{base}/runs/{run.id}") as response:
                 page = await response.text()
     assert "0 👍 · 1 👎" in page and "👍 taken back by Ann" in page  # the console's run page
+    assert f'<code id="run-trace">{run.trace_id}</code>' in page  # to find it in a tracing backend
     assert [(e.payload["added"], e.payload["removed"]) for e in events] == [(["up"], []), ([], ["up"]), (["down"], [])]
     assert FEEDBACK.labels("telegram", "up", "added")._value.get() == before + 1
     assert len(llm.requests) == 1  # nothing else happens

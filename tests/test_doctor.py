@@ -83,3 +83,25 @@ def test_the_command_prints_the_checks_and_fails_on_an_unreachable_server(tmp_pa
     )
     assert done.returncode == 1, done.stderr
     assert "✗ reachable: cannot reach" in done.stdout and "llm.base_url" in done.stdout
+
+
+async def test_the_command_without_a_config_file_checks_the_server_the_environment_names(tmp_path):
+    """Run from a directory without config.yml: LLM_BASE_URL, LLM_MODEL and LLM_API_KEY are the
+    settings, as the README says (not the built-in local default)."""
+    import asyncio
+
+    async with FakeLLM(server_kind="vllm", context_window=8192, api_key="sk-env") as llm:
+        llm.reply("hi")
+        llm.tool_call("get_time", {"timezone": "Europe/Oslo"}, id="t1")
+        llm.reply("It is noon.")
+        env = child_env() | {"LLM_BASE_URL": llm.base_url, "LLM_MODEL": "env-model", "LLM_API_KEY": "sk-env"}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "doctor", "--log-level", "warning",
+            env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert not (tmp_path / "config.yml").exists()
+    assert process.returncode == 0, out.decode() + err.decode()
+    assert llm.base_url.split("//")[1].split("/")[0] in out.decode()  # the server it checked
+    assert "✓ auth" in out.decode() and "✓ tools" in out.decode()
+    assert {r.get("model") for r in llm.requests} == {"env-model"}

@@ -20,10 +20,12 @@ from test_subagents_crash import doomed_gateway
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
 from gateway import fencing
+from gateway.config import TracesConfig
 from gateway.events import ChannelError, Outbound, ThreadKey
 from gateway.inbox.holder import LeaseHolder
 from gateway.outbox import Outbox
 from gateway.store import Fence, LeaseLost
+from gateway.traces import RunTrace
 
 THREAD = ThreadKey("fake", "chat1", "")
 LEASE = f"thread:{THREAD}"
@@ -179,3 +181,39 @@ async def test_a_send_cut_by_a_stall_is_recorded_as_possibly_delivered(store) ->
     row = await store.outbox.get("reply:5")
     assert row.status == "pending" and row.uncertain and "lost the thread" in row.uncertain
     assert [r.key for r in await store.outbox.uncertain()] == ["reply:5"]
+
+
+async def test_a_reply_found_delivered_finishes_its_run_through_the_runs_trace_fenced(store) -> None:
+    """A continued run whose reply another sender already delivered (the sweeper, say) sends
+    nothing and ends SUCCESS in its trace's own fenced write; a holder that lost the thread
+    meanwhile ends nothing (the stage stays for the new holder)."""
+    channel = FakeChannel(name="fake")
+    outbox = Outbox(store, {"fake": channel})
+    session = await store.sessions.open(str(THREAD), source="fake")
+    for owner, lost in (("keeps", False), ("loses", True)):
+        run = await store.runs.start(session.id, str(THREAD))
+        lease = await store.inbox.acquire(LEASE, owner, 30)
+        fence = Fence(lease.name, lease.owner, lease.fence)
+        key = f"reply:{run.id}"
+        record = await store.outbox.record(key, str(THREAD), "message", {"text": "answer"}, fence=fence)
+        await store.outbox.mark_sent(record.id, ["7"], fence=fence)  # delivered, the run not finished
+        record = await store.outbox.get(key)
+        if lost:
+            await store.inbox.release(lease)
+            await store.inbox.acquire(LEASE, "survivor", 30)
+        trace = RunTrace(store, run.id, config=TracesConfig(), prices={}, fence=fence)
+        stream = outbox.stream(THREAD, "1")
+
+        async def finish(trace=trace, stream=stream, record=record) -> None:  # noqa: ANN001
+            await trace.end_with("SUCCESS", "reply", lambda final: stream.deliver(record, "answer", final_stage=final))
+
+        if lost:
+            with pytest.raises(LeaseLost):
+                await finish()
+            assert (await store.runs.get(run.id)).stage == "RUNNING"
+            await store.inbox.release(await store.inbox.acquire(LEASE, "survivor", 30))
+        else:
+            await finish()
+            assert (await store.runs.get(run.id)).stage == "SUCCESS"
+            await store.inbox.release(lease)
+    assert channel.messages(THREAD) == []

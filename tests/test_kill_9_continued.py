@@ -163,3 +163,36 @@ async def test_a_run_left_running_again_after_its_continuation_gets_a_new_contin
     assert not await store.inbox.add_continuation(ContinueRun(run.id).item(thread), run.id)  # one waits
     (queued,) = await store.inbox.pending(thread)
     assert queued.payload == {"continue_run": run.id}
+
+
+@pytest.mark.parametrize("chat", ["private", "group"])
+async def test_a_send_cut_by_kill_9_while_telegram_was_slow_to_answer_is_listed_uncertain(
+    store, llm, tg, tmp_path, chat
+) -> None:
+    """Killed while the Bot API carried out a new message but had not answered yet (the reply,
+    or in a group the stream's first message): nothing of the outcome was written. The run
+    that continues sends it again, once, and the outbox lists it as possibly a second copy, so
+    a duplicate is always one `gateway outbox` shows."""
+    target = PRIVATE if chat == "private" else GROUP
+    if chat == "private":
+        llm.reply("The answer, delivered while the process died.")
+    else:
+        llm.stall("The answer, streamed while the process ")
+    tg.timeout_delay_s = 8  # carried out, then no answer for longer than the kill takes
+    tg.fail_next("sendMessage", "timeout")
+    config = tg_config(llm, tg, tmp_path, inbox={"lease_ttl_s": 3}, serve={"instance_id": "dies"})
+    async with doomed_gateway("telegram", store, config, tmp_path) as (process, _port):
+        if chat == "private":
+            tg.private_message(PRIVATE, "a question")
+        else:
+            tg.group_message(GROUP, "@test_bot a question")
+        await until(lambda: bool(tg.calls_to("sendMessage")), 30)
+        await kill_9(process)
+    llm.reply("The answer, delivered while the process died.")
+    async with running(store, config, instance_id="survivor") as gateway:
+        await settle(gateway, lambda: len(texts(tg, target)) >= 2)
+        await asyncio.sleep(0.3)
+    listed = await store.outbox.uncertain()
+    assert len(texts(tg, target)) == 2  # the cut send and its one resend
+    assert [r.thread_key for r in listed] == [f"telegram:{target}:"]
+    assert listed[0].uncertain  # what may be in the chat twice, and why

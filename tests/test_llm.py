@@ -320,7 +320,7 @@ async def test_5xx_backs_off_exponentially_then_falls_back(fake, make_client, cl
     events = await events_of(make_client(max_retries=2, fallback_models=["m2"]))
 
     assert [r["model"] for r in fake.requests] == ["m1", "m1", "m1", "m2"]
-    assert events[0] == ModelInfo("m2", served="m2", attempts=4)
+    assert events[0] == ModelInfo("m2", served="m2", attempts=4, fell_back_from=("m1",))
     assert BASE * 0.5 <= clock.sleeps[0] <= BASE and BASE <= clock.sleeps[1] <= 2 * BASE
     assert [(n.model, n.next_model) for n in notices] == [("m1", "m1"), ("m1", "m1"), ("m1", "m2")]
 

@@ -84,3 +84,33 @@ async def test_work_stored_by_another_instance_wakes_this_one_at_once(store, sec
             event = InboundMessage(thread, ALICE, "from the other instance", "fake:other:1", message_id="5")
             await second_store.inbox.add([event_item(event)])  # as another instance's submit does
             await h.wait_for(lambda: h.channel.messages() == ["echo: from the other instance"], timeout=10)
+
+
+class CountingChannel(FakeChannel):
+    """Records how many instances the core says share this channel's platform limits."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.shares: list[int] = []
+
+    def share_rate_limits(self, instances: int) -> None:
+        self.shares.append(instances)
+
+
+async def test_instances_sharing_a_bot_learn_at_once_how_many_they_are_and_when_one_goes(store, second_store, tmp_path):
+    # A beat every 40 s (a third of the lease): each change is told by a notification, not a beat.
+    async def until(condition, what: str) -> None:
+        deadline = asyncio.get_running_loop().time() + 20
+        while not condition():
+            assert asyncio.get_running_loop().time() < deadline, what
+            await asyncio.sleep(0.05)
+
+    async with FakeLLM(responder=echo) as llm:
+        config = make_config(llm.base_url, str(tmp_path), inbox={"lease_ttl_s": 120})
+        first, second = CountingChannel(), CountingChannel()
+        async with running_gateway(store, config, first, instance_id="a"):
+            await until(lambda: first.shares == [1], "a lone instance takes the whole budget")
+            async with running_gateway(second_store, config, second, instance_id="b"):
+                await until(lambda: second.shares == [2], "the second counts the first")
+                await until(lambda: first.shares == [1, 2], "the first learns of the second at once")
+            await until(lambda: first.shares == [1, 2, 1], "the stopped one gives its share back at once")

@@ -188,6 +188,7 @@ async def telegram() -> AsyncIterator[tuple[FakeTelegram, TelegramChannel]]:
             rate_private_per_s=0,
             rate_group_per_min=0,
             request_timeout_s=0.5,
+            edit_interval_s=0,  # a stream shows its first chunk at once: these tests time it out
         )
         channel = TelegramChannel(config, RecordingCore())
         await channel.start(RecordingCore().submit)

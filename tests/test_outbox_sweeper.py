@@ -42,6 +42,10 @@ async def test_an_intent_recorded_but_never_sent_is_delivered_once(store, llm, t
         assert h.channel.messages(T1) == ["the lost reply"]
     row = await store.outbox.get("reply:7")
     assert row.status == "sent" and row.message_ids
+    # Its sender may have been cut mid-request (the platform carried the send out, nothing was
+    # written of it): the resend is listed as possibly a second copy.
+    assert row.uncertain and "stopped before recording" in row.uncertain
+    assert [r.key for r in await store.outbox.uncertain()] == ["reply:7"]
 
 
 async def test_retries_exhausted_are_swept_later_and_a_permanent_failure_is_given_up(store, llm, tmp_path):
@@ -59,9 +63,36 @@ async def test_retries_exhausted_are_swept_later_and_a_permanent_failure_is_give
         assert (await store.outbox.get("k-blocked")).status == "failed"
         channel.refusing = False
         await h.wait_for(lambda: channel.messages(T1) == ["try again later"], timeout=20)
-    assert (await store.outbox.get("k-retry")).status == "sent"
+    retried = await store.outbox.get("k-retry")
+    assert retried.status == "sent" and retried.uncertain is None  # its sender gave up: no attempt was cut
     blocked = await store.outbox.get("k-blocked")
     assert blocked.status == "failed" and "blocked" in blocked.error
+
+
+async def test_a_prompt_whose_sender_died_mid_request_is_resent_once_and_listed(store, llm, tmp_path):
+    """Killed while the platform carried out its send (a slow answer, a timeout): nothing says
+    what became of it. The sweeper sends it again, says so on the row, and a timeout of that
+    resend is not sent a third time."""
+    prompt = {"kind": "notice", "thread": str(T1), "key": "pairing:1:42", "text": "Access request", "buttons": []}
+    await store.outbox.record("pairing:1:42", str(T1), "prompt", prompt)
+    channel = TimingOutChannel()
+    config = make_config(llm.base_url, str(tmp_path), outbox=SWEEP_FAST)
+    async with running_gateway(store, config, channel) as h:
+        await h.wait_for(lambda: channel.prompts_tried == 1, timeout=20)
+        await asyncio.sleep(0.6)  # later sweeps leave it alone
+    row = await store.outbox.get("pairing:1:42")
+    assert channel.prompts_tried == 1
+    assert row.status == "failed" and "not sent a third time" in row.uncertain
+
+
+class TimingOutChannel(FakeChannel):
+    def __init__(self) -> None:
+        super().__init__(name="fake")
+        self.prompts_tried = 0
+
+    async def send_prompt(self, prompt):  # noqa: ANN001, ANN201
+        self.prompts_tried += 1
+        raise ChannelError("Timed out", ambiguous=True)
 
 
 async def test_a_row_older_than_the_give_up_age_is_given_up_with_the_reason(store, llm, tmp_path):

@@ -54,10 +54,17 @@ def write_config(directory: Path, base_url: str, model: str = MODEL_ALIAS) -> Pa
     return path
 
 
-def runs_of(config: Path) -> list[list[str]]:
+def runs_of(config: Path) -> list[dict[str, str]]:
+    """`gateway runs list`, newest first, each row by its column's name (read from the header)."""
     listed = gateway_command(config, "runs", "list")
     assert listed.returncode == 0, listed.stderr
-    return [line.split() for line in listed.stdout.splitlines()[1:] if line.strip()]
+    header, *rows = listed.stdout.splitlines()
+    names = header.replace("tokens in/out", "tokens").split()
+    return [dict(zip(names, row.split(), strict=True)) for row in rows if row.strip()]
+
+
+def outcomes(runs: list[dict[str, str]]) -> list[tuple[str, str]]:
+    return [(run["stage"], run["end"]) for run in runs]
 
 
 async def test_first_and_second_turn_are_answered_and_their_tokens_estimated(llama_server, tmp_path):
@@ -72,11 +79,12 @@ async def test_first_and_second_turn_are_answered_and_their_tokens_estimated(lla
     finally:
         await chat.kill()
     runs = runs_of(config)
-    assert [(r[1], r[2]) for r in runs] == [("SUCCESS", "reply"), ("SUCCESS", "reply")], runs
-    tokens_in, tokens_out = runs[0][4].split("/")
+    assert outcomes(runs) == [("SUCCESS", "reply"), ("SUCCESS", "reply")], runs
+    assert runs[0]["model"] == MODEL_ALIAS
+    tokens_in, tokens_out = runs[0]["tokens"].split("/")
     # Counted by the server's tokenizer (one token a character, and the BOS it adds): not 4 characters a token.
     assert tokens_in.startswith("~") and tokens_out in (f"~{len(REPLY)}", f"~{len(REPLY) + 1}")
-    shown = gateway_command(config, "runs", "show", runs[0][0])
+    shown = gateway_command(config, "runs", "show", runs[0]["id"])
     assert "estimated: the server sent no usage" in shown.stdout, shown.stdout
 
 
@@ -102,7 +110,7 @@ async def test_a_turn_after_a_tool_exchange_is_answered(llama_server, tmp_path):
         assert await chat.quit() == 0
     finally:
         await chat.kill()
-    assert [(r[1], r[2]) for r in runs_of(config)][0] == ("SUCCESS", "reply")  # newest first
+    assert outcomes(runs_of(config))[0] == ("SUCCESS", "reply")  # newest first
 
 
 async def test_an_over_long_message_gets_a_clear_reply_and_the_next_turn_works(llama_server, tmp_path):
@@ -116,7 +124,7 @@ async def test_an_over_long_message_gets_a_clear_reply_and_the_next_turn_works(l
         assert await chat.quit() == 0
     finally:
         await chat.kill()
-    assert [(r[1], r[2]) for r in runs_of(config)] == [("SUCCESS", "reply"), ("FAILED", "overflow")]  # newest first
+    assert outcomes(runs_of(config)) == [("SUCCESS", "reply"), ("FAILED", "overflow")]  # newest first
 
 
 async def test_doctor_reports_what_this_server_does(llama_server, tmp_path):

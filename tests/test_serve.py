@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import sys
 
 import aiohttp
 from test_chat_cli import REPO, child_env, write_config
+
+from gateway.logs import OURS
 
 
 def free_port() -> int:
@@ -71,3 +74,46 @@ async def test_serve_refuses_an_old_schema_without_auto_migrate(tmp_path):
     code = await asyncio.wait_for(process.wait(), 30)
     output = (await process.stdout.read()).decode()
     assert code == 2 and "gateway migrate" in output
+
+
+LOG_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): (.*)$")
+
+
+async def start_log(tmp_path, extra: str) -> list[tuple[str, str, str]]:
+    """(level, logger, message) of each line a `gateway serve` writes from start to stop, on a
+    new database (so its migrations run)."""
+    port = free_port()
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    config.write_text(config.read_text() + f"http:\n  port: {port}\nserve:\n  shutdown_grace: 2s\n{extra}")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config),
+        cwd=str(REPO), env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert (await wait_for_http(f"http://127.0.0.1:{port}/readyz")).status == 200
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        output = (await process.stdout.read()).decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    lines = [LOG_LINE.match(line) for line in output.splitlines() if line.strip()]
+    assert all(lines), output  # every line is a log line
+    return [match.groups() for match in lines if match]
+
+
+async def test_the_start_log_says_what_an_operator_needs_and_no_library_chatter(tmp_path, otlp):
+    lines = await start_log(tmp_path, f"telemetry:\n  otlp_endpoint: {otlp.url}\n")
+    chatter = [line for line in lines if line[0] in ("DEBUG", "INFO") and not line[1].startswith(OURS)]
+    assert chatter == []
+    messages = [message for _, _, message in lines]
+    assert any(m.startswith("HTTP server on http://127.0.0.1:") for m in messages)
+    assert any(m.startswith(f"telemetry: traces to {otlp.url}/v1/traces (OTLP/HTTP") for m in messages)
+    assert any(m.startswith("this instance is the leader") for m in messages)
+
+
+async def test_logging_level_debug_shows_the_libraries_too(tmp_path):
+    lines = await start_log(tmp_path, "logging:\n  level: debug\n")
+    assert any(logger.startswith("alembic") for _, logger, _ in lines)  # what the default leaves out
+    assert any(level == "DEBUG" for level, _, _ in lines)

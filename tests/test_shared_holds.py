@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 import pytest
 from fakes.telegram import FakeTelegram
 from test_outbox_delivery import CHAT, ScriptedChannel, VirtualTime
 from test_telegram_e2e import PRIVATE, running, tg_config
 
-from gateway.events import ChannelError, ThreadKey
+from gateway.events import ChannelError, ThreadKey, utcnow
 from gateway.outbox import Outbox
-from gateway.pacing import ChatPacer, RetryPolicy
+from gateway.pacing import HOLDS_STALE_S, ChatPacer, RetryPolicy
 from gateway.store import Store
 
 
@@ -77,3 +78,16 @@ async def test_a_flood_wait_met_by_one_instance_holds_the_chat_for_another(
         await first
     sent = {c.params["text"]: c.at for c in tg.calls_to("sendMessage") if c.params.get("text") in ("from a", "from b")}
     assert sent["from b"] - held_at >= 2.9 and sent["from a"] - held_at >= 2.9
+
+
+async def test_a_stale_view_of_the_holds_is_read_again_before_a_send(store) -> None:
+    """A hold written while this process could not hear of it (stopped, or its refreshes
+    failing while the database restarted: the NOTIFY was lost) is read before its next send,
+    not up to a refresh interval later."""
+    virtual = VirtualTime()
+    outbox = shared_outbox(store, ScriptedChannel([]), virtual)
+    await outbox.pacer.refresh()  # current now
+    await store.holds.hold(f"{CHAT.channel}:{CHAT.chat}", utcnow() + timedelta(seconds=60))  # unheard of
+    virtual.now += HOLDS_STALE_S + 1  # its refreshes did not run since
+    await outbox.send_text(CHAT, "a message", key="k-stale")
+    assert len(virtual.sleeps) == 1 and 50 < virtual.sleeps[0] <= 60  # sent only after the hold

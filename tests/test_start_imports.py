@@ -22,6 +22,7 @@ config = Config.model_validate({
     "agent": {"workspace": sys.argv[1] + "/workspace"},
     "telegram": {"token": "123:abc", "api_base_url": "http://127.0.0.1:9/bot"},
     "http": {"port": 0},
+    "telemetry": json.loads(sys.argv[2]),
 })
 Gateway(config)
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
@@ -37,14 +38,21 @@ NOT_AT_START = {
     "pypdf": "no PDF was received",
     "alembic": "the schema is checked with one query; alembic only migrates",
     "markdown_it": "nothing was rendered yet",
+    "trafilatura": "no web page was fetched",
+    "lxml": "no web page was fetched (trafilatura reads pages with it)",
+    "opentelemetry": "telemetry.otlp_endpoint is empty",
+    "google": "telemetry.otlp_endpoint is empty (protobuf)",
+    "requests": "telemetry.otlp_endpoint is empty (the OTLP exporter's HTTP client)",
 }
 
 
-def loaded_by_a_start(tmp_path: Path) -> set[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_"))}
+def loaded_by_a_start(tmp_path: Path, telemetry: dict[str, str] | None = None) -> set[str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "TELEGRAM_", "SLACK_", "LLM_", "OTEL_"))
+    }
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", BUILD_GATEWAY, str(tmp_path)],
+        [sys.executable, "-c", BUILD_GATEWAY, str(tmp_path), json.dumps(telemetry or {})],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -56,3 +64,7 @@ def test_a_gateway_with_telegram_only_does_not_load_what_it_does_not_use(tmp_pat
     assert "telegram" in loaded  # the check sees what the start does load
     unexpected = {name: why for name, why in NOT_AT_START.items() if name in loaded}
     assert unexpected == {}
+
+
+def test_opentelemetry_is_loaded_only_when_an_endpoint_is_set(tmp_path):
+    assert "opentelemetry" in loaded_by_a_start(tmp_path, {"otlp_endpoint": "http://127.0.0.1:9"})

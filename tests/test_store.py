@@ -191,3 +191,46 @@ async def test_a_cancelled_caller_is_cancelled_even_when_its_transaction_then_fa
     transaction.set_exception(ConnectionResetError("server closed the connection"))
     with pytest.raises(asyncio.CancelledError):
         await caller
+
+
+async def test_a_postgres_store_opens_no_more_connections_than_its_pool_allows(tmp_path):
+    """database.pool_size + database.max_overflow bound one instance's connections, whatever
+    the number of concurrent reads (the sizing rule in docs/operations.md rests on it); each
+    connection is named after the store's application name in pg_stat_activity."""
+    import uuid
+
+    from conftest import NO_POSTGRES, POSTGRES_URL
+    from sqlalchemy import text
+
+    from gateway.store import Store
+
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    import asyncpg
+
+    name = f"gateway pool-test-{uuid.uuid4().hex[:8]}"
+    store = Store(POSTGRES_URL, pool_size=2, max_overflow=1, application_name=name)
+    observer = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    counts: list[int] = []
+    done = asyncio.Event()
+
+    async def count() -> None:
+        while not done.is_set():
+            counts.append(
+                await observer.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name)
+            )
+            await asyncio.sleep(0.02)
+
+    counting = asyncio.create_task(count())
+    try:
+        results = await asyncio.gather(
+            *(store.db.read(lambda conn, n=n: conn.execute(text(f"SELECT {n} FROM pg_sleep(0.2)")).scalar())
+              for n in range(12))
+        )
+    finally:
+        done.set()
+        await counting
+        await observer.close()
+        await store.close()
+    assert results == list(range(12))  # every read got its turn at a connection
+    assert 1 <= max(counts) <= 3, counts

@@ -126,3 +126,23 @@ async def test_chats_buckets_that_rested_are_forgotten() -> None:
     for _ in range(3):
         await pacer.wait_chat(7)  # a forgotten chat starts with a full bucket: its burst of 3 at once
     assert time_.now == 1005.0
+
+
+async def test_instances_sharing_the_bot_each_take_their_share_of_its_budget() -> None:
+    # Three instances send for one bot: Telegram's 30 a second is the bot's, not each process's.
+    time_ = VirtualTime()
+    pacer = Pacer(30, private_per_s=0, group_per_min=0, clock=time_.clock, sleep=time_.sleep)
+    pacer.share_among(3)
+    sent: list[float] = []
+    for _ in range(40):
+        with await pacer.wait_overall():
+            sent.append(time_.now)
+    assert busiest(sent, 1.0) == 10  # a third of the bot's 30
+    assert pacer.spare() is None  # drafts find nothing spare either
+    pacer.share_among(1)  # the others stopped: the whole budget again
+    sent.clear()
+    time_.now += 2.0
+    for _ in range(40):
+        with await pacer.wait_overall():
+            sent.append(time_.now)
+    assert busiest(sent, 1.0) == 30

@@ -235,8 +235,9 @@ async def test_private_chats_stream_with_drafts_then_send_the_final_message(make
 
 
 async def test_group_edits_are_throttled_per_chat(make, fake) -> None:
-    channel = await make(edit_interval_s=3600)
+    channel = await make(edit_interval_s=0.3)
     stream = channel.open_stream(GROUP, reply_to="5")
+    await asyncio.sleep(0.35)  # the first update is due an interval after the stream opened
     for n in range(1, 6):
         await stream.update("word " * n)
     assert len(fake.calls_to("sendMessage")) == 1 and fake.calls_to("editMessageText") == []
@@ -245,6 +246,28 @@ async def test_group_edits_are_throttled_per_chat(make, fake) -> None:
     assert message.text == "word " * 6 + "done" and message.reply_to == 5
     assert len(fake.calls_to("editMessageText")) == 1
     assert fake.drafts == {}
+
+
+@pytest.mark.parametrize("chat", [PRIVATE, GROUP])
+async def test_a_reply_finished_within_the_interval_is_one_send_and_nothing_else(make, fake, chat) -> None:
+    channel = await make(edit_interval_s=3600)
+    stream = channel.open_stream(chat)
+    for text in ("Hel", "Hello wor", "Hello world"):
+        await stream.update(text)
+    await stream.finish("Hello world!")
+    assert [c.method for c in fake.calls if c.method.startswith(("send", "edit"))] == ["sendMessage"]
+
+
+async def test_typing_waits_for_a_turn_that_takes_a_while(make, fake) -> None:
+    channel = await make(typing_after_s=0.3)
+    channel.typing_interval_s = 0.02
+    await channel.set_busy(PRIVATE, True)
+    await asyncio.sleep(0.2)
+    await channel.set_busy(PRIVATE, False)  # answered quickly: no "typing" at all
+    assert fake.calls_to("sendChatAction") == []
+    await channel.set_busy(PRIVATE, True)
+    await asyncio.wait_for(_until(lambda: len(fake.calls_to("sendChatAction")) >= 1), 5)
+    await channel.set_busy(PRIVATE, False)
 
 
 async def test_group_stream_edits_as_it_grows_and_adds_messages_at_the_end(make, fake) -> None:
@@ -285,7 +308,7 @@ async def test_streaming_off_and_edit_modes(make, fake) -> None:
 
 
 async def test_typing_is_refreshed_until_the_turn_ends(make, fake) -> None:
-    channel = await make()
+    channel = await make(typing_after_s=0)
     channel.typing_interval_s = 0.02
     await channel.set_busy(TOPIC, True)
     await channel.set_busy(TOPIC, True)  # already busy: still one refresher

@@ -159,7 +159,7 @@ def test_builtins_declare_side_effects_classes_and_lod():
     table = {s.name: (s.side_effects, set(s.classes), s.lod) for s in registry.specs()}
     assert table["write_file"] == (True, {"fs_write"}, "head")
     assert table["shell"] == (True, {"exec"}, "tail")
-    assert table["http_fetch"][1] == {"network"}
+    assert table["web_fetch"][1] == {"network"}
     assert table["read_file"] == (False, {"fs_read"}, "head")
     assert not table["clock"][0] and not table["scratchpad_set"][0]
 

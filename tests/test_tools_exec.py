@@ -1,4 +1,4 @@
-"""The shell and http_fetch built-ins: real processes and a real HTTP server on 127.0.0.1."""
+"""The shell and web_fetch built-ins: real processes and a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from helpers import until
+from helpers import Site, serving, until
 from tooling import call, make_ctx
 
 from gateway.tools.builtin_http import is_public
@@ -215,14 +215,7 @@ async def test_shell_refuses_an_empty_command(tmp_path):
     assert outcome.failed and "empty" in outcome.text
 
 
-# --- http_fetch ----------------------------------------------------------------------------
-
-
-class Site:
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.release = asyncio.Event()
-        self.base = ""
+# --- web_fetch -----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -253,66 +246,60 @@ async def site():
 
     app = web.Application()
     app.router.add_get("/{name}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    host, port = runner.addresses[0][:2]
-    state.base = f"http://{host}:{port}"
-    yield state
-    state.release.set()
-    await runner.cleanup()
+    async with serving(app) as state.base:
+        yield state
+        state.release.set()
 
 
-async def test_http_fetch_refuses_loopback_by_default(site, tmp_path):
+async def test_web_fetch_refuses_loopback_by_default(site, tmp_path):
     ctx = make_ctx(tmp_path)
     for url in (f"{site.base}/text", site.base.replace("127.0.0.1", "localhost") + "/text"):
-        outcome = await call(ctx, "http_fetch", url=url)
+        outcome = await call(ctx, "web_fetch", url=url)
         assert outcome.failed and "refused" in outcome.text and "http_fetch_allow_private" in outcome.text
     assert site.hits == []
 
 
-async def test_http_fetch_allowed_on_loopback_when_configured(site, tmp_path):
+async def test_web_fetch_allowed_on_loopback_when_configured(site, tmp_path):
     ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
-    outcome = await call(ctx, "http_fetch", url=f"{site.base}/text")
+    outcome = await call(ctx, "web_fetch", url=f"{site.base}/text")
     assert not outcome.failed
     assert outcome.text.startswith("HTTP 200 OK\n")
     assert "Content-Type: text/plain" in outcome.text and outcome.text.endswith("\n\nhello world")
-    host = await call(ctx, "http_fetch", url=f"{site.base}/host")
+    host = await call(ctx, "web_fetch", url=f"{site.base}/host")
     assert host.text.endswith("\n\n" + site.base.removeprefix("http://"))
 
 
-async def test_http_fetch_caps_the_body(site, tmp_path):
+async def test_web_fetch_caps_the_body(site, tmp_path):
     ctx = make_ctx(tmp_path, http_fetch_allow_private=True, http_fetch_max_bytes=500)
-    small = await call(ctx, "http_fetch", url=f"{site.base}/big", max_bytes=100)
+    small = await call(ctx, "web_fetch", url=f"{site.base}/big", max_bytes=100)
     assert "\n\n" + "x" * 100 + "\n[truncated: only the first 100 bytes were read]" in small.text
-    capped = await call(ctx, "http_fetch", url=f"{site.base}/big", max_bytes=1_000_000)
+    capped = await call(ctx, "web_fetch", url=f"{site.base}/big", max_bytes=1_000_000)
     assert "x" * 500 + "\n[truncated: only the first 500 bytes were read]" in capped.text
     assert "x" * 501 not in capped.text
 
 
-async def test_http_fetch_follows_and_rechecks_redirects(site, tmp_path):
+async def test_web_fetch_follows_and_rechecks_redirects(site, tmp_path):
     ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
-    followed = await call(ctx, "http_fetch", url=f"{site.base}/redirect")
+    followed = await call(ctx, "web_fetch", url=f"{site.base}/redirect")
     assert f"URL: {site.base}/text" in followed.text and followed.text.endswith("hello world")
-    to_file = await call(ctx, "http_fetch", url=f"{site.base}/to-file")
+    to_file = await call(ctx, "web_fetch", url=f"{site.base}/to-file")
     assert to_file.failed and "only http:// and https://" in to_file.text
-    looping = await call(ctx, "http_fetch", url=f"{site.base}/loop")
+    looping = await call(ctx, "web_fetch", url=f"{site.base}/loop")
     assert looping.failed and "more than 5 redirects" in looping.text
     assert site.hits.count("/loop") == 6
 
 
-async def test_http_fetch_times_out(site, tmp_path):
+async def test_web_fetch_times_out(site, tmp_path):
     ctx = make_ctx(tmp_path, http_fetch_allow_private=True, http_fetch_timeout_s=0.3)
-    outcome = await call(ctx, "http_fetch", url=f"{site.base}/slow")
+    outcome = await call(ctx, "web_fetch", url=f"{site.base}/slow")
     assert outcome.failed and "timed out after 0.3s" in outcome.text
 
 
-async def test_http_fetch_reports_status_binary_and_bad_urls(site, tmp_path):
+async def test_web_fetch_reports_status_binary_and_bad_urls(site, tmp_path):
     ctx = make_ctx(tmp_path, http_fetch_allow_private=True)
-    missing = await call(ctx, "http_fetch", url=f"{site.base}/missing")
+    missing = await call(ctx, "web_fetch", url=f"{site.base}/missing")
     assert not missing.failed and missing.text.startswith("HTTP 404 Not Found")
-    binary = await call(ctx, "http_fetch", url=f"{site.base}/binary")
+    binary = await call(ctx, "web_fetch", url=f"{site.base}/binary")
     assert "[binary content, 6 bytes, not shown]" in binary.text
     for url, expected in [
         ("ftp://example.com/file", "only http:// and https://"),
@@ -320,7 +307,7 @@ async def test_http_fetch_reports_status_binary_and_bad_urls(site, tmp_path):
         ("not a url", "only http:// and https://"),
         ("http://nonexistent.invalid/", "cannot resolve host nonexistent.invalid"),
     ]:
-        outcome = await call(ctx, "http_fetch", url=url)
+        outcome = await call(ctx, "web_fetch", url=url)
         assert outcome.failed and expected in outcome.text, url
 
 

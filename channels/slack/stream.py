@@ -111,6 +111,8 @@ class PostAtEndStream:
 class EditStream:
     """`edit`: post, then chat.update at most once per `interval`, then a final update."""
 
+    posts_messages = True  # its progress is a message in the thread (the outbox records the intent first)
+
     def __init__(
         self,
         api: SlackApi,
@@ -170,6 +172,8 @@ class EditStream:
 
 class NativeStream:
     """`native`: chat.startStream on the first text, appendStream deltas, stopStream at the end."""
+
+    posts_messages = True  # chat.startStream posts the message it streams into
 
     def __init__(
         self,
@@ -273,6 +277,8 @@ class NativeStream:
 
 class FallbackStream:
     """Native first; when Slack refuses to start a stream, edit messages instead."""
+
+    posts_messages = True  # its progress is a message in the thread (the outbox records the intent first)
 
     def __init__(
         self,

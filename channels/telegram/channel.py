@@ -87,6 +87,7 @@ class TelegramChannel:
         self._max_download = min(max_download_bytes or BOT_API_DOWNLOAD_LIMIT, BOT_API_DOWNLOAD_LIMIT)
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
         self._caller = BotCaller(self._pacer)
+        self._sharing = 1  # instances sending for this bot (share_rate_limits)
         self._update_interval = UpdateInterval(config.edit_interval_s)
         self._bot: Bot | None = None
         self._outlet: Outlet | None = None
@@ -179,6 +180,15 @@ class TelegramChannel:
         if self._bot is not None:
             await self._bot.shutdown()
 
+    def share_rate_limits(self, instances: int) -> None:
+        """Telegram limits the bot, not the process: with `instances` sending for it, this one
+        sends its share of the overall 30 a second."""
+        if instances != self._sharing:
+            log.info("telegram: %d instance(s) send for this bot; this one paces to 1/%d of its overall limit",
+                     instances, instances)
+            self._sharing = instances
+            self._pacer.share_among(instances)
+
     @property
     def bot(self) -> Bot:
         if self._bot is None:
@@ -265,6 +275,7 @@ class TelegramChannel:
         self._typing[thread] = asyncio.create_task(self._keep_typing(Target.of(thread)))
 
     async def _keep_typing(self, target: Target) -> None:
+        await asyncio.sleep(self.config.typing_after_s)
         while True:
             slot = self._pacer.spare()
             if slot is None:  # optional: skipped when the bot's budget is taken

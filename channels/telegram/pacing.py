@@ -96,13 +96,19 @@ class RollingWindow:
     `window_s` after it is answered: however late it left, it arrived within that span."""
 
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
-        self.rate, self._clock, self._sleep = rate, clock, sleep
-        self.limit = max(1, int(rate))
-        self.window_s = self.limit / rate if rate > 0 else 0.0
+        self._clock, self._sleep = clock, sleep
+        self.set_rate(rate)
         self._answered: deque[float] = deque()  # when each send in the window was answered, oldest first
         self._out = 0  # sends taken and not yet answered
         self._answer = asyncio.Event()  # an answer came: the oldest can expire from now on
         self._lock = asyncio.Lock()
+
+    def set_rate(self, rate: float) -> None:
+        """`limit` sends in a window of `limit / rate` seconds (a rate under one a second: one
+        send per 1 / rate); sends already counted stay counted."""
+        self.rate = rate
+        self.limit = max(1, int(rate))
+        self.window_s = self.limit / rate if rate > 0 else 0.0
 
     def _counted(self) -> int:
         horizon = self._clock() - self.window_s
@@ -153,11 +159,18 @@ class Pacer:
         clock: Callable[[], float] = time.monotonic, sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._clock, self._sleep = clock, sleep
+        self._overall_per_s = overall_per_s
         self._overall = RollingWindow(overall_per_s, clock, sleep)
         self._private_per_s = private_per_s
         self._group_per_s = group_per_min / 60
         self._chats: dict[int, TokenBucket] = {}
         self._sweep_at = SWEEP_FROM
+
+    def share_among(self, instances: int) -> None:
+        """`instances` processes send for this bot: Telegram counts the bot's messages, so each
+        takes an equal share of the overall budget. (A chat's own limit needs no sharing: one
+        instance at a time answers a chat, holding its thread's lease.)"""
+        self._overall.set_rate(self._overall_per_s / max(1, instances))
 
     def _bucket(self, chat_id: int) -> TokenBucket:
         bucket = self._chats.get(chat_id)

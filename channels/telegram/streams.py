@@ -30,9 +30,15 @@ class UpdateInterval:
         self.clock = clock
         self._last: dict[int, float] = {}
 
-    def due(self, chat_id: int) -> bool:
+    def due(self, chat_id: int, opened: float) -> bool:
+        """An update of the chat may go now: an interval after the last one, and an interval
+        after the stream `opened` (a reply finished sooner needs no progress shown: its final
+        send is the one call)."""
+        now = self.clock()
+        if now - opened < self.interval_s:
+            return False
         last = self._last.get(chat_id)
-        return last is None or self.clock() - last >= self.interval_s
+        return last is None or now - last >= self.interval_s
 
     def mark(self, chat_id: int) -> None:
         self._last[chat_id] = self.clock()
@@ -70,11 +76,12 @@ class DraftStream(FinalOnlyStream):
     ) -> None:
         super().__init__(outlet, target, reply_to)
         self._interval, self._pacer = interval, pacer
+        self._opened = interval.clock()
         self._draft_id = random.randint(1, 2**31 - 1)
         self._enabled = True
 
     def wants_update(self) -> bool:
-        return self._enabled and self._interval.due(self._target.chat_id) and self._pacer.has_spare()
+        return self._enabled and self._interval.due(self._target.chat_id, self._opened) and self._pacer.has_spare()
 
     async def update(self, text: str) -> None:
         if not self.wants_update():
@@ -122,12 +129,16 @@ class DraftStream(FinalOnlyStream):
 class EditStream:
     """Groups and topics (and `streaming: edit`): one message edited as the reply grows."""
 
+    posts_messages = True  # its progress is a message in the chat (the outbox records the intent first)
+
     def __init__(
         self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer,
         adopt: Sequence[int] = (),
     ) -> None:
         self._outlet, self._target, self._reply_to = outlet, target, reply_to
         self._interval, self._pacer = interval, pacer
+        # An adopted reply is on screen already: brought up to date at once.
+        self._opened = interval.clock() - (interval.interval_s if adopt else 0.0)
         self._ids: list[int] = list(adopt)  # an interrupted reply's messages are edited, not repeated
         self._shown: list[Rendered | None] = [None] * len(self._ids)
         self._latest = ""
@@ -136,7 +147,7 @@ class EditStream:
         return tuple(str(i) for i in self._ids)
 
     def wants_update(self) -> bool:
-        return self._interval.due(self._target.chat_id)
+        return self._interval.due(self._target.chat_id, self._opened)
 
     def note(self, text: str) -> None:
         self._latest = text
@@ -144,7 +155,7 @@ class EditStream:
     async def update(self, text: str) -> None:
         self._latest = text
         chat = self._target.chat_id
-        slot = self._pacer.try_take(chat) if self._interval.due(chat) else None
+        slot = self._pacer.try_take(chat) if self._interval.due(chat, self._opened) else None
         if slot is None:
             return  # a later update or finish() shows it
         self._interval.mark(chat)

@@ -124,6 +124,11 @@ async def audit(request: web.Request) -> web.Response:
     return render(request, "audit.html", page="audit", t=data, error="")
 
 
+async def memory(request: web.Request) -> web.Response:
+    data = await queries.memory(request.app[OPS], request.query.get("owner", "").strip())
+    return render(request, "memory.html", page="memory", m=data)
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)
@@ -138,5 +143,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/jobs/{name}/{action:run-now|kill|enable|disable}", job_action)
     app.router.add_get("/access", access)
     app.router.add_get("/audit", audit)
+    app.router.add_get("/memory", memory)
     app.router.add_post("/access/requests/{request_id:\\d+}/{action:approve|deny}", decide_pairing)
     app.router.add_post("/access/grants/{grant_id:\\d+}/revoke", revoke)

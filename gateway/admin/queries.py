@@ -233,3 +233,14 @@ async def audit(ops: Operations, query: Mapping[str, str]) -> dict[str, Any]:
         limit=min(max(limit, 1), 1000),
     )
     return {"filters": filters, "entries": entries}
+
+
+async def memory(ops: Operations, owner: str) -> dict[str, Any]:
+    """Whose memory holds what: every owner (a person, a chat, a job), and one owner's entries."""
+    store = ops.store
+    return {
+        "owners": await store.memory.owners(),
+        "owner": owner,
+        "entries": await store.memory.list([owner]) if owner else [],
+        "enabled": ops.config.memory.enabled,
+    }

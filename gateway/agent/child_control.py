@@ -45,7 +45,7 @@ class ChildControl:
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is not None:
             return None  # already started: resume items and continue items go on with it
-        model = self.cfg.llm.model
+        model = self.cfg.llm.ref(session.model)
         run, row = await self.store.delegations.begin(task, model=model, fence=fence, item_id=start.item_id)
         request.started_run, request.turn_started_seq, request.fence = run, row.seq, fence
         return request

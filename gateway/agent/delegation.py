@@ -124,6 +124,7 @@ class Delegation:
                 session.max_rounds,
                 child_max_tokens(turn),
                 session.schedule_id,  # a job's children count against its `scope: job` caps
+                turn.model if turn.model != self.cfg.llm.model else None,  # the parent's model, for its children
             ),
         )
         if background:
@@ -232,7 +233,7 @@ class Delegation:
         if len(dead) < 2:
             return
         for task, run in dead:
-            trace = RunTrace(self.store, run.id, config=self.cfg.traces, prices=self.cfg.llm.prices)
+            trace = RunTrace(self.store, run.id, config=self.cfg.traces, prices=self.cfg.llm.price_of)
             await trace.abandon("a parallel batch was interrupted; not re-run")
             await self._end(
                 turn,
@@ -257,7 +258,8 @@ class Delegation:
         )
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is None:
-            run, row = await self.store.delegations.begin(task, model=self.cfg.llm.model, fence=turn.req.fence)
+            model = self.cfg.llm.ref(session.model)
+            run, row = await self.store.delegations.begin(task, model=model, fence=turn.req.fence)
             request.started_run, request.turn_started_seq = run, row.seq
             await self.control.show(
                 turn.thread, f"child-start:{task.id}", start_line(turn, task), interactive=turn.session.interactive
@@ -265,7 +267,7 @@ class Delegation:
         elif run.stage == "AWAITING_INPUT":  # parked: the prompt resuming the root may be its own
             request.parked_run, request.decided = run, turn.req.decided
         elif run.stage == "RUNNING":  # its worker died (or the gateway shut down): continue it
-            new_run = await self.store.delegations.restart(task, run.id, model=self.cfg.llm.model)
+            new_run = await self.store.delegations.restart(task, run.id, model=self.cfg.llm.ref(session.model))
             request.started_run, request.continuing, request.continued_run = new_run, True, run.id
         else:  # it ended but the parent never saw it: the result is taken from the database
             return await self._end(turn, task, await self._outcome_of_ended(run.stage, run.error, session))

@@ -19,7 +19,7 @@ from gateway.agent.child import ChildContext
 from gateway.events import ThreadKey
 from gateway.store import Fence, PromptRecord, RunRecord, SessionRecord, ToolCallRecord
 from gateway.store.items import Verdict
-from gateway.tools import ToolSpec
+from gateway.tools import MemoryScope, ToolSpec
 
 # ---- the model's calls and their results ---------------------------------------------------
 
@@ -153,6 +153,7 @@ class TurnRequest:
     # "<channel>:<user id>" the turn acts for when not its thread's person: a job made with the
     # `schedule` tool runs with its creator's role (never as the trusted `cron` channel)
     on_behalf_of: str = ""
+    memory: MemoryScope | None = None  # whose memory the turn reads and writes (set when its run opens)
 
     def acting(self, channel: str) -> tuple[str, str]:
         """(channel, user id) whose role the turn's tools are checked against; `channel`: that

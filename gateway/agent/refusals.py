@@ -62,7 +62,7 @@ class Refusals:
         self.services = services
         self.req = request
         self.trace = trace
-        self.model = services.config.llm.model
+        self.model = services.config.llm.ref(request.session.model)  # the window its context is shaped for
         self.overflow_retries = 0
 
     async def after_llm_error(

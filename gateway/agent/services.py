@@ -35,3 +35,5 @@ class TurnServices:
     spend: SpendGate | None = None  # the spend caps (also the LLM client's gate)
     # inbox.max_concurrent_turns, shared by the threads' workers and the sub-agents they run
     turn_slots: asyncio.Semaphore | None = None
+    memory: Any = None  # gateway.memory.MemoryBook: the memory shown at a session's start (None: off)
+    telemetry: Any = None  # gateway.telemetry.Telemetry: spans exported (None: telemetry.otlp_endpoint is empty)

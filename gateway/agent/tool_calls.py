@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gateway import metrics
+from gateway import metrics, telemetry
 from gateway.access import role_denial_text
+from gateway.agent import spans
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
 from gateway.agent.audit_trail import Decided, by_policy, by_prompt, by_role, tool_call_entry
 from gateway.agent.child import DELEGATE
@@ -89,6 +90,7 @@ class ToolCalls:
         # call id -> its arguments as parsed and its tool as found when the round was recorded
         self._checked: dict[str, tuple[dict[str, Any], ToolSpec]] = {}
         self._files: Path | None = None
+        self._began: dict[int, int] = {}  # tool call row id -> when its processing began (ns), for its span
 
     async def files_dir(self) -> Path:
         """The directory this turn's tools work in (its session's; a sub-agent's root's)."""
@@ -169,6 +171,7 @@ class ToolCalls:
             await self.notice(TOOL_LOOP_NOTICE)
 
     async def _process(self, call: OpenCall, fresh: bool) -> Settled:
+        self._began[call.record.id] = telemetry.now_ns()
         if call.name == DELEGATE and self.delegate is not None and call.record.status == "running":
             return (await self.delegate([call]))[0]  # its children started (gated then): delegation.py
         if call.record.status == "running":  # a restart interrupted it mid-run
@@ -203,6 +206,7 @@ class ToolCalls:
             await self._park(prompt)
         await self.services.prompts.close(prompt)
         decided = by_prompt(verdict, ThreadKey.parse(prompt.thread_key).channel)
+        spans.approval_wait(prompt, decided)
         if verdict.kind == "question" and "resume" in prompt.payload:  # a tool's own question: it continues
             resume = {"state": prompt.payload["resume"], "status": verdict.status, "answer": verdict.answer}
             return await self._execute(call, resume=resume, decided=decided)
@@ -343,6 +347,8 @@ class ToolCalls:
             requested_by=self.req.requested_by,
             tool_call_id=record.id,
             fence=self.req.fence,
+            memory=self.req.memory,
+            private=self.child is None and (self.req.private or self.session.private),
         )
         started = time.monotonic()
         self.tool_ran()
@@ -401,6 +407,7 @@ class ToolCalls:
             run_id=self.run_id, events=events, totals=totals,
         )
         metrics.TOOL_CALLS.labels(call.name, status).inc()
+        spans.tool_call(call, status, decided, started_ns=self._began.pop(call.id, 0) or telemetry.now_ns())
         return status, text
 
 

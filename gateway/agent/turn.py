@@ -21,7 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gateway import metrics
+from gateway import metrics, telemetry
+from gateway.agent import spans
 from gateway.agent.ending import ending_of, record_end
 from gateway.agent.estimates import estimated_usage
 from gateway.agent.guards import LENGTH_NOTICE, REPETITION_NOTICE, LengthGuard, RepetitionStreak, ToolLoopGuard
@@ -31,14 +32,18 @@ from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import ToolCalls
 from gateway.budgets import Payer, current_payer
+from gateway.context.render import DEFAULT_SYSTEM_PROMPT
+from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
-from gateway.llm import LLMError, ModelInfo, TextDelta, Usage
-from gateway.outbox import RecordedStream
-from gateway.store import LeaseLost, RecordedRound, ToolCallRecord
-from gateway.traces import LLMCallUsage, RunTrace
+from gateway.llm import LLMError, ModelInfo, ReasoningDelta, RetryNotice, TextDelta, ToolCallDelta, Usage
+from gateway.memory import turn_scope
+from gateway.outbox import ORPHANED, RecordedStream
+from gateway.store import LeaseLost, RecordedRound, RunRecord, SessionRecord, ToolCallRecord
+from gateway.traces import RunTrace, Spending, current_spending
 
 log = logging.getLogger(__name__)
 
+FIRST_TOKEN = (TextDelta, ReasoningDelta, ToolCallDelta)  # what "time to first token" waits for
 PERSIST_TIMEOUT_S = 10.0  # bound on persisting one round; a store write outlives a cancel
 REPLY_KEY_PREFIX = "reply:"  # + the message id: the outbox key of a round's shown text
 
@@ -65,6 +70,8 @@ class Turn:
         self.drain = drain
         self.stopping = stopping
         self.cfg = services.config
+        # The session's model (/model, a job's, a parent's): a name of llm.models, else the default.
+        self.model = self.cfg.llm.ref(self.session.model)
         self.run_id = 0
         self.trace: RunTrace | None = None  # None until the run is open
         self.rounds = 0
@@ -82,6 +89,12 @@ class Turn:
         self._adopt_uncertain = False  # ... and whether one of them timed out (it may be shown)
         self._declared: list[ToolCallRecord] | None = None  # open calls the last round recorded
         self._notes: dict[str, str] | None = dict(self.session.notes)
+        self._memory: str | None = None  # the memory section of the system message, read once a round with tools
+        self._fallbacks: list[dict[str, Any]] = []  # the last LLM call's moves to another model
+        self.spans: telemetry.RunSpans | None = None  # with telemetry on: this run's, current while it runs
+        self._spans_token: Any = None
+        self._llm_started_ns, self._llm_started_s = 0, 0.0
+        self._first_token_s: float | None = None  # when the LLM call being read sent its first token
 
     def request_stop(self, reason: str) -> None:
         """Stop at once if an LLM call or a tool is running, else at the next boundary."""
@@ -90,26 +103,24 @@ class Turn:
     # ---- entry ---------------------------------------------------------------------------
     async def run(self) -> TurnOutcome:
         paying = current_payer.set(self.payer())  # every LLM call of this turn is spent for them
+        spending = current_spending.set(None)  # set once the run is open; a child's ends with it
         started = time.monotonic()
         try:
             outcome = await self._run()
+            log.debug("%s: run %s %s (%s)", self.thread, self.run_id, outcome.stage, outcome.end_reason)
+            if self.spans is not None and outcome.stage in spans.FINAL_STAGES:
+                await self._end_turn_span()
         finally:
+            current_spending.reset(spending)
             current_payer.reset(paying)
+            if self._spans_token is not None:
+                telemetry.leave(self._spans_token)
         metrics.TURNS.labels(outcome.stage, outcome.end_reason).inc()
         metrics.TURN_SECONDS.observe(time.monotonic() - started)
         return outcome
 
     def payer(self) -> Payer:
-        """Whom the spend caps count this turn's calls for: the person who started it, the
-        chat, and the job of a scheduled session."""
-        channel = self.thread.channel
-        person = self.req.requested_by if self.session.interactive and self.req.requested_by else None
-        job = str(self.session.schedule_id) if self.session.schedule_id is not None else None
-        chat = f"{channel}:{self.thread.chat}" if self.session.interactive else None
-        user = f"{channel}:{person}" if person else None
-        if user is None and self.req.on_behalf_of and not self.req.on_behalf_of.endswith(":?"):
-            user = self.req.on_behalf_of  # a member's job spends from their own `scope: user` caps
-        return Payer(user=user, chat=chat, job=job)
+        return turn_payer(self.session, self.thread, self.req.requested_by, self.req.on_behalf_of)
 
     async def _run(self) -> TurnOutcome:
         await self._open_run()
@@ -129,12 +140,16 @@ class Turn:
             self.run_id, self.rounds, reopened = parked.id, parked.rounds, parked.id
         if self.req.started_run is not None:
             self.run_id = self.req.started_run.id
+        run = self.req.started_run or (parked if reopened else None)
         if not self.run_id:
-            run = await store.runs.start(self.session.id, str(self.thread), model=self.cfg.llm.model)
+            run = await store.runs.start(self.session.id, str(self.thread), model=self.model)
             self.run_id = run.id
+        self.req.memory = await turn_scope(store, self.cfg.memory, self.session, self.req)
+        await self._trace_spans(run)
         self.trace = trace = RunTrace(
-            store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.prices, fence=self.req.fence
+            store, self.run_id, config=self.cfg.traces, prices=self.cfg.llm.price_of, fence=self.req.fence
         )
+        current_spending.set(Spending(trace, self.model))  # summaries and sampling are counted on it
         if reopened == self.run_id:
             await trace.reopen()
             # Tool calls run after the resume link to the response that asked for them.
@@ -156,10 +171,32 @@ class Turn:
         if self.req.continued_run is not None:
             await self._adopt_partial_reply(self.req.continued_run)
 
+    async def _trace_spans(self, run: RunRecord | None) -> None:
+        """With telemetry on: this run's spans become the current ones until the turn ends."""
+        if self.services.telemetry is None:
+            return
+        if run is not None and run.trace_id and run.trace_span_id:
+            ids = (run.trace_id, run.trace_span_id)
+        else:  # a run from before trace ids were kept
+            ids = await self.services.store.runs.trace_ids(self.run_id)
+        self.spans = self.services.telemetry.run(*ids)
+        self._spans_token = telemetry.enter(self.spans)
+
+    async def _end_turn_span(self) -> None:
+        """The turn span, from the run's start (before any park) to its end, with its totals."""
+        assert self.spans is not None
+        try:
+            run = await self.services.store.runs.get(self.run_id)
+            if run is not None:
+                spans.turn(self.spans, run, self.thread, interactive=self.session.interactive)
+        except Exception:  # noqa: BLE001 - like a trace write, a span never fails the turn
+            log.exception("run %s: the turn span was not written", self.run_id)
+
     async def _adopt_partial_reply(self, continued_run: int) -> None:
         """Adopted once, by this run, which records them as its own until it delivers."""
         adopted = await self.services.store.outbox.adopt_partial(
-            partial_key(continued_run), partial_key(self.run_id), str(self.thread), fence=self.req.fence
+            partial_key(continued_run), partial_key(self.run_id), str(self.thread), fence=self.req.fence,
+            orphaned=ORPHANED,
         )
         if adopted is not None:
             self._adopt = tuple(adopted.message_ids)
@@ -207,9 +244,20 @@ class Turn:
         if last is None or last.role != "assistant" or last.tool_calls or last.status != "ok":
             return
         if last.content.strip() and self.child is None:
-            await self._stream().finish(f"{REPLY_KEY_PREFIX}{last.id}", last.content)  # a no-op when it was sent
+            key = f"{REPLY_KEY_PREFIX}{last.id}"
+            await self._note_orphaned(key)
+            await self._stream().finish(key, last.content)  # a no-op when it was sent
         self.reply = last.content
         raise EndTurn("SUCCESS", "reply")
+
+    async def _note_orphaned(self, key: str) -> None:
+        """The reply's send by the run this one continues left no word of its outcome (the
+        process was killed while the platform was slow to answer, say): it may be in the chat.
+        Its delivery now is the one resend, listed by `gateway outbox`."""
+        outbox = self.services.store.outbox
+        row = await outbox.get(key)
+        if row is not None and row.status == "pending" and row.uncertain is None:
+            await outbox.note_uncertain(key, row.thread_key, row.kind, ORPHANED, ())
 
     async def _check_budget(self) -> None:
         if not self.session.max_tokens:
@@ -238,20 +286,21 @@ class Turn:
         """One streamed LLM call, persisted; raises EndTurn when the turn has its final reply."""
         stream = self._stream()
         try:
-            round_, model, usage, latency, built = await self._call_llm(stream)
+            round_, info, usage, latency, built = await self._call_llm(stream)
         except Interrupted:
             if self.stopper.reason not in ("shutdown", "lease lost"):
                 await stream.abort()  # else its recorded messages are left to the turn that continues
             raise
         self.rounds += 1
+        model = info.model
         if usage is None:
             usage = await estimated_usage(
                 self.services.llm, self.services.context, model, built.messages, built.estimated_tokens, round_
             )
         shows_text = round_.repetition is None and bool(round_.text.strip()) and self.child is None
-        recorded = await self._persist_round(
-            round_, usage, self._trace_llm(round_, model, usage, latency, built), stream if shows_text else None
-        )
+        traced = self._trace_llm(round_, info, usage, latency, built)
+        recorded = await self._persist_round(round_, usage, traced, stream if shows_text else None)
+        self._llm_span(round_, model, usage, latency, traced[1].get("cost_nano_usd"))
         self.last_response_seq = recorded.event_seqs[-1] if recorded.event_seqs else None
         # Calls open before this round were settled first (or the turn parked): now open are its own.
         self._declared = [c for c in recorded.message.tool_calls if c.status in ("pending", "running")]
@@ -259,6 +308,15 @@ class Turn:
         if self.services.context is not None and counted:
             self.services.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
         await self._settle_round(round_, recorded, stream)
+
+    def _llm_span(self, round_: Round, model: str, usage: Usage, latency_ms: float, cost: int | None) -> None:
+        first = self._first_token_s
+        spans.llm_call(
+            requested=self.cfg.llm.model, model=model, started_ns=self._llm_started_ns, latency_ms=latency_ms,
+            first_token_ms=(first - self._llm_started_s) * 1000 if first is not None else None,
+            usage=usage, cost_nano_usd=cost, round_no=self.rounds, tool_calls=len(round_.calls),
+            finish="tool_calls" if round_.calls else "length" if round_.cut_off else "stop",
+        )
 
     async def _settle_round(self, round_: Round, recorded: RecordedRound, stream: RecordedStream) -> None:
         """What a persisted round means for the turn: retry, go on with its tool calls, or end."""
@@ -296,43 +354,68 @@ class Turn:
         while True:
             built = await self._build_context()
             builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
-            started = time.monotonic()
+            started = self._llm_started_s = time.monotonic()
+            self._llm_started_ns, self._first_token_s = time.time_ns(), None
             tools = self._offered_tools()
             try:
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
             except LLMError as exc:  # returns only to send again
+                spans.llm_failure(
+                    requested=self.cfg.llm.model, started_ns=self._llm_started_ns, round_no=self.rounds + 1,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 await self.refusals.after_llm_error(exc, built, builder, stream, round_no=self.rounds + 1)
                 continue
             return builder.finish(), model, usage, (time.monotonic() - started) * 1000, built
 
     async def _consume(self, messages, tools, builder: RoundBuilder, stream: RecordedStream):  # noqa: ANN001, ANN202
         """Read one LLM stream into the builder, showing text as it grows. No database work
-        happens here, so a stop may cancel it at any point (which closes the HTTP request)."""
-        model, usage = self.cfg.llm.model, None
-        async for event in self.services.llm.stream(messages, tools or None):
+        happens here, so a stop may cancel it at any point (which closes the HTTP request);
+        a fallback to another model is kept for the round's trace."""
+        model, usage = ModelInfo(self.model), None
+        self._fallbacks = []
+        async for event in self.services.llm.stream(
+            messages, tools or None, model=self.model, on_retry=self._note_fallback
+        ):
             if isinstance(event, ModelInfo):
-                model = event.model
+                model = event
                 continue
             if isinstance(event, Usage):
                 usage = event
+            elif self._first_token_s is None and isinstance(event, FIRST_TOKEN):
+                self._first_token_s = time.monotonic()
             if builder.feed(event) is not None:
                 break  # repetition: stop reading (closing the stream cancels generation)
             if isinstance(event, TextDelta) and self.session.interactive and self.child is None:
                 await stream.show(builder.text_so_far)
         return model, usage
 
+    def _note_fallback(self, notice: RetryNotice) -> None:
+        if notice.next_model != notice.model:
+            self._fallbacks.append(
+                {"from": notice.model, "to": notice.next_model, "after": notice.attempt, "error": notice.error.message}
+            )
+
     async def _build_context(self):  # noqa: ANN202
         if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
             self._notes = await self.services.store.sessions.get_notes(self.session.id)
+        if self._memory is None:  # likewise: memory_forget takes an entry out at once
+            book = self.services.memory
+            self._memory = await book.block(self.req.memory, self.session) if book is not None else ""
+        # The memory follows the static prompt, before the scratchpad and the summary: the front
+        # of the context stays byte-identical from round to round, so the provider's cache holds.
+        system_prompt = self.cfg.agent.system_prompt
+        if self._memory:
+            system_prompt = f"{system_prompt.strip() or DEFAULT_SYSTEM_PROMPT}\n\n{self._memory}"
         return await self.services.context.build(
             self.session,
-            system_prompt=self.cfg.agent.system_prompt,
+            system_prompt=system_prompt,
             turn_started_seq=self.req.turn_started_seq,
             notes=self._notes,
             now=datetime.now(UTC),
             timezone=self.cfg.agent.timezone,
             workspace=self._working_directory(await self.calls.files_dir()),
-            model=self.cfg.llm.model,
+            model=self.model,
         )
 
     def _working_directory(self, files: Path) -> str:
@@ -344,6 +427,7 @@ class Turn:
 
     def _forget_notes(self) -> None:
         self._notes = None
+        self._memory = None
 
     def _offered_tools(self) -> list[dict[str, Any]]:
         offered = self.calls.offered()
@@ -378,21 +462,24 @@ class Turn:
                 reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
             )
 
-    def _trace_llm(self, round_: Round, model: str, usage: Usage | None, latency_ms: float, built) -> tuple[list, dict]:  # noqa: ANN001
-        u = usage or Usage()
+    def _trace_llm(  # noqa: ANN001
+        self, round_: Round, info: ModelInfo, usage: Usage | None, latency_ms: float, built
+    ) -> tuple[list, dict]:
         request = {
-            "model": model,
+            "model": info.model,
             "messages": len(built.messages),
             "estimated_tokens": built.estimated_tokens,
             "round": self.rounds,
             "mcp_schema_chars": self.mcp_schema_chars,
         }
-        return self._trace.llm_call(
-            request=request, response=round_.traced(), latency_ms=latency_ms,
-            usage=LLMCallUsage(
-                model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.reasoning_tokens, u.estimated
-            ),
+        if info.fell_back_from:
+            request["fell_back_from"] = list(info.fell_back_from)
+        events, totals = self._trace.llm_call(
+            request=request, response=round_.traced(), latency_ms=latency_ms, model=info.model, usage=usage or Usage()
         )
+        # The fallback is recorded on the run, before the call it led to.
+        fallbacks = [("LLM_FALLBACK", fallback, None) for fallback in self._fallbacks if info.fell_back_from]
+        return fallbacks + events, totals
 
     async def _notice(self, text: str) -> None:
         await self.services.store.sessions.append(
@@ -415,6 +502,19 @@ class Turn:
         return TurnOutcome(
             self.run_id, end.stage, end.reason, self.reply, end.error, tuple(self.auto_denied), end.prompt_id
         )
+
+
+def turn_payer(session: SessionRecord, thread: ThreadKey, requested_by: str, on_behalf_of: str | None) -> Payer:
+    """Whom the spend caps count a turn's calls for (its transcriptions too): the person who
+    started it, the chat, and the job of a scheduled session."""
+    channel = thread.channel
+    person = requested_by if session.interactive and requested_by else None
+    job = str(session.schedule_id) if session.schedule_id is not None else None
+    chat = f"{channel}:{thread.chat}" if session.interactive else None
+    user = f"{channel}:{person}" if person else None
+    if user is None and on_behalf_of and not on_behalf_of.endswith(":?"):
+        user = on_behalf_of  # a member's job spends from their own `scope: user` caps
+    return Payer(user=user, chat=chat, job=job)
 
 
 def partial_key(run_id: int) -> str:

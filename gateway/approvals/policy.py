@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from gateway.config import ApprovalRule, ApprovalsConfig
 from gateway.events import ThreadKey, utcnow
 from gateway.tools.paths import canonical, relative_display
-from gateway.tools.registry import SOURCES, ToolError, ToolSpec
+from gateway.tools.registry import SOURCES, ToolError, ToolSpec, matches_any
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Bypass:
         return cls(tool, thread, None)
 
     def covers(self, tool: str, thread: ThreadKey | None, now: datetime) -> bool:
-        if not fnmatch.fnmatchcase(tool, self.tool):
+        if not matches_any(tool, [self.tool]):
             return False
         if self.thread_key is not None and thread is not None and self.thread_key != thread:
             return False
@@ -158,7 +158,7 @@ class BrokenRule:
 
 def tool_pattern_matches(pattern: str, spec: ToolSpec) -> bool:
     if not pattern.startswith("@"):
-        return fnmatch.fnmatchcase(spec.name, pattern)
+        return matches_any(spec.name, [pattern])  # a renamed tool also by its former name
     cls = pattern[1:]
     if cls == "all":
         return True

@@ -8,13 +8,22 @@ file is from its bytes.
 
 from gateway.attachments.content import Outcome, model_text, note
 from gateway.attachments.images import data_url, fitted, image_tokens
-from gateway.attachments.prepare import AttachmentPreparer, Prepared, has_unsettled, safe_name
+from gateway.attachments.prepare import (
+    AttachmentPreparer,
+    Heard,
+    Prepared,
+    TranscriptionRefused,
+    has_unsettled,
+    safe_name,
+)
 from gateway.attachments.sniff import sniff
 
 __all__ = [
     "AttachmentPreparer",
+    "Heard",
     "Outcome",
     "Prepared",
+    "TranscriptionRefused",
     "data_url",
     "fitted",
     "has_unsettled",

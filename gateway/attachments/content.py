@@ -31,6 +31,11 @@ class Outcome:
     note: str = ""  # why there is no text, e.g. "no transcription model is configured"
     error: str = ""  # why it failed; on a saved file, why no parser could read it
     attempts: int = 0
+    # A transcription: the model that heard it, the audio's length and what it cost (nano-USD;
+    # None: unpriced), counted on the run of the turn it joins (gateway/store, `_consume_in`).
+    transcribed_by: str = ""
+    heard_seconds: float = 0.0
+    cost_nano_usd: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,7 +124,7 @@ def user_notice(outcome: Outcome, *, max_bytes: int) -> str | None:
     if outcome.status != "saved":
         return None
     if outcome.kind in ("audio", "video") and outcome.error:  # no transcript
-        return f"⚠️ I saved your {outcome.label}{named}, but I could not listen to it: {outcome.error}."
+        return f"⚠️ I saved your {outcome.label}{named}, but I could not listen to it: {outcome.error.rstrip('.')}."
     if outcome.error:  # saved, but unreadable (gateway/attachments/prepare.py, `unreadable`)
         return f"⚠️ I saved your {outcome.label}{named}, but that file could not be read: {outcome.error}."
     if outcome.kind == "file":  # a type no parser reads: the model sees only its name and path

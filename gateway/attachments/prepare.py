@@ -27,7 +27,23 @@ from gateway.workspace import SESSIONS, entry_kind, open_dirs, read_regular, rel
 
 log = logging.getLogger(__name__)
 
-Transcribe = Callable[[bytes, str, str], Awaitable[str]]  # (audio, file name, mime) -> text
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A transcript, who made it, the audio's length (None: unknown) and its cost (None: unpriced)."""
+
+    text: str
+    model: str
+    seconds: float | None
+    cost_nano_usd: int | None
+
+
+class TranscriptionRefused(Exception):
+    """Not transcribed, and trying again would not help (a spend cap is reached): `str()` says why."""
+
+
+Transcribe = Callable[[bytes, str, str, float | None], Awaitable[Heard]]  # (audio, name, mime, seconds)
 SavePayload = Callable[[int, dict[str, Any]], Awaitable[None]]  # (inbox item id, payload)
 Notify = Callable[[ThreadKey, str, str, str], Awaitable[Any]]  # (thread, text, key, reply_to)
 TRANSCRIBE_ATTEMPTS = 2
@@ -293,14 +309,23 @@ class AttachmentPreparer:
         error = ""
         for attempt in range(TRANSCRIBE_ATTEMPTS):
             try:
-                text = (await self.transcribe(data, Path(saved.path).name, saved.mime)).strip()
+                heard = await self.transcribe(data, Path(saved.path).name, saved.mime, saved.duration or None)
+            except TranscriptionRefused as exc:
+                return _with(saved, note=f"not transcribed: {exc}", error=str(exc))
             except Exception as exc:  # noqa: BLE001 - any failure becomes a note; the file is kept
                 error = str(exc) or type(exc).__name__
                 log.warning("transcription of %s failed: %s", saved.path, error)
                 if attempt + 1 < TRANSCRIBE_ATTEMPTS:
                     await self.sleep(self.config.download_backoff_s)
                 continue
-            return _with(saved, text=text) if text else _with(saved, note="the transcription came back empty")
+            spent = _with(
+                saved,
+                transcribed_by=heard.model,
+                heard_seconds=heard.seconds or 0.0,
+                cost_nano_usd=heard.cost_nano_usd,
+            )
+            text = heard.text.strip()
+            return _with(spent, text=text) if text else _with(spent, note="the transcription came back empty")
         note = f"the transcription failed ({error}); the audio is kept"
         return _with(saved, note=note, error="the transcription failed")
 

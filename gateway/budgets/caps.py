@@ -10,10 +10,11 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from gateway.config import CapConfig, Config, ModelPrice
+from gateway.llm.pricing import NANO_PER_USD, minutes_cost, worst_case_cost
 from gateway.store import CounterKey, Limit
-from gateway.traces import NANO_PER_USD
 
 PERIOD_WORDS = {"day": "Daily", "week": "Weekly", "month": "Monthly"}
+AUDIO_BYTES_PER_S = 1000  # 8 kbit/s: voice notes (Opus) run at 16 kbit/s and more
 
 
 @dataclass(frozen=True)
@@ -109,18 +110,18 @@ class Caps:
         return list(by_key.values())
 
     def price(self, model: str) -> ModelPrice | None:
-        return self.config.llm.prices.get(model)
+        return self.config.llm.price_of(model)
 
     def worst_case(self, model: str, request_bytes: int, reply_tokens: int) -> tuple[int, int]:
         """(tokens, nano-USD) a call can cost at most: its prompt bound plus the whole reply."""
         prompt = math.ceil(request_bytes / self.config.budgets.prompt_bytes_per_token)
-        price = self.price(model)
-        nano = (
-            0
-            if price is None
-            else math.ceil((prompt * price.input + reply_tokens * price.output) * NANO_PER_USD / 1_000_000)
-        )
-        return prompt + reply_tokens, nano
+        return prompt + reply_tokens, worst_case_cost(self.price(model), prompt, reply_tokens)
+
+    def worst_minutes(self, model: str, seconds: float | None, audio_bytes: int) -> int:
+        """Nano-USD a transcription can cost at most: its length, else the longest audio of that
+        size (at AUDIO_BYTES_PER_S, below any speech codec's rate)."""
+        bound = seconds if seconds else audio_bytes / AUDIO_BYTES_PER_S
+        return math.ceil(minutes_cost(self.price(model), bound) or 0)
 
     def reached_text(self, cap: CapConfig, now: datetime) -> str:
         whose = {"user": "you", "chat": "this chat", "job": "this job", "global": "the assistant"}[cap.scope]

@@ -19,8 +19,8 @@ from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_
 from gateway.config import Config
 from gateway.llm import Usage
 from gateway.llm.gate import BudgetReached
+from gateway.llm.pricing import minutes_cost, usage_cost
 from gateway.store import AuditEntry, CounterKey, CounterRecord, Refused, Store
-from gateway.traces import cost_nano_usd
 
 log = logging.getLogger(__name__)
 Alert = Callable[[str, str], Awaitable[None]]  # (alert key, text) -> tell the admins
@@ -28,6 +28,10 @@ Alert = Callable[[str, str], Awaitable[None]]  # (alert key, text) -> tell the a
 
 def unpriced_text(model: str) -> str:
     return f"The model {model} has no price in llm.prices, so the USD budget cannot be kept; the call was not made."
+
+
+def unpriced_minutes_text(model: str) -> str:
+    return f"the transcription model {model} has no llm.prices.{model}.per_minute, so the USD budget cannot be kept"
 
 
 @dataclass
@@ -44,6 +48,28 @@ class _Ticket:
             return
         self.settled = True
         await self.gate.settle(self, usage, sent=sent)
+
+
+@dataclass
+class _MinutesTicket:
+    gate: SpendGate
+    reservation: int
+    model: str
+    applied: list[AppliedCap]
+    worst: int
+    settled: bool = field(default=False)
+
+    async def settle_minutes(self, seconds: float | None, *, sent: bool) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        if not sent:
+            nano = 0  # refused or unreachable: nothing was heard
+        elif seconds is None:
+            nano = self.worst  # answered without saying how long: the bound it was reserved at
+        else:
+            nano = minutes_cost(self.gate.caps.price(self.model), seconds) or 0
+        await self.gate._settled(self, nano, 0)
 
 
 class SpendGate:
@@ -68,16 +94,9 @@ class SpendGate:
             raise BudgetReached(unpriced_text(model))
         reply = max_tokens or self.config.llm.max_tokens or self.config.budgets.reply_tokens
         tokens, nano = self.caps.worst_case(model, request_bytes, reply)
-        result = await self.store.budgets.reserve(
-            self.caps.merged(applied), nano_usd=nano, tokens=tokens, ttl_s=self.config.budgets.reservation_ttl
-        )
-        if isinstance(result, Refused):
-            cap = next(a.cap for a in applied if a.key == result.limit.key)
-            if result.counter is not None:
-                await self._alert_reached(cap, result.counter)
-            raise BudgetReached(self.caps.reached_text(cap, now))
-        self._worst[result.id] = (tokens, nano)
-        return _Ticket(self, result.id, model, applied, None if max_tokens else reply)
+        reservation = await self._reserve(applied, now, nano, tokens)
+        self._worst[reservation] = (tokens, nano)
+        return _Ticket(self, reservation, model, applied, None if max_tokens else reply)
 
     async def settle(self, ticket: _Ticket, usage: Usage | None, *, sent: bool) -> None:
         worst_tokens, worst_nano = self._worst.pop(ticket.reservation, (0, 0))
@@ -87,15 +106,40 @@ class SpendGate:
             tokens, nano = worst_tokens, worst_nano  # no usage reported: count the worst case
         else:
             tokens = usage.prompt_tokens + usage.completion_tokens
-            nano = (
-                cost_nano_usd(
-                    self.caps.price(ticket.model),
-                    input_tokens=usage.prompt_tokens,
-                    cached_tokens=usage.cached_tokens,
-                    output_tokens=usage.completion_tokens,
-                )
-                or 0
-            )
+            nano = usage_cost(self.caps.price(ticket.model), usage) or 0  # the same figure as the run's
+        await self._settled(ticket, nano, tokens)
+
+    async def open_minutes(self, model: str, seconds: float | None, audio_bytes: int) -> _MinutesTicket | None:
+        """A transcription's reservation: its worst case in USD, and one token, so that a token
+        cap already used up refuses it too (settled at no tokens)."""
+        if not self.caps.any:
+            return None
+        now = datetime.now(UTC)
+        payer = current_payer.get() or Payer()
+        price = self.caps.price(model)
+        priced = price is not None and price.per_minute is not None
+        applied = self.caps.applied(payer, now, usd=priced or self.config.budgets.unpriced == "deny")
+        if not applied:
+            return None
+        if not priced and any(a.limit.nano_usd is not None for a in applied):
+            raise BudgetReached(unpriced_minutes_text(model))
+        worst = self.caps.worst_minutes(model, seconds, audio_bytes)
+        reservation = await self._reserve(applied, now, worst, 1)
+        return _MinutesTicket(self, reservation, model, applied, worst)
+
+    async def _reserve(self, applied: list[AppliedCap], now: datetime, nano: int, tokens: int) -> int:
+        """The reservation's id, or `BudgetReached` when a counter has no room."""
+        result = await self.store.budgets.reserve(
+            self.caps.merged(applied), nano_usd=nano, tokens=tokens, ttl_s=self.config.budgets.reservation_ttl
+        )
+        if isinstance(result, Refused):
+            cap = next(a.cap for a in applied if a.key == result.limit.key)
+            if result.counter is not None:
+                await self._alert_reached(cap, result.counter)
+            raise BudgetReached(self.caps.reached_text(cap, now))
+        return result.id
+
+    async def _settled(self, ticket: _Ticket | _MinutesTicket, nano: int, tokens: int) -> None:
         try:
             counters = await self.store.budgets.settle(ticket.reservation, nano_usd=nano, tokens=tokens)
         except Exception:  # noqa: BLE001 - the reservation stays and is counted in full by the sweep

@@ -15,7 +15,7 @@ from gateway.config import parse_duration
 from gateway.events import utcnow
 from gateway.store import AuditRecord, Store
 
-KINDS = ("tool_call", "access", "budget_alert", "console_login", "console_action")
+KINDS = ("tool_call", "access", "budget_alert", "console_login", "console_action", "memory")
 
 
 def parse_since(value: str, now: datetime | None = None) -> datetime:

@@ -28,12 +28,15 @@ def _tokens(run: RunRecord) -> str:
 
 
 def print_runs(runs: Sequence[RunRecord]) -> None:
-    print(f"{'id':>6}  {'stage':<15}{'end':<15}{'rounds':>6}{'tokens in/out':>16}  {'cost':<12}{'took':>8}  thread")
+    print(
+        f"{'id':>6}  {'stage':<15}{'end':<15}{'model':<20}{'rounds':>6}{'tokens in/out':>16}  {'cost':<12}{'took':>8}"
+        "  thread"
+    )
     for run in runs:
         tokens = _tokens(run)
         print(
-            f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{run.rounds:>6}{tokens:>16}  "
-            f"{_cost(run):<12}{_duration(run):>8}  {run.thread_key}"
+            f"{run.id:>6}  {run.stage:<15}{run.end_reason or '-':<15}{(run.model or '-')[:19]:<20}{run.rounds:>6}"
+            f"{tokens:>16}  {_cost(run):<12}{_duration(run):>8}  {run.thread_key}"
         )
 
 
@@ -42,8 +45,11 @@ def print_run(run: RunRecord, events: Sequence[RunEventRecord]) -> None:
     print(f"stage {run.stage}  end {run.end_reason or '-'}  model {run.model or '-'}  took {_duration(run)}")
     if run.error:
         print(f"error: {run.error}")
+    if run.trace_id:  # the trace's id in a tracing backend (telemetry.otlp_endpoint) and in the log
+        print(f"trace {run.trace_id}  turn span {run.trace_span_id}")
     print(
-        f"tokens: {run.input_tokens} in ({run.cached_tokens} cached), {run.output_tokens} out, "
+        f"tokens: {run.input_tokens} in ({run.cached_tokens} cached, {run.cache_write_tokens} written to the cache), "
+        f"{run.output_tokens} out, "
         f"{run.reasoning_tokens} reasoning; {run.llm_calls} LLM calls, {run.tool_calls} tool calls; cost {_cost(run)}"
         + (" (estimated: the server sent no usage)" if run.usage_estimated else "")
     )
@@ -96,10 +102,23 @@ def event_summary(kind: str, payload: dict[str, Any]) -> str:
         calls = ", ".join(c.get("name", "?") for c in payload.get("tool_calls") or [])
         return (
             f"{payload.get('finish_reason')}  {payload.get('latency_ms')} ms  in {usage.get('input_tokens')} "
-            f"out {usage.get('output_tokens')}" + (f"  calls: {calls}" if calls else "")
+            f"out {usage.get('output_tokens')}"
+            + (f" cached {usage['cached_tokens']}" if usage.get("cached_tokens") else "")
+            + (f"  cost {format_nano_usd(cost)}" if (cost := payload.get("cost_nano_usd")) is not None else "")
+            + (f"  calls: {calls}" if calls else "")
         )
     if kind == "TOOL_CALL":
         return f"{payload.get('name')} {payload.get('status')} {payload.get('duration_ms')} ms"
+    if kind == "LLM_FALLBACK":
+        after = payload.get("after")
+        return f"{payload.get('from')} -> {payload.get('to')} after {after} attempt(s): {payload.get('error')}"
+    if kind == "TRANSCRIPTION":
+        cost = format_nano_usd(payload.get("cost_nano_usd"))
+        return f"{payload.get('model')} {payload.get('file')}  {payload.get('seconds')} s  {cost}"
+    if kind in ("SUMMARY_CALL", "MCP_SAMPLING"):
+        usage = payload.get("usage") or {}
+        cost = format_nano_usd(payload.get("cost_nano_usd"))
+        return f"{payload.get('model')}  in {usage.get('input_tokens')} out {usage.get('output_tokens')}  {cost}"
     if kind == "FEEDBACK":
         by = payload.get("by_name") or payload.get("by") or "someone"
         marks = [THUMBS.get(v, v) for v in payload.get("added") or ()]

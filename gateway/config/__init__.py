@@ -8,13 +8,14 @@ Every error names the file and the key path, e.g. `llm.context_window: expected 
 The sections live by concern: `core.py` (database, LLM, agent, context, inbox, outbox,
 approvals, HTTP...), `connections.py` (MCP servers, Telegram, Slack), `scheduler.py`,
 `access.py` (roles, pairing, budgets), `root.py` (`Config` and the environment's keys),
-`loading.py` (`load_config`), `mcp_import.py` (`mcp.import`: mcpServers JSON files);
+`loading.py` (`load_config`), `web.py` (`search`), `mcp_import.py` (`mcp.import`: mcpServers JSON files);
 `base.py` what they share. Import them from here.
 """
 from gateway.config.access import AccessConfig, BudgetsConfig, CapConfig, DmPolicy, GroupPolicy, RoleConfig
 from gateway.config.base import ConfigError, parse_duration
 from gateway.config.connections import McpConfig, McpServerConfig, SlackConfig, TelegramConfig
 from gateway.config.core import (
+    DEFAULT_MODEL,
     AgentConfig,
     ApprovalRule,
     ApprovalsConfig,
@@ -25,18 +26,24 @@ from gateway.config.core import (
     HttpConfig,
     InboxConfig,
     LLMConfig,
+    LoggingConfig,
+    MemoryConfig,
+    ModelEndpoint,
     ModelPrice,
     OutboxConfig,
     QuestionsConfig,
     RetentionConfig,
     ServeConfig,
+    TelemetryConfig,
     TracesConfig,
 )
 from gateway.config.loading import DEFAULT_CONFIG_PATH, load_config, read_dotenv
-from gateway.config.root import ENV_OVERRIDES, SECRETS, Config
+from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
 from gateway.config.scheduler import JobConfig, SchedulerConfig
+from gateway.config.web import SearchConfig
 
 __all__ = [
+    "DEFAULT_MODEL",
     "AccessConfig",
     "AgentConfig",
     "ApprovalRule",
@@ -51,14 +58,18 @@ __all__ = [
     "DEFAULT_CONFIG_PATH",
     "DatabaseConfig",
     "DmPolicy",
+    "ENV_DEFAULTS",
     "ENV_OVERRIDES",
     "GroupPolicy",
     "HttpConfig",
     "InboxConfig",
     "JobConfig",
     "LLMConfig",
+    "LoggingConfig",
     "McpConfig",
+    "MemoryConfig",
     "McpServerConfig",
+    "ModelEndpoint",
     "ModelPrice",
     "OutboxConfig",
     "QuestionsConfig",
@@ -66,9 +77,11 @@ __all__ = [
     "RoleConfig",
     "SECRETS",
     "SchedulerConfig",
+    "SearchConfig",
     "ServeConfig",
     "SlackConfig",
     "TelegramConfig",
+    "TelemetryConfig",
     "TracesConfig",
     "load_config",
     "parse_duration",

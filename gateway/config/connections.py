@@ -116,6 +116,7 @@ class TelegramConfig(Section):
     group_context: int = Field(0, ge=0, le=200)
     poll_timeout_s: int = 30
     edit_interval_s: float = 1.0  # streaming edits/drafts: at most one per chat per interval
+    typing_after_s: float = Field(1.0, ge=0)  # "typing…" from this long into a turn (a quicker reply needs none)
     rate_overall_per_s: float = 30.0  # sends per second for the whole bot (0 = no pacing)
     rate_private_per_s: float = 1.0  # sends per second per private chat (bursts of 3)
     rate_group_per_min: float = 20.0  # sends per minute per group

@@ -4,9 +4,10 @@ outbox, retention, approvals, questions, HTTP and serving."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from gateway.config.base import Section, parse_duration
@@ -16,26 +17,68 @@ class DatabaseConfig(Section):
     url: str = "sqlite+aiosqlite:///data/gateway.db"
     auto_migrate: bool = True
     echo: bool = False
+    # PostgreSQL connections one instance keeps open, and opens beyond that at peaks: at most
+    # pool_size + max_overflow (the NOTIFY listener included); sizing rule in docs/operations.md.
+    pool_size: int = Field(10, ge=1)
+    max_overflow: int = Field(20, ge=0)
 
 
 class ModelPrice(Section):
-    """USD per million tokens."""
+    """USD per million tokens; `per_minute` is USD per minute of audio (a transcription model).
+    A chat model needs `input` and `output`; a transcription model `per_minute`."""
 
-    input: float
-    output: float
-    cached_input: float | None = None  # defaults to `input`
+    input: float | None = Field(None, ge=0)
+    output: float | None = Field(None, ge=0)  # reasoning tokens are output tokens (they are billed so)
+    cache_read: float | None = Field(None, ge=0)  # prompt tokens read from the provider's cache; default `input`
+    cache_write: float | None = Field(None, ge=0)  # prompt tokens written to it (Anthropic-style); default `input`
+    cached_input: float | None = Field(None, ge=0)  # the former name of `cache_read`
+    per_minute: float | None = Field(None, ge=0)  # transcription: USD per minute of audio
+
+    @model_validator(mode="after")
+    def _complete(self) -> ModelPrice:
+        if self.per_minute is None and (self.input is None or self.output is None):
+            raise ValueError("a price needs input and output (USD per million tokens), or per_minute (transcription)")
+        if self.cache_read is None and self.cached_input is not None:
+            self.cache_read = self.cached_input
+        return self
+
+    @property
+    def for_tokens(self) -> bool:
+        return self.input is not None and self.output is not None
+
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,63}$")
+DEFAULT_MODEL = "default"  # what `/model default` and `model: default` name: `llm` itself
+
+
+class ModelEndpoint(Section):
+    """A named model (`llm.models.<name>`): its own server and key, or another model of `llm`'s."""
+
+    model: str  # the model name the server is asked for
+    base_url: str = ""  # empty: llm.base_url (and llm.api_key when api_key is empty)
+    api_key: str = ""  # a ${VAR} reference, like llm.api_key
+    context_window: int | Literal["auto"] = "auto"  # as llm.context_window
+    prices: ModelPrice | None = None  # else llm.prices.<model>
+
+    _window = field_validator("context_window", mode="before")(lambda cls, v: _context_window(v))
 
 
 class LLMConfig(Section):
     base_url: str = "http://127.0.0.1:11434/v1"
     api_key: str = ""
     model: str = "qwen2.5:7b-instruct"
+    # Named models a chat (/model) or a job (scheduler.jobs[].model) may use; `llm` stays the default.
+    models: dict[str, ModelEndpoint] = {}
+    # Names of `models` tried in order when a call fails with a retryable error (5xx, 429 after
+    # the retries, timeouts, connection errors); never for a prompt over the context.
+    fallback: list[str] = []
+    # Deprecated: other models of the same server; read as `models` (one each) appended to `fallback`.
     fallback_models: list[str] = []
     # "auto": asked of the server once (llama.cpp /props, vLLM /v1/models, Ollama /api/show, LM Studio
     # /api/v0/models), else 8192 with a log line; 0 = unbudgeted: never truncate, never compact.
     context_window: int | Literal["auto"] = "auto"
     reserve_pct: float = 12.0
-    prices: dict[str, ModelPrice] = {}
+    prices: dict[str, ModelPrice] = {}  # by the model name the server is asked for (and transcription_model)
     request_timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
     max_retries: int = 4
@@ -49,18 +92,58 @@ class LLMConfig(Section):
     # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
     tool_call_content: Literal["empty", "null"] = "empty"
 
+    _window = field_validator("context_window", mode="before")(lambda cls, v: _context_window(v))
 
-    @field_validator("context_window", mode="before")
-    @classmethod
-    def _window(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
-        if not isinstance(value, bool):
-            try:
-                return int(value)
-            except (TypeError, ValueError):
-                pass
-        raise PydanticCustomError("context_window", 'expected an integer or "auto"')
+    @model_validator(mode="after")
+    def _named_models(self) -> LLMConfig:
+        for name in self.models:
+            if not MODEL_NAME.match(name) or name == DEFAULT_MODEL:
+                raise ValueError(
+                    f"llm.models: {name!r} is not a usable name (letters, digits and _ . : / @ + -, "
+                    f"not {DEFAULT_MODEL!r}, which is llm itself)"
+                )
+            if name == self.model:
+                raise ValueError(f"llm.models: {name!r} is llm.model's name; llm itself is the default")
+        for legacy in self.fallback_models:  # the old same-server fallback, read as named models
+            if legacy != self.model and legacy not in self.models:
+                self.models[legacy] = ModelEndpoint(model=legacy)
+            if legacy != self.model and legacy not in self.fallback:
+                self.fallback.append(legacy)
+        unknown = [name for name in self.fallback if name not in self.models]
+        if unknown:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ValueError(f"llm.fallback: {', '.join(unknown)} not in llm.models (named: {known})")
+        return self
+
+    # ---- the models by the name a run records ------------------------------------------------
+    def ref(self, name: str | None) -> str:
+        """The name calls and runs know a model by: a name of `models`, or `model` for the default."""
+        return name if name and name in self.models else self.model
+
+    def served_model(self, ref: str) -> str:
+        """The model name the server is asked for."""
+        return self.models[ref].model if ref in self.models else ref
+
+    def window_setting(self, ref: str) -> int | Literal["auto"]:
+        return self.models[ref].context_window if ref in self.models else self.context_window
+
+    def price_of(self, ref: str) -> ModelPrice | None:
+        """The named model's own prices, else `prices` under the model name the server is asked for."""
+        endpoint = self.models.get(ref)
+        if endpoint is not None and endpoint.prices is not None:
+            return endpoint.prices
+        return self.prices.get(self.served_model(ref))
+
+
+def _context_window(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if not isinstance(value, bool):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            pass
+    raise PydanticCustomError("context_window", 'expected an integer or "auto"')
 
 
 class AgentConfig(Section):
@@ -80,7 +163,7 @@ class AgentConfig(Section):
     max_parallel_children: int = Field(4, ge=1)  # sub-agents of one batch running at once
     max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
     show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
-    http_allow_hosts: list[str] = []  # hosts (globs) http_fetch reaches without approval
+    http_allow_hosts: list[str] = []  # hosts (globs) web_fetch reaches without approval
     # auto: bwrap where it works, else none with a loud start-log line (docs/security.md)
     shell_sandbox: Literal["auto", "none", "unshare", "bwrap"] = "auto"
     shell_network: bool = False  # a sandboxed command may reach the network
@@ -162,12 +245,27 @@ class RetentionConfig(Section):
     prompts_days: float = Field(30, ge=0)  # decided, expired or canceled prompts
     run_events_days: float = Field(30, ge=0)  # the timelines of finished runs (the runs stay)
     audit_days: float = Field(90, ge=0)  # the audit trail (tool calls, decisions, access, console)
+    # memories neither saved, shown at a session's start nor found by memory_search for this long
+    memory_days: float = Field(0, ge=0)
     # a closed session's attachments and MCP results on disk (its history stays); each instance prunes its own
     files_days: float = Field(30, ge=0)
     every_s: float = Field(3600.0, gt=0)
     batch: int = Field(1000, ge=1)
 
     _duration = field_validator("every_s", mode="before")(lambda cls, v: parse_duration(v))
+
+
+class MemoryConfig(Section):
+    """What the agent remembers across sessions (gateway/memory/): entries it saves with
+    `memory_save`, shown at the start of every session within `budget_tokens`."""
+
+    enabled: bool = True
+    budget_tokens: int = Field(1500, ge=0)  # of the context, in the system message; 0: none shown (search only)
+    # person: a direct message reads and writes its person's memory, a group its own (and what each
+    # speaker shared with groups); chat: every chat its own memory, people's never
+    scope: Literal["person", "chat"] = "person"
+    max_entries: int = Field(200, ge=1)  # per owner (a person, a chat, a job)
+    max_chars: int = Field(1000, ge=10)  # of one entry
 
 
 class ApprovalRule(Section):
@@ -232,6 +330,56 @@ class AdminConfig(Section):
     @property
     def active(self) -> bool:
         return self.enabled and bool(self.token)
+
+
+class TelemetryConfig(Section):
+    """Spans over OTLP/HTTP (protobuf) to a collector; off (nothing of OpenTelemetry loaded)
+    while `otlp_endpoint` is empty."""
+
+    otlp_endpoint: str = ""  # the collector's OTLP/HTTP base URL (http://host:4318); /v1/traces is added
+    otlp_headers: dict[str, str] = {}  # sent with every export, e.g. an Authorization header (masked when shown)
+    service_name: str = Field("chat-gateway", min_length=1)
+    resource_attributes: dict[str, str] = {}  # more resource attributes, e.g. deployment.environment
+    export_interval: float = Field(5.0, gt=0)  # a batch is sent at least this often
+    max_queue: int = Field(2048, ge=1)  # spans waiting for export; past it new ones are dropped (a down collector)
+    max_batch: int = Field(512, ge=1)  # spans per export request
+    export_timeout: float = Field(10.0, gt=0)  # one export, its retries included
+    shutdown_timeout: float = Field(5.0, ge=0)  # how long a stop waits for the last spans to go out
+
+    _duration = field_validator("export_interval", "export_timeout", "shutdown_timeout", mode="before")(
+        lambda cls, v: parse_duration(v)
+    )
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL of the collector, got {value!r}")
+        return value
+
+    @field_validator("max_batch")
+    @classmethod
+    def _batch_fits_queue(cls, value: int, info: Any) -> int:
+        queue = info.data.get("max_queue")
+        if queue is not None and value > queue:
+            raise ValueError(f"max_batch ({value}) must not exceed max_queue ({queue})")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.otlp_endpoint)
+
+    @property
+    def traces_url(self) -> str:
+        """The signal's URL: the base URL with `/v1/traces`, unless it already ends with it."""
+        base = self.otlp_endpoint.rstrip("/")
+        return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
+
+
+class LoggingConfig(Section):
+    # info: the gateway's own lines; other libraries say only warnings and errors unless `debug`
+    level: Literal["debug", "info", "warning", "error"] = "info"
 
 
 class ServeConfig(Section):

@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 
 from gateway.config.base import ConfigError
 from gateway.config.mcp_import import merge_imported_servers
-from gateway.config.root import ENV_OVERRIDES, SECRETS, Config
+from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
 
 DEFAULT_CONFIG_PATH = "config.yml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -57,7 +57,7 @@ def _interpolate(node: Any, path: tuple[str, ...], env: dict[str, str]) -> Any:
 
 
 def _check_secrets_are_references(raw: dict[str, Any]) -> None:
-    for path, env_name in SECRETS.items():
+    for path, env_name in [*SECRETS.items(), *_named_model_keys(raw)]:
         node: Any = raw
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
@@ -68,8 +68,16 @@ def _check_secrets_are_references(raw: dict[str, Any]) -> None:
             )
 
 
+def _named_model_keys(raw: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """`llm.models.<name>.api_key`: a secret like llm.api_key (its variable is the operator's choice)."""
+    models = (raw.get("llm") or {}).get("models") if isinstance(raw.get("llm"), dict) else None
+    if not isinstance(models, dict):
+        return []
+    return [(("llm", "models", str(name), "api_key"), f"{str(name).upper()}_API_KEY") for name in models]
+
+
 def _apply_env(data: dict[str, Any], env: dict[str, str]) -> None:
-    for table in (SECRETS, ENV_OVERRIDES):
+    for table in (SECRETS, ENV_DEFAULTS, ENV_OVERRIDES):
         for path, env_name in table.items():
             section = data.setdefault(path[0], {})
             if not isinstance(section, dict):

@@ -26,9 +26,13 @@ def _paths(text: str) -> frozenset[tuple[str, ...]]:
 # Values shown as they are.
 SHOWN = _paths(
     """
-    database.auto_migrate database.echo
-    llm.model llm.fallback_models llm.context_window llm.reserve_pct
-    llm.prices.*.input llm.prices.*.output llm.prices.*.cached_input
+    database.auto_migrate database.echo database.pool_size database.max_overflow
+    llm.model llm.fallback_models llm.fallback llm.context_window llm.reserve_pct
+    llm.prices.*.input llm.prices.*.output llm.prices.*.cached_input llm.prices.*.cache_read
+    llm.prices.*.cache_write llm.prices.*.per_minute
+    llm.models.*.model llm.models.*.context_window llm.models.*.prices.input llm.models.*.prices.output
+    llm.models.*.prices.cached_input llm.models.*.prices.cache_read llm.models.*.prices.cache_write
+    llm.models.*.prices.per_minute
     llm.request_timeout_s llm.connect_timeout_s llm.max_retries llm.retry_budget_s llm.max_tokens
     llm.temperature llm.verbatim_tool_results llm.vision llm.transcription_model llm.tool_call_content
     agent.system_prompt agent.max_rounds agent.workspace agent.tools agent.timezone agent.max_tool_result_chars
@@ -39,6 +43,9 @@ SHOWN = _paths(
     context.headroom_tokens context.keep_messages context.keep_tool_exchanges context.pin_first_user
     context.lod_above_chars context.lod_step context.max_tool_result_chars context.max_folds_per_build
     traces.max_payload_chars
+    telemetry.service_name telemetry.resource_attributes telemetry.export_interval telemetry.max_batch
+    telemetry.max_queue telemetry.export_timeout telemetry.shutdown_timeout
+    logging.level
     attachments.max_bytes attachments.dir attachments.image_max_side attachments.image_turns
     attachments.max_inline_chars attachments.download_attempts attachments.download_backoff_s
     attachments.download_timeout_s attachments.album_wait_s
@@ -48,7 +55,8 @@ SHOWN = _paths(
     inbox.on_edit
     outbox.max_attempts outbox.backoff_s outbox.backoff_max_s outbox.sweep_after_s outbox.give_up_after_s
     retention.inbox_days retention.outbox_days retention.prompts_days retention.run_events_days
-    retention.audit_days retention.files_days retention.every_s retention.batch
+    retention.audit_days retention.files_days retention.every_s retention.batch retention.memory_days
+    memory.enabled memory.budget_tokens memory.scope memory.max_entries memory.max_chars
     approvals.rules.*.tool approvals.rules.*.action approvals.rules.*.args approvals.rules.*.source
     approvals.rules.*.priority
     approvals.approvers approvals.admins approvals.separate_requester approvals.self_approve approvals.expire_after
@@ -58,6 +66,7 @@ SHOWN = _paths(
     serve.shutdown_grace serve.instance_id
     telegram.mode telegram.allowed_users telegram.allowed_chats telegram.group_trigger telegram.streaming
     telegram.show_tool_progress telegram.process_edited telegram.poll_timeout_s telegram.edit_interval_s
+    telegram.typing_after_s
     telegram.rate_overall_per_s telegram.rate_private_per_s telegram.rate_group_per_min
     telegram.request_timeout_s telegram.link_previews telegram.group_context
     slack.allowed_users slack.allowed_channels slack.thread_followups slack.streaming slack.send_interval_s
@@ -66,7 +75,8 @@ SHOWN = _paths(
     scheduler.poll_interval
     scheduler.jobs.*.name scheduler.jobs.*.kind scheduler.jobs.*.cron scheduler.jobs.*.every scheduler.jobs.*.at
     scheduler.jobs.*.in_ scheduler.jobs.*.timezone scheduler.jobs.*.prompt scheduler.jobs.*.deliver_to
-    scheduler.jobs.*.max_rounds scheduler.jobs.*.max_tokens scheduler.jobs.*.timeout scheduler.jobs.*.misfire
+    scheduler.jobs.*.max_rounds scheduler.jobs.*.max_tokens scheduler.jobs.*.model scheduler.jobs.*.timeout
+    scheduler.jobs.*.misfire
     scheduler.jobs.*.misfire_grace scheduler.jobs.*.notify_on_failure scheduler.jobs.*.enabled
     scheduler.jobs.*.active_hours scheduler.jobs.*.quiet_sentinel
     mcp.servers.*.cwd mcp.servers.*.transport mcp.servers.*.protocol mcp.servers.*.tools mcp.servers.*.trusted
@@ -76,25 +86,27 @@ SHOWN = _paths(
     mcp.restart_reset_s mcp.import_files mcp.servers.*.auth mcp.servers.*.oauth_scope
     access.dm_policy access.group_policy access.pairing_ttl access.max_pending_per_channel
     access.roles.*.tools access.roles.*.deny_tools access.roles.*.approve access.roles.*.compact
-    access.roles.*.new_for_others access.roles.*.schedule
+    access.roles.*.new_for_others access.roles.*.schedule access.roles.*.models
     access.users
     budgets.caps.*.scope budgets.caps.*.period budgets.caps.*.usd budgets.caps.*.tokens
     budgets.alert_at budgets.unpriced budgets.reply_tokens budgets.prompt_bytes_per_token budgets.reservation_ttl
+    search.provider search.max_results search.default_results search.timeout_s search.max_response_bytes
     """
 )
 # URLs: scheme, host, port and path shown; the user and password, and query values, masked.
 URLS = _paths(
     """
-    database.url llm.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
-    slack.api_base_url mcp.servers.*.url mcp.servers.*.oauth_redirect
+    database.url llm.base_url llm.models.*.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
+    slack.api_base_url mcp.servers.*.url mcp.servers.*.oauth_redirect search.url telemetry.otlp_endpoint
     """
 )
 # Mappings whose names are shown and values masked (header names, environment variable names).
-NAMES_ONLY = _paths("mcp.servers.*.headers mcp.servers.*.env")
+NAMES_ONLY = _paths("mcp.servers.*.headers mcp.servers.*.env telemetry.otlp_headers")
 # A command line: the program shown, its arguments (which may carry a token) masked.
 PROGRAMS = _paths("mcp.servers.*.command")
 # Masked on purpose (everything not listed above is masked anyway; these say it was decided).
-MASKED = frozenset(SECRETS) | _paths("mcp.servers.*.args")  # args: a command's arguments, like command's
+# args: a command's arguments, like command's; a named model's key, like llm.api_key
+MASKED = frozenset(SECRETS) | _paths("mcp.servers.*.args llm.models.*.api_key")
 
 _ALL = SHOWN | URLS | NAMES_ONLY | PROGRAMS
 

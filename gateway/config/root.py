@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gateway.config.access import AccessConfig, BudgetsConfig
 from gateway.config.base import Section
 from gateway.config.connections import McpConfig, SlackConfig, TelegramConfig
 from gateway.config.core import (
+    DEFAULT_MODEL,
     AdminConfig,
     AgentConfig,
     ApprovalsConfig,
@@ -17,13 +18,17 @@ from gateway.config.core import (
     HttpConfig,
     InboxConfig,
     LLMConfig,
+    LoggingConfig,
+    MemoryConfig,
     OutboxConfig,
     QuestionsConfig,
     RetentionConfig,
     ServeConfig,
+    TelemetryConfig,
     TracesConfig,
 )
 from gateway.config.scheduler import SchedulerConfig
+from gateway.config.web import SearchConfig
 
 
 class Config(Section):
@@ -32,6 +37,8 @@ class Config(Section):
     agent: AgentConfig = AgentConfig()
     context: ContextConfig = ContextConfig()
     traces: TracesConfig = TracesConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    logging: LoggingConfig = LoggingConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
     inbox: InboxConfig = InboxConfig()
     outbox: OutboxConfig = OutboxConfig()
@@ -47,8 +54,18 @@ class Config(Section):
     mcp: McpConfig = McpConfig()
     access: AccessConfig = AccessConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    search: SearchConfig = SearchConfig()
+    memory: MemoryConfig = MemoryConfig()
 
     source: str = Field("<defaults>", exclude=True)
+
+    @model_validator(mode="after")
+    def _job_models(self) -> Config:
+        for job in self.scheduler.jobs:
+            if job.model and job.model != DEFAULT_MODEL and job.model not in self.llm.models:
+                known = ", ".join([DEFAULT_MODEL, *sorted(self.llm.models)])
+                raise ValueError(f"scheduler.jobs[{job.name}].model: {job.model!r} is not in llm.models ({known})")
+        return self
 
 
 # Secret key paths and the environment variable each falls back to.
@@ -60,6 +77,15 @@ SECRETS: dict[tuple[str, ...], str] = {
     ("slack", "signing_secret"): "SLACK_SIGNING_SECRET",
     ("slack", "app_token"): "SLACK_APP_TOKEN",
     ("admin", "token"): "GATEWAY_ADMIN_TOKEN",
+    ("search", "api_key"): "SEARCH_API_KEY",
+}
+# Plain settings the environment fills in when the file does not set them (or there is no file):
+# the variables the README documents work the same with or without a config.yml.
+ENV_DEFAULTS: dict[tuple[str, ...], str] = {
+    ("llm", "base_url"): "LLM_BASE_URL",
+    ("llm", "model"): "LLM_MODEL",
+    ("llm", "context_window"): "LLM_CONTEXT_WINDOW",
+    ("telemetry", "otlp_endpoint"): "OTEL_EXPORTER_OTLP_ENDPOINT",
 }
 # Plain settings the environment overrides (handy for containers and tests).
 ENV_OVERRIDES: dict[tuple[str, ...], str] = {

@@ -21,6 +21,7 @@ class JobConfig(Section):
     deliver_to: str = "none"
     max_rounds: int | None = None
     max_tokens: int | None = None
+    model: str | None = None  # a name of llm.models (or "default"); else the default model
     timeout: str | float | None = None
     misfire: Literal["run_once", "skip"] = "run_once"
     misfire_grace: str | float | None = None

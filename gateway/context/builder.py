@@ -90,15 +90,16 @@ class ContextBuilder:
 
     # ---- budget ----------------------------------------------------------------------------
     def window_of(self, model: str) -> int:
-        """The window shaping aims at: configured or discovered, or smaller once a refusal taught it."""
-        configured = self.llm.context_window
+        """The window shaping aims at: configured (for that model: `llm.models.<name>.context_window`)
+        or discovered, or smaller once a refusal taught it."""
+        configured = self.llm.window_setting(model)
         window = self._discovered.get(model, FALLBACK_WINDOW) if configured == "auto" else configured
         return self.corrections.window_for(model, window)
 
     async def _discover(self, model: str) -> None:
         # Asked at every build: the client caches a discovered window and asks again, with
         # backoff, after a fallback (the server may have been down at start).
-        if self.llm.context_window == "auto" and self.windows is not None:
+        if self.llm.window_setting(model) == "auto" and self.windows is not None:
             self._discovered[model] = await self.windows(model)
 
     def estimate(self, model: str, chars: int) -> int:
@@ -171,15 +172,18 @@ class ContextBuilder:
             view.messages, budget.tokens(view.chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds)
         )
 
-    async def compact_now(self, session: SessionRecord, *, system_prompt: str) -> CompactionResult | None:
+    async def compact_now(
+        self, session: SessionRecord, *, system_prompt: str, model: str | None = None
+    ) -> CompactionResult | None:
         """Fold everything before the pristine tail now (/compact). None when nothing can be folded."""
         if not self.folding.can_fold:
             raise CompactionError("no summariser is configured, so the conversation cannot be compacted")
         cache = self.caches.get(session.id)
         turn_seq = EVERY_ROW_IS_EARLIER
         await refresh(cache, self.repo, turn_seq)
-        await self._discover(self.llm.model)
-        budget = self.budget(self.llm.model)
+        model = model or self.llm.ref(session.model)
+        await self._discover(model)
+        budget = self.budget(model)
         results: list[CompactionResult] = []
         for _ in range(max(1, self.context.max_folds_per_build)):
             before = self._measure(cache, budget, system_prompt, {}, turn_seq, cache.summary)

@@ -198,10 +198,13 @@ OPENING: Message = {"role": "user", "content": "(The earlier conversation is sum
 
 
 # ---- the blocks around the history ----------------------------------------------------------
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
 def system_block(system_prompt: str, notes: dict[str, str], summary: str | None) -> Message:
     """Static prompt first, then the scratchpad, then the summary: one system message, in the
     order that changes least often, so the cached prefix survives a note or a fold as far as it can."""
-    parts = [system_prompt.strip() or "You are a helpful assistant."]
+    parts = [system_prompt.strip() or DEFAULT_SYSTEM_PROMPT]
     if notes:
         lines = "\n".join(f"- {key}: {value}" for key, value in sorted(notes.items()))
         parts.append(f"## Scratchpad (your notes for this conversation)\n{lines}")

@@ -6,15 +6,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.access import TRUSTED_CHANNELS
+from gateway.agent import spans
 from gateway.agent.audit_trail import Decided, tool_call_entry
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
-from gateway.budgets import Payer, cost_lines
+from gateway.budgets import Payer, cost_lines, current_payer
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
+from gateway.inbox.models import ModelCommand, model_line
+from gateway.memory import memory_command
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
-from gateway.traces import RunTrace, format_nano_usd
+from gateway.traces import RunTrace, Spending, current_spending, format_nano_usd
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
@@ -22,10 +25,12 @@ COMMANDS = {
     "status": "what the agent is doing, queued messages, pending requests, tokens and cost",
     "cost": "tokens and cost of this session",
     "compact": "summarise older history now to free context",
+    "memory": "what I remember here; /memory forget N, /memory clear, /memory share on|off",
+    "model": "the models you may use; /model NAME switches this session, /model default goes back",
     "help": "this list",
 }
 # Answered at once even while a turn runs (they don't touch the conversation).
-IMMEDIATE = frozenset({"status", "cost", "help"})
+IMMEDIATE = frozenset({"status", "cost", "help", "memory"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
 STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
@@ -67,6 +72,7 @@ def help_text(unknown: str = "") -> str:
 def status_text(
     *,
     running: bool,
+    model: str = "",
     queued: int,
     prompts: int,
     totals: dict,
@@ -81,6 +87,8 @@ def status_text(
         waits = [r.retry_at for r in undelivered if r.retry_at is not None and r.retry_at > now]
         if waits:
             lines.append(f"  waiting: next attempt at {max(waits):%H:%M:%S} UTC")
+    if model:
+        lines.append(model)
     lines.append(cost_text(totals))
     lines += [mcp_state_line(name, server) for name, server in (mcp or {}).items()]
     return "\n".join(lines)
@@ -99,11 +107,16 @@ def mcp_state_line(name: str, server: dict) -> str:
 
 
 def cost_text(totals: dict) -> str:
+    """The session's use: the same figures as its runs' (`gateway runs`), summed."""
     estimated = " (partly estimated: the model server sent no token counts)" if totals.get("estimated_runs") else ""
+    cache = f"{totals.get('cached_tokens', 0):,} cached"
+    if totals.get("cache_write_tokens"):
+        cache += f", {totals['cache_write_tokens']:,} written to the cache"
+    reasoning = f" ({totals['reasoning_tokens']:,} reasoning)" if totals.get("reasoning_tokens") else ""
     return (
-        f"Session: {totals.get('input_tokens', 0):,} input tokens ({totals.get('cached_tokens', 0):,} cached), "
-        f"{totals.get('output_tokens', 0):,} output tokens, cost {format_nano_usd(totals.get('cost_nano_usd'))}"
-        f"{estimated}"
+        f"Session: {totals.get('input_tokens', 0):,} input tokens ({cache}), "
+        f"{totals.get('output_tokens', 0):,} output tokens{reasoning}, "
+        f"cost {format_nano_usd(totals.get('cost_nano_usd'))}{estimated}"
     )
 
 
@@ -116,6 +129,7 @@ class Commands:
         self.services = services
         self.config = services.config
         self.ended = ended
+        self.models = ModelCommand(store, self.config.llm, services.access)
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         command = parse_command(Said.of(item).text)
@@ -131,11 +145,20 @@ class Commands:
             await self._reply(thread, item, "Stopped.")
         elif name == "new":
             await self._stop_thread(thread)
-            sender = Said.of(item).sender.id
-            await self.store.sessions.open(str(thread), source=thread.channel, started_by=sender, fresh=True)
+            said = Said.of(item)
+            await self.store.sessions.open(
+                str(thread), source=thread.channel, started_by=said.sender.id, fresh=True, private=said.private
+            )
             await self._reply(thread, item, "Started a new session.")
         elif name == "compact":
-            await self._reply(thread, item, await self._compact(thread))
+            await self._reply(thread, item, await self._compact(thread, item))
+        elif name == "model":
+            sender = Said.of(item).sender.id
+            session = await self.store.sessions.current(str(thread)) or await self.store.sessions.open(
+                str(thread), source=thread.channel, started_by=sender
+            )
+            args = command.args if command else ""
+            await self._reply(thread, item, await self.models.answer(session, thread.channel, sender, args))
         else:
             await self.answer(
                 thread, item, name or "help", running=False, unknown="" if name else (command.word if command else "")
@@ -155,12 +178,26 @@ class Commands:
             servers = mcp.summary() if mcp else None
             undelivered = await self.store.outbox.undelivered(str(thread))
             text = status_text(
-                running=running, queued=queued, prompts=prompts, totals=totals, mcp=servers, undelivered=undelivered
+                running=running,
+                model=model_line(self.config.llm, session),
+                queued=queued,
+                prompts=prompts,
+                totals=totals,
+                mcp=servers,
+                undelivered=undelivered,
             )
             if session is not None and self.services.delegation is not None:
                 text = "\n".join([text, *await self.services.delegation.control.status_lines(session.id)])
         elif name == "cost":
-            text = "\n".join([cost_text(totals), *await self._budget_lines(thread, item)])
+            lines = [model_line(self.config.llm, session), cost_text(totals)]
+            text = "\n".join([*lines, *await self._budget_lines(thread, item)])
+        elif name == "memory":
+            said = Said.of(item)
+            command = parse_command(said.text)
+            text = await memory_command(
+                self.store, self.config.memory, self.services.access, thread, said.sender.id, said.private,
+                command.args if command else "",
+            )
         else:
             text = help_text(unknown)
         await self._reply(thread, item, text)
@@ -247,21 +284,37 @@ class Commands:
             note = placeholder_text("canceled")
             audit = tool_call_entry(call, "cancelled", Decided("canceled", reason="/stop"), thread=thread)
             await self.store.sessions.set_tool_call(call.id, status="cancelled", result=note, note=note, audit=audit)
-        await RunTrace(self.store, run_id, config=self.config.traces, prices=self.config.llm.prices).cancel()
+        await RunTrace(self.store, run_id, config=self.config.traces, prices=self.config.llm.price_of).cancel()
+        await spans.ended_elsewhere(self.services.telemetry, self.store, run_id, thread)
         if session is not None and report:
             delegation = self.services.delegation
             child = await delegation.control.context_of(session) if delegation is not None else None
             request = TurnRequest(session, thread, child=child)  # a background task still reports its end
             await self.ended(request, TurnOutcome(run_id, "CANCELED", "canceled"))
 
-    async def _compact(self, thread: ThreadKey) -> str:
+    async def _compact(self, thread: ThreadKey, item: InboxItem) -> str:
+        """Its summaries are counted on a run of their own (end reason `compact`) and spent for
+        the person who asked."""
         session = await self.store.sessions.current(str(thread))
         if session is None or self.services.context is None:
             return "Nothing to compact yet."
+        model = self.config.llm.ref(session.model)
+        run = await self.store.runs.start(session.id, str(thread), model=model)
+        trace = RunTrace(self.store, run.id, config=self.config.traces, prices=self.config.llm.price_of)
+        sender = Said.of(item).sender.id
+        payer = Payer(user=f"{thread.channel}:{sender}" if sender else None, chat=f"{thread.channel}:{thread.chat}")
+        paying, spending = current_payer.set(payer), current_spending.set(Spending(trace, model))
         try:
-            result = await self.services.context.compact_now(session, system_prompt=self.config.agent.system_prompt)
+            result = await self.services.context.compact_now(
+                session, system_prompt=self.config.agent.system_prompt, model=model
+            )
         except CompactionError as exc:
+            await trace.end("FAILED", end_reason="compact", error=str(exc))
             return f"Could not compact: {exc}"
+        finally:
+            current_spending.reset(spending)
+            current_payer.reset(paying)
+        await trace.end("SUCCESS", end_reason="compact")
         if result is None:
             return "Nothing to compact: the history is already short."
         return f"Compacted {result.entries_folded} entries into a summary."

@@ -212,7 +212,9 @@ class TurnRunner:
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)
-            await self.store.consume_messages(request.session.id, ready, fence=request.fence)
+            running = state.running
+            run_id = running.turn.run_id if running is not None and running.turn.run_id else None
+            await self.store.consume_messages(request.session.id, ready, fence=request.fence, run_id=run_id)
             return len(items)
 
         return steer

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from gateway.events import (
     utcnow,
 )
 from gateway.inbox.holder import LeaseHolder
-from gateway.outbox import Outbox
+from gateway.outbox import ORPHANED, Outbox
 from gateway.store import Lease, LeaseLost, OutboxRecord, Store
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ class OutboxSweeper:
         unsendable = _unsendable_file(row)
         if unsendable:
             return await self._give_up(row, f"{unsendable}, so it was not sent")
+        if _outcome_unknown(current, self.outbox.policy.max_attempts):
+            await self.store.outbox.note_uncertain(current.key, current.thread_key, current.kind, ORPHANED, ())
+            current = replace(current, uncertain=ORPHANED)  # a timeout of this resend is not sent a third time
         try:
             delivered = await self.outbox.deliver_recorded(current, thread, _action(row))
         except ChannelError as exc:
@@ -128,6 +131,16 @@ class OutboxSweeper:
         log.error("outbox row %s (%s): %s", row.id, row.key, reason)
         await self.store.outbox.attempt_failed(row.id, reason, final=True)
         return False
+
+
+def _outcome_unknown(row: OutboxRecord, max_attempts: int) -> bool:
+    """A new message whose sender may have been cut mid-request (killed while the platform
+    carried the send out) without writing a word about it: nothing recorded after the intent,
+    or failures recorded with attempts left (the sender meant to try again). A row whose
+    attempts ran out was left for the sweeper with no attempt under way; edits are idempotent."""
+    if row.kind not in ("message", "prompt") or row.uncertain is not None:
+        return False
+    return row.attempts < max_attempts
 
 
 def _age(age: timedelta) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
 from gateway.agent.services import TurnServices
+from gateway.agent.turn import turn_payer
+from gateway.budgets import current_payer
 from gateway.events import ThreadKey, links_in
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
@@ -186,11 +188,18 @@ class Worker:
         ):
             return
         session = current or await self.store.sessions.open(
-            str(thread), source=thread.channel, started_by=said.sender.id
+            str(thread), source=thread.channel, started_by=said.sender.id, private=said.private
         )
-        ready = await self._with_kept_context(thread, item, await self.readiness.ready(thread, [item], session.id))
+        on_behalf_of = await self._job_creator(session)
+        # Its files' transcriptions are spent for whom the turn will be (the spend caps).
+        paying = current_payer.set(turn_payer(session, thread, said.sender.id, on_behalf_of))
+        try:
+            ready = await self.readiness.ready(thread, [item], session.id)
+        finally:
+            current_payer.reset(paying)
+        ready = await self._with_kept_context(thread, item, ready)
         started = await self.store.start_turn(
-            session.id, str(thread), ready, model=self.config.llm.model, fence=fence
+            session.id, str(thread), ready, model=self.config.llm.ref(session.model), fence=fence
         )
         request = TurnRequest(
             session,
@@ -198,7 +207,7 @@ class Worker:
             requested_by=said.sender.id,
             requester_name=said.sender.name or said.sender.username,
             private=said.private,
-            on_behalf_of=await self._job_creator(session),
+            on_behalf_of=on_behalf_of,
             reply_to=said.message_id,
             links=links_in(said.text),
             fence=fence,

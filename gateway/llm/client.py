@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -70,6 +70,7 @@ class _Opened:
 
     response: httpx.Response
     lane: Lane  # the client it came on, given back when the stream ends
+    pool: ClientPool  # ... to this pool (its server's)
     sse: SSEDecoder
     parser: ChunkParser
     first_events: list[StreamEvent]
@@ -77,8 +78,36 @@ class _Opened:
     ticket: Ticket | None = None
 
 
+@dataclass
+class _Server:
+    """One Chat Completions server: its URL, its pool of HTTP clients, what it says of its models."""
+
+    base_url: str
+    url: str
+    endpoint: httpx.URL  # parsed once, not on every request
+    clients: ClientPool
+    info: ServerInfo
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A model as calls name it (`name`: `llm.model` for the default, else a name of
+    `llm.models`), the model name its server is asked for, and that server."""
+
+    name: str
+    model: str
+    server: _Server
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    seconds: float | None  # the audio's length as the server measured it, else as the platform said
+
+
 class LLMClient:
-    """Streaming Chat Completions against `llm.base_url`, with retries and model fallback.
+    """Streaming Chat Completions against `llm.base_url` and the servers of `llm.models`, with
+    retries and the fallback through `llm.fallback`.
 
     `sleep`, `clock` and `rng` are injectable so tests can observe waits without waiting.
     """
@@ -99,28 +128,45 @@ class LLMClient:
     ) -> None:
         self.config = config
         self.cadence = cadence
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self._endpoint = httpx.URL(self.url)  # parsed once, not on every request
         timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s)
         # No cap on connections: the inbox bounds how many turns (so streams) run at once, and a
         # pool smaller than that would make turns wait for a connection, then time out. Each
         # lane of the pool carries at most `streams_per_client`, so keeps at most that many idle.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        headers = self._headers()
-        self._clients = ClientPool(
-            lambda verify: httpx.AsyncClient(
-                transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
-            ),
-            tls_for(self.url),
-            streams_per_client,
-        )
+        servers: dict[tuple[str, str], _Server] = {}
+
+        def server(base_url: str, api_key: str) -> _Server:
+            key = (base_url.rstrip("/"), api_key)
+            if key not in servers:
+                url = key[0] + "/chat/completions"
+                headers = self._headers(api_key)
+                pool = ClientPool(
+                    lambda verify: httpx.AsyncClient(
+                        transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
+                    ),
+                    tls_for(url),
+                    streams_per_client,
+                )
+                servers[key] = _Server(base_url, url, httpx.URL(url), pool, ServerInfo(lambda: pool.first, base_url))
+            return servers[key]
+
+        default = server(config.base_url, config.api_key)
+        self._targets = {config.model: _Target(config.model, config.model, default)}
+        for name, named in config.models.items():
+            same_server = not named.base_url or named.base_url.rstrip("/") == config.base_url.rstrip("/")
+            key = named.api_key or (config.api_key if same_server else "")
+            self._targets[name] = _Target(name, named.model, server(named.base_url or config.base_url, key))
+        self._servers = list(servers.values())
+        self._default = default
+        self.url = default.url
+        self._clients = default.clients
+        self.server = default.info
         self._on_retry = on_retry
         self._backoff_base = backoff_base_s
         self._backoff_max = backoff_max_s
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
-        self.server = ServerInfo(lambda: self._http, config.base_url)
         self._windows: dict[str, Window] = {}
         self._ask_again: dict[str, tuple[float, float]] = {}  # after a fallback: (when to ask, the wait)
         self._tokenizer: Tokenizer | None = None
@@ -131,13 +177,14 @@ class LLMClient:
         self.pauses = 0  # waits taken by the read cadence
 
     async def context_window(self, model: str | None = None) -> Window:
-        """The model's context window as the server says it: asked once and cached; the fallback
-        only for a while, in case the server was down when asked."""
-        model = model or self.config.model
+        """The model's context window as its server says it: asked once and cached; the
+        fallback only for a while, in case the server was down when asked."""
+        target = self._target(model)
+        model = target.name
         async with self._discovery:
             cached = self._windows.get(model)
             if cached is None or (not cached.discovered and self._clock() >= self._ask_again[model][0]):
-                found = self._windows[model] = await self.server.window(model)
+                found = self._windows[model] = await target.server.info.window(target.model)
                 self._note_window(model, cached, found)
                 cached = found
             return cached
@@ -160,8 +207,11 @@ class LLMClient:
                 self._tokenizer_known = True
         if self._tokenizer is None:
             return None
+        target = self._target(model)
+        if target.server is not self._default:
+            return None  # the default server's tokenizer does not count another model's tokens
         try:
-            return await self.server.count(self._tokenizer, text, model or self.config.model)
+            return await self.server.count(self._tokenizer, text, target.model)
         except (httpx.HTTPError, ValueError):
             return None
 
@@ -170,7 +220,8 @@ class LLMClient:
         return self._clients.first
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        for server in self._servers:
+            await server.clients.aclose()
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -189,7 +240,7 @@ class LLMClient:
     ) -> AsyncIterator[StreamEvent]:
         body = self._body(messages, tools, max_tokens)
         sent = time.monotonic()
-        opened = await self._open(body, self._models(model), on_retry or self._on_retry)
+        opened = await self._open(body, self._chain(model), on_retry or self._on_retry)
         metrics.LLM_FIRST_TOKEN.observe(time.monotonic() - sent)
         usage: Usage | None = None
         self.streams_in_flight += 1
@@ -213,7 +264,7 @@ class LLMClient:
                     await opened.sse.drain()
         finally:
             self.streams_in_flight -= 1
-            self._clients.give_back(opened.lane)  # first: a close that fails must not keep its place
+            opened.pool.give_back(opened.lane)  # first: a close that fails must not keep its place
             await opened.response.aclose()  # also aborts generation when the consumer stops early
             if opened.ticket is not None:
                 await asyncio.shield(opened.ticket.settle(usage, sent=True))
@@ -235,9 +286,26 @@ class LLMClient:
     ) -> Completion:
         return await collect(self.stream(messages, tools, model=model, max_tokens=max_tokens, on_retry=on_retry))
 
-    async def transcribe(self, audio: bytes, filename: str, mime: str, *, model: str | None = None) -> str:
+    async def transcribe(
+        self, audio: bytes, filename: str, mime: str, *, model: str | None = None, seconds: float | None = None
+    ) -> Transcript:
         """Speech to text: POST {base_url}/audio/transcriptions (multipart, OpenAI's shape);
-        `LLMError` when the server refuses or cannot be reached."""
+        `LLMError` when the server refuses or cannot be reached. The spend caps are asked first
+        (`seconds`: the audio's length as the platform said it, for the reservation)."""
+        model = model or self.config.transcription_model
+        ticket = await self.gate.open_minutes(model, seconds, len(audio)) if self.gate is not None else None
+        try:
+            text, measured = await self._transcribe(audio, filename, mime, model)
+        except BaseException:
+            if ticket is not None:
+                await asyncio.shield(ticket.settle_minutes(None, sent=False))
+            raise
+        heard = measured if measured is not None else seconds
+        if ticket is not None:
+            await asyncio.shield(ticket.settle_minutes(heard, sent=True))
+        return Transcript(text, heard)
+
+    async def _transcribe(self, audio: bytes, filename: str, mime: str, model: str) -> tuple[str, float | None]:
         url = self.config.base_url.rstrip("/") + "/audio/transcriptions"
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
         # Built outside the client: its default JSON content type must not replace the multipart one.
@@ -245,7 +313,7 @@ class LLMClient:
             "POST",
             url,
             headers=headers,
-            data={"model": model or self.config.transcription_model, "response_format": "json"},
+            data={"model": model, "response_format": "json"},
             files={"file": (filename, audio, mime or "application/octet-stream")},
         )
         try:
@@ -257,11 +325,16 @@ class LLMClient:
             raise classify_error(response.status_code, body, response.headers)
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
             raise LLMError(f"the transcription answer has no text: {str(body)[:200]}", kind="server")
-        return body["text"]
+        return body["text"], audio_seconds(body)
 
-    def _models(self, model: str | None) -> list[str]:
-        primary = model or self.config.model
-        return [primary] + [m for m in self.config.fallback_models if m != primary]
+    def _target(self, model: str | None) -> _Target:
+        """A configured name, or another model of the default server (as `gateway doctor` asks)."""
+        name = model or self.config.model
+        return self._targets.get(name) or _Target(name, name, self._default)
+
+    def _chain(self, model: str | None) -> list[_Target]:
+        first = self._target(model)
+        return [first] + [self._targets[name] for name in self.config.fallback if name != first.name]
 
     def _body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None
@@ -279,58 +352,65 @@ class LLMClient:
             body["temperature"] = self.config.temperature
         return body
 
-    def _headers(self) -> dict[str, str]:
-        """Every request of this client is the same POST, so these are the client's default
+    @staticmethod
+    def _headers(api_key: str) -> dict[str, str]:
+        """Every request of a server's clients is the same POST, so these are their default
         headers: merging per-request headers was a third of the cost of building a request."""
         headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
-        if self.config.api_key:
-            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         return headers
 
-    async def _open(self, body: dict[str, Any], models: list[str], on_retry: RetryHook | None) -> _Opened:
-        """Try each model in turn, retrying retryable failures with backoff, until one starts
-        streaming; raise `LLMUnavailable` once retries or the budget are spent."""
+    async def _open(self, body: dict[str, Any], targets: list[_Target], on_retry: RetryHook | None) -> _Opened:
+        """Try each model in turn (the one asked for, then `llm.fallback`), retrying retryable
+        failures with backoff, until one starts streaming; raise `LLMUnavailable` once retries
+        or the budget are spent. A failure that is not retryable (a prompt over the context, a
+        refused key, a bad request) is raised at once: another model would not help."""
         started = self._clock()
         attempts = 0
         last: LLMError | None = None
-        for position, model in enumerate(models):
+        for position, target in enumerate(targets):
             empty = 0
+            failed = tuple(t.name for t in targets[:position])
             for retry in range(self.config.max_retries + 1):
                 attempts += 1
                 try:
-                    return await self._attempt({"model": model, **body}, model, attempts)
+                    return await self._attempt({"model": target.model, **body}, target, attempts, failed)
                 except LLMError as exc:
                     if not exc.retryable:
                         raise
                     last = exc
                     empty += isinstance(exc, EmptyAnswer)
                     if empty >= EMPTY_ANSWERS_MEAN_REFUSED:
-                        raise Refused(REFUSED_EMPTY.format(model=model)) from exc
+                        raise Refused(REFUSED_EMPTY.format(model=target.model)) from exc
                 delay = self._delay(last, retry)
                 if retry >= self.config.max_retries or self._spent(started) + delay > self.config.retry_budget_s:
                     break
-                await self._notify(on_retry, RetryNotice(attempts, model, model, delay, last))
+                await self._notify(on_retry, RetryNotice(attempts, target.name, target.name, delay, last))
                 await self._sleep(delay)
-            has_next = position + 1 < len(models)
+            has_next = position + 1 < len(targets)
             if not has_next or self._spent(started) >= self.config.retry_budget_s:
                 break
             assert last is not None  # every attempt that did not return failed with a retryable error
-            await self._notify(on_retry, RetryNotice(attempts, model, models[position + 1], 0.0, last))
+            await self._notify(on_retry, RetryNotice(attempts, target.name, targets[position + 1].name, 0.0, last))
         assert last is not None
-        tried = tuple(models[: position + 1])
+        tried = tuple(t.name for t in targets[: position + 1])
         raise LLMUnavailable(
             f"LLM unavailable after {attempts} attempt(s) (models tried: {', '.join(tried)}): {last.message}",
             tried=tried,
             last_error=last,
         ) from last
 
-    async def _attempt(self, body: dict[str, Any], model: str, attempts: int) -> _Opened:
+    async def _attempt(
+        self, body: dict[str, Any], target: _Target, attempts: int, failed: tuple[str, ...]
+    ) -> _Opened:
         content = encode_body(body)
-        ticket = await self.gate.open(model, len(content), body.get("max_tokens")) if self.gate is not None else None
+        gate = self.gate
+        ticket = await gate.open(target.name, len(content), body.get("max_tokens")) if gate is not None else None
         if ticket is not None and ticket.reply_tokens is not None and "max_tokens" not in body:
             content = encode_body({**body, "max_tokens": ticket.reply_tokens})  # the reply the reservation covers
         try:
-            opened = await self._send(content, model, attempts)
+            opened = await self._send(content, target, attempts, failed)
         except BaseException:
             if ticket is not None:
                 await asyncio.shield(ticket.settle(None, sent=False))
@@ -338,29 +418,33 @@ class LLMClient:
         opened.ticket = ticket
         return opened
 
-    async def _send(self, content: bytes, model: str, attempts: int) -> _Opened:
-        lane = self._clients.take()
+    async def _send(self, content: bytes, target: _Target, attempts: int, failed: tuple[str, ...]) -> _Opened:
+        pool = target.server.clients
+        lane = pool.take()
         try:
-            return await self._send_on(lane, content, model, attempts)
+            return await self._send_on(lane, pool, content, target, ModelInfo(target.name, "", attempts, failed))
         except BaseException:
-            self._clients.give_back(lane)
+            pool.give_back(lane)
             raise
 
-    async def _send_on(self, lane: Lane, content: bytes, model: str, attempts: int) -> _Opened:
-        request = lane.client.build_request("POST", self._endpoint, content=content)
+    async def _send_on(
+        self, lane: Lane, pool: ClientPool, content: bytes, target: _Target, info: ModelInfo
+    ) -> _Opened:
+        server = target.server
+        request = lane.client.build_request("POST", server.endpoint, content=content)
         try:
             response = await lane.client.send(request, stream=True)
         except httpx.TransportError as exc:
-            raise transport_error(exc, self.url) from exc
+            raise transport_error(exc, server.url) from exc
         try:
             if response.status_code != 200:
                 raise classify_error(response.status_code, json_or_text(await response.aread()), response.headers)
             sse, parser = SSEDecoder(response.aiter_bytes()), ChunkParser()
             served, events = await self._first_events(sse, parser)
-            return _Opened(response, lane, sse, parser, events, ModelInfo(model, served, attempts))
+            return _Opened(response, lane, pool, sse, parser, events, replace(info, served=served))
         except httpx.TransportError as exc:
             await response.aclose()
-            raise transport_error(exc, self.url) from exc
+            raise transport_error(exc, server.url) from exc
         except BaseException:
             await response.aclose()
             raise
@@ -396,6 +480,16 @@ class LLMClient:
         metrics.LLM_RETRIES.labels("fallback" if notice.next_model != notice.model else "retry").inc()
         if hook is not None and inspect.isawaitable(result := hook(notice)):
             await result
+
+
+def audio_seconds(body: dict[str, Any]) -> float | None:
+    """The audio's length in a transcription answer: `duration` (verbose_json, whisper.cpp,
+    faster-whisper) or OpenAI's `usage: {"type": "duration", "seconds": N}`."""
+    usage = body.get("usage")
+    for value in (body.get("duration"), usage.get("seconds") if isinstance(usage, dict) else None):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+    return None
 
 
 def _count_tokens(event: StreamEvent) -> None:

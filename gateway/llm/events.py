@@ -38,23 +38,31 @@ class Finish:
 
 @dataclass(frozen=True)
 class Usage:
+    """What one call used, in OpenAI's terms: `prompt_tokens` is the whole prompt, cache reads
+    and writes included; `completion_tokens` the whole reply, reasoning included. `cost_usd` is
+    the provider's own price of the call when it sends one (OpenRouter's `usage.cost`)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens read from the provider's cache
     reasoning_tokens: int = 0
     estimated: bool = False  # counted by the gateway: the server sent no usage
+    cache_write_tokens: int = 0  # prompt tokens written to the provider's cache
+    cost_usd: float | None = None
     kind: Literal["usage"] = "usage"
 
 
 @dataclass(frozen=True)
 class ModelInfo:
     """First event of every stream. `model` is the configured name that answered (`llm.model`
-    or one of `llm.fallback_models`); `served` is the name the server reported in its chunks
-    (may differ, or be empty); `attempts` counts HTTP requests made, retries included."""
+    for the default, else a name of `llm.models`); `served` is the name the server reported in
+    its chunks (may differ, or be empty); `attempts` counts HTTP requests made, retries
+    included; `fell_back_from` names the models that failed before it (the fallback)."""
 
     model: str
     served: str = ""
     attempts: int = 1
+    fell_back_from: tuple[str, ...] = ()
     kind: Literal["model"] = "model"
 
 

@@ -27,6 +27,17 @@ class Ticket(Protocol):
         """`sent`: the request reached the model (an answer started); `usage` when reported."""
 
 
+class MinutesTicket(Protocol):
+    """A reserved transcription."""
+
+    async def settle_minutes(self, seconds: float | None, *, sent: bool) -> None:
+        """`sent`: the server answered with a transcript; `seconds`: the audio's length (None: unknown)."""
+
+
 class CallGate(Protocol):
     async def open(self, model: str, request_bytes: int, max_tokens: int | None) -> Ticket | None:
         """Reserve room for the call or raise `BudgetReached`; None when nothing is capped."""
+
+    async def open_minutes(self, model: str, seconds: float | None, audio_bytes: int) -> MinutesTicket | None:
+        """The same for a transcription, priced by the minute (`seconds`: the length the
+        platform gave, else the bound `audio_bytes` allows)."""

@@ -195,7 +195,7 @@ class ChunkParser:
                 self.finished = True
                 events.append(Finish(str(reason)))
         if isinstance(usage := chunk.get("usage"), dict):
-            events.append(_usage(usage))
+            events.append(_usage(usage, chunk))
         return events
 
     def _delta(self, delta: dict[str, Any]) -> list[StreamEvent]:
@@ -248,15 +248,46 @@ class ChunkParser:
         return index
 
 
-def _usage(usage: dict[str, Any]) -> Usage:
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+def _usage(usage: dict[str, Any], chunk: dict[str, Any] | None = None) -> Usage:
+    """The usage object of the dialects: OpenAI and vLLM (`prompt_tokens_details.cached_tokens`,
+    `completion_tokens_details.reasoning_tokens`), OpenRouter (also `cache_write_tokens` and
+    `cost`), llama.cpp (its `timings.cache_n` when it sends no details) and Anthropic's names
+    (`input_tokens`, which leaves the cache out, `cache_read_input_tokens`, `cache_creation_input_tokens`)."""
+    prompt_details = _mapping(usage.get("prompt_tokens_details"))
+    completion_details = _mapping(usage.get("completion_tokens_details") or usage.get("output_tokens_details"))
+    cache_read = _count(prompt_details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
+    if cache_read is None and isinstance(timings := (chunk or {}).get("timings"), dict):
+        cache_read = as_int(timings.get("cache_n"))
+    cache_write = _count(prompt_details.get("cache_write_tokens"), usage.get("cache_creation_input_tokens")) or 0
+    if (prompt := as_int(usage.get("prompt_tokens"))) is None:
+        # Anthropic counts its cache apart from `input_tokens`: the whole prompt is the sum.
+        prompt = (as_int(usage.get("input_tokens")) or 0) + (cache_read or 0) + cache_write
+    completion = as_int(usage.get("completion_tokens"))
     return Usage(
-        prompt_tokens=as_int(usage.get("prompt_tokens")) or 0,
-        completion_tokens=as_int(usage.get("completion_tokens")) or 0,
-        cached_tokens=as_int(prompt_details.get("cached_tokens")) or 0,
-        reasoning_tokens=as_int(completion_details.get("reasoning_tokens")) or 0,
+        prompt_tokens=prompt,
+        completion_tokens=completion if completion is not None else as_int(usage.get("output_tokens")) or 0,
+        cached_tokens=cache_read or 0,
+        reasoning_tokens=_count(completion_details.get("reasoning_tokens"), completion_details.get("thinking_tokens"))
+        or 0,
+        cache_write_tokens=cache_write,
+        cost_usd=_usd(usage.get("cost")),
     )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(*values: Any) -> int | None:
+    """The largest of the counts given (vLLM sends null details; a server may send 0 beside the real one)."""
+    counts = [n for n in (as_int(v) for v in values if not isinstance(v, bool)) if n is not None]
+    return max(counts) if counts else None
+
+
+def _usd(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return float(value)
 
 
 async def collect(events: AsyncIterator[StreamEvent]) -> Completion:

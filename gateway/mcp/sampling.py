@@ -1,7 +1,8 @@
 """A server's sampling request (it asks to use our model), answered by the configured model
 when `mcp.servers.<name>.sampling` allows it. The completion goes through the LLM client, so
 the spend caps check and count it for the turn's payer; its tokens and its cost (at
-`llm.prices`) are added to the run, and so to the session's totals (an `MCP_SAMPLING` event).
+`llm.prices`, or the provider's own figure) are added to the run, and so to the session's
+totals (an `MCP_SAMPLING` event). It uses the model of the turn that made the tool call.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import time
 from typing import Any
 
 from gateway.config import McpServerConfig
+from gateway.llm.pricing import usage_cost
 from gateway.mcp.sdk import SamplingAnswer, SamplingRequest
 from gateway.tools.registry import ToolContext, ToolError
-from gateway.traces import cost_nano_usd
+from gateway.traces import current_spending, llm_totals, usage_payload
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,9 @@ async def sample(server: str, config: McpServerConfig, request: SamplingRequest,
     ]
     started = time.monotonic()
     try:
-        completion = await llm.complete(messages, max_tokens=request.max_tokens or None)
+        spending = current_spending.get()
+        model = spending.model if spending is not None else None
+        completion = await llm.complete(messages, max_tokens=request.max_tokens or None, model=model)
     except Exception as exc:  # noqa: BLE001 - a budget reached, the model down: the server is told no
         raise ToolError(f"The MCP server {server!r} asked to use the model (sampling), which failed: {exc}") from None
     await _record(ctx, server, completion, time.monotonic() - started)
@@ -39,30 +43,20 @@ async def sample(server: str, config: McpServerConfig, request: SamplingRequest,
 
 async def _record(ctx: ToolContext, server: str, completion: Any, seconds: float) -> None:
     usage = completion.usage
-    totals: dict[str, Any] = {"llm_calls": 1}
+    config = ctx.services.get("config")
     if usage is not None:
-        config = ctx.services.get("config")
-        prices = config.llm.prices if config is not None else {}
-        cost = cost_nano_usd(
-            prices.get(completion.model),
-            input_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            output_tokens=usage.completion_tokens,
-        )
-        totals |= {
-            "input_tokens": usage.prompt_tokens,
-            "cached_tokens": usage.cached_tokens,
-            "output_tokens": usage.completion_tokens,
-            "cost_nano_usd": cost,
-            "unpriced": cost is None,
-            "usage_estimated": usage.estimated,
-        }
+        cost = usage_cost(config.llm.price_of(completion.model) if config is not None else None, usage)
+        totals = llm_totals(completion.model, usage, cost)
+        totals.pop("model")  # the run's model stays its rounds'
+    else:
+        cost, totals = None, {"llm_calls": 1}
     payload = {
         "server": server,
         "model": completion.model,
         "duration_ms": round(seconds * 1000, 2),
         "output_chars": len(completion.text),
-        "cost_nano_usd": totals.get("cost_nano_usd"),
+        "usage": usage_payload(usage) if usage is not None else None,
+        "cost_nano_usd": cost,
     }
     store = ctx.services.get("store")
     if store is None or not ctx.run_id:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
@@ -30,6 +30,7 @@ from gateway.store.history import HistoryRepo
 from gateway.store.holds import HoldRepo
 from gateway.store.inbox import InboxRepo, NewItem
 from gateway.store.mcp_tokens import McpTokenRepo
+from gateway.store.memory import MemoryFull, MemoryRecord, MemoryRepo, OwnerSummary, Saved
 from gateway.store.outbox import OutboxRepo
 from gateway.store.prompts import DecideResult, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
@@ -86,6 +87,8 @@ def _consume_in(
                 images=payload.get("images") or (),
             )
         )
+        if run_id is not None:
+            _count_transcriptions(conn, run_id, payload)
         for done_id in (item_id, *payload.get("merged_items", ()), *payload.get("context_items", ())):
             conn.execute(_MARK_DONE, {"item_id": done_id, "done_at": utcnow(), "session_id": session_id})
         # The history row it became: a deletion of the message later redacts that row.
@@ -94,6 +97,24 @@ def _consume_in(
             recorded = {**stored, "history_row": records[-1].id}
             conn.execute(update(inbox).where(inbox.c.id == item_id).values(payload=recorded))
     return records
+
+
+def _count_transcriptions(conn: Connection, run_id: int, payload: dict) -> None:
+    """The transcriptions of a message's audio, made before its turn (gateway/attachments),
+    counted on the run it joins: once, in the write that consumes the message."""
+    for attachment in payload.get("attachments") or ():
+        heard = (attachment or {}).get("outcome") or {}
+        if not heard.get("transcribed_by"):
+            continue
+        cost = heard.get("cost_nano_usd")
+        event = {
+            "model": heard["transcribed_by"],
+            "file": heard.get("name") or heard.get("path") or "",
+            "seconds": heard.get("heard_seconds") or 0,
+            "cost_nano_usd": cost,
+        }
+        RunRepo.add_events_in(conn, run_id, [("TRANSCRIPTION", event, None)], llm_calls=1, cost_nano_usd=cost,
+                              unpriced=cost is None)
 
 
 class _TraceFailed(Exception):
@@ -110,8 +131,9 @@ def _add_trace(
 
 
 class Store:
-    def __init__(self, url: str, *, echo: bool = False, pg_schema: str | None = None):
-        self.db = Database(url, echo=echo, pg_schema=pg_schema)
+    def __init__(self, url: str, **options: Any):
+        """`options`: the database's (echo, pg_schema, pool sizes, application_name: `Database`)."""
+        self.db = Database(url, **options)
         self.sessions = SessionRepo(self.db)
         self.runs = RunRepo(self.db)
         self.inbox = InboxRepo(self.db)
@@ -129,6 +151,7 @@ class Store:
         self.gauges = GaugeRepo(self.db)
         self.holds = HoldRepo(self.db)
         self.mcp_tokens = McpTokenRepo(self.db)
+        self.memory = MemoryRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:
@@ -147,11 +170,19 @@ class Store:
         return await self.db.read(work)
 
     async def consume_messages(
-        self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None
+        self, session_id: int, items: list[tuple[int, dict]], *, fence: Fence | None = None, run_id: int | None = None
     ) -> list[MessageRecord]:  # noqa: F405
         """Append inbox messages to a session as user rows and mark the items done, in one
-        transaction: a crash can neither lose them nor append them twice."""
-        return await self.db.write(lambda conn: _consume_in(conn, session_id, items, fence, None))
+        transaction: a crash can neither lose them nor append them twice. `run_id`: the running
+        turn they join (their transcriptions are counted on it)."""
+        def work(conn: Connection) -> list:
+            rows = _consume_in(conn, session_id, items, fence, None)  # the turn's rows name its run, these not
+            if run_id is not None:
+                for _, payload in items:
+                    _count_transcriptions(conn, run_id, payload)
+            return rows
+
+        return await self.db.write(work)
 
     async def start_turn(
         self,
@@ -298,4 +329,9 @@ __all__ = [
     "InstanceBeat",
     "LoginSession",
     "OverviewCounts",
+    "MemoryFull",
+    "MemoryRecord",
+    "MemoryRepo",
+    "OwnerSummary",
+    "Saved",
 ]

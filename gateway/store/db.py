@@ -39,7 +39,7 @@ BUSY_TIMEOUT_MS = 30_000
 CHECKPOINT_EVERY_WRITES = 200  # a passive WAL checkpoint on the writer thread after this many
 READER_THREADS = 4
 # The revision of the newest migration in gateway/migrations/versions (a test keeps the two equal).
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0018"
 _VERSION_QUERY = text("SELECT version_num FROM alembic_version")
 WRITE_ISOLATION = "READ COMMITTED"  # PostgreSQL's default: what every write transaction runs at
 
@@ -69,8 +69,20 @@ class StatementCount:
         self.transactions += 1
 
 
+POOL_SIZE, MAX_OVERFLOW = 10, 20  # PostgreSQL connections per instance: kept open, and opened beyond that at peaks
+
+
 class Database:
-    def __init__(self, url: str, *, echo: bool = False, pg_schema: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        pg_schema: str | None = None,
+        pool_size: int = POOL_SIZE,
+        max_overflow: int = MAX_OVERFLOW,
+        application_name: str = "gateway",
+    ):
         self.url = url
         self.pg_schema = pg_schema
         self.count = StatementCount()
@@ -87,15 +99,19 @@ class Database:
             from sqlalchemy.ext.asyncio import create_async_engine  # (and the ORM it loads) PostgreSQL only
 
             # pg_schema isolates test databases (and lets several gateways share one server).
-            connect_args = {"server_settings": {"search_path": pg_schema}} if pg_schema else {}
+            # The application name tells each instance's connections apart in pg_stat_activity.
+            settings = {"application_name": application_name[:63]}
+            if pg_schema:
+                settings["search_path"] = pg_schema
+            connect_args = {"server_settings": settings}
             # Connections are in autocommit unless a write begins a transaction: a read then
             # costs its statements alone (no BEGIN and ROLLBACK around them, the same snapshot
             # per statement as READ COMMITTED gives), and the pool's ping one round trip, not three.
             self.engine = create_async_engine(
                 url,
                 echo=echo,
-                pool_size=10,
-                max_overflow=20,
+                pool_size=pool_size,  # at most pool_size + max_overflow connections: docs/operations.md, Sizing
+                max_overflow=max_overflow,
                 pool_pre_ping=True,
                 connect_args=connect_args,
                 isolation_level="AUTOCOMMIT",

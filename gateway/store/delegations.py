@@ -76,6 +76,7 @@ class ChildSession:
     max_rounds: int | None
     max_tokens: int | None
     schedule_id: int | None = None  # a scheduled run's job: its caps count the children's calls
+    model: str | None = None  # the parent's model (a name of llm.models; None: the default)
 
 
 TASK_CHANNEL = "task"  # the channel part of a background task's thread key
@@ -146,6 +147,7 @@ class DelegationRepo(Repo):
                         max_rounds=child.max_rounds,
                         max_tokens=child.max_tokens,
                         schedule_id=child.schedule_id,
+                        model=child.model,
                         next_seq=1,
                         notes={},
                         created_at=now,
@@ -332,7 +334,10 @@ class DelegationRepo(Repo):
         return await self.db.read(work)
 
 
-_CHARGED = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "llm_calls", "tool_calls")
+_CHARGED = (
+    "input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens", "llm_calls",
+    "tool_calls",
+)
 
 
 def _child_totals(conn: Connection, session_id: int) -> dict[str, Any]:

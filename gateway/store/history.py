@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
-from gateway.store.history_search import HistoryHit, search_folded
+from gateway.store.history_search import HistoryHit, SessionHit, search_folded, search_sessions
 from gateway.store.tables import compactions, messages, sessions, tool_calls
 
 # Reads of more rows than this (over ~5 ms of work: a whole history, as on a first build) run
@@ -302,6 +302,14 @@ class HistoryRepo(Repo):
     async def search(self, thread_key: str, query: str, *, limit: int = 5) -> list[HistoryHit]:
         """Folded spans of the thread's sessions matching `query`: all words first, then any."""
         return await search_folded(self.db, thread_key, query, limit=limit)
+
+    async def search_sessions(
+        self, thread_key: str, current_session: int, query: str, *, person: tuple[str, str] | None, limit: int = 5
+    ) -> list[SessionHit]:
+        """Messages of earlier sessions: the thread's, and with `person` their direct messages'."""
+        return await search_sessions(
+            self.db, thread_key=thread_key, current_session=current_session, person=person, query=query, limit=limit
+        )
 
 
 

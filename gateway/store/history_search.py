@@ -5,14 +5,18 @@ PostgreSQL GIN index over `to_tsvector('english', summary || ' ' || folded_text)
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy import and_, false, func, or_, select, text
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.store.db import Database
-from gateway.store.tables import UTCDateTime
+from gateway.store.tables import UTCDateTime, messages, sessions
 
 MAX_QUERY_WORDS = 16
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -115,3 +119,88 @@ _PG_SEARCH = text(
     LIMIT :limit
     """
 ).columns(**_COLUMNS)
+
+
+# ---- earlier sessions ---------------------------------------------------------------------------
+SNIPPET_CHARS = 240
+
+
+@dataclass(frozen=True)
+class SessionHit:
+    """A message of an earlier session that matches: which session, when, who said it."""
+
+    session_id: int
+    seq: int
+    role: str
+    sender_name: str | None
+    snippet: str
+    at: datetime
+    session_started: datetime
+
+
+def _snippet(text: str, words: list[str]) -> str:
+    flat = " ".join(text.split())
+    lowered = flat.lower()
+    at = min((i for i in (lowered.find(w.lower()) for w in words) if i >= 0), default=0)
+    start = max(0, at - SNIPPET_CHARS // 3)
+    piece = flat[start : start + SNIPPET_CHARS]
+    return ("…" if start else "") + piece + ("…" if start + SNIPPET_CHARS < len(flat) else "")
+
+
+async def search_sessions(
+    db: Database,
+    *,
+    thread_key: str,
+    current_session: int,
+    person: tuple[str, str] | None,
+    query: str,
+    limit: int = 5,
+) -> list[SessionHit]:
+    """Messages of earlier sessions matching `query` (every word, else any), newest first.
+
+    The sessions searched: the thread's own earlier ones, and with `person` (channel, user id:
+    asked in their direct message) that person's other direct-message sessions. Never a session
+    of another person's direct messages, nor of a group the thread is not.
+    """
+    words = query_words(query)
+    if not words:
+        return []
+    theirs: ColumnElement[bool] = false()
+    if person is not None and person[1]:
+        channel, user = person
+        theirs = and_(sessions.c.private.is_(True), sessions.c.started_by == user, sessions.c.source == channel)
+    which = and_(sessions.c.id != current_session, or_(sessions.c.thread_key == thread_key, theirs))
+    content = func.lower(messages.c.content)
+    for mode in ("all", "any"):
+        matches = [content.like(like_pattern(w), escape="\\") for w in words]
+        query_ = (
+            select(
+                messages.c.session_id, messages.c.seq, messages.c.role, messages.c.sender_name, messages.c.content,
+                messages.c.created_at, sessions.c.created_at.label("session_started"),
+            )
+            .join(sessions, sessions.c.id == messages.c.session_id)
+            .where(
+                which, messages.c.role.in_(("user", "assistant")), messages.c.status == "ok",
+                messages.c.synthetic.is_(False), and_(*matches) if mode == "all" else or_(*matches),
+            )
+            .order_by(messages.c.id.desc())
+            .limit(limit)
+        )
+        rows = await db.read(partial(_all, query_), large=True)
+        if rows or len(words) == 1:
+            return [
+                SessionHit(r.session_id, r.seq, r.role, r.sender_name, _snippet(r.content, words), r.created_at,
+                           r.session_started)
+                for r in rows
+            ]
+    return []
+
+
+def _all(statement: Select, conn: Connection) -> Sequence[Row]:
+    return conn.execute(statement).all()
+
+
+def like_pattern(word: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') for text holding `word`, in lower case."""
+    escaped = word.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

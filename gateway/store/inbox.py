@@ -98,25 +98,33 @@ _HELD_LEASES = select(leases.c.name).where(
     leases.c.name.in_(bindparam("names", expanding=True)), leases.c.owner.is_not(None),
     leases.c.expires_at > bindparam("now"),
 )
-_ADD_FREE_LEASE = InsertIgnoring(leases, ["name"])
-_EXTEND_OWN_LEASE = update(leases).where(
-    leases.c.name == bindparam("lease_name"),
-    leases.c.owner == bindparam("lease_owner"),
-    leases.c.expires_at > bindparam("now"),
-)
-# A free lease (released, or never held) first; an expired one only when that fails, so a
-# takeover from a holder that stopped renewing is known without reading the row first.
+# Taking a lease, each case one statement that says what it found (RETURNING): a free lease
+# (released, or never held; the common case, a thread's lease is released after each turn),
+# one's own still held, one expired (a takeover from a holder that stopped renewing), and a
+# name never seen (inserted held). The cases are disjoint, so their order only saves statements.
+_LEASE_TAKEN = (leases.c.fence, leases.c.expires_at)
 _TAKE_FREE_LEASE = (
     update(leases)
     .where(leases.c.name == bindparam("lease_name"), or_(leases.c.owner.is_(None), leases.c.expires_at.is_(None)))
     .values(fence=leases.c.fence + 1)
+    .returning(*_LEASE_TAKEN)
+)
+_EXTEND_OWN_LEASE = (
+    update(leases)
+    .where(
+        leases.c.name == bindparam("lease_name"),
+        leases.c.owner == bindparam("lease_owner"),
+        leases.c.expires_at > bindparam("now"),
+    )
+    .returning(*_LEASE_TAKEN)
 )
 _TAKE_OVER_LEASE = (
     update(leases)
     .where(leases.c.name == bindparam("lease_name"), leases.c.expires_at <= bindparam("now"))
     .values(fence=leases.c.fence + 1)
+    .returning(*_LEASE_TAKEN)
 )
-_LEASE_BY_NAME = select(leases).where(leases.c.name == bindparam("lease_name"))
+_ADD_HELD_LEASE = InsertIgnoring(leases, ["name"], returning=_LEASE_TAKEN)
 _HELD_LEASE = and_(
     leases.c.name == bindparam("lease_name"),
     leases.c.owner == bindparam("lease_owner"),
@@ -341,19 +349,18 @@ class InboxRepo(Repo):
         expires = now + timedelta(seconds=ttl_s)
 
         def work(conn: Connection) -> Lease | None:
-            conn.execute(_ADD_FREE_LEASE.for_conn(conn), {"name": name, "owner": None, "fence": 0, "expires_at": None})
-            mine = conn.execute(
-                _EXTEND_OWN_LEASE, {"lease_name": name, "lease_owner": owner, "now": now, "expires_at": expires}
-            )
-            taken_over, unreleased = False, mine.rowcount == 1
-            if not unreleased:
-                params = {"lease_name": name, "now": now, "owner": owner, "expires_at": expires}
-                if conn.execute(_TAKE_FREE_LEASE, params).rowcount != 1:
-                    if conn.execute(_TAKE_OVER_LEASE, params).rowcount != 1:
-                        return None
-                    taken_over = unreleased = True
-            row = conn.execute(_LEASE_BY_NAME, {"lease_name": name}).one()
-            return Lease(row.name, row.owner, row.fence, row.expires_at, taken_over=taken_over, unreleased=unreleased)
+            params = {"lease_name": name, "lease_owner": owner, "now": now, "owner": owner, "expires_at": expires}
+            for statement, taken_over, unreleased in (
+                (_TAKE_FREE_LEASE, False, False),
+                (_EXTEND_OWN_LEASE, False, True),
+                (_TAKE_OVER_LEASE, True, True),
+            ):
+                if (row := conn.execute(statement, params).first()) is not None:
+                    return Lease(name, owner, row.fence, row.expires_at, taken_over=taken_over, unreleased=unreleased)
+            added = {"name": name, "owner": owner, "fence": 1, "expires_at": expires}
+            if (row := conn.execute(_ADD_HELD_LEASE.for_conn(conn), added).first()) is not None:
+                return Lease(name, owner, row.fence, row.expires_at)
+            return None  # held by another
 
         return await self.db.write(work)
 
@@ -381,6 +388,17 @@ class InboxRepo(Repo):
         return await self.db.read(
             lambda conn: {row.name for row in conn.execute(_HELD_LEASES, {"names": list(names), "now": utcnow()})}
         )
+
+    async def count_held(self, prefix: str) -> int:
+        """How many leases named `prefix`... are held (owned and not expired) now."""
+        held = (leases.c.name.like(f"{prefix}%"), leases.c.owner.is_not(None), leases.c.expires_at > bindparam("now"))
+        statement = select(func.count()).select_from(leases).where(*held)
+        if self.db.is_sqlite:
+            # SQLite's LIKE ignores case, so it cannot use the key's index; in its binary order
+            # the names starting with `prefix` are a range of it (one row per thread ever seen).
+            after = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            statement = statement.where(leases.c.name >= prefix, leases.c.name < after)
+        return int(await self.db.read(lambda conn: conn.execute(statement, {"now": utcnow()}).scalar_one()))
 
     async def lease_holder(self, name: str) -> Lease | None:
         def work(conn: Connection) -> Lease | None:

@@ -34,12 +34,12 @@ def publish_in(conn: Connection, thread_keys: set[str], *, channel: str = CHANNE
         conn.execute(_NOTIFY, {"channel": channel, "thread": key})
 
 
-async def publish(db: Database, thread_keys: set[str]) -> None:
+async def publish(db: Database, thread_keys: set[str], *, channel: str = CHANNEL) -> None:
     """Tell the other instances these threads have new work (after it was committed)."""
     if db.is_sqlite or not thread_keys:
         return
     try:
-        await db.write(lambda conn: publish_in(conn, thread_keys))
+        await db.write(lambda conn: publish_in(conn, thread_keys, channel=channel))
     except Exception:  # noqa: BLE001 - a hint: polling finds the work anyway
         log.debug("pg_notify failed", exc_info=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,9 +65,10 @@ class OutboxRepo(Repo):
             row = conn.execute(_BY_KEY, {"outbox_key": key}).first()
         return to_record(OutboxRecord, row)
 
-    async def note_stalled(self, key: str, thread_key: str, kind: str, note: str, message_ids: Sequence[str]) -> None:
-        """What a sender that lost its thread while stalled may have left in the chat: its send
-        timed out (`message_ids` unknown) or a stream it opened was never recorded. Not fenced,
+    async def note_uncertain(self, key: str, thread_key: str, kind: str, note: str, message_ids: Sequence[str]) -> None:
+        """What may be in the chat without the row saying so: a sender that lost its thread
+        while stalled (its send timed out, `message_ids` unknown, or a stream it opened was never
+        recorded), or one that died before recording its attempt (the sweeper's note). Not fenced,
         on purpose: it changes no delivery (the status stays as the new holder left it), it only
         records the ambiguity, so `gateway outbox` lists the row and an answer seen twice is
         explained by it."""
@@ -126,25 +128,32 @@ class OutboxRepo(Repo):
         await self.db.write(work)
 
     async def adopt_partial(
-        self, from_key: str, to_key: str, thread_key: str, *, fence: Fence | None = None
+        self, from_key: str, to_key: str, thread_key: str, *, fence: Fence | None = None, orphaned: str = ""
     ) -> OutboxRecord | None:
         """What an interrupted stream (`from_key`) was showing becomes the continuing stream's
         (`to_key`), in one write: its messages and whether one of them timed out (an uncertain
-        send). None when it showed nothing (or was delivered or adopted already)."""
+        send). A stream stopped while posting its first message (the intent recorded, no
+        message id) may have left it in the chat: adopted as uncertain, saying `orphaned`. None
+        when it showed nothing (or was delivered or adopted already)."""
 
         def work(conn: Connection) -> OutboxRecord | None:
             check_fence(conn, fence)
             old = conn.execute(_BY_KEY, {"outbox_key": from_key}).first()
-            if old is None or old.status != "pending" or (not old.message_ids and old.uncertain is None):
+            if old is None or old.status != "pending":
                 return None
+            uncertain = old.uncertain
+            if not old.message_ids and uncertain is None:
+                if not (orphaned and isinstance(old.payload, dict) and old.payload.get("posting")):
+                    return None
+                uncertain = orphaned[:255]
             mine = self.record_in(conn, to_key, thread_key, "partial", old.payload)
             conn.execute(
                 update(outbox)
                 .where(outbox.c.id == mine.id)
-                .values(status="pending", message_ids=old.message_ids, uncertain=old.uncertain, error=old.error)
+                .values(status="pending", message_ids=old.message_ids, uncertain=uncertain, error=old.error)
             )
             conn.execute(_HAND_OVER_PARTIAL, {"record_id": old.id})
-            return to_record(OutboxRecord, old)
+            return replace(to_record(OutboxRecord, old), uncertain=uncertain)
 
         return await self.db.write(work)
 

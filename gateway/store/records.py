@@ -53,6 +53,8 @@ class SessionRecord:
     notes: dict[str, str]
     created_at: datetime
     closed_at: datetime | None
+    private: bool = False  # opened in a direct message
+    model: str | None = None  # a name of llm.models; None: the default
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,9 @@ class RunRecord:
     started_at: datetime
     finished_at: datetime | None
     usage_estimated: bool = False  # some token counts (and so the cost) were estimated locally
+    cache_write_tokens: int = 0
+    trace_id: str | None = None  # its OpenTelemetry trace (None: a run from before they were kept)
+    trace_span_id: str | None = None  # the trace's turn span
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,16 @@ from gateway.events import utcnow
 from gateway.store.base import Fence, Repo, check_fence, to_record
 from gateway.store.records import RunEventRecord, RunRecord
 from gateway.store.tables import run_events, runs
+from gateway.telemetry.ids import new_trace_ids
 
 _INSERT_RUN = insert(runs).returning(*runs.c)
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("id"))
 _INSERT_EVENTS = insert(run_events)
 _SET_STAGE = update(runs).where(runs.c.id == bindparam("run_id"))
-_TOTALS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "llm_calls", "tool_calls", "rounds")
+_TOTALS = (
+    "input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens", "llm_calls",
+    "tool_calls", "rounds",
+)
 _NO_TOTALS = {name: 0 for name in _TOTALS}
 
 
@@ -51,6 +55,7 @@ class RunRepo(Repo):
 
     @staticmethod
     def start_in(conn: Connection, session_id: int, thread_key: str, *, model: str | None = None) -> RunRecord:
+        trace_id, span_id = new_trace_ids()  # kept whether or not spans are exported: a run is findable by it
         row = conn.execute(
             _INSERT_RUN,
             {
@@ -59,6 +64,8 @@ class RunRepo(Repo):
                 "stage": "RUNNING",
                 "model": model,
                 "started_at": utcnow(),
+                "trace_id": trace_id,
+                "trace_span_id": span_id,
             },
         ).first()
         return to_record(RunRecord, row)
@@ -79,6 +86,19 @@ class RunRepo(Repo):
             self.add_events_in(conn, run_id, [("RUN_ERROR", {"stage": "restart", "message": why}, None)])
             self.set_stage_in(conn, run_id, "FAILED", end_reason="error", error="restart")
             return self.start_in(conn, row.session_id, row.thread_key, model=model)
+
+        return await self.db.write(work)
+
+    async def trace_ids(self, run_id: int) -> tuple[str, str]:
+        """The run's trace and turn span ids; a run from before they were kept gets them now."""
+
+        def work(conn: Connection) -> tuple[str, str]:
+            row = conn.execute(select(runs.c.trace_id, runs.c.trace_span_id).where(runs.c.id == run_id)).first()
+            if row is not None and row.trace_id and row.trace_span_id:
+                return row.trace_id, row.trace_span_id
+            trace_id, span_id = new_trace_ids()
+            conn.execute(update(runs).where(runs.c.id == run_id).values(trace_id=trace_id, trace_span_id=span_id))
+            return trace_id, span_id
 
         return await self.db.write(work)
 
@@ -184,7 +204,9 @@ class RunRepo(Repo):
                 select(
                     func.coalesce(func.sum(runs.c.input_tokens), 0).label("input_tokens"),
                     func.coalesce(func.sum(runs.c.cached_tokens), 0).label("cached_tokens"),
+                    func.coalesce(func.sum(runs.c.cache_write_tokens), 0).label("cache_write_tokens"),
                     func.coalesce(func.sum(runs.c.output_tokens), 0).label("output_tokens"),
+                    func.coalesce(func.sum(runs.c.reasoning_tokens), 0).label("reasoning_tokens"),
                     func.sum(runs.c.cost_nano_usd).label("cost_nano_usd"),
                     func.count().label("runs"),
                     func.count().filter(runs.c.usage_estimated).label("estimated_runs"),

@@ -42,6 +42,7 @@ class NewSchedule:
     deliver_to: str = "none"
     max_rounds: int | None = None
     max_tokens: int | None = None
+    model: str | None = None  # a name of llm.models; None: the default
     timeout_s: int | None = None
     misfire: Literal["run_once", "skip"] = "run_once"
     misfire_grace_s: int | None = None
@@ -51,11 +52,12 @@ class NewSchedule:
     quiet_sentinel: str | None = None
     source: str = "config"  # config | cli | agent
     created_by: str | None = None
+    memory_owner: str | None = None  # whose memory its runs use (the agent's jobs: where they were made)
 
     def definition(self) -> dict[str, Any]:
         """The fields that say what the job does (not who made it, nor whether it is on)."""
         values = asdict(self)
-        for name in ("enabled", "source", "created_by"):
+        for name in ("enabled", "source", "created_by", "memory_owner"):
             values.pop(name)
         return values
 
@@ -86,6 +88,8 @@ class ScheduleRecord:
     created_by: str | None
     created_at: datetime
     updated_at: datetime
+    memory_owner: str | None = None
+    model: str | None = None
 
     def definition(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in DEFINITION_FIELDS}

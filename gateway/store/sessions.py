@@ -75,9 +75,12 @@ class SessionRepo(Repo):
         schedule_id: int | None = None,
         max_rounds: int | None = None,
         max_tokens: int | None = None,
+        model: str | None = None,
         fresh: bool = False,
+        private: bool = False,
     ) -> SessionRecord:
-        """The thread's current session, or a new one (always new with `fresh`, as for /new)."""
+        """The thread's current session, or a new one (always new with `fresh`, as for /new).
+        `private`: the thread is a direct message (its person's memory and earlier sessions)."""
 
         def work(conn: Connection) -> SessionRecord:
             row = conn.execute(select(threads).where(threads.c.key == thread_key)).first()
@@ -98,9 +101,11 @@ class SessionRepo(Repo):
                     schedule_id=schedule_id,
                     max_rounds=max_rounds,
                     max_tokens=max_tokens,
+                    model=model,
                     next_seq=1,
                     notes={},
                     created_at=now,
+                    private=private,
                 )
                 .returning(sessions.c.id)
             ).scalar_one()
@@ -143,6 +148,12 @@ class SessionRepo(Repo):
         return await self.db.read(work, large=True)
 
     # ---- notes (scratchpad) ----------------------------------------------------------------
+    async def set_model(self, session_id: int, model: str | None) -> None:
+        """The session's model (`/model`): a name of llm.models, None for the default."""
+        await self.db.write(
+            lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(model=model))
+        )
+
     async def get_notes(self, session_id: int) -> dict[str, str]:
         return await self.db.read(lambda conn: dict(conn.execute(_NOTES, {"id": session_id}).scalar() or {}))
 

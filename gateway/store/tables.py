@@ -85,10 +85,13 @@ sessions = Table(
     Column("schedule_id", Id, nullable=True),
     Column("max_rounds", Integer, nullable=True),
     Column("max_tokens", Integer, nullable=True),
+    Column("model", String(64), nullable=True),  # a name of llm.models (/model, a job's model); NULL: the default
     Column("next_seq", Integer, nullable=False, default=1),
     Column("notes", JSON, nullable=False, default=dict),  # scratchpad
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("closed_at", UTCDateTime, nullable=True),
+    # opened in a direct message: whose memory it reads, whose earlier sessions history_search finds
+    Column("private", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 messages = Table(
@@ -150,6 +153,7 @@ runs = Table(
     Column("next_event_seq", Integer, nullable=False, default=1),
     Column("input_tokens", BigInteger, nullable=False, default=0),
     Column("cached_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_write_tokens", BigInteger, nullable=False, default=0, server_default="0"),
     Column("output_tokens", BigInteger, nullable=False, default=0),
     Column("reasoning_tokens", BigInteger, nullable=False, default=0),
     Column("llm_calls", Integer, nullable=False, default=0),
@@ -161,6 +165,12 @@ runs = Table(
     Column("rounds", Integer, nullable=False, default=0),
     Column("started_at", UTCDateTime, nullable=False, default=utcnow),
     Column("finished_at", UTCDateTime, nullable=True),
+    # The run's OpenTelemetry trace (32 hex digits) and its turn span (16): every span of the run,
+    # across parks and instances, is in this trace; log lines of the run name it too.
+    Column("trace_id", String(32), nullable=True),
+    Column("trace_span_id", String(16), nullable=True),
+    # The runs still RUNNING (maintenance, every few seconds) without walking every run ever made.
+    Index("ix_runs_stage_id", "stage", "id"),
 )
 
 run_events = Table(
@@ -314,6 +324,7 @@ schedules = Table(
     Column("deliver_to", String(255), nullable=False, default="none"),
     Column("max_rounds", Integer, nullable=True),
     Column("max_tokens", Integer, nullable=True),
+    Column("model", String(64), nullable=True),  # a name of llm.models; NULL: the default
     Column("timeout_s", Integer, nullable=True),
     Column("misfire", String(16), nullable=False, default="run_once"),
     Column("misfire_grace_s", Integer, nullable=True),
@@ -326,6 +337,8 @@ schedules = Table(
     Column("created_by", String(255), nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+    # whose memory its runs read and write: the scope of the chat the agent made it in (NULL: the job's own)
+    Column("memory_owner", String(160), nullable=True),
 )
 
 job_runs = Table(
@@ -456,7 +469,7 @@ audit = Table(
     metadata,
     _pk(),
     Column("at", UTCDateTime, nullable=False, default=utcnow, index=True),
-    # tool_call | access | budget_alert | console_login | console_action
+    # tool_call | access | budget_alert | console_login | console_action | memory
     Column("kind", String(32), nullable=False),
     Column("action", String(64), nullable=False),  # what happened: "run", "approved", "grant", ...
     Column("actor", String(128), nullable=True),  # who asked: "telegram:123", "console", "cli"
@@ -494,6 +507,34 @@ mcp_tokens = Table(
     Column("server", String(64), primary_key=True),
     Column("tokens", Text, nullable=True),
     Column("client", Text, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+)
+
+
+# What the agent remembers across sessions (gateway/memory/). `owner` is whose memory an entry is:
+# "person:<channel>:<user>", "chat:<channel>:<chat>" or "job:<name>"; a session reads only the
+# owners its scope names (gateway/memory/scope.py).
+memories = Table(
+    "memories",
+    metadata,
+    _pk(),
+    Column("owner", String(160), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("topic", String(64), nullable=True),
+    Column("created_by", String(128), nullable=True),  # the person whose turn (or command) saved it
+    Column("session_id", Id, nullable=True),  # where it was saved
+    Column("uses", Integer, nullable=False, default=0),  # times found by memory_search
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("last_used_at", UTCDateTime, nullable=False, default=utcnow),  # saved, shown or found
+    Index("ix_memories_owner_last_used", "owner", "last_used_at"),
+)
+
+# A person's choice to let their memory be read in the groups they speak in (`/memory share on`).
+memory_sharing = Table(
+    "memory_sharing",
+    metadata,
+    Column("owner", String(160), primary_key=True),
+    Column("shared", Boolean, nullable=False, default=False),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 

@@ -11,6 +11,7 @@ from gateway.tools.builtin_shell import shell_specs
 from gateway.tools.registry import (
     SOURCES,
     InMemoryNotes,
+    MemoryScope,
     NeedsAnswer,
     Notes,
     ToolContext,
@@ -26,6 +27,7 @@ from gateway.tools.registry import (
 __all__ = [
     "SOURCES",
     "InMemoryNotes",
+    "MemoryScope",
     "NeedsAnswer",
     "Notes",
     "ToolContext",

@@ -1,4 +1,6 @@
-"""The http_fetch built-in: GET an http(s) URL with size and time caps and an SSRF guard.
+"""The web_fetch built-in (named http_fetch before; that name still reaches it): GET an http(s)
+URL with size and time caps and an SSRF guard. An HTML page comes back as its readable text
+(gateway/tools/readable.py), anything else textual as it is, binary content not at all.
 
 Every hop (the first request and each redirect, followed by hand and at most MAX_REDIRECTS) is
 checked the same way: the scheme must be http or https, every address the host resolves to must
@@ -22,11 +24,12 @@ from typing import Any
 
 import httpx
 
+from gateway.tools.readable import is_html, readable
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
 MAX_REDIRECTS = 5
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml", "+json", "+xml", "javascript")
-_USER_AGENT = "chat-gateway-http-fetch/1"
+_USER_AGENT = "chat-gateway-web-fetch/1"
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,15 @@ class Hop:
     connect_url: httpx.URL  # the same URL with the checked address as its host
 
 
-async def http_fetch(ctx: ToolContext, url: str, max_bytes: int | None = None) -> str:
+async def web_fetch(ctx: ToolContext, url: str, max_bytes: int | None = None, raw: bool = False) -> str:
     """Fetch a web page or API response over http or https (GET) and return its status, type and body.
+    An HTML page comes back as its readable text: the main content as Markdown with its links,
+    without scripts, styles, navigation and boilerplate.
 
     Args:
         url: the http:// or https:// URL to fetch
         max_bytes: read at most this many bytes of the body (default and maximum: the configured cap)
+        raw: true for an HTML page's source as it came instead of its readable text
     """
     cfg = ctx.agent
     cap = cfg.http_fetch_max_bytes if max_bytes is None else min(max_bytes, cfg.http_fetch_max_bytes)
@@ -51,16 +57,28 @@ async def http_fetch(ctx: ToolContext, url: str, max_bytes: int | None = None) -
             async with httpx.AsyncClient(
                 follow_redirects=False, trust_env=False, timeout=cfg.http_fetch_timeout_s
             ) as client:
-                return await _fetch(client, url, cap, cfg.http_fetch_allow_private, cfg.http_allow_hosts)
+                fetched = await _fetch(client, url, cap, cfg.http_fetch_allow_private, cfg.http_allow_hosts)
     except TimeoutError:
         raise ToolError(f"fetching {url} timed out after {cfg.http_fetch_timeout_s:g}s") from None
     except httpx.HTTPError as exc:
         raise ToolError(f"fetching {url} failed: {type(exc).__name__}: {exc}") from None
+    return await _render(fetched, cap, raw)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    url: httpx.URL  # where the body came from (after redirects)
+    status: int
+    reason: str
+    content_type: str
+    charset: str | None
+    body: bytes
+    truncated: bool
 
 
 async def _fetch(
     client: httpx.AsyncClient, url: str, cap: int, allow_private: bool, allow_hosts: Sequence[str]
-) -> str:
+) -> Fetched:
     current = _parse(url)
     first_host = (current.host or "").lower()
     for _ in range(MAX_REDIRECTS + 1):
@@ -72,7 +90,10 @@ async def _fetch(
                 _check_redirect_host(current, first_host, allow_hosts)
                 continue
             body, truncated = await _read_capped(response, cap)
-            return _render(current, response, body, truncated, cap)
+            return Fetched(
+                current, response.status_code, response.reason_phrase, response.headers.get("content-type", ""),
+                response.charset_encoding, body, truncated,
+            )
         finally:
             await response.aclose()
     raise ToolError(f"more than {MAX_REDIRECTS} redirects; stopped at {current}")
@@ -179,14 +200,28 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     return b"".join(chunks), False
 
 
-def _render(url: httpx.URL, response: httpx.Response, body: bytes, truncated: bool, cap: int) -> str:
-    content_type = response.headers.get("content-type", "")
-    head = f"HTTP {response.status_code} {response.reason_phrase}\nURL: {url}\nContent-Type: {content_type or '-'}"
-    if _looks_binary(content_type, body):
-        return f"{head}\n\n[binary content, {len(body)}{'+' if truncated else ''} bytes, not shown]"
-    text = body.decode(response.charset_encoding or "utf-8", errors="replace")
-    note = f"\n[truncated: only the first {cap} bytes were read]" if truncated else ""
-    return f"{head}\n\n{text}{note}"
+async def _render(page: Fetched, cap: int, raw: bool) -> str:
+    head = f"HTTP {page.status} {page.reason}\nURL: {page.url}\nContent-Type: {page.content_type or '-'}"
+    size = f"{len(page.body)}{'+' if page.truncated else ''} bytes"
+    note = f"\n[truncated: only the first {cap} bytes were read]" if page.truncated else ""
+    if _looks_binary(page.content_type, page.body):
+        return f"{head}\n\n[binary content, {size}, not shown]"
+    if not raw and is_html(page.content_type, page.body):
+        # decoded here when the header names the charset; else the page's own <meta> decides
+        html = _decode(page.body, page.charset) if page.charset else page.body
+        text = await readable(html, str(page.url))
+        title = f"\nTitle: {text.title}" if text.title else ""
+        body = text.text or "[the page has no readable text: only navigation and boilerplate, or nothing]"
+        how = "readable text: the main content, scripts, styles and navigation left out"
+        return f"{head}{title}\n\n{body}\n[{how}; {size} of HTML; raw=true gives the source]{note}"
+    return f"{head}\n\n{_decode(page.body, page.charset)}{note}"
+
+
+def _decode(body: bytes, charset: str | None) -> str:
+    try:
+        return body.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know: most pages are UTF-8 anyway
+        return body.decode("utf-8", errors="replace")
 
 
 def _looks_binary(content_type: str, body: bytes) -> bool:
@@ -213,4 +248,4 @@ def outside_allow_list(allow_hosts: Sequence[str]) -> Callable[[Mapping[str, Any
 
 
 def http_specs(allow_hosts: Sequence[str] = ()) -> list[ToolSpec]:
-    return [build_spec(http_fetch, classes={"network"}, lod="head", needs_approval=outside_allow_list(allow_hosts))]
+    return [build_spec(web_fetch, classes={"network"}, lod="head", needs_approval=outside_allow_list(allow_hosts))]

@@ -28,6 +28,15 @@ ToolFunc = Callable[["ToolContext", dict[str, Any]], Awaitable[Any]]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 
+# Built-ins that were renamed, by their former name. The former name still reaches the tool (a
+# call recorded before the rename, a model that learned it) and still matches the patterns
+# written for it (`agent.tools`, roles' tools and deny_tools, approval rules): a rule that
+# denied `http_fetch` keeps denying the same tool.
+RENAMED: dict[str, str] = {"http_fetch": "web_fetch"}
+_FORMER: dict[str, tuple[str, ...]] = {}
+for _old, _new in RENAMED.items():
+    _FORMER[_new] = (*_FORMER.get(_new, ()), _old)
+
 
 class ToolError(Exception):
     """A tool's clear, expected failure; its message is the result the model sees."""
@@ -71,6 +80,16 @@ class InMemoryNotes:
             notes[key] = value
 
 
+@dataclass(frozen=True)
+class MemoryScope:
+    """Whose memory a turn reads and writes (gateway/memory/scope.py decides it from who asked,
+    where and for which job; the model never names an owner). `owner` is written by
+    `memory_save` and `memory_forget`; `reads` (the owner first) is shown and searched."""
+
+    owner: str
+    reads: tuple[str, ...]
+
+
 @dataclass
 class ToolContext:
     """What every tool call is given. `services` carries what other features' tools need."""
@@ -92,6 +111,8 @@ class ToolContext:
     requested_by: str = ""
     tool_call_id: int = 0
     fence: Any = None
+    memory: MemoryScope | None = None  # None: no memory in this session (memory.enabled false, a sub-agent)
+    private: bool = False  # asked in a direct message: history_search may read its person's earlier sessions
 
 
 @dataclass(frozen=True)
@@ -119,7 +140,7 @@ class ToolSpec:
     def grant_key(self) -> str:
         return self.grant or self.name
     # For tools whose risk depends on the arguments: the reason a call needs a human's approval
-    # when no rule decides it (e.g. http_fetch to a host not on the allow list), else None.
+    # when no rule decides it (e.g. web_fetch to a host not on the allow list), else None.
     needs_approval: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def __post_init__(self) -> None:
@@ -227,7 +248,7 @@ class ToolRegistry:
         self._specs.pop(name, None)
 
     def get(self, name: str) -> ToolSpec | None:
-        return self._specs.get(name)
+        return self._specs.get(name) or self._specs.get(RENAMED.get(name, ""))
 
     def names(self) -> list[str]:
         return list(self._specs)
@@ -251,7 +272,9 @@ class ToolRegistry:
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    """Whether a tool's name, or a name it had before (RENAMED), matches one of the globs."""
+    names = (name, *_FORMER.get(name, ()))
+    return any(fnmatch.fnmatchcase(known, pattern) for pattern in patterns for known in names)
 
 
 async def run_tool(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:

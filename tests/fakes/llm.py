@@ -24,7 +24,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from aiohttp import web
@@ -53,6 +53,9 @@ class Reply:
     finish_reason: str | None = None  # default: tool_calls when there are calls, else stop
     usage: dict[str, Any] | None = None  # replaces the computed usage object
     model: str | None = None  # the model name reported in chunks (default: the requested one)
+    # A recorded final chunk (a server's own body, its `usage` and whatever else it sends beside
+    # it, such as llama.cpp's `timings`), sent as it is in place of the computed usage chunk.
+    final_chunk: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class FakeLLM(DiscoveryEndpoints):
         self.transcripts: dict[bytes, str] = {}  # audio bytes -> the text /audio/transcriptions answers
         self.transcriptions: list[dict[str, Any]] = []  # model, filename, content type, bytes of each request
         self.transcription_failures = 0  # the next N transcription requests answer 500
+        self.transcription_extra: dict[str, Any] = {}  # more of the answer: OpenAI's `usage`, verbose `duration`
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing = False
@@ -303,7 +307,7 @@ class FakeLLM(DiscoveryEndpoints):
             )
         if audio not in self.transcripts:
             return self._reject("audio/transcriptions: the audio could not be decoded", param="file")
-        return web.json_response({"text": self.transcripts[audio]})
+        return web.json_response({"text": self.transcripts[audio], **self.transcription_extra})
 
     def _reject(self, problem: str, param: str = "messages") -> web.Response:
         self.rejections.append(problem)
@@ -417,14 +421,16 @@ class _Stream:
         if isinstance(limit, int) and not reply.tool_calls and len(reply.text) > limit * 4:
             # Like real servers: the reply stops at max_tokens (4 characters a token here).
             cut = reply.text[: limit * 4]
-            reply = Reply(cut, reply.reasoning, reply.reasoning_field, (), "length", reply.usage, reply.model)
+            reply = replace(reply, text=cut, tool_calls=(), finish_reason="length")
         await self.text(reply.reasoning, key=reply.reasoning_field)
         await self.text(reply.text)
         for index, call in enumerate(reply.tool_calls):
             await self._tool_call(index, call)
         reason = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         await self.chunk({}, reason)
-        if self.with_usage:
+        if reply.final_chunk is not None:
+            await self.send(reply.final_chunk)
+        elif self.with_usage:
             await self.send(self._frame([], reply.usage or self._usage(reply)))
         await self.write_line("data: [DONE]\n")
 

@@ -36,10 +36,18 @@ class SharedFiles:
         app.router.add_get("/files-pri/{team_file}/{name}", self._download)
 
     def share(
-        self, content: bytes, name: str, mimetype: str, *, size: int | None = None, processing: bool = False
+        self,
+        content: bytes,
+        name: str,
+        mimetype: str,
+        *,
+        size: int | None = None,
+        processing: bool = False,
+        **fields: Any,
     ) -> dict[str, Any]:
         """The file object of a message event. `processing`: Slack sends only the id and
-        `file_access: check_file_info`; files.info has the URLs."""
+        `file_access: check_file_info`; files.info has the URLs. `fields`: more of the file
+        object (an audio clip's `subtype` and `duration_ms`)."""
         file_id = f"F{next(self._ids):08d}"
         url = f"{self.url}/files-pri/T1-{file_id}/{name}"
         self.content[file_id] = content
@@ -53,6 +61,7 @@ class SharedFiles:
             "url_private": url,
             "url_private_download": url + "?download=1",
             "mode": "hosted",
+            **fields,
         }
         if processing:
             return {"id": file_id, "mode": "hosted", "file_access": "check_file_info"}

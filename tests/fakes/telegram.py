@@ -112,7 +112,9 @@ class FakeTelegram:
         # Flood waits as Telegram keeps them (`keep_flood_waits()`): a chat answered 429 with
         # retry_after N refuses what changes it for N seconds; each such call is recorded.
         self._flood_until: dict[str, float] | None = None
-        self.flood_violations: list[tuple[str, str, float]] = []  # (method, chat, seconds too early)
+        self._flood_since: dict[str, float] = {}  # chat -> when the 429 that holds it was served
+        # (method, chat, seconds too early, seconds after the 429 that began the hold)
+        self.flood_violations: list[tuple[str, str, float, float]] = []
         self._new_update = asyncio.Event()
         self._poll_generation = 0
         self._polls_open = asyncio.Event()
@@ -165,17 +167,19 @@ class FakeTelegram:
     def _injected(self, method: str, kind: Fault, retry_after: int, params: dict[str, Any]) -> None:
         self.injected.append((method, kind, retry_after, params))
         if kind == "429" and self._flood_until is not None and "chat_id" in params:
-            chat = str(params["chat_id"])
-            self._flood_until[chat] = max(self._flood_until.get(chat, 0.0), time.monotonic() + retry_after)
+            chat, now = str(params["chat_id"]), time.monotonic()
+            if self._flood_until.get(chat, 0.0) <= now:
+                self._flood_since[chat] = now
+            self._flood_until[chat] = max(self._flood_until.get(chat, 0.0), now + retry_after)
 
     def _flood_wait_left(self, method: str, params: dict[str, Any]) -> float:
         if self._flood_until is None or method not in FLOOD_METHODS or "chat_id" not in params:
             return 0.0
-        chat = str(params["chat_id"])
-        left = self._flood_until.get(chat, 0.0) - time.monotonic()
+        chat, now = str(params["chat_id"]), time.monotonic()
+        left = self._flood_until.get(chat, 0.0) - now
         if left <= 0.05:  # a send timed to the hold's end may arrive a hair early
             return 0.0
-        self.flood_violations.append((method, chat, left))
+        self.flood_violations.append((method, chat, left, now - self._flood_since.get(chat, now)))
         return left
 
     def random_faults(
