@@ -11,12 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.headless import HeadlessChannel
 from gateway import metrics, telemetry
 from gateway.access import AccessPolicy, Gatekeeper
 from gateway.access.notes import explicit_dm_policy, log_start_notes
+from gateway.admin import log_if_off as console_on
 from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
 from gateway.agent.delegation import Delegation
@@ -31,7 +32,6 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
-from gateway.http import HttpServer, webhook_routes
 from gateway.inbox.inbox import Inbox, default_instance_id
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
@@ -55,6 +55,10 @@ from scheduler import control as job_control
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
+
+if TYPE_CHECKING:
+    from gateway.http import HttpServer
+    from gateway.status_server import StatusServer
 
 log = logging.getLogger(__name__)
 
@@ -240,19 +244,7 @@ class Gateway:
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
-        self.http = (
-            HttpServer(
-                self,
-                config.http,
-                webhook_routes(self.channels.values()),
-                stuck_after=timedelta(seconds=config.outbox.sweep_after_s),
-                admin_token=config.admin.token,
-            )
-            if serve_http
-            else None
-        )
-        if self.http is not None:
-            mount_admin(self.http.app, GatewayOperations(self), self.http.guesses)
+        self.http = self._http_server() if serve_http else None
         self.leadership = Leadership(
             self.store,
             self.inbox.instance_id,
@@ -271,6 +263,24 @@ class Gateway:
     @property
     def submit(self):  # noqa: ANN201 - the channels' Submit
         return self.inbox.submit
+
+    def _http_server(self) -> HttpServer | StatusServer:
+        """aiohttp when a channel takes webhooks or the console is on; otherwise the small
+        status server, and aiohttp is never imported (a tenth of a second of every start)."""
+        config = self.config
+        options: dict[str, Any] = {
+            "stuck_after": timedelta(seconds=config.outbox.sweep_after_s), "admin_token": config.admin.token,
+        }
+        routes = [route for channel in self.channels.values() for route in getattr(channel, "routes", list)()]
+        if not routes and not console_on(config.admin):
+            from gateway.status_server import StatusServer
+
+            return StatusServer(self, config.http, **options)
+        from gateway.http import HttpServer
+
+        server = HttpServer(self, config.http, routes, **options)
+        mount_admin(server.app, GatewayOperations(self), server.guesses)
+        return server
 
     def channels_started(self) -> dict[str, bool]:
         return {name: name in self.started_channels for name in self.channels}

@@ -9,7 +9,7 @@ last trusted proxy appended). X-Forwarded-Proto is believed only from a trusted 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -38,6 +38,27 @@ class Origin:
     client: str
     https: bool
     local: bool
+
+
+class Headers(Mapping[str, str]):
+    """Header names compared without case; a header sent twice reads as its values joined
+    with ", " (RFC 9110 5.3): a client's own X-Forwarded-For line before the one its proxy
+    added must not be the one read (the proxy's last address is what tells the client)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self._values: dict[str, str] = {}
+        for name, value in pairs:
+            key = name.lower()
+            self._values[key] = f"{self._values[key]}, {value}" if key in self._values else value
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 class TrustedProxies:

@@ -131,7 +131,7 @@ async def test_an_auto_denied_call_is_counted(store, llm, tmp_path):
 
 
 async def scrape(server: HttpServer) -> tuple[str, int]:
-    count = server.gateway.store.db.count
+    count = server.pages.gateway.store.db.count
     statements = count.statements
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{server.port}/metrics") as response:

@@ -34,6 +34,7 @@ NOT_AT_START = {
     "slack_bolt": "Slack is not configured",
     "mcp": "no MCP server is configured",
     "jinja2": "the console is off",
+    "aiohttp": "no webhooks and no console: the small status server serves /healthz, /readyz and /metrics",
     "PIL": "no image was received",
     "pypdf": "no PDF was received",
     "alembic": "the schema is checked with one query; alembic only migrates",

@@ -11,9 +11,9 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
-from aiohttp import web
 from telegram import Bot
 from telegram.constants import ChatAction
 from telegram.request import HTTPXRequest
@@ -39,8 +39,12 @@ from gateway.events import (
     ThreadKey,
 )
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 log = logging.getLogger("channels.telegram")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 # Loggers whose records can carry the bot token: httpx logs request URLs and PTB logs its
@@ -210,10 +214,13 @@ class TelegramChannel:
         await self._ingest.poll_forever(self.poll_backoff_s, self.poll_backoff_max_s)
 
     def routes(self) -> list[tuple[str, str, Handler]]:
-        return [("POST", "/telegram/webhook", self.handle_webhook)]
+        """The webhook's route in webhook mode; none when polling (nothing to receive)."""
+        return [("POST", "/telegram/webhook", self.handle_webhook)] if self.config.mode == "webhook" else []
 
     async def handle_webhook(self, request: web.Request) -> web.Response:
         if self._ingest is None:
+            from aiohttp import web
+
             return web.Response(status=503, text="telegram channel not started")
         return await self._ingest.handle_webhook(request)
 

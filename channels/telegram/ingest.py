@@ -16,9 +16,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from telegram import Bot, Update
 
 from channels.telegram.api import Conflicted, translated
@@ -26,6 +25,9 @@ from channels.telegram.inbound import ALLOWED_UPDATES, Reading, UpdateReader
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from gateway.config import TelegramConfig
 from gateway.events import ChannelError, ChannelState, Submit, SubmitResult
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("channels.telegram")
 OFFSET_CURSOR = "telegram:offset"
@@ -135,6 +137,8 @@ class UpdateIngest:
     # --- webhook -------------------------------------------------------------------
 
     async def handle_webhook(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # only webhook mode serves this
+
         if not self._secret_matches(request.headers.get(SECRET_HEADER, "")):
             log.warning("telegram: webhook call from %s with a missing or wrong secret", request.remote)
             return web.Response(status=401, text="wrong or missing secret token")

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from gateway.admin.operations import Operations
+    from gateway.config.core import AdminConfig
     from gateway.guesses import LoginLimiter
 
 log = logging.getLogger(__name__)
@@ -19,12 +20,7 @@ def mount(root: web.Application, ops: Operations, guesses: LoginLimiter | None =
     The console (its pages, templates, jinja2) is imported only then: a start without it
     does not load them. `guesses`: the HTTP server's limiter of wrong tokens, shared so a
     client has one budget of guesses for the login, the API and /metrics."""
-    admin = ops.config.admin
-    if not admin.enabled:
-        log.info("admin console off (admin.enabled is false)")
-        return False
-    if not admin.token:
-        log.info("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
+    if not log_if_off(ops.config.admin):
         return False
     from gateway.admin.app import mount_console
 
@@ -33,4 +29,13 @@ def mount(root: web.Application, ops: Operations, guesses: LoginLimiter | None =
     return True
 
 
-__all__ = ["mount"]
+def log_if_off(admin: AdminConfig) -> bool:
+    """Whether the console is on; when it is off, the start log says why."""
+    if not admin.enabled:
+        log.info("admin console off (admin.enabled is false)")
+    elif not admin.token:
+        log.info("admin console and admin API off: set GATEWAY_ADMIN_TOKEN to enable /admin")
+    return admin.active
+
+
+__all__ = ["log_if_off", "mount"]

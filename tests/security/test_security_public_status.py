@@ -12,9 +12,11 @@ a loopback peer that forwards a request is not a local client."""
 from __future__ import annotations
 
 import aiohttp
+import pytest
 from admin_support import TOKEN, serving
 from harness import make_config
 from mcp_support import mcp_section
+from multidict import CIMultiDict
 
 from gateway.guesses import LOGIN_FAILURES
 
@@ -22,14 +24,22 @@ BROKEN = {"command": ["/nonexistent/mcp-server-Hidden-Path"], "connect_timeout_s
 REMOTE = {"X-Forwarded-For": "203.0.113.9"}
 
 
-def config(llm, tmp_path, **http):  # noqa: ANN001, ANN201
+@pytest.fixture(params=["aiohttp", "status_server"])
+def server(request) -> str:  # noqa: ANN001
+    """Both HTTP servers answer alike: aiohttp (the console on) and the small status server
+    (no webhooks, the console off; the admin token still opens /metrics)."""
+    return request.param
+
+
+def config(llm, tmp_path, server: str = "aiohttp", **http):  # noqa: ANN001, ANN201
     return make_config(
         llm.base_url, str(tmp_path / "ws"),
-        http={"host": "127.0.0.1", "port": 0, **http}, admin={"token": TOKEN}, mcp=mcp_section(broken=BROKEN),
+        http={"host": "127.0.0.1", "port": 0, **http}, admin={"token": TOKEN, "enabled": server == "aiohttp"},
+        mcp=mcp_section(broken=BROKEN),
     )
 
 
-async def get(h, path: str, headers: dict | None = None) -> tuple[int, str]:  # noqa: ANN001
+async def get(h, path: str, headers: dict | CIMultiDict | None = None) -> tuple[int, str]:  # noqa: ANN001
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{h.gateway.http.port}{path}", headers=headers or {}) as response:
             return response.status, await response.text()
@@ -39,8 +49,9 @@ async def failed(h) -> None:  # noqa: ANN001
     await h.gateway.mcp.wait_for(lambda m: m.states["broken"].status == "failed", 20)
 
 
-async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm, tmp_path):
-    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"])) as h:
+async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm, tmp_path, server):
+    async with serving(store, config(llm, tmp_path, server, trusted_proxies=["127.0.0.1"])) as h:
+        assert type(h.gateway.http).__name__ == {"aiohttp": "HttpServer", "status_server": "StatusServer"}[server]
         await failed(h)
         assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
         status, body = await get(h, "/metrics", REMOTE)
@@ -57,9 +68,21 @@ async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm
         assert await get(h, "/readyz", REMOTE) == (503, '{"ready": false}')
 
 
-async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path, caplog):
+async def test_a_clients_own_forwarded_for_line_before_its_proxys_does_not_make_it_local(
+    store, llm, tmp_path, server
+):
+    """A proxy that adds its X-Forwarded-For as a line of its own, after the client's forged
+    `X-Forwarded-For: 127.0.0.1`: the lines are one list (RFC 9110), read from the right."""
+    async with serving(store, config(llm, tmp_path, server, trusted_proxies=["127.0.0.1"])) as h:
+        await failed(h)
+        forged = CIMultiDict([("X-Forwarded-For", "127.0.0.1"), ("X-Forwarded-For", "203.0.113.9")])
+        assert await get(h, "/readyz", forged) == (200, '{"ready": true}')
+        assert (await get(h, "/metrics", forged))[0] == 401
+
+
+async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path, caplog, server):
     caplog.set_level("INFO")
-    async with serving(store, config(llm, tmp_path)) as h:
+    async with serving(store, config(llm, tmp_path, server)) as h:
         assert "others get {\"ready\": ...} from /readyz and 401 from /metrics" in caplog.text  # said at start
         await failed(h)
         assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
@@ -67,8 +90,8 @@ async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store
         assert (await get(h, "/healthz", REMOTE))[0] == 200
 
 
-async def test_public_status_publishes_the_details(store, llm, tmp_path):
-    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"], public_status=True)) as h:
+async def test_public_status_publishes_the_details(store, llm, tmp_path, server):
+    async with serving(store, config(llm, tmp_path, server, trusted_proxies=["127.0.0.1"], public_status=True)) as h:
         await failed(h)
         status, body = await get(h, "/readyz", REMOTE)
         assert status == 200 and '"broken"' in body
@@ -87,11 +110,13 @@ async def test_status_in_a_chat_shows_server_states_not_error_text(store, llm, t
         assert error not in status and "Hidden-Path" not in status and "nonexistent" not in status
 
 
-async def test_guessing_the_admin_token_on_metrics_is_limited_like_logins(store, llm, tmp_path):
-    async with serving(store, config(llm, tmp_path, trusted_proxies=["127.0.0.1"])) as h:
+async def test_guessing_the_admin_token_on_metrics_is_limited_like_logins(store, llm, tmp_path, server):
+    async with serving(store, config(llm, tmp_path, server, trusted_proxies=["127.0.0.1"])) as h:
         for i in range(LOGIN_FAILURES):
             assert (await get(h, "/metrics", {**REMOTE, "Authorization": f"Bearer guess-{i}"}))[0] == 401
         assert (await get(h, "/metrics", {**REMOTE, "Authorization": f"Bearer {TOKEN}"}))[0] == 429
+        if server == "status_server":
+            return  # no console to log in to
         async with aiohttp.ClientSession() as http:  # the console's login counts the same guesses
             url = f"http://127.0.0.1:{h.gateway.http.port}/admin/login"
             async with http.post(url, data={"token": TOKEN}, headers=REMOTE) as response:
