@@ -268,17 +268,18 @@ class Gateway:
         """aiohttp when a channel takes webhooks or the console is on; otherwise the small
         status server, and aiohttp is never imported (a tenth of a second of every start)."""
         config = self.config
-        options: dict[str, Any] = {
-            "stuck_after": timedelta(seconds=config.outbox.sweep_after_s), "admin_token": config.admin.token,
-        }
+        from gateway.status import StatusPages
+
+        stuck_after = timedelta(seconds=config.outbox.sweep_after_s)
+        pages = StatusPages(self, config.http, stuck_after=stuck_after, admin_token=config.admin.token)
         routes = [route for channel in self.channels.values() for route in getattr(channel, "routes", list)()]
         if not routes and not console_on(config.admin):
             from gateway.status_server import StatusServer
 
-            return StatusServer(self, config.http, **options)
+            return StatusServer(pages)
         from gateway.http import HttpServer
 
-        server = HttpServer(self, config.http, routes, **options)
+        server = HttpServer(pages, routes)
         mount_admin(server.app, GatewayOperations(self), server.guesses)
         return server
 

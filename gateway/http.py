@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import timedelta
 
 from aiohttp import web
 
-from gateway.config import HttpConfig
-from gateway.guesses import LoginLimiter
-from gateway.proxies import Headers, Origin, TrustedProxies
-from gateway.status import Page, Readiness, StatusPages
+from gateway.proxies import Headers, Origin
+from gateway.status import Page, StatusPages
 
 log = logging.getLogger(__name__)
 Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]  # method, path, handler
@@ -21,21 +18,11 @@ ORIGIN: web.RequestKey[Origin] = web.RequestKey("origin", Origin)
 
 
 class HttpServer:
-    def __init__(
-        self,
-        gateway: Readiness,
-        config: HttpConfig,
-        routes: Iterable[Route] = (),
-        *,
-        stuck_after: timedelta = timedelta(seconds=60),
-        admin_token: str = "",
-        guesses: LoginLimiter | None = None,
-    ):
-        self.config = config
-        self.pages = StatusPages(gateway, config, stuck_after=stuck_after, admin_token=admin_token, guesses=guesses)
+    def __init__(self, pages: StatusPages, routes: Iterable[Route] = ()):
+        self.pages = pages
+        self.config = pages.config
         self.guesses = self.pages.guesses  # shared with the console: one budget of guesses per client
         self.loop_lag = self.pages.loop_lag
-        self.proxies = TrustedProxies(config.trusted_proxies)
         self.app = web.Application(middlewares=[self._origin, self._intake_guard])
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/readyz", self.readyz)
@@ -56,7 +43,7 @@ class HttpServer:
         """The client and scheme as the trusted proxies tell them (gateway/proxies.py): every
         handler below, the console's login limit and cookies included, sees `request.remote`
         and `request.secure` of the client, not of the proxy."""
-        origin = self.proxies.origin(request.remote or "", Headers(request.headers.items()), request.secure)
+        origin = self.pages.proxies.origin(request.remote or "", Headers(request.headers.items()), request.secure)
         if origin.client != request.remote or origin.https != request.secure:
             request = request.clone(remote=origin.client, scheme="https" if origin.https else "http")
         request[ORIGIN] = origin

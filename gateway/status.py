@@ -19,7 +19,7 @@ from gateway import metrics
 from gateway.config import HttpConfig
 from gateway.guesses import LoginLimiter, bearer, token_matches
 from gateway.loop_lag import LoopLag
-from gateway.proxies import Origin
+from gateway.proxies import Origin, TrustedProxies
 from gateway.store import Store, migrations_current
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class StatusPages:
         self.stuck_after = stuck_after  # an outbox row unsent for longer counts as stuck
         self.accepting = True  # false while stopping: /readyz says not ready
         self.loop_lag = LoopLag()
+        self.proxies = TrustedProxies(config.trusted_proxies)  # who the client is (gateway/proxies.py)
 
     def log_exposure(self) -> None:
         """What a client that is not local reads, said once at start (a remote scrape of

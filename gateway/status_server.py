@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
 from http import HTTPStatus
 
-from gateway.config import HttpConfig
-from gateway.guesses import LoginLimiter
-from gateway.proxies import Headers, TrustedProxies
-from gateway.status import Page, Readiness, StatusPages
+from gateway.proxies import Headers
+from gateway.status import Page, StatusPages
 
 log = logging.getLogger(__name__)
 MAX_HEAD = 16 * 1024  # the request line and headers
@@ -35,21 +32,11 @@ class BadRequest(Exception):
 class StatusServer:
     """Serves what `HttpServer` serves when it has no webhook routes and no console."""
 
-    def __init__(
-        self,
-        gateway: Readiness,
-        config: HttpConfig,
-        *,
-        stuck_after: timedelta = timedelta(seconds=60),
-        admin_token: str = "",
-        guesses: LoginLimiter | None = None,
-        read_timeout_s: float = READ_TIMEOUT_S,
-    ):
-        self.config = config
+    def __init__(self, pages: StatusPages, *, read_timeout_s: float = READ_TIMEOUT_S):
+        self.pages = pages
+        self.config = pages.config
         self.read_timeout_s = read_timeout_s
-        self.pages = StatusPages(gateway, config, stuck_after=stuck_after, admin_token=admin_token, guesses=guesses)
         self.loop_lag = self.pages.loop_lag
-        self.proxies = TrustedProxies(config.trusted_proxies)
         self.port: int | None = None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
@@ -106,7 +93,7 @@ class StatusServer:
             return method, _status_page(HTTPStatus.METHOD_NOT_ALLOWED, {"Allow": "GET, HEAD"})
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        origin = self.proxies.origin(address, headers, https=False)
+        origin = self.pages.proxies.origin(address, headers, https=False)
         authorization = headers.get("Authorization", "")
         if path == "/healthz":
             return method, self.pages.healthz()

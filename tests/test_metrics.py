@@ -12,6 +12,7 @@ from gateway.config import HttpConfig
 from gateway.events import InboundMessage, Sender, ThreadKey
 from gateway.http import HttpServer
 from gateway.metrics import REGISTRY
+from gateway.status import StatusPages
 from gateway.store import NewItem, Store
 from gateway.store.tables import inbox
 
@@ -160,7 +161,7 @@ def sample(text: str, name: str) -> float:
 
 async def test_a_scrape_costs_the_same_queries_for_an_empty_and_a_full_inbox(store):
     # No workers: what is added stays pending, as in an inbox that has fallen behind.
-    server = HttpServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0))
+    server = HttpServer(StatusPages(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0)))
     await server.start()
     try:
         text, empty_cost = await scrape(server)
@@ -177,7 +178,7 @@ async def test_a_scrape_costs_the_same_queries_for_an_empty_and_a_full_inbox(sto
 
 
 async def test_the_oldest_pending_age_follows_the_oldest_item(store):
-    server = HttpServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0))
+    server = HttpServer(StatusPages(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0)))
     await server.start()
     try:
         await store.inbox.add([NewItem("old", "fake:chat1:", "message", {"text": "x"})])

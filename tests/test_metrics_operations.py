@@ -16,6 +16,7 @@ from test_outbox_delivery import CHAT, ScriptedChannel, VirtualTime, outbox_for
 from gateway.config import HttpConfig
 from gateway.events import ChannelError, utcnow
 from gateway.http import HttpServer
+from gateway.status import StatusPages
 from gateway.store.tables import leases, outbox
 
 COST = ("gateway_llm_cost_usd_total", ("model", "test-model"))
@@ -69,7 +70,7 @@ async def test_outbox_retries_ambiguous_sends_and_rate_limit_waits(sqlite_store)
 
 
 async def test_outbox_gauges_in_the_one_scrape_query(store):
-    server = HttpServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0))
+    server = HttpServer(StatusPages(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0)))
     await server.start()
     try:
         text, empty_cost = await scrape(server)

@@ -13,12 +13,14 @@ from contextlib import asynccontextmanager
 from test_metrics import StoreOnly
 
 from gateway.config import HttpConfig
+from gateway.status import StatusPages
 from gateway.status_server import StatusServer
 
 
 @asynccontextmanager
 async def status_server(store, **http) -> AsyncIterator[StatusServer]:  # noqa: ANN001
-    server = StatusServer(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0, **http), read_timeout_s=0.5)
+    pages = StatusPages(StoreOnly(store), HttpConfig(host="127.0.0.1", port=0, **http))
+    server = StatusServer(pages, read_timeout_s=0.5)
     await server.start()
     try:
         yield server
@@ -101,7 +103,7 @@ async def test_a_client_that_never_finishes_its_request_is_dropped(sqlite_store)
 
 
 async def test_a_stop_closes_connections_still_waiting(sqlite_store) -> None:
-    server = StatusServer(StoreOnly(sqlite_store), HttpConfig(host="127.0.0.1", port=0))  # the 10 s timeout
+    server = StatusServer(StatusPages(StoreOnly(sqlite_store), HttpConfig(host="127.0.0.1", port=0)))  # 10 s timeout
     await server.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(b"GET /readyz HTTP/1.1\r\n")
