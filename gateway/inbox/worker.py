@@ -222,8 +222,8 @@ class Worker:
         """The group's unaddressed chatter kept since (`group_context`), and edits of answered
         messages noted (`inbox.on_edit: note`), lead the turn's message; their items are done with it."""
         where = str(item.payload.get("surroundings") or thread)
-        chatter = [i for i in await self.store.conversation.kept(where) if i.id < item.id]
-        notes = await self.store.conversation.kept(str(thread), ("note",), kind="edit")
+        chatter, notes = await self.store.conversation.kept(where, str(thread))
+        chatter = [i for i in chatter if i.id < item.id]
         if not ready or not (chatter or notes):
             return ready
         item_id, payload = ready[0]

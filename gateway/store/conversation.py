@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, and_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
@@ -176,16 +176,22 @@ class ConversationRepo(Repo):
 
         return await self.db.write(work)
 
-    async def kept(
-        self, thread_key: str, statuses: Sequence[str] = ("context",), kind: str = "ambient"
-    ) -> list[InboxItem]:
-        """Kept chatter (or edits noted for the next turn) of a thread, oldest first."""
+    async def kept(self, chatter_of: str, notes_of: str) -> tuple[list[InboxItem], list[InboxItem]]:
+        """What leads a thread's next turn, oldest first, in one read: the chatter kept where the
+        thread sits (`chatter_of`: its group or channel) and the edits of answered messages noted
+        for the thread itself (`notes_of`)."""
         query = (
             select(inbox)
-            .where(inbox.c.thread_key == thread_key, inbox.c.kind == kind, inbox.c.status.in_(list(statuses)))
+            .where(
+                or_(
+                    and_(inbox.c.thread_key == chatter_of, inbox.c.kind == "ambient", inbox.c.status == "context"),
+                    and_(inbox.c.thread_key == notes_of, inbox.c.kind == "edit", inbox.c.status == "note"),
+                )
+            )
             .order_by(inbox.c.id)
         )
-        return await self.db.read(lambda conn: [to_record(InboxItem, r) for r in conn.execute(query).all()])
+        rows = await self.db.read(lambda conn: [to_record(InboxItem, r) for r in conn.execute(query).all()])
+        return [i for i in rows if i.kind == "ambient"], [i for i in rows if i.kind == "edit"]
 
     async def note(self, item_id: int) -> None:
         """An answered message's edit kept as context for the next turn (`inbox.on_edit: note`)."""
