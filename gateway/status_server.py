@@ -70,10 +70,16 @@ class StatusServer:
         if task is not None:
             self._handlers.add(task)
         try:
-            method, page = await self._answer(reader, writer)
+            try:
+                method, page = await self._answer(reader, writer)
+            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+                return  # a client that went away or never finished its request: nothing to answer
+            except Exception:  # a page that failed (the database went away mid-scrape): 500, as aiohttp says
+                log.exception("status server: answering a request failed")
+                method, page = "GET", _status_page(HTTPStatus.INTERNAL_SERVER_ERROR)
             await _write(writer, page, head_only=method == "HEAD")
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass  # a client that went away or never finished its request: nothing to answer
+        except ConnectionError:
+            pass  # gone before the answer was written
         finally:
             if task is not None:
                 self._handlers.discard(task)

@@ -119,3 +119,19 @@ async def test_not_accepting_says_not_ready(sqlite_store) -> None:
         await server.stop_intake()
         status, _, body = await exchange(server, get("/readyz"))
         assert status == 503 and json.loads(body)["accepting"] is False
+
+
+class Broken(StoreOnly):
+    def channels_started(self) -> dict[str, bool]:
+        raise RuntimeError("a page that fails")
+
+
+async def test_a_page_that_fails_is_a_500_and_the_server_goes_on(sqlite_store, caplog) -> None:
+    server = StatusServer(StatusPages(Broken(sqlite_store), HttpConfig(host="127.0.0.1", port=0)))
+    await server.start()
+    try:
+        assert (await exchange(server, get("/readyz")))[0] == 500
+        assert "answering a request failed" in caplog.text
+        assert (await exchange(server, get("/healthz")))[0] == 200
+    finally:
+        await server.stop()
