@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
 from gateway.config import JobConfig, SchedulerConfig
-from gateway.store.schedules import NewSchedule, ScheduleRecord, ScheduleRepo
+from gateway.store.schedules import NewSchedule, ScheduleExists, ScheduleRecord, ScheduleRepo
 from scheduler.definitions import DefinitionError, check_not_past, to_schedule
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ async def sync_config(repo: ScheduleRepo, config: SchedulerConfig, now: datetime
         seen.add(job.name)
         try:
             new = to_schedule(job, config, source="config", now=now)
-            outcome = await _sync_one(repo, job, new, await repo.by_name(new.name), now)
+            outcome = await _sync_one(repo, job, new, now)
         except DefinitionError as exc:
             report.errors.append(f"scheduler.jobs[{job.name}]: {exc}")
             continue
@@ -55,13 +55,23 @@ async def sync_config(repo: ScheduleRepo, config: SchedulerConfig, now: datetime
     return report
 
 
-async def _sync_one(
-    repo: ScheduleRepo, job: JobConfig, new: NewSchedule, existing: ScheduleRecord | None, now: datetime
-) -> str:
+async def _sync_one(repo: ScheduleRepo, job: JobConfig, new: NewSchedule, now: datetime) -> str:
+    existing = await repo.by_name(new.name)
     if existing is None:
         check_not_past(new, now)
-        await repo.create(new, now=now)
-        return "created"
+        try:
+            await repo.create(new, now=now)
+            return "created"
+        except ScheduleExists:  # every instance syncs as it starts: another one created it first
+            existing = await repo.by_name(new.name)
+            if existing is None:
+                raise
+    return await _sync_existing(repo, job, new, existing, now)
+
+
+async def _sync_existing(
+    repo: ScheduleRepo, job: JobConfig, new: NewSchedule, existing: ScheduleRecord, now: datetime
+) -> str:
     if new.kind == "at" and job.in_ and existing.kind == "at" and existing.source == "config":
         new = replace(new, spec=existing.spec)  # `in:` was resolved once, when the job was created
     if new.definition() != existing.definition() or existing.source != "config":

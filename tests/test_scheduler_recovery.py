@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
 from test_scheduler_support import Core, Now, add_job, ended, make_scheduler, real_now
 
 from gateway.config import JobConfig
@@ -193,6 +194,37 @@ async def test_a_bad_config_job_is_reported_and_the_stored_one_left_alone(store)
     assert report.errors and "report" in report.errors[0] and "5 fields" in report.errors[0]
     kept = await scheduler.repo.by_name("report")
     assert kept.enabled and kept.spec == "0 9 * * *"
+
+
+async def test_instances_starting_together_sync_the_same_config_jobs_without_failing(store, db_kind):
+    """Every instance syncs `scheduler.jobs` as it starts. Made deterministic on PostgreSQL:
+    another instance's insert of the job is under way (not committed) when this one, having
+    read no such job, inserts it too; its start must adopt that job, not fail on the name."""
+    if db_kind != "postgres":
+        pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
+    import asyncpg
+    from conftest import POSTGRES_URL
+
+    jobs = [JobConfig(name="morning", cron="0 8 * * *", prompt="Good morning", deliver_to="telegram:1")]
+    first = make_scheduler(store, Now(real_now()), Core(store), jobs=jobs)
+    await first.sync_config_jobs()
+    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+    other = await asyncpg.connect(dsn, server_settings={"search_path": store.db.pg_schema})
+    try:
+        await other.execute("CREATE TEMP TABLE theirs AS SELECT * FROM schedules; DELETE FROM schedules")
+        transaction = other.transaction()
+        await transaction.start()
+        await other.execute("INSERT INTO schedules SELECT * FROM theirs")  # the other instance's, not committed
+        second = make_scheduler(store, Now(real_now()), Core(store), jobs=jobs)
+        sync = asyncio.create_task(second.sync_config_jobs())
+        await asyncio.sleep(0.5)
+        assert not sync.done()  # its insert waits on the other's row
+        await transaction.commit()
+        report = await asyncio.wait_for(sync, 10)
+    finally:
+        await other.close()
+    assert report.unchanged == ["morning"] and not report.created and not report.errors
+    assert [job.name for job in await second.repo.list(source="config")] == ["morning"]
 
 
 async def test_an_operator_disable_and_a_relative_one_shot_survive_a_resync(store):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Select, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
@@ -136,7 +137,10 @@ class ScheduleRepo(Repo):
             row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
             return to_record(ScheduleRecord, row)
 
-        return await self.db.write(work)
+        try:
+            return await self.db.write(work)
+        except IntegrityError as exc:  # the name's only other writer: another instance, a moment ago
+            raise ScheduleExists(f"a job named {new.name!r} already exists") from exc
 
     async def update(self, schedule_id: int, *, now: datetime | None = None, **values: Any) -> ScheduleRecord | None:
         """Change fields; `updated_at` moves, which re-anchors intervals and the missed-run scan."""
