@@ -327,12 +327,20 @@ async def migrations_current(db: Database) -> bool:
     return await current_revision(db) == SCHEMA_REVISION
 
 
+# pg_advisory_xact_lock's key for migrating (any constant; "gwmigrat" in ASCII).
+MIGRATION_LOCK_KEY = int.from_bytes(b"gwmigrat", "big") >> 1
+
+
 async def upgrade(db: Database) -> None:
     """Apply pending migrations (alembic upgrade head) over our own connection."""
 
     def run(conn: Connection) -> None:
         from alembic import command
 
+        if conn.dialect.name == "postgresql":
+            # Instances starting together each migrate: the first applies, the others wait here
+            # (the lock is the transaction's) and then find the version table at head.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg = _alembic_config(db.url)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
