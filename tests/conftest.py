@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -98,6 +99,29 @@ async def store(db_kind, tmp_path):
         await store.close()
         if drop is not None:
             await drop()
+
+
+@pytest.fixture
+async def database_url(db_kind: str, tmp_path) -> AsyncIterator[str]:
+    """A database of its own, never migrated (a gateway process migrates it like a fresh install)."""
+    if db_kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gateway.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    admin = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        conn = await asyncpg.connect(admin)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
 
 
 @pytest.fixture

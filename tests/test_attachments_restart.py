@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-from conftest import NO_POSTGRES, POSTGRES_URL
 from fakes.llm import FakeLLM
 from fakes.telegram import BOT_ID, FakeTelegram
 from harness import make_config
@@ -21,29 +17,6 @@ from test_serve import free_port
 from test_telegram_e2e import PRIVATE, UNPACED, running, settle, texts
 
 from gateway.store import Store
-
-
-@pytest.fixture
-async def database_url(db_kind: str, tmp_path: Path) -> AsyncIterator[str]:
-    """A database of its own (the gateway process migrates it like a fresh install)."""
-    if db_kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
-        return
-    if not POSTGRES_URL:
-        pytest.skip(NO_POSTGRES)
-    import asyncpg
-
-    name = f"attach_{uuid.uuid4().hex[:10]}"
-    admin = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 def settings(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path, database_url: str, port: int) -> dict:

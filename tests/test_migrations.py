@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-import uuid
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import make_url
 
 from gateway.store import migrations_current
 from gateway.store.db import SCHEMA_REVISION, current_revision, head_revision
@@ -46,41 +42,22 @@ async def test_an_empty_database_has_no_revision(tmp_path):
 MIGRATE = "import asyncio, sys; from gateway.store import Store; asyncio.run(Store(sys.argv[1]).migrate())"
 
 
-async def test_instances_migrating_one_database_at_once_all_start(db_kind, tmp_path):
+async def test_instances_migrating_one_database_at_once_all_start(database_url):
     """Instances of a deploy start together and each migrates its database: one applies the
     migrations, the others wait for it and find the schema current, none fails on its tables."""
     from gateway.store import Store
 
-    async with _empty_database(db_kind, tmp_path) as url:
-        processes = [
-            await asyncio.create_subprocess_exec(sys.executable, "-c", MIGRATE, url, stderr=asyncio.subprocess.PIPE)
-            for _ in range(3)
-        ]
-        outcomes = [(await process.wait(), (await process.stderr.read()).decode()) for process in processes]
-        assert [code for code, _ in outcomes] == [0, 0, 0], [error[-600:] for _, error in outcomes]
-        store = Store(url)
-        try:
-            assert await migrations_current(store.db)
-        finally:
-            await store.close()
-
-
-@contextlib.asynccontextmanager
-async def _empty_database(db_kind: str, tmp_path):
-    """A database nothing was ever written to: a new SQLite file, or a new PostgreSQL database."""
-    if db_kind == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-        return
-    import asyncpg
-    from conftest import NO_POSTGRES, POSTGRES_URL
-
-    if not POSTGRES_URL:
-        pytest.skip(NO_POSTGRES)
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    server = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
-    await server.execute(f'CREATE DATABASE "{name}"')
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", MIGRATE, database_url, stderr=asyncio.subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
+    outcomes = [(await process.wait(), (await process.stderr.read()).decode()) for process in processes]
+    assert [code for code, _ in outcomes] == [0, 0, 0], [error[-600:] for _, error in outcomes]
+    store = Store(database_url)
     try:
-        yield str(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
+        assert await migrations_current(store.db)
     finally:
-        await server.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await server.close()
+        await store.close()
+
