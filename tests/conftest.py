@@ -14,6 +14,17 @@ POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "")
 NO_POSTGRES = "GATEWAY_TEST_POSTGRES_URL is not set (CI sets it; e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)"
 
 
+async def on_postgres(sql: str) -> None:
+    """One statement on the test server, outside any store (creating and dropping places)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
 async def make_store(kind: str, tmp_path) -> tuple[Store, object]:
     """A fresh, migrated store and a cleanup coroutine factory."""
     if kind == "sqlite":
@@ -22,20 +33,13 @@ async def make_store(kind: str, tmp_path) -> tuple[Store, object]:
         return store, None
     if not POSTGRES_URL:
         pytest.skip(NO_POSTGRES)
-    import asyncpg
-
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(dsn)
-    await conn.execute(f'CREATE SCHEMA "{schema}"')
-    await conn.close()
+    await on_postgres(f'CREATE SCHEMA "{schema}"')
     store = Store(POSTGRES_URL, pg_schema=schema)
     await store.migrate()
 
     async def drop() -> None:
-        conn = await asyncpg.connect(dsn)
-        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await conn.close()
+        await on_postgres(f'DROP SCHEMA "{schema}" CASCADE')
 
     return store, drop
 
@@ -109,19 +113,12 @@ async def database_url(db_kind: str, tmp_path) -> AsyncIterator[str]:
         return
     if not POSTGRES_URL:
         pytest.skip(NO_POSTGRES)
-    import asyncpg
-
     name = f"t_{uuid.uuid4().hex[:10]}"
-    admin = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
+    await on_postgres(f'CREATE DATABASE "{name}"')
     try:
         yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
+        await on_postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
