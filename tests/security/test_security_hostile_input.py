@@ -31,7 +31,7 @@ from hostile_files import (
     zip_named_pdf,
 )
 from media import text_of, user_message
-from test_attachments_restart import database_url, settings  # noqa: F401 - database_url is a fixture
+from test_attachments_restart import settings
 from test_chat_cli import REPO, child_env
 from test_serve import free_port
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
