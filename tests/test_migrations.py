@@ -60,4 +60,3 @@ async def test_instances_migrating_one_database_at_once_all_start(database_url):
         assert await migrations_current(store.db)
     finally:
         await store.close()
-
