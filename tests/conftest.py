@@ -11,6 +11,8 @@ import pytest
 from gateway.store import Store
 
 POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "")
+# The same server as asyncpg takes it, for tests that talk to it below the store.
+POSTGRES_DSN = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
 NO_POSTGRES = "GATEWAY_TEST_POSTGRES_URL is not set (CI sets it; e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)"
 
 
@@ -18,7 +20,7 @@ async def on_postgres(sql: str) -> None:
     """One statement on the test server, outside any store (creating and dropping places)."""
     import asyncpg
 
-    conn = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    conn = await asyncpg.connect(POSTGRES_DSN)
     try:
         await conn.execute(sql)
     finally:

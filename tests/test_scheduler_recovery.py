@@ -203,13 +203,12 @@ async def test_instances_starting_together_sync_the_same_config_jobs_without_fai
     if db_kind != "postgres":
         pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
     import asyncpg
-    from conftest import POSTGRES_URL
+    from conftest import POSTGRES_DSN
 
     jobs = [JobConfig(name="morning", cron="0 8 * * *", prompt="Good morning", deliver_to="telegram:1")]
     first = make_scheduler(store, Now(real_now()), Core(store), jobs=jobs)
     await first.sync_config_jobs()
-    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-    other = await asyncpg.connect(dsn, server_settings={"search_path": store.db.pg_schema})
+    other = await asyncpg.connect(POSTGRES_DSN, server_settings={"search_path": store.db.pg_schema})
     try:
         await other.execute("CREATE TEMP TABLE theirs AS SELECT * FROM schedules; DELETE FROM schedules")
         transaction = other.transaction()

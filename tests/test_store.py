@@ -86,12 +86,11 @@ async def test_a_takeover_committing_during_a_fenced_write_makes_that_write_fail
     if db_kind != "postgres":
         pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
     import asyncpg
-    from conftest import POSTGRES_URL
+    from conftest import POSTGRES_DSN
 
     session = await store.sessions.open("console:x:", source="console")
     held = await store.inbox.acquire("thread:console:x:", "a", ttl_s=30)
-    dsn = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-    takeover = await asyncpg.connect(dsn, server_settings={"search_path": store.db.pg_schema})
+    takeover = await asyncpg.connect(POSTGRES_DSN, server_settings={"search_path": store.db.pg_schema})
     try:
         transaction = takeover.transaction()
         await transaction.start()
@@ -199,7 +198,7 @@ async def test_a_postgres_store_opens_no_more_connections_than_its_pool_allows(t
     connection is named after the store's application name in pg_stat_activity."""
     import uuid
 
-    from conftest import NO_POSTGRES, POSTGRES_URL
+    from conftest import NO_POSTGRES, POSTGRES_DSN, POSTGRES_URL
     from sqlalchemy import text
 
     from gateway.store import Store
@@ -210,7 +209,7 @@ async def test_a_postgres_store_opens_no_more_connections_than_its_pool_allows(t
 
     name = f"gateway pool-test-{uuid.uuid4().hex[:8]}"
     store = Store(POSTGRES_URL, pool_size=2, max_overflow=1, application_name=name)
-    observer = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    observer = await asyncpg.connect(POSTGRES_DSN)
     counts: list[int] = []
     done = asyncio.Event()
 
