@@ -526,7 +526,14 @@ memories = Table(
     Column("uses", Integer, nullable=False, default=0),  # times found by memory_search
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("last_used_at", UTCDateTime, nullable=False, default=utcnow),  # saved, shown or found
+    # Where its words came from (gateway/memory/provenance.py): "words" (the person's own), else
+    # the untrusted kinds its conversation held ("web", "file", "attachment", "mcp", "tool",
+    # "others"), comma-separated; "unknown" for entries saved before it was recorded.
+    Column("source", String(64), nullable=False, server_default="unknown"),
+    Column("author_name", String(255), nullable=True),  # the display name of `created_by` then
+    Column("approved_by", String(128), nullable=True),  # who approved a save from untrusted content
     Index("ix_memories_owner_last_used", "owner", "last_used_at"),
+    sqlite_autoincrement=True,  # a forgotten entry's number is never reused ("forget N" from an old list)
 )
 
 # A person's choice to let their memory be read in the groups they speak in (`/memory share on`).
