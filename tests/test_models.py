@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import FakeLLM
-from harness import make_config, running_gateway
+from harness import ALICE, make_config, running_gateway
 from test_costs import with_llm
 from test_slack_e2e import DM, slack_config
 from test_slack_e2e import running as slack_running
@@ -244,7 +244,9 @@ async def test_the_console_shows_the_model_of_a_session_and_of_its_runs(store, l
             assert '<b id="run-model">fast</b>' in page
             async with http.get(f"{base}/sessions/{run.session_id}") as response:
                 page = await response.text()
-            assert '<span id="session-model">fast</span>' in page and "<td>fast</td>" in page
+            # the harness's chat is shared: /model there is the sender's, shown per person
+            assert '<span id="session-model">default</span>' in page and "<td>fast</td>" in page
+            assert f'<span id="person-models">{ALICE.id}: fast</span>' in page
 
 
 async def test_the_old_fallback_models_are_named_in_the_start_log(store, llm, tmp_path, caplog) -> None:

@@ -101,7 +101,8 @@ class AccessPolicy:
         return channel not in TRUSTED_CHANNELS and self.role(channel, user).approve
 
     def model_allowed(self, channel: str, user_id: str, name: str) -> bool:
-        """Whether /model may switch this person's session to the named model (`roles.*.models`)."""
+        """Whether this person's turns may use the named model (`roles.*.models`): asked by /model
+        and again by every turn (gateway/access/models.py)."""
         return channel in TRUSTED_CHANNELS or not user_id or matches_any(name, self.role(channel, user_id).models)
 
     def may_compact(self, channel: str, user_id: str) -> bool:

@@ -158,10 +158,16 @@ class TurnRequest:
     def acting(self, channel: str) -> tuple[str, str]:
         """(channel, user id) whose role the turn's tools are checked against; `channel`: that
         of the chat the turn shows in (a sub-agent's: its root's)."""
-        if self.on_behalf_of:
-            where, _, user = self.on_behalf_of.partition(":")
-            return where, user
-        return channel, self.requested_by
+        return acting_person(channel, self.requested_by, self.on_behalf_of)
+
+
+def acting_person(channel: str, requested_by: str, on_behalf_of: str = "") -> tuple[str, str]:
+    """(channel, user id) whose role a turn has: its creator's for a job made with `schedule`
+    (`on_behalf_of`, "<channel>:<user id>"), else the person who asked, in `channel`."""
+    if on_behalf_of:
+        where, _, user = on_behalf_of.partition(":")
+        return where, user
+    return channel, requested_by
 
 
 def shorten(text: str, limit: int = 120) -> str:

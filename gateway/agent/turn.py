@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gateway import metrics, telemetry
+from gateway.access.models import chosen_model
 from gateway.agent import spans
 from gateway.agent.ending import ending_of, record_end
 from gateway.agent.estimates import estimated_usage
@@ -70,8 +71,13 @@ class Turn:
         self.drain = drain
         self.stopping = stopping
         self.cfg = services.config
-        # The session's model (/model, a job's, a parent's): a name of llm.models, else the default.
-        self.model = self.cfg.llm.ref(self.session.model)
+        # The model its requester's role allows, checked each time a turn runs (gateway/access/models.py).
+        acting = request.acting(self.thread.channel)
+        self.choice = chosen_model(self.cfg.llm, services.access, self.session, request.requested_by, acting)
+        self.model = self.choice.ref
+        if self.choice.refused:
+            log.warning("%s: the role of %s may not use the model %s; this turn uses %s",
+                        self.thread, ":".join(acting), self.choice.refused, self.model)
         self.run_id = 0
         self.trace: RunTrace | None = None  # None until the run is open
         self.rounds = 0
@@ -375,7 +381,7 @@ class Turn:
         model, usage = ModelInfo(self.model), None
         self._fallbacks = []
         async for event in self.services.llm.stream(
-            messages, tools or None, model=self.model, on_retry=self._note_fallback
+            messages, tools or None, model=self.model, on_retry=self._note_fallback, fallback=self.choice.fallback
         ):
             if isinstance(event, ModelInfo):
                 model = event

@@ -21,7 +21,7 @@ class RoleConfig(Section):
     compact: bool = True  # may run /compact
     new_for_others: bool = False  # may run /new in a chat whose session someone else started
     schedule: bool = True  # may use the `schedule` tool
-    models: list[str] = ["*"]  # names (or globs) of llm.models /model may switch to; the default always
+    models: list[str] = ["*"]  # names (or globs) of llm.models its turns may use (checked each turn); default always
 
 
 class AccessConfig(Section):

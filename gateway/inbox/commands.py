@@ -129,7 +129,7 @@ class Commands:
         self.services = services
         self.config = services.config
         self.ended = ended
-        self.models = ModelCommand(store, self.config.llm, services.access)
+        self.models = ModelCommand(store, self.config.llm, services.access, services.outbox)
 
     async def handle(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
         command = parse_command(Said.of(item).text)
@@ -153,9 +153,10 @@ class Commands:
         elif name == "compact":
             await self._reply(thread, item, await self._compact(thread, item))
         elif name == "model":
-            sender = Said.of(item).sender.id
+            said = Said.of(item)
+            sender = said.sender.id
             session = await self.store.sessions.current(str(thread)) or await self.store.sessions.open(
-                str(thread), source=thread.channel, started_by=sender
+                str(thread), source=thread.channel, started_by=sender, private=said.private
             )
             args = command.args if command else ""
             await self._reply(thread, item, await self.models.answer(session, thread.channel, sender, args))
@@ -171,6 +172,8 @@ class Commands:
     ) -> None:
         session = await self.store.sessions.current(str(thread))
         totals = await self.store.runs.session_totals(session.id) if session else {}
+        # the model of the asker's turns here: in a group each person's own (gateway/access/models.py)
+        model = model_line(self.config.llm, self.models.for_person(session, thread.channel, Said.of(item).sender.id))
         if name == "status":
             queued = await self.store.inbox.count_pending(str(thread), kinds=("message",))
             prompts = len(await self.store.prompts.pending(thread_key=str(thread)))
@@ -179,7 +182,7 @@ class Commands:
             undelivered = await self.store.outbox.undelivered(str(thread))
             text = status_text(
                 running=running,
-                model=model_line(self.config.llm, session),
+                model=model,
                 queued=queued,
                 prompts=prompts,
                 totals=totals,
@@ -189,7 +192,7 @@ class Commands:
             if session is not None and self.services.delegation is not None:
                 text = "\n".join([text, *await self.services.delegation.control.status_lines(session.id)])
         elif name == "cost":
-            lines = [model_line(self.config.llm, session), cost_text(totals)]
+            lines = [model, cost_text(totals)]
             text = "\n".join([*lines, *await self._budget_lines(thread, item)])
         elif name == "memory":
             said = Said.of(item)
@@ -298,10 +301,10 @@ class Commands:
         session = await self.store.sessions.current(str(thread))
         if session is None or self.services.context is None:
             return "Nothing to compact yet."
-        model = self.config.llm.ref(session.model)
+        sender = Said.of(item).sender.id
+        model = self.config.llm.ref(self.models.for_person(session, thread.channel, sender))
         run = await self.store.runs.start(session.id, str(thread), model=model)
         trace = RunTrace(self.store, run.id, config=self.config.traces, prices=self.config.llm.price_of)
-        sender = Said.of(item).sender.id
         payer = Payer(user=f"{thread.channel}:{sender}" if sender else None, chat=f"{thread.channel}:{thread.chat}")
         paying, spending = current_payer.set(payer), current_spending.set(Spending(trace, model))
         try:

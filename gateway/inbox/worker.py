@@ -198,9 +198,8 @@ class Worker:
         finally:
             current_payer.reset(paying)
         ready = await self._with_kept_context(thread, item, ready)
-        started = await self.store.start_turn(
-            session.id, str(thread), ready, model=self.config.llm.ref(session.model), fence=fence
-        )
+        model = await self.commands.models.for_turn(thread, session, item, on_behalf_of)  # checked against the role
+        started = await self.store.start_turn(session.id, str(thread), ready, model=model.ref, fence=fence)
         request = TurnRequest(
             session,
             thread,

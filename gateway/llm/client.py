@@ -8,7 +8,7 @@ import inspect
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -237,10 +237,11 @@ class LLMClient:
         model: str | None = None,
         max_tokens: int | None = None,
         on_retry: RetryHook | None = None,
+        fallback: Sequence[str] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         body = self._body(messages, tools, max_tokens)
         sent = time.monotonic()
-        opened = await self._open(body, self._chain(model), on_retry or self._on_retry)
+        opened = await self._open(body, self._chain(model, fallback), on_retry or self._on_retry)
         metrics.LLM_FIRST_TOKEN.observe(time.monotonic() - sent)
         usage: Usage | None = None
         self.streams_in_flight += 1
@@ -332,9 +333,12 @@ class LLMClient:
         name = model or self.config.model
         return self._targets.get(name) or _Target(name, name, self._default)
 
-    def _chain(self, model: str | None) -> list[_Target]:
+    def _chain(self, model: str | None, fallback: Sequence[str] | None = None) -> list[_Target]:
+        """The model asked for, then `fallback` (`llm.fallback` when not given: a turn gives the
+        part of it its person's role allows)."""
         first = self._target(model)
-        return [first] + [self._targets[name] for name in self.config.fallback if name != first.name]
+        names = self.config.fallback if fallback is None else fallback
+        return [first] + [self._targets[name] for name in names if name != first.name]
 
     def _body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None

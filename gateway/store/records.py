@@ -55,6 +55,8 @@ class SessionRecord:
     closed_at: datetime | None
     private: bool = False  # opened in a direct message
     model: str | None = None  # a name of llm.models; None: the default
+    # `/model` per person in a shared chat (gateway/access/models.py): {user id: name, or "default"}
+    person_models: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,21 @@ class SessionRepo(Repo):
             lambda conn: conn.execute(update(sessions).where(sessions.c.id == session_id).values(model=model))
         )
 
+    async def set_person_model(self, session_id: int, person: str, model: str | None) -> None:
+        """One person's model in a shared session (`/model` in a group): a name of llm.models or
+        "default"; None forgets their choice (the session's applies to them again)."""
+
+        def work(conn: Connection) -> None:
+            query = select(sessions.c.person_models).where(sessions.c.id == session_id)
+            chosen = dict(conn.execute(query).scalar() or {})
+            if model is None:
+                chosen.pop(str(person), None)
+            else:
+                chosen[str(person)] = model
+            conn.execute(update(sessions).where(sessions.c.id == session_id).values(person_models=chosen or None))
+
+        await self.db.write(work)
+
     async def get_notes(self, session_id: int) -> dict[str, str]:
         return await self.db.read(lambda conn: dict(conn.execute(_NOTES, {"id": session_id}).scalar() or {}))
 

@@ -92,6 +92,8 @@ sessions = Table(
     Column("closed_at", UTCDateTime, nullable=True),
     # opened in a direct message: whose memory it reads, whose earlier sessions history_search finds
     Column("private", Boolean, nullable=False, default=False, server_default=false()),
+    # in a shared chat each person's `/model`: {user id: a name of llm.models, or "default"}; NULL: none yet
+    Column("person_models", JSON, nullable=True),
 )
 
 messages = Table(
