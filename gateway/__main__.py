@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from gateway.private_files import private_by_default
+
 if TYPE_CHECKING:  # imported in the functions: the collector is paused before they load
     from gateway.config import Config
     from gateway.store import Store
@@ -21,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     # resume it (with their thresholds) once up, the rest when they end. So this module imports
     # nothing heavy at its top: loading it (the console script does) would run those passes.
     gc.disable()
+    private_by_default()  # the database, workspace and everything else it creates: 0600 / 0700
     try:
         return _run(argv)
     finally:

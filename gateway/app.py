@@ -50,7 +50,7 @@ from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_a
 from gateway.tools.builtin_search import search_specs
 from gateway.tools.builtin_shell import sandbox_status
 from gateway.traces import current_spending
-from gateway.workspace import adopt_legacy_layout, shared_root
+from gateway.workspace import adopt_legacy_layout, private_workspace, shared_root
 from scheduler import control as job_control
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
@@ -369,7 +369,7 @@ class Gateway:
     async def start(self) -> None:
         await self.store.migrate(auto=self.config.database.auto_migrate)
         agent = self.config.agent
-        Path(agent.workspace).mkdir(parents=True, exist_ok=True)
+        private_workspace(agent.workspace)  # 0700: no other account reads the sessions' files
         adopt_legacy_layout(agent.workspace, self.config.attachments.dir, shared_root(agent.shared_dir))
         if matches_any("shell", agent.tools):
             sandbox_status(agent.shell_sandbox).log()

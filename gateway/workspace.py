@@ -19,6 +19,8 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+from gateway.private_files import PRIVATE_DIR, PRIVATE_FILE, close_to_others, make_dirs
+
 log = logging.getLogger(__name__)
 
 SESSIONS = "sessions"
@@ -38,6 +40,15 @@ def session_dir(workspace: Path | str, session_id: int) -> Path:
     return sessions_root(workspace) / str(int(session_id))
 
 
+def private_workspace(workspace: Path | str) -> None:
+    """The workspace and `sessions/` exist and are 0700: no other account of the machine reaches
+    a session's files. A `sessions/` an earlier version made 0755 is closed (said once)."""
+    root = sessions_root(workspace)
+    make_dirs(root)
+    if close_to_others(root):
+        log.warning("closed %s to other users of this machine (they could list and read the sessions' files)", root)
+
+
 def shared_root(shared_dir: str) -> Path | None:
     return Path(shared_dir).expanduser().resolve() if shared_dir.strip() else None
 
@@ -52,10 +63,10 @@ class LinkInTheWay(OSError):
     """A component of a path the gateway writes to is a link or not a directory."""
 
 
-def open_dirs(root: Path, parts: Sequence[str], *, mode: int = 0o755) -> int:
+def open_dirs(root: Path, parts: Sequence[str], *, mode: int = PRIVATE_DIR) -> int:
     """A descriptor of `root/parts…`, each component created when missing and refused when it is
     a link or not a directory. `root` itself is the operator's (the configured workspace)."""
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
         for part in parts:
@@ -98,7 +109,7 @@ def read_regular(dir_fd: int, name: str) -> bytes | None:
         return handle.read()
 
 
-def write_fresh(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644) -> None:
+def write_fresh(dir_fd: int, name: str, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     """`name` in the directory becomes a new regular file holding `data`: written under a
     temporary name created with O_EXCL|O_NOFOLLOW, then renamed over whatever was there (a
     link planted at `name` is replaced, its target untouched). A crash leaves no half file."""
@@ -135,7 +146,7 @@ def adopt_legacy_layout(workspace: Path | str, attachments_dir: str, shared: Pat
             target = session_dir(base, int(entry.name)).joinpath(*parts, entry.name)
             if target.exists():
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(target.parent)
             try:
                 entry.rename(target)
                 moved += 1

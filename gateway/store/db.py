@@ -32,6 +32,8 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
+from gateway.private_files import close_to_others, create_private, make_dirs
+
 T = TypeVar("T")
 Work = Callable[[Connection], T]
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -91,7 +93,7 @@ class Database:
         if self.is_sqlite:
             database = parsed.database or ""
             if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
+                private_sqlite(Path(database))
             self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
             self.count.watch(self._sqlite.writer_engine)
             self.count.watch(self._sqlite.reader_engine)
@@ -155,6 +157,29 @@ class Database:
             await self._sqlite.dispose()
         else:
             await self.engine.dispose()
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def private_sqlite(database: Path) -> None:
+    """The database and its WAL, shared memory and journal are 0600, its directory 0700 when the
+    gateway creates it. An install from before (created under umask 022: 0644, 0755) is closed
+    here, and the log says so once; an existing directory is closed when it holds nothing but
+    the database (it is then the gateway's own, like `data/`)."""
+    folder = database.parent
+    existed = folder.is_dir()
+    make_dirs(folder)
+    create_private(database)
+    files = [database, *(database.with_name(database.name + side) for side in SQLITE_SIDE_FILES)]
+    closed = [path for path in files if close_to_others(path)]
+    if existed and {entry.name for entry in folder.iterdir()} <= {path.name for path in files}:
+        closed += [folder] if close_to_others(folder) else []
+    if closed:
+        log.warning(
+            "closed the database to other users of this machine (they could read it): %s now 0600/0700",
+            ", ".join(str(path) for path in closed),
+        )
 
 
 class _SQLite:

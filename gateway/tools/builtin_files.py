@@ -13,6 +13,7 @@ from pathlib import Path
 from gateway.attachments.content import human_size
 from gateway.attachments.images import image_info
 from gateway.attachments.sniff import is_text, looks_like_text, sniff
+from gateway.private_files import make_dirs
 from gateway.tools.paths import SECRETS_DIR, confine_ctx, relative_display
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 
@@ -107,9 +108,9 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
 
 
 def _write_atomically(target: Path, content: str) -> int:
-    """Write beside the target and rename, so a crash never leaves half a file."""
+    """Write beside the target and rename, so a crash never leaves half a file (0600: mkstemp's)."""
     data = content.encode("utf-8")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gateway.private_files import make_dirs
 from gateway.tools.registry import ToolContext, ToolError
 from gateway.workspace import SESSIONS, shared_root
 
@@ -20,7 +21,7 @@ SECRETS_DIR = "secrets"
 def workspace_root(workspace: Path) -> Path:
     """The canonical workspace directory, created on first use."""
     root = Path(workspace).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     return root
 
 
