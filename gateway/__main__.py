@@ -161,8 +161,10 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     from gateway.access.notes import doctor_checks
     from gateway.cli.doctor import Check, diagnose, diagnose_mcp, print_check
+    from gateway.tools.sandbox import doctor_checks as sandbox_checks
 
-    access = [Check(name, status, found, fix) for name, status, found, fix in doctor_checks(config)]  # type: ignore[arg-type]
+    local = [*doctor_checks(config), *sandbox_checks(config.agent)]
+    access = [Check(name, status, found, fix) for name, status, found, fix in local]  # type: ignore[arg-type]
     for check in access:
         print_check(check)
     print(f"model server {config.llm.base_url}, model {config.llm.model}", flush=True)

@@ -79,10 +79,10 @@ class ChatProcess:
         ]
 
     @classmethod
-    async def start(cls, config: Path) -> ChatProcess:
+    async def start(cls, config: Path, *, env: dict[str, str] | None = None) -> ChatProcess:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", "chat", "--config", str(config), "--log-level", "warning",
-            cwd=config.parent, env=child_env(),
+            cwd=config.parent, env=env or child_env(),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         chat = cls(proc)

@@ -23,6 +23,7 @@ from gateway.tools.registry import (
     matches_any,
     run_tool,
 )
+from gateway.tools.sandbox import withhold_unconfined
 
 __all__ = [
     "SOURCES",
@@ -49,5 +50,8 @@ def builtin_specs(agent: AgentConfig | None = None) -> list[ToolSpec]:
 
 
 def default_registry(agent: AgentConfig) -> ToolRegistry:
-    """The built-ins named (or matched by a glob) in `agent.tools`."""
-    return ToolRegistry(spec for spec in builtin_specs(agent) if matches_any(spec.name, agent.tools))
+    """The built-ins named (or matched by a glob) in `agent.tools`; the shell only where its
+    sandbox works (or `agent.shell_sandbox: none` was chosen)."""
+    registry = ToolRegistry(spec for spec in builtin_specs(agent) if matches_any(spec.name, agent.tools))
+    withhold_unconfined(registry, agent)
+    return registry

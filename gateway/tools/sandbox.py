@@ -2,13 +2,15 @@
 
 The environment is built from an allowlist (PATH, LANG, LC_*, TZ, TERM, and the names in
 `agent.shell_env`), never a secret's name, with HOME the session's directory. With
-`agent.shell_sandbox: auto` (the default) the command runs in bubblewrap when it works here:
-a new PID namespace (the gateway's /proc/<pid>/environ is not there), no network unless
-`agent.shell_network`, the system directories read-only (minus /etc's secrets), a private /tmp
-and only the session's directory (and `agent.shared_dir`) bound; the gateway's config, `.env`,
-database and home are simply not in its file system. Where bubblewrap is missing or cannot make
-namespaces, the start log says so loudly and the command runs as an ordinary process of the
-gateway's user (docs/security.md says what that exposes); `none` says so on purpose.
+`agent.shell_sandbox: auto` (the default) the command runs in bubblewrap: a new PID namespace
+(the gateway's /proc/<pid>/environ is not there), no network unless `agent.shell_network`, the
+system directories read-only (minus /etc's secrets), a private /tmp and only the session's
+directory (and `agent.shared_dir`) bound; the gateway's config, `.env`, database and home are
+simply not in its file system. Where the configured sandbox is missing or cannot make
+namespaces, the default fails closed: the tools that run commands are not offered to the model
+(a call it makes anyway is answered why), and the start log and `gateway doctor` say how to
+install bubblewrap or opt in to unconfined commands with `none`. `unshare` is no fallback of
+`auto`: it hides the gateway's processes and the network but not its files (`.env`, database).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.config import SECRETS, AgentConfig
-from gateway.tools.registry import ToolError
+from gateway.tools.registry import ToolError, ToolRegistry
 from gateway.workspace import sessions_root, shared_root
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,31 @@ class SandboxStatus:
     tool: str = ""  # the sandbox's executable
     problem: str = ""  # why the configured sandbox is not available
 
+    @property
+    def offered(self) -> bool:
+        """Whether tools that run commands are offered: their sandbox works here, or the
+        operator chose `none`. Never unconfined by default."""
+        return not self.problem
+
+    @property
+    def fix(self) -> str:
+        package = _PACKAGES.get(self.mode, "bubblewrap")
+        how = (
+            f"let {self.mode} create namespaces here (a container must allow user namespaces)"
+            if self.tool
+            else f"install {package} (apt-get install {package})"
+        )
+        return f"{how}, or set agent.shell_sandbox: none to run commands unconfined (docs/security.md)"
+
+    def withheld(self) -> str:
+        """One line: what is missing, that the shell is not offered, and the fix."""
+        configured = f"agent.shell_sandbox: {self.configured}"
+        return f"{self.problem} ({configured}); the shell is not offered to the model: {self.fix}"
+
     def log(self) -> None:
-        if self.mode == "bwrap":
+        if self.problem:
+            log.warning("shell sandbox: %s", self.withheld())
+        elif self.mode == "bwrap":
             log.info(
                 "shell sandbox: bubblewrap (%s): commands see the system read-only and only their session's "
                 "directory; no network unless agent.shell_network; set agent.shell_sandbox: none for unconfined",
@@ -75,21 +100,57 @@ class SandboxStatus:
                 "shell sandbox: none (agent.shell_sandbox: none): shell commands run UNCONFINED as the gateway's "
                 "user and can read its config, .env, database and home (docs/security.md)"
             )
-        elif self.mode == "none":
-            log.error(
-                "shell sandbox: UNCONFINED: %s; shell commands run as the gateway's user and can read /proc/<pid>/"
-                "environ of the gateway (its tokens and keys), its config, .env, database and home. Install "
-                "bubblewrap (apt-get install bubblewrap) or set agent.shell_sandbox: none to accept this "
-                "(docs/security.md)",
-                self.problem,
-            )
-        elif self.problem:
-            log.error("shell sandbox: %s; shell calls will fail until it is installed", self.problem)
         else:
             log.warning(
                 "shell sandbox: unshare: commands have their own processes (and no network) but read the "
                 "gateway's files; bubblewrap confines them to their session's directory"
             )
+
+
+class WithheldCommands:
+    """The tools that run commands, withheld while their sandbox is not available: a call the
+    model makes anyway is answered why (a registry source, like an MCP server that is down)."""
+
+    def __init__(self, names: Sequence[str], status: SandboxStatus) -> None:
+        self.names, self.status = frozenset(names), status
+
+    async def first_listing(self) -> None:
+        return None
+
+    def absent(self, name: str) -> str | None:
+        if name not in self.names:
+            return None
+        status = self.status
+        return f"Tool {name!r} is not offered here and did not run: {status.problem}; the operator can {status.fix}."
+
+
+def withhold_unconfined(registry: ToolRegistry, agent: AgentConfig) -> None:
+    """Take the tools that run commands (`@exec`) out of the registry when their sandbox is not
+    available here: fail closed, unless the operator chose `shell_sandbox: none`."""
+    commands = [spec.name for spec in registry.specs() if "exec" in spec.classes]
+    if not commands:
+        return
+    status = sandbox_status(agent.shell_sandbox)
+    if status.offered:
+        return
+    for name in commands:
+        registry.unregister(name)
+    registry.add_source(WithheldCommands(commands, status))
+
+
+def doctor_checks(agent: AgentConfig) -> list[tuple[str, str, str, str]]:
+    """(name, ok | warn, found, fix) of the shell's sandbox for `gateway doctor`."""
+    if not any(fnmatch.fnmatchcase("shell", pattern) for pattern in agent.tools):
+        return []
+    status = sandbox_status(agent.shell_sandbox)
+    if status.problem:
+        return [("shell sandbox", "warn", f"{status.problem}; the shell is not offered to the model", status.fix)]
+    if status.mode == "bwrap":
+        return [("shell sandbox", "ok", f"bubblewrap ({status.tool}): commands see only their session's files", "")]
+    better = "install bubblewrap (apt-get install bubblewrap) and set agent.shell_sandbox: auto"
+    if status.mode == "unshare":
+        return [("shell sandbox", "warn", "unshare: commands read the gateway's files (.env, database)", better)]
+    return [("shell sandbox", "warn", "none: commands run unconfined and can read the gateway's secrets", better)]
 
 
 @functools.cache
@@ -111,15 +172,14 @@ def _bwrap_problem(tool: str) -> str:
 
 
 def sandbox_status(configured: str) -> SandboxStatus:
+    """The sandbox commands get here; found on PATH (`bwrap`, or `unshare` when configured)."""
     if configured == "none":
         return SandboxStatus("none", "none")
     name = "unshare" if configured == "unshare" else "bwrap"
     tool = shutil.which(name)
-    problem = "" if tool else f"{name} is not installed (Debian: apt-get install {_PACKAGES[name]})"
+    problem = "" if tool else f"{name} is not installed"
     if tool and name == "bwrap":
         problem = _bwrap_problem(tool)
-    if problem and configured == "auto":
-        return SandboxStatus(configured, "none", "", problem)
     return SandboxStatus(configured, name, tool or "", problem)
 
 
@@ -130,13 +190,13 @@ def config_files(source: str) -> list[Path]:
 
 
 def sandbox_prefix(agent: AgentConfig, session: Path, *, hidden: Sequence[Path] = ()) -> list[str]:
-    """The command line that confines a command, or a ToolError when an explicitly chosen
-    sandbox is missing (nothing runs unconfined by accident)."""
+    """The command line that confines a command, or a ToolError when the sandbox is missing
+    (nothing runs unconfined unless `none` was chosen)."""
     status = sandbox_status(agent.shell_sandbox)
+    if status.problem:
+        raise ToolError(f"agent.shell_sandbox is {agent.shell_sandbox!r} but {status.problem}: {status.fix}")
     if status.mode == "none":
         return []
-    if status.problem:
-        raise ToolError(f"agent.shell_sandbox is {agent.shell_sandbox!r} but {status.problem}")
     if status.mode == "unshare":
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         net = [] if agent.shell_network else ["--net"]

@@ -125,13 +125,15 @@ async def test_without_a_sandbox_the_command_still_gets_no_secret_from_its_envir
     assert "PATH=" in results["env"]
 
 
-def test_a_machine_without_bubblewrap_is_told_loudly(monkeypatch, tmp_path, caplog) -> None:
+def test_a_machine_without_bubblewrap_is_told_loudly_and_gets_no_shell(monkeypatch, tmp_path, caplog) -> None:
+    """Fail closed (tests/security/test_security_no_sandbox.py runs it as a process)."""
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
     status = sandbox_status("auto")
-    assert status.mode == "none" and "bubblewrap" in status.problem
+    assert not status.offered and "bwrap is not installed" in status.problem
     with caplog.at_level(logging.WARNING):
         status.log()
-    assert any(r.levelno >= logging.WARNING and "UNCONFINED" in r.getMessage() for r in caplog.records)
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "not offered" in line and "apt-get install bubblewrap" in line and "agent.shell_sandbox: none" in line
 
 
 @needs_bwrap
