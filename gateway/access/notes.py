@@ -16,6 +16,18 @@ def explicit_dm_policy(config: Config) -> bool:
     return "dm_policy" in config.access.model_fields_set
 
 
+def explicit_group_policy(config: Config) -> bool:
+    """`access.group_policy` written in the configuration: `allowlist` then decides every group,
+    beside a channel's `allowed_users` (a listed person no longer opens a group by mentioning
+    the bot there)."""
+    return "group_policy" in config.access.model_fields_set
+
+
+def groups_by_chat_only(config: Config) -> bool:
+    """Groups are answered only when listed or approved, whoever writes there (admins aside)."""
+    return explicit_group_policy(config) and config.access.group_policy == "allowlist"
+
+
 def _fixed_users(config: Config) -> dict[str, list[str]]:
     found = {}
     if config.telegram.enabled and config.telegram.allowed_users:
@@ -26,22 +38,34 @@ def _fixed_users(config: Config) -> dict[str, list[str]]:
 
 
 def admission_lines(config: Config) -> list[str]:
-    """One line per chat channel with a fixed `allowed_users`: which rule applies to the others."""
+    """One line per chat channel with a fixed `allowed_users`: which rule applies to the others
+    in direct messages, and what lets a group in."""
     lines = []
     policy = config.access.dm_policy
     for channel in _fixed_users(config):
         if not explicit_dm_policy(config):
-            lines.append(
+            dms = (
                 f"{channel}: only allowed_users are answered; anyone else's direct message is refused "
                 f"(set access.dm_policy: pairing to pair them, or open to answer everyone)"
             )
         elif policy == "pairing":
-            lines.append(f"{channel}: allowed_users are answered; anyone else's direct message gets a pairing code "
-                         "(access.dm_policy: pairing)")
+            dms = (f"{channel}: allowed_users are answered; anyone else's direct message gets a pairing code "
+                   "(access.dm_policy: pairing)")
         else:
-            lines.append(f"{channel}: allowed_users are answered; anyone else's direct message is handled by "
-                         f"access.dm_policy: {policy}")
+            dms = (f"{channel}: allowed_users are answered; anyone else's direct message is handled by "
+                   f"access.dm_policy: {policy}")
+        lines.append(f"{dms}; {_group_rule(config)}")
     return lines
+
+
+def _group_rule(config: Config) -> str:
+    if groups_by_chat_only(config):
+        return ("in groups only allowed_chats and groups an admin approved are answered, listed people's mentions "
+                "included (access.group_policy: allowlist)")
+    if config.access.group_policy == "open":
+        return "every group is answered (access.group_policy: open)"
+    return ("listed people are answered in any group where they mention the bot (set access.group_policy: "
+            "allowlist to answer only allowed_chats and groups an admin approved)")
 
 
 def chat_channels(config: Config) -> list[str]:

@@ -99,7 +99,7 @@ class Gatekeeper:
             # task's own thread (only the gateway writes there: its start, a /stop handed to it)
             return ALLOWED
         user_id, username = said.sender.id, said.sender.username
-        if self.policy.listed(channel, user_id, username):
+        if self.policy.admitted_by_name(channel, user_id, username, private=said.private):
             return ALLOWED
         access = self.config.access
         if said.private:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
+from gateway.access.notes import groups_by_chat_only
 from gateway.config import Config, RoleConfig
 from gateway.tools import ToolSpec, matches_any
 
@@ -47,6 +48,7 @@ class AccessPolicy:
             "telegram": set(config.telegram.allowed_chats),
             "slack": set(config.slack.allowed_channels),
         }
+        self._groups_by_chat_only = groups_by_chat_only(config)
 
     # ---- who ------------------------------------------------------------------------------
     def is_admin(self, channel: str, user_id: str) -> bool:
@@ -71,6 +73,16 @@ class AccessPolicy:
             return True
         fixed = self._fixed_users.get(channel, set())
         return str(user_id) in fixed or (bool(username) and f"@{username.lower()}" in {u.lower() for u in fixed})
+
+    def admitted_by_name(self, channel: str, user_id: str, username: str = "", *, private: bool) -> bool:
+        """Let in for who they are: an admin anywhere; a listed person in a direct message, and in a
+        group too unless `access.group_policy: allowlist` is written in the configuration (then
+        the group must be listed or approved, as for everyone in it)."""
+        if self.is_admin(channel, user_id):
+            return True
+        if not private and self._groups_by_chat_only:
+            return False
+        return self.listed(channel, user_id, username)
 
     def listed_chat(self, channel: str, chat: str) -> bool:
         return chat in self._fixed_chats.get(channel, set())
