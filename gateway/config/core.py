@@ -164,7 +164,7 @@ class AgentConfig(Section):
     max_depth: int = Field(2, ge=0)  # sub-agents of sub-agents; 0 turns `delegate` off
     show_children: bool = True  # a line in the chat when a sub-agent starts and finishes
     http_allow_hosts: list[str] = []  # hosts (globs) web_fetch reaches without approval
-    # auto: bwrap where it works, else none with a loud start-log line (docs/security.md)
+    # auto: bwrap; where it does not work the shell is not offered (fail closed); none: unconfined (docs/security.md)
     shell_sandbox: Literal["auto", "none", "unshare", "bwrap"] = "auto"
     shell_network: bool = False  # a sandboxed command may reach the network
     shell_env: list[str] = []  # names (globs) of variables passed to commands besides PATH, LANG, LC_*, TZ, TERM
