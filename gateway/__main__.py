@@ -1,5 +1,5 @@
 """Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`, and
-`gateway pairing | access | budgets | audit`."""
+`gateway pairing | access | budgets | audit | memory`."""
 
 from __future__ import annotations
 
@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli.mcp_login import add_parser as add_mcp_parser
 
     add_mcp_parser(sub, parents=[common], handler=cmd_mcp)
+    from gateway.cli.memory import add_parser as add_memory_parser
+
+    add_memory_parser(sub, parents=[common], handler=cmd_memory)
     return parser
 
 
@@ -313,6 +316,16 @@ async def cmd_audit(args: argparse.Namespace, config: Config) -> int:
     store = await _store(config)
     try:
         return await run(args, store)
+    finally:
+        await store.close()
+
+
+async def cmd_memory(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.memory import run
+
+    store = await _store(config)
+    try:
+        return await run(args, store, config)
     finally:
         await store.close()
 

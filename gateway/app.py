@@ -95,7 +95,7 @@ def build_registry(config: Config, store: Store) -> ToolRegistry:
     registry = default_registry(config.agent)
     extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
     extra += search_specs(config.search)  # web_search, when search.provider names one
-    extra += memory_specs(store, config.memory) if config.memory.enabled else []
+    extra += memory_specs(store, config) if config.memory.enabled else []
     for spec in extra:
         if matches_any(spec.name, config.agent.tools):
             registry.register(spec)

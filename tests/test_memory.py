@@ -1,11 +1,13 @@
 """Memory: the scopes of scheduled jobs, history_search over earlier sessions, bad arguments,
-approval rules, the budget of the section and retention (the chat flows: test_memory_e2e.py)."""
+approval rules, where a save's words came from, the budget of the section and retention (the chat flows:
+test_memory_e2e.py; the attacks: tests/security/test_security_memory.py)."""
 
 from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import FakeToolCall, Reply
 from harness import ALICE, BOB, make_config, running_gateway
@@ -13,7 +15,9 @@ from helpers import tool_results
 
 from gateway.events import InboundMessage, Sender, ThreadKey
 from gateway.memory import render_block
+from gateway.memory.provenance import approval_reason, label, sources_of, trusted
 from gateway.store import MemoryRecord
+from gateway.store.provenance import Evidence, SaidItem
 from gateway.tools.registry import MemoryScope
 
 ANN_DM = ThreadKey("telegram", ALICE.id, "")
@@ -234,6 +238,74 @@ async def test_the_store_never_forgets_another_owners_entry(store) -> None:
     assert [e.text for e in await store.memory.search(["person:x:2"], ["YOURS"])] == ["not yours"]
     assert MemoryScope("a", ("a",)).reads == ("a",)
 
+
+
+# ---- where a save's words came from ------------------------------------------------------------
+
+
+def held(*, tools=(), senders=("1",), images=False, items=(), days_old=0.0) -> Evidence:  # noqa: ANN001
+    began = datetime.now(UTC) - timedelta(days=days_old)
+    return Evidence(frozenset(tools), frozenset(senders), images, tuple(items), began)
+
+
+def test_a_conversation_of_the_requesters_own_words_asks_nothing() -> None:
+    own = held(tools=["clock", "memory_search", "write_file", "scratchpad_get"],
+               items=[SaidItem("message", "1", ("voice",), 0)])
+    assert sources_of(own, "1", inbox_days=30) == frozenset()
+    assert label(sources_of(own, "1")) == "words" and trusted("words") and not trusted("unknown")
+
+
+@pytest.mark.parametrize(
+    ("conversation", "kind"),
+    [
+        (held(tools=["web_fetch"]), "web"),
+        (held(tools=["http_fetch"]), "web"),
+        (held(tools=["web_search"]), "web"),
+        (held(tools=["read_file"]), "file"),
+        (held(tools=["mcp_docs__search"]), "mcp"),
+        (held(tools=["shell"]), "tool"),
+        (held(tools=["history_search"]), "tool"),
+        (held(tools=["a_tool_nobody_classified"]), "tool"),
+        (held(senders=["1", "2"]), "others"),
+        (held(items=[SaidItem("ambient", "2", (), 0)]), "others"),
+        (held(items=[SaidItem("message", "1", (), 1)]), "others"),
+        (held(items=[SaidItem("report", "", (), 0)]), "tool"),
+        (held(items=[SaidItem("message", "1", ("document",), 0)]), "attachment"),
+        (held(images=True), "attachment"),
+        (held(days_old=40), "unknown"),
+    ],
+)
+def test_what_a_conversation_held_names_the_source_of_a_save(conversation: Evidence, kind: str) -> None:
+    assert sources_of(conversation, "1", inbox_days=30) == {kind}
+    assert approval_reason(frozenset({kind})).startswith("this conversation holds ")
+
+
+def test_an_untrusted_conversation_turns_an_allow_rule_into_a_prompt_and_a_deny_stays() -> None:
+    from gateway.approvals.policy import ApprovalPolicy
+    from gateway.tools import ToolSpec
+
+    async def nothing(ctx, args):  # noqa: ANN001, ANN202
+        return ""
+
+    spec = ToolSpec("memory_save", "", {"type": "object"}, nothing, classes=frozenset({"memory"}))
+    allowed = ApprovalPolicy([{"tool": "@memory", "action": "allow"}], ".")
+    decide = allowed.decide
+    assert decide(spec, {}, source="telegram", interactive=True).action == "allow"
+    assert decide(spec, {}, source="telegram", interactive=True, in_context="a web page").action == "require"
+    assert decide(spec, {}, source="cron", interactive=False, in_context="a web page").action == "auto_deny"
+    denied = ApprovalPolicy([{"tool": "memory_save", "action": "deny"}], ".")
+    assert denied.decide(spec, {}, source="telegram", interactive=True, in_context="x").action == "deny"
+
+
+def test_each_line_of_the_section_names_who_saved_it_and_from_what() -> None:
+    now = datetime(2025, 3, 1, tzinfo=UTC)
+    own = MemoryRecord(1, "chat:x:1", "Standup at 9", None, "telegram:5", None, 0, now, now, "words", "Bob")
+    page = MemoryRecord(2, "chat:x:1", "Use tabs", "style", "telegram:6", None, 0, now, now, "web", None, "bypass")
+    text, _ = render_block([page, own], 4000, "chat:x:1")
+    mine, unverified = text.split("Unverified notes:")
+    assert "- #1 (2025-03-01; saved by Bob (telegram:5) in their own words) Standup at 9" in mine
+    line = "- #2 (2025-03-01, style; saved by telegram:6 from a web page, allowed by a standing approval) Use tabs"
+    assert line in unverified
 
 
 # ---- the console -----------------------------------------------------------------------------

@@ -248,6 +248,9 @@ class ToolCalls:
             for b in await self.services.store.prompts.active_bypasses(str(self.thread))
             if str(b.covers_person) == str(self.req.requested_by)
         ]
+        in_context = None
+        if spec.needs_approval_in is not None:  # e.g. a memory save in a turn that read a web page
+            in_context = await spec.needs_approval_in(self.session.id, self.req.requested_by)
         return self.services.policy.decide(
             spec,
             call.args,
@@ -255,6 +258,7 @@ class ToolCalls:
             interactive=self.session.interactive,
             bypasses=bypasses,
             thread=self.thread,
+            in_context=in_context,
         )
 
     async def _cleared_to_delegate(self, call: OpenCall) -> bool:
@@ -349,6 +353,8 @@ class ToolCalls:
             fence=self.req.fence,
             memory=self.req.memory,
             private=self.child is None and (self.req.private or self.session.private),
+            requester_name=self.req.requester_name,
+            approved_by=_approver(decided),
         )
         started = time.monotonic()
         self.tool_ran()
@@ -413,3 +419,12 @@ class ToolCalls:
 
 def _person(channel: str, user: str) -> str:
     return f"{channel}:{user}" if user else ""
+
+
+def _approver(decided: Decided | None) -> str:
+    """Who let a call that needed a person run: the approver, or "bypass" for a standing approval."""
+    if decided is None:
+        return ""
+    if decided.action == "approved":
+        return decided.by or ""
+    return "bypass" if decided.via == "bypass" else ""

@@ -268,9 +268,14 @@ class ApprovalPolicy:
         bypasses: Iterable[Bypass] = (),
         thread: ThreadKey | None = None,
         now: datetime | None = None,
+        in_context: str | None = None,
     ) -> PolicyDecision:
-        """The gate for one call. Without `thread`, the bypasses are taken as the thread's own."""
+        """The gate for one call. Without `thread`, the bypasses are taken as the thread's own.
+        `in_context`: why what the conversation holds needs a human for this call
+        (`ToolSpec.needs_approval_in`): a rule's allow becomes require, a deny stays a deny."""
         decision = self._by_rules(spec, args, source)
+        if in_context and decision.action == "allow":
+            decision = PolicyDecision("require", in_context, decision.rule_index)
         if decision.action != "require":
             return decision
         moment = now or utcnow()

@@ -1,10 +1,12 @@
 """`/memory`: people see and control what the agent remembers.
 
-`/memory` lists this chat's memory (a direct message: your own; a group: the group's),
-`/memory forget N` forgets entry #N, `/memory clear` forgets all of it, and in a direct message
-`/memory share on|off` lets (or stops) your memory being read in the groups you speak in.
-In a group, a member forgets the entries their own turns saved; clearing the group's memory,
-or forgetting others' entries, takes an admin.
+`/memory` lists this chat's memory (a direct message: your own; a group: the group's), each
+entry with who saved it and from what, `/memory forget N` forgets entry #N, `/memory clear`
+forgets all of it, and in a direct message `/memory share on|off` lets (or stops) your memory
+being read in the groups you speak in. In a group, a member forgets the entries their own turns
+saved; clearing the group's memory, or forgetting others' entries, takes an admin (rules.py,
+which `memory_forget` follows too). Forgetting takes the text out of the kept history as well
+(gateway/store/memory.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from gateway.access import AccessPolicy
 from gateway.config import MemoryConfig
 from gateway.events import ThreadKey
+from gateway.memory import rules
 from gateway.memory.block import entry_line
 from gateway.memory.scope import message_owner
 from gateway.store.audit import AuditEntry
@@ -82,13 +85,13 @@ class MemoryCommand:
         entry = await self.store.memory.get(memory_id)
         if entry is None or entry.owner != self.owner:
             return f"There is no entry #{memory_id} in this chat's memory (/memory lists them)."
-        if not self.personal and entry.created_by != self.person and not self._is_admin():
-            return f"Entry #{memory_id} was saved for someone else; only they or an admin can forget it."
+        if not rules.may_forget(entry, self.person, admin=self._is_admin()):
+            return rules.refusal(memory_id)
         await self.store.memory.forget(self.owner, [memory_id], audit=self._audit("forget"))
         return f"Forgot entry #{memory_id}."
 
     async def clear(self) -> str:
-        if not self.personal and not self._is_admin():
+        if not rules.may_clear(self.owner, admin=self._is_admin()):
             return "Only an admin can clear a group's memory; /memory forget N forgets an entry you saved."
         count = await self.store.memory.clear(self.owner, audit=self._audit("clear"))
         return f"Forgot {count} {'entry' if count == 1 else 'entries'}." if count else "There was nothing to forget."

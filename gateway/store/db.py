@@ -145,6 +145,14 @@ class Database:
         except (SQLAlchemyError, OSError):  # down, refusing, timed out: readiness reports, it does not raise
             return False
 
+    async def flush_erased(self) -> None:
+        """After words were erased: on SQLite the WAL, which still holds the pages as they were,
+        is copied into the database file and emptied (a checkpoint that cannot finish because a
+        reader holds an old snapshot is logged; the next one finishes it). PostgreSQL keeps old
+        row versions until VACUUM reclaims them (docs/memory.md says so)."""
+        if self.is_sqlite:
+            await self._sqlite.truncate_wal()
+
     async def migrate(self, run: Work[None]) -> None:
         """Run a migration step (alembic) in one transaction, off the event loop."""
         if self.is_sqlite:
@@ -260,6 +268,15 @@ class _SQLite:
         except (SQLAlchemyError, OSError):  # busy or locked: the next checkpoint catches up
             log.warning("WAL checkpoint failed", exc_info=True)
 
+    async def truncate_wal(self) -> None:
+        await self._in_thread(self._writer_thread, self._truncate_now)
+
+    def _truncate_now(self) -> None:
+        with self.reader_engine.connect() as conn:  # outside a transaction, like every checkpoint
+            busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").scalar()
+        if busy:
+            log.warning("the WAL still holds erased pages: a reader kept it from being emptied (the next one does)")
+
     async def dispose(self) -> None:
         if self._checkpoint is not None:
             await asyncio.wait([self._checkpoint])
@@ -291,6 +308,9 @@ def _sqlite_engine(url, echo: bool, *, begin_sql: str | None) -> Engine:  # noqa
         cursor.execute("PRAGMA synchronous=NORMAL")
         # Checkpoints (fsync) run on the writer thread, not inside a commit on the loop.
         cursor.execute("PRAGMA wal_autocheckpoint=0")
+        # What is deleted or overwritten is zeroed in the file, not left in free space: a
+        # forgotten memory entry or an erased person is not in the database file either.
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     if begin_sql:

@@ -3,12 +3,17 @@
 Every change is written with its row of the audit trail in the same transaction. Reads take
 the owners to read as an explicit list: which owners a session may read is decided once, in
 gateway/memory/scope.py, never here and never by the model.
+
+Forgetting takes an entry's text out of every copy kept in the conversations its owner's
+memory is seen in (gateway/store/redaction.py), in the write that deletes it; the database's
+freed pages are zeroed (SQLite secure_delete) and its WAL emptied after.
 """
 
 from __future__ import annotations
 
 import builtins  # the repository has a `list` method, which hides the type in its signatures
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -22,7 +27,8 @@ from gateway.events import utcnow
 from gateway.store.audit import AuditEntry, AuditRepo
 from gateway.store.base import Repo, to_record
 from gateway.store.history_search import like_pattern
-from gateway.store.tables import memories, memory_sharing
+from gateway.store.redaction import FORGOTTEN, Copy, Places, Scrubber, find_copies, places_of, redact_copies
+from gateway.store.tables import audit, memories, memory_sharing, tool_calls
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,11 @@ class MemoryRecord:
     uses: int
     created_at: datetime
     last_used_at: datetime
+    # "words" (the saver's own), else the untrusted kinds its conversation held, comma-separated;
+    # "unknown": saved before it was recorded (gateway/memory/provenance.py)
+    source: str = "unknown"
+    author_name: str | None = None
+    approved_by: str | None = None  # who approved a save from untrusted content
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,10 @@ class OwnerSummary:
     entries: int
     last_used_at: datetime
     shared: bool
+
+
+MIN_SEARCHED = 8  # characters: a shorter entry is taken out of its save's call only, not searched for
+FORGOTTEN_SAVE = {"text": FORGOTTEN}
 
 
 class MemoryFull(Exception):
@@ -78,6 +93,9 @@ class MemoryRepo(Repo):
         topic: str | None = None,
         created_by: str | None = None,
         session_id: int | None = None,
+        source: str = "unknown",
+        author_name: str | None = None,
+        approved_by: str | None = None,
         max_entries: int = 200,
         audit: AuditEntry | None = None,
     ) -> Saved:
@@ -94,10 +112,10 @@ class MemoryRepo(Repo):
                 raise MemoryFull(f"{count} entries")
             values = dict(
                 owner=owner, text=text, topic=topic, created_by=created_by, session_id=session_id, uses=0,
-                created_at=now, last_used_at=now,
+                created_at=now, last_used_at=now, source=source, author_name=author_name, approved_by=approved_by,
             )
             memory_id = conn.execute(insert(memories).values(**values).returning(memories.c.id)).scalar_one()
-            entry = _with_detail(audit, memory_id=memory_id, owner=owner, topic=topic)
+            entry = _with_detail(audit, memory_id=memory_id, owner=owner, topic=topic, source=source)
             if entry is not None:
                 AuditRepo.record_in(conn, entry)
             return Saved(MemoryRecord(id=memory_id, **values), False)  # type: ignore[arg-type]
@@ -105,33 +123,51 @@ class MemoryRepo(Repo):
         return await self.db.write(work)
 
     async def forget(self, owner: str, ids: Sequence[int], *, audit: AuditEntry | None = None) -> list[MemoryRecord]:
-        """Delete those of `ids` that are `owner`'s (any other id is left alone); the deleted."""
+        """Delete those of `ids` that are `owner`'s (any other id is left alone), and their
+        texts from every copy in the conversations the owner's memory is seen in; the deleted."""
         if not ids:
             return []
-
-        def work(conn: Connection) -> list[MemoryRecord]:
-            mine = memories.c.owner == owner
-            rows = conn.execute(select(memories).where(mine, memories.c.id.in_(list(ids)))).all()
-            if rows:
-                conn.execute(delete(memories).where(mine, memories.c.id.in_([r.id for r in rows])))
-                entry = _with_detail(audit, memory_ids=[r.id for r in rows], owner=owner)
-                if entry is not None:
-                    AuditRepo.record_in(conn, entry)
-            return [to_record(MemoryRecord, r) for r in rows]
-
-        return await self.db.write(work)
+        mine = and_(memories.c.owner == owner, memories.c.id.in_(list(ids)))
+        return await self._forget_where(owner, mine, audit, lambda rows: {"memory_ids": [r.id for r in rows]})
 
     async def clear(self, owner: str, *, audit: AuditEntry | None = None) -> int:
-        """Delete every entry of `owner`; how many there were."""
+        """Delete every entry of `owner` (and their copies, as `forget`); how many there were."""
+        gone = await self._forget_where(
+            owner, memories.c.owner == owner, audit, lambda rows: {"deleted": len(rows)}, always_audit=True
+        )
+        return len(gone)
 
-        def work(conn: Connection) -> int:
-            deleted = conn.execute(delete(memories).where(memories.c.owner == owner)).rowcount
-            entry = _with_detail(audit, owner=owner, deleted=deleted)
-            if entry is not None:
+    async def _forget_where(
+        self,
+        owner: str,
+        which: ColumnElement[bool],
+        audit: AuditEntry | None,
+        detail: Callable[[builtins.list[MemoryRecord]], dict[str, object]],
+        *,
+        always_audit: bool = False,
+    ) -> builtins.list[MemoryRecord]:
+        def find(conn: Connection) -> tuple[builtins.list[MemoryRecord], Places, builtins.list[Copy]]:
+            rows = [to_record(MemoryRecord, r) for r in conn.execute(select(memories).where(which)).all()]
+            places = places_of(conn, owner, [r.session_id for r in rows])
+            return rows, places, find_copies(conn, places, searchable(r.text for r in rows))
+
+        found, places, copies = await self.db.read(find, large=True)  # whole tables may be read
+
+        def work(conn: Connection) -> builtins.list[MemoryRecord]:
+            # The entries deleted now (one forgotten meanwhile is not forgotten twice).
+            rows = [to_record(MemoryRecord, r) for r in conn.execute(select(memories).where(which)).all()]
+            if rows:
+                conn.execute(delete(memories).where(memories.c.id.in_([r.id for r in rows])))
+                forget_copies(conn, rows, places, copies, {r.text for r in found})
+            entry = _with_detail(audit, owner=owner, **detail(rows))
+            if entry is not None and (rows or always_audit):
                 AuditRepo.record_in(conn, entry)
-            return int(deleted or 0)
+            return rows
 
-        return await self.db.write(work)
+        gone = await self.db.write(work)
+        if found or gone:
+            await self.db.flush_erased()
+        return gone
 
     async def touch(self, ids: Sequence[int], *, found: bool = False) -> None:
         """Entries were shown at a session's start, or (`found`) returned by a search."""
@@ -239,6 +275,55 @@ class MemoryRepo(Repo):
             return [OwnerSummary(r.owner, int(r.entries), _aware(r.last), r.owner in shared) for r in rows]
 
         return await self.db.read(work)
+
+
+def forget_copies(
+    conn: Connection, rows: Sequence[MemoryRecord], places: Places, copies: Sequence[Copy], searched: set[str]
+) -> None:
+    """In the write that deletes `rows`: the memory_save calls that saved them (arguments, and
+    their audit rows) and the topics their saves' audit rows name, then their texts out of the
+    copies found (texts long enough to search for: a short one would match unrelated words)."""
+    texts = {r.text for r in rows}
+    _forget_saves(conn, places, texts)
+    ids = {r.id for r in rows}
+    saves = select(audit.c.id, audit.c.detail).where(audit.c.kind == "memory", audit.c.action == "save")
+    for row_id, row_detail in conn.execute(saves).all():
+        if isinstance(row_detail, dict) and row_detail.get("memory_id") in ids and row_detail.get("topic"):
+            conn.execute(update(audit).where(audit.c.id == row_id).values(detail={**row_detail, "topic": FORGOTTEN}))
+    long_enough = searchable(texts)
+    unsearched = [t for t in long_enough if t not in searched]  # saved between the search and this write
+    redact_copies(conn, [*copies, *find_copies(conn, places, unsearched)], Scrubber(long_enough))
+
+
+def searchable(texts: Iterable[str]) -> list[str]:
+    return [t for t in texts if len(t.strip()) >= MIN_SEARCHED]
+
+
+def _forget_saves(conn: Connection, places: Places, texts: set[str]) -> None:
+    """The memory_save calls whose text is one of `texts`: their arguments, in the history and in
+    the audit trail, become {"text": "[forgotten]"}."""
+    calls = select(tool_calls.c.id, tool_calls.c.arguments).where(
+        tool_calls.c.name == "memory_save", tool_calls.c.session_id.in_(list(places.sessions))
+    )
+    ids = [row_id for row_id, arguments in conn.execute(calls).all() if _saved_text(arguments) in texts]
+    if ids:
+        conn.execute(update(tool_calls).where(tool_calls.c.id.in_(ids)).values(arguments=json.dumps(FORGOTTEN_SAVE)))
+    trail = select(audit.c.id, audit.c.arguments).where(
+        audit.c.tool == "memory_save", audit.c.thread_key.in_(list(places.threads))
+    )
+    rows = [row_id for row_id, arguments in conn.execute(trail).all() if _saved_text(arguments) in texts]
+    if rows:
+        conn.execute(update(audit).where(audit.c.id.in_(rows)).values(arguments=FORGOTTEN_SAVE))
+
+
+def _saved_text(arguments: object) -> str | None:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    text = arguments.get("text") if isinstance(arguments, dict) else None
+    return text.strip() if isinstance(text, str) else None
 
 
 def _all(statement: Select, conn: Connection) -> Sequence[Row]:

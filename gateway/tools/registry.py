@@ -113,6 +113,10 @@ class ToolContext:
     fence: Any = None
     memory: MemoryScope | None = None  # None: no memory in this session (memory.enabled false, a sub-agent)
     private: bool = False  # asked in a direct message: history_search may read its person's earlier sessions
+    requester_name: str = ""  # the display name of who asked (a memory entry names its author)
+    # who let this call run when it needed a person: "<channel>:<id>" of the approver, "bypass"
+    # for a standing approval; "" when no one was asked
+    approved_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,10 @@ class ToolSpec:
     # For tools whose risk depends on the arguments: the reason a call needs a human's approval
     # when no rule decides it (e.g. web_fetch to a host not on the allow list), else None.
     needs_approval: Callable[[Mapping[str, Any]], str | None] | None = None
+    # For tools whose risk depends on what the conversation holds (memory_save keeps what the model
+    # read): given (session id, who asked), the reason a call needs a human's approval even where
+    # a rule allows it, else None. A deny rule still denies.
+    needs_approval_in: Callable[[int, str], Awaitable[str | None]] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -174,6 +182,7 @@ def build_spec(
     classes: Iterable[str] = (),
     lod: Lod = "head",
     needs_approval: Callable[[Mapping[str, Any]], str | None] | None = None,
+    needs_approval_in: Callable[[int, str], Awaitable[str | None]] | None = None,
 ) -> ToolSpec:
     """A spec from a typed `async def tool(ctx, ...)`; the schema comes from the signature."""
     tool_name = name or func.__name__
@@ -187,6 +196,7 @@ def build_spec(
         classes=frozenset(classes),
         lod=lod,
         needs_approval=needs_approval,
+        needs_approval_in=needs_approval_in,
     )
 
 
