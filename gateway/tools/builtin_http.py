@@ -155,14 +155,33 @@ async def resolve(host: str, port: int) -> list[str]:
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# Ranges that are no destination on the internet but that Python's is_global (3.11) calls global:
+# deprecated forms that carry an IPv4 address or reach inside a site, and special-purpose blocks.
+_NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "::/96",  # IPv4-compatible (RFC 4291, deprecated): ::7f00:1 is 127.0.0.1 to a stack that still maps it
+        "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765, SIIT): ::ffff:0:7f00:1 is 127.0.0.1 to a translator
+        "fec0::/10",  # site-local (RFC 3879, deprecated): routed inside the site, like a private range
+        "5f00::/16",  # SRv6 segment identifiers (RFC 9602): not globally reachable
+        "3fff::/20",  # documentation (RFC 9637)
+        "192.88.99.0/24",  # 6to4 relay anycast (RFC 7526, deprecated)
+    )
+)
 
 
 def is_public(address: str) -> bool:
     """True for globally routable unicast addresses. IPv6 addresses that carry an IPv4 address
     (IPv4-mapped, NAT64, 6to4, Teredo) are judged by every IPv4 address they carry: a gateway
-    on the way turns them into it."""
+    on the way turns them into it. Deprecated and special ranges Python still calls global
+    (`_NOT_GLOBAL`) are not public."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    return all(a.is_global and not a.is_multicast for a in (ip, *embedded_ipv4(ip)))
+    return all(_global_unicast(a) for a in (ip, *embedded_ipv4(ip)))
+
+
+def _global_unicast(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    special = any(ip in network for network in _NOT_GLOBAL if network.version == ip.version)
+    return ip.is_global and not ip.is_multicast and not special
 
 
 def embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:

@@ -87,6 +87,28 @@ def test_nat64_and_6to4_addresses_of_public_ipv4_stay_public(address):
     assert is_public(address) is True
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "::7f00:1",  # IPv4-compatible (::/96, deprecated) 127.0.0.1
+        "::ffff:0:7f00:1",  # IPv4-translated (::ffff:0:0/96, SIIT) 127.0.0.1
+        "fec0::1",  # site-local (fec0::/10, deprecated, routed inside a site)
+        "::a9fe:a9fe",  # IPv4-compatible 169.254.169.254 (cloud metadata)
+        "::808:808",  # IPv4-compatible, even of a public address: not a real destination
+        "5f00::1",  # SRv6 segment identifiers (5f00::/16): not globally reachable
+        "3fff::1",  # documentation (3fff::/20)
+        "192.88.99.1",  # 6to4 relay anycast (deprecated)
+    ],
+)
+async def test_deprecated_and_special_addresses_are_refused(address, tmp_path):
+    """Python's is_global calls these global (3.11); a gateway on the way turns some of them
+    into the IPv4 address they carry, or into a host inside the site."""
+    assert is_public(address) is False
+    host = f"[{address}]" if ":" in address else address
+    outcome = await call(make_ctx(tmp_path), "web_fetch", url=f"http://{host}:8080/latest/meta-data")
+    assert outcome.failed and "refused" in outcome.text and "private" in outcome.text
+
+
 # ---- link previews ----------------------------------------------------------------------
 
 PRIVATE, GROUP = 42, -100200300
