@@ -150,6 +150,7 @@ async def _store(config: Config) -> Store:
 
 
 async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    from gateway.config.redaction import redact_url
     from gateway.store import Store, upgrade
 
     store = Store(config.database.url)
@@ -157,20 +158,21 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
         await upgrade(store.db)
     finally:
         await store.close()
-    print(f"database at {config.database.url} is up to date")
+    print(f"database at {redact_url(config.database.url)} is up to date")
     return 0
 
 
 async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     from gateway.access.notes import doctor_checks
     from gateway.cli.doctor import Check, diagnose, diagnose_mcp, print_check
+    from gateway.config.redaction import redact_url
     from gateway.tools.sandbox import doctor_checks as sandbox_checks
 
     local = [*doctor_checks(config), *sandbox_checks(config.agent)]
     access = [Check(name, status, found, fix) for name, status, found, fix in local]  # type: ignore[arg-type]
     for check in access:
         print_check(check)
-    print(f"model server {config.llm.base_url}, model {config.llm.model}", flush=True)
+    print(f"model server {redact_url(config.llm.base_url)}, model {config.llm.model}", flush=True)
     report = await diagnose(config.llm, on_check=print_check)
     report.checks[:0] = access
     if config.mcp.servers:

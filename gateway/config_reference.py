@@ -79,7 +79,9 @@ def render() -> str:
     lines += [
         "A server's questions (elicitation) wait at most `questions.timeout`, answered by who may answer",
         "`ask_user`; with `sampling: true` its use of the model is priced at `llm.prices` and counted by",
-        "`budgets`; with `llm.vision: true` the images of MCP results reach the model. On protocols before",
+        "`budgets`, each request's `max_tokens` clamped to `sampling_max_tokens` and at most",
+        "`sampling_per_call` requests answered in one tool call (one more ends the call with a tool error);",
+        "with `llm.vision: true` the images of MCP results reach the model. On protocols before",
         "2026-07-28 the call waits inside the server's request while the question is asked, and calls to",
         "that server run one at a time ([mcp.md](mcp.md#questions-inside-the-call-protocols-before-2026-07-28)).",
         "`auth: oauth` is for a remote server behind OAuth: `gateway mcp login <name>` signs in (the browser",

@@ -4,6 +4,13 @@ X-Forwarded-For is a list anyone can start: each proxy appends the address it sa
 only when the direct peer is a trusted proxy, from the right, skipping trusted proxies: the first
 address that is not one is the client (an attacker can write the left part, not the address the
 last trusted proxy appended). X-Forwarded-Proto is believed only from a trusted peer too.
+
+Local (the status pages' details, /metrics) means a loopback peer that is the client itself: no
+trusted proxy in between, no forwarding header. A request from a trusted proxy is never local:
+one that names no client (nginx's bare `proxy_pass` sends no X-Forwarded-For) is an unknown remote
+client, counted as `unknown (via <proxy>)`, and a client the proxy names as loopback is loopback
+on the proxy's side, or a header the client wrote that the proxy passed on unchanged. So with
+loopback among `http.trusted_proxies`, nothing is local: read /metrics with the admin token.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a request comes from: the client's address, whether it came over HTTPS, and
-    whether it is a local client (loopback, not passed on by an untrusted proxy)."""
+    """Where a request comes from: the client's address (or `unknown (via <proxy>)`), whether it
+    came over HTTPS, and whether it is a local client (a loopback peer passing on nobody)."""
 
     client: str
     https: bool
@@ -75,13 +82,14 @@ class TrustedProxies:
             # A loopback peer passing on a request (a local proxy nobody listed) is not local.
             forwarded = any(headers.get(name) for name in FORWARDING_HEADERS)
             return Origin(peer, https, _is_loopback(peer) and not forwarded)
-        client = peer
-        for hop in reversed([h.strip() for h in headers.get("X-Forwarded-For", "").split(",") if h.strip()]):
+        hops = [h.strip() for h in headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+        client = f"unknown (via {peer})"  # a proxy that names nobody: whoever it is, not the proxy
+        for hop in reversed(hops):
             client = hop
             if not self.trusts(hop):
                 break
         proto = headers.get("X-Forwarded-Proto", "").split(",")[-1].strip().lower()
-        return Origin(client, proto == "https" if proto else https, _is_loopback(client))
+        return Origin(client, proto == "https" if proto else https, local=False)
 
 
 def _is_loopback(address: str) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
-from gateway.admin.queries import redacted_config
 from gateway.config import Config
+from gateway.config.redaction import redacted_config
 from gateway.guesses import MAX_CLIENTS
 
 

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gateway.admin import actions, queries
 from gateway.admin.keys import OPS, USER
+from gateway.config.redaction import redacted_config
 
 
 def reply(data: Any, status: int = 200) -> web.Response:
@@ -25,7 +26,7 @@ async def overview(request: web.Request) -> web.Response:
 
 async def config(request: web.Request) -> web.Response:
     """The effective configuration as the console shows it: harmless keys only, the rest masked."""
-    return reply(queries.redacted_config(request.app[OPS].config))
+    return reply(redacted_config(request.app[OPS].config))
 
 
 async def run(request: web.Request) -> web.Response:

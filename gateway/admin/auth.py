@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.events import utcnow
-from gateway.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, token_matches
+from gateway.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, client_bytes, token_matches
 from gateway.store import ConsoleRepo
 
 COOKIE = "gateway_admin"
@@ -29,12 +29,12 @@ class ConsoleSession:
 
 def session_hash(session_id: str) -> str:
     """What the database keeps of a session id (the id is 256 random bits: a plain hash is enough)."""
-    return hashlib.sha256(session_id.encode()).hexdigest()
+    return hashlib.sha256(client_bytes(session_id)).hexdigest()  # a cookie is the client's text
 
 
 def _csrf_of(session_id: str) -> str:
     """The session's CSRF token, derived from its id: not stored, and not derivable from the hash."""
-    return hmac.new(session_id.encode(), b"gateway console csrf", hashlib.sha256).hexdigest()
+    return hmac.new(client_bytes(session_id), b"gateway console csrf", hashlib.sha256).hexdigest()
 
 
 class Sessions:
@@ -64,7 +64,7 @@ class Sessions:
 
 
 def csrf_matches(session: ConsoleSession, given: str) -> bool:
-    return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+    return bool(given) and hmac.compare_digest(client_bytes(given), session.csrf.encode())
 
 
 __all__ = [

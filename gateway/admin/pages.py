@@ -9,6 +9,7 @@ from aiohttp import web
 from gateway.admin import actions, queries
 from gateway.admin.auth import COOKIE, SESSION_TTL_S, token_matches
 from gateway.admin.keys import LIMITER, OPS, PREFIX, SESSIONS, USER, client_of, render
+from gateway.config.redaction import redacted_config
 
 
 def _back(path: str, outcome: actions.Outcome) -> web.HTTPSeeOther:
@@ -53,7 +54,7 @@ async def logout(request: web.Request) -> web.Response:
 async def overview(request: web.Request) -> web.Response:
     ops = request.app[OPS]
     data = await queries.overview(ops)
-    return render(request, "overview.html", page="overview", o=data, config=queries.redacted_config(ops.config))
+    return render(request, "overview.html", page="overview", o=data, config=redacted_config(ops.config))
 
 
 async def run(request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ from gateway.admin.operations import Operations
 from gateway.budgets import budgets_report
 from gateway.cli.reports import event_summary, feedback_tally
 from gateway.config import parse_duration
-from gateway.config.redaction import redacted_config, scrub, secret_values
+from gateway.config.redaction import scrub, secret_values
 from gateway.store import RunEventRecord, RunRecord, redact
 from gateway.traces import format_nano_usd
 
@@ -35,18 +35,14 @@ def jsonable(value: Any) -> Any:
 
 
 def mcp_servers(ops: Operations) -> dict[str, dict[str, Any]]:
-    """Each MCP server's state as the console shows it: where it points as the configuration
-    view shows it, and its last error with every configured secret scrubbed (an exception's
-    text may quote a URL or a command line)."""
-    config = ops.config
-    view = redacted_config(config)["mcp"]["servers"]
-    secrets = secret_values(config)
-    shown = {}
-    for name, state in ops.mcp_summary().items():
-        server = view.get(name, {})
-        target = server.get("url") or " ".join(server.get("command") or [])
-        shown[name] = {**state, "target": target, "error": redact(scrub(str(state.get("error") or ""), secrets))}
-    return shown
+    """Each MCP server's state as the console shows it: its target and last error as every page
+    shows them (gateway/config/redaction.py), the error also scrubbed of every other configured
+    secret (an exception's text may quote any of them)."""
+    secrets = secret_values(ops.config)
+    return {
+        name: {**state, "error": redact(scrub(str(state.get("error") or ""), secrets))}
+        for name, state in ops.mcp_summary().items()
+    }
 
 
 def cost_text(run: RunRecord) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import httpx
 
 from gateway.config import LLMConfig, McpConfig
+from gateway.config.redaction import redact_text
 from gateway.llm import AuthError, LLMClient, LLMError, Refused
 from gateway.mcp.manager import doctor_checks
 
@@ -53,7 +54,9 @@ class Report:
         return any(c.status == "fail" for c in self.checks)
 
     def add(self, name: str, status: Status, found: str, fix: str = "") -> Check:
-        check = Check(name, status, found, fix)
+        """A check, its texts redacted: what was found may quote a URL with its credentials or
+        an MCP server's error (gateway/config/redaction.py)."""
+        check = Check(name, status, redact_text(found), redact_text(fix))
         self.checks.append(check)
         return check
 

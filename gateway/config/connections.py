@@ -31,6 +31,8 @@ class McpServerConfig(Section):
     timeout_s: float = Field(60.0, gt=0)  # per call
     connect_timeout_s: float = Field(30.0, gt=0)  # start + handshake + first tool list
     sampling: bool = False  # answer the server's sampling requests with our model (counts against the run)
+    sampling_max_tokens: int = Field(1000, ge=1)  # a sampling request's max_tokens is clamped to this
+    sampling_per_call: int = Field(3, ge=1)  # sampling requests answered in one tool call; one more ends the call
     description_chars: int = Field(300, ge=0)  # tool descriptions are cut to this, so the prompt stays small
     enabled: bool = True
     # oauth: a remote server behind OAuth (`gateway mcp login <name>` signs in; the tokens are kept

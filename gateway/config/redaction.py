@@ -1,19 +1,31 @@
-"""The configuration as the console shows it: by allowlist. A value is shown only when its key
-is listed below as harmless; every other value (a secret, a credential inside a URL, a header,
-an environment variable, a key this version does not know) is masked, showing only that it is
-set and how long it is. A new setting stays masked until it is added here.
+"""What the gateway shows of its configuration, and of any text that may quote it: the one
+redactor behind the console, the admin API, /readyz, `gateway doctor`, /status and the log
+lines that name an MCP server's target or error.
 
-Paths are dotted key names; `*` stands for any name in a mapping (servers, roles, prices) or any
-item of a list (jobs, rules, caps)."""
+The configuration view is an allowlist. A value is shown only when its key is listed below as
+harmless; every other value (a secret, a credential inside a URL, a header, an environment
+variable, a key this version does not know) is masked, showing only that it is set and how long
+it is. A new setting stays masked until it is added here. Paths are dotted key names; `*` stands
+for any name in a mapping (servers, roles, prices) or any item of a list (jobs, rules, caps).
+
+Targets and texts (an MCP server's command line or URL, an error, a stderr line) go through
+`redact_url`, `redact_command` and `redact_text`: a URL keeps scheme, host, port and path; a
+command line keeps its program and its harmless arguments; in any text, URL credentials and
+query values, the values of secret-looking flags, `NAME=value` and `Name: value` pairs
+(key, token, secret, password, auth, sig, ...), bearer and basic credentials and well-known token
+shapes are masked. `scrub` then masks the exact values a configuration holds, wherever they are
+quoted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel
 
+from gateway.config.connections import McpServerConfig
 from gateway.config.root import SECRETS
 
 MASK = "••••"
@@ -81,6 +93,7 @@ SHOWN = _paths(
     scheduler.jobs.*.active_hours scheduler.jobs.*.quiet_sentinel
     mcp.servers.*.cwd mcp.servers.*.transport mcp.servers.*.protocol mcp.servers.*.tools mcp.servers.*.trusted
     mcp.servers.*.timeout_s mcp.servers.*.connect_timeout_s mcp.servers.*.sampling mcp.servers.*.description_chars
+    mcp.servers.*.sampling_max_tokens mcp.servers.*.sampling_per_call
     mcp.servers.*.enabled
     mcp.restart_initial_s mcp.restart_max_s mcp.health_interval_s
     mcp.restart_reset_s mcp.import_files mcp.servers.*.auth mcp.servers.*.oauth_scope
@@ -102,10 +115,10 @@ URLS = _paths(
 )
 # Mappings whose names are shown and values masked (header names, environment variable names).
 NAMES_ONLY = _paths("mcp.servers.*.headers mcp.servers.*.env telemetry.otlp_headers")
-# A command line: the program shown, its arguments (which may carry a token) masked.
+# A command line: the program and its harmless arguments shown, secrets among them masked (redact_command).
 PROGRAMS = _paths("mcp.servers.*.command")
 # Masked on purpose (everything not listed above is masked anyway; these say it was decided).
-# args: a command's arguments, like command's; a named model's key, like llm.api_key
+# args: appended to command when loaded (empty once loaded); a named model's key, like llm.api_key
 MASKED = frozenset(SECRETS) | _paths("mcp.servers.*.args llm.models.*.api_key")
 
 _ALL = SHOWN | URLS | NAMES_ONLY | PROGRAMS
@@ -161,8 +174,7 @@ def redact_url(url: str) -> str:
 def _program(command: Any) -> Any:
     if not isinstance(command, list) or not command:
         return mask(command)
-    rest = len(command) - 1
-    return [str(command[0]), *([f"{MASK} ({rest} more {'argument' if rest == 1 else 'arguments'})"] if rest else [])]
+    return redact_command([str(part) for part in command])
 
 
 def _walk(value: Any, path: tuple[str, ...]) -> Any:
@@ -199,7 +211,7 @@ def secret_values(config: BaseModel, *, shortest: int = 4) -> set[str]:
             for key, item in value.items():
                 collect(item, (*path, str(key)))
         elif isinstance(value, list):
-            start = 1 if _in(PROGRAMS, path) else 0
+            start = 1 if _in(PROGRAMS, path) else 0  # every argument, shown or not: the console is strict
             for i, item in enumerate(value[start:], start):
                 collect(item, (*path, str(i)))
         elif isinstance(value, str) and _in(URLS, path):
@@ -226,3 +238,130 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+# ---- texts: targets, command lines, errors, log lines ---------------------------------------
+
+# A name that says its value is a credential: a flag, a query parameter, an environment variable,
+# a header, a JSON key. "max_tokens" and other counts are not; over-masking (a "keyboard") is safe.
+_SECRET_NAME = r"(?:key|token(?!s\b)|secret|pass|pwd|auth|sig|credential|cookie|session|private|jwt)"
+_SECRET = re.compile(_SECRET_NAME, re.IGNORECASE)
+# Single-letter flags whose value is a secret by convention (mysql -p, curl -H "Authorization: ...").
+_SECRET_SHORT_FLAGS = frozenset({"-p", "-H", "--header", "--headers"})
+_NAME = re.compile(r"-{0,2}[A-Za-z_][\w.-]*\Z")
+# A bare argument that looks like a credential: a word of token characters (no path, package,
+# host or version separators) with letters and digits, or a long one in mixed case.
+_TOKEN_LIKE = re.compile(
+    r"(?!-)(?:(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_+=~-]{8,}|(?=.*[a-z])(?=.*[A-Z])[A-Za-z0-9_+=~-]{20,})\Z"
+)
+# Every rule starts only where a run of its characters starts (a lookbehind, not \b), and checks
+# names in code: the time is linear in the text's length, whatever the text (a server's stderr).
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_CREDENTIAL = re.compile(r"(?i)(?<![\w-])(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}")
+_AUTHORIZATION = re.compile(r"(?i)(?<![\w-])((?:proxy-)?authorization\s*[:=]\s*)[^\r\n\"']+")
+# --api-key X, -token X, -p X: a flag and its value (that is not the next flag)
+_FLAG_VALUE = re.compile(r"(?<![\w-])(-{1,2}[\w-]+)(\s+)(?!-)([^\s\"']+)")
+# name=value, name: value, "name": "value" (env, query strings, headers, JSON, --flag=value); a
+# colon needs a space or a quote after it: host.example:8443 is no pair
+_PAIR = re.compile(r"(?<![\w.-])([\w.-]+)([\"']?\s*=\s*[\"']?|:\s+[\"']?|[\"']\s*:\s*[\"']?)([^\s\"'&,;)]+)")
+# well-known token shapes (OpenAI/Anthropic sk-, Slack xox?-, GitHub, AWS, Telegram bot tokens)
+_SHAPES = re.compile(
+    r"(?<![\w-])(?:sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16}\b|\d{6,12}:[A-Za-z0-9_-]{30,})"
+)
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error, a log line, a stderr line) with the credentials it may quote masked:
+    URLs as `redact_url` shows them, then credentials, secret flags' values, secret-named pairs
+    and token shapes. Harmless text is left as it is."""
+    if not text:
+        return text
+    text = _URL.sub(_url_in_text, text)
+    text = _CREDENTIAL.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _AUTHORIZATION.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _FLAG_VALUE.sub(_flag_value, text)
+    text = _PAIR.sub(_pair, text)
+    return _SHAPES.sub(MASK, text)
+
+
+def _flag_value(match: re.Match[str]) -> str:
+    flag, space, value = match.groups()
+    hidden = flag == "-p" or (len(flag.lstrip("-")) > 1 and _SECRET.search(flag) is not None)
+    return f"{flag}{space}{MASK}" if hidden and value != MASK else match.group(0)
+
+
+def _pair(match: re.Match[str]) -> str:
+    name, separator, value = match.groups()
+    return f"{name}{separator}{MASK}" if _SECRET.search(name) and value != MASK else match.group(0)
+
+
+def _url_in_text(match: re.Match[str]) -> str:
+    url = match.group(0)
+    trail = len(url) - len(url.rstrip(".,;:)]}"))
+    url, rest = (url[:-trail], url[-trail:]) if trail else (url, "")
+    shown = redact_url(url)
+    return (shown if not shown.startswith(MASK) else f"{url.split('://', 1)[0]}://{MASK}") + rest
+
+
+def _secret_flag(arg: str) -> bool:
+    """A flag whose next argument is its value, and a secret: --api-key, -token, -p."""
+    if not arg.startswith("-") or "=" in arg:
+        return False
+    return arg in _SECRET_SHORT_FLAGS or (len(arg.lstrip("-")) > 1 and bool(_SECRET.search(arg)))
+
+
+def _command_parts(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """Each argument after the program as shown, with the secret it hides ("" when none)."""
+    parts: list[tuple[str, str]] = []
+    previous = ""
+    for arg in argv[1:]:
+        name, eq, value = arg.partition("=")
+        if _secret_flag(previous):
+            parts.append((MASK, arg))
+        elif eq and _NAME.match(name) and _SECRET.search(name):
+            parts.append((f"{name}={MASK}", value))  # --token=X, API_KEY=X
+        elif _TOKEN_LIKE.match(arg):
+            parts.append((MASK, arg))
+        else:
+            parts.append((redact_text(arg), ""))
+        previous = arg
+    return parts
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """A command line as it may be shown: the program, and each argument unless it is a secret
+    (the value of a secret-looking flag or `NAME=`, a token-like word, a URL's credentials)."""
+    if not argv:
+        return []
+    return [redact_text(argv[0]), *(shown for shown, _ in _command_parts(argv))]
+
+
+def command_secrets(argv: Sequence[str]) -> set[str]:
+    """The arguments `redact_command` hides, to scrub from texts that quote them."""
+    return {hidden for _, hidden in _command_parts(argv) if hidden}
+
+
+def shown_target(command: Sequence[str], url: str) -> str:
+    """Where an MCP server is, as anything that shows it says it: its URL or its command line."""
+    return " ".join(redact_command(command)) if command else redact_url(url)
+
+
+def target_secrets(command: Sequence[str], url: str, *values: str) -> set[str]:
+    """What a server's texts must not quote: what its target hides, and `values` (its headers'
+    and environment's values), each long enough to be worth looking for."""
+    found = command_secrets(command) | (_url_secrets(url) if url else set())
+    for value in values:
+        found.update({value, *(word for word in value.split() if len(word) >= 8)})
+    return {text for text in found if len(text) >= 4}
+
+
+def mcp_secrets(server: McpServerConfig) -> set[str]:
+    """What an MCP server's errors and stderr lines must not quote: what its target hides, and
+    its headers' and environment's values."""
+    return target_secrets(server.command, server.url, *server.headers.values(), *server.env.values())
+
+
+def redact_error(text: str, secrets: Iterable[str] = ()) -> str:
+    """An error's text as shown: the exact `secrets` scrubbed, then `redact_text`."""
+    return redact_text(scrub(text, secrets))

@@ -17,7 +17,7 @@ from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
 from gateway.mcp.midcall import MidCall
 from gateway.mcp.results import Rendered, render_result
-from gateway.mcp.sampling import sample
+from gateway.mcp.sampling import PerCall, ensure_enabled, sample
 from gateway.mcp.sdk import (
     Answer,
     Busy,
@@ -45,10 +45,12 @@ async def call(
     """One call of `tool` on the live `connection` to `server`, through its input rounds."""
     answers: dict[str, Answer] = {}
     token: str | None = None
+    sampled = PerCall(server, config)
     if ctx.resume is not None:
         answers, token, pending = _resumed(ctx.resume)
-        answers = await _answer(server, config, pending, answers, token, ctx)
-    mid_call = MidCall(server, config, tool, ctx)
+        sampled.used = int(ctx.resume["state"].get("sampled", 0))
+        answers = await _answer(server, config, pending, answers, token, ctx, sampled)
+    mid_call = MidCall(server, config, tool, ctx, sampled)
     progress = ProgressTrace(ctx, server, tool)
     for _ in range(MAX_ROUNDS):
         started = time.monotonic()
@@ -88,7 +90,7 @@ async def call(
             return text
         await _trace(ctx, server, tool, started, "input_required", 0)
         token = result.state
-        answers = await _answer(server, config, result.requests, {}, token, ctx)
+        answers = await _answer(server, config, result.requests, {}, token, ctx, sampled)
     raise ToolError(f"The MCP server {server!r} kept asking for input ({MAX_ROUNDS} rounds); the call was abandoned.")
 
 
@@ -99,9 +101,15 @@ async def _answer(
     answers: dict[str, Answer],
     token: str | None,
     ctx: ToolContext,
+    sampled: PerCall,
 ) -> dict[str, Answer]:
-    """Answers for every request; parks the turn (NeedsAnswer) on the first unanswered question."""
+    """Answers for every request; parks the turn (NeedsAnswer) on the first unanswered question.
+    The round's sampling requests are refused together when they would pass the call's cap."""
     answers = dict(answers)
+    samples = [k for k, r in requests.items() if isinstance(r, SamplingRequest) and k not in answers]
+    if samples:
+        ensure_enabled(server, config, ctx)
+        sampled.ensure_room(len(samples))
     for key, request in requests.items():
         if key in answers:
             continue
@@ -115,10 +123,11 @@ async def _answer(
                 "requests": _dump_requests(requests),
                 "answers": _dump_answers(answers),
                 "asking": key,
+                "sampled": sampled.used,
             }
             raise NeedsAnswer(asked.text, choices=asked.choices, allow_free_text=asked.allow_free_text, state=state)
         if isinstance(request, SamplingRequest):
-            answers[key] = await sample(server, config, request, ctx)
+            answers[key] = await sample(server, config, request, ctx, sampled)
             continue
         assert isinstance(request, OtherRequest)
         raise ToolError(f"The MCP server {server!r} asked for {request.method!r}, which this gateway does not provide.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
+from gateway.config.redaction import mcp_secrets, redact_error, shown_target
 from gateway.mcp import calls, resources
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
 from gateway.mcp.oauth import NoKey
@@ -42,7 +43,7 @@ class ServerState:
     """What /readyz, /status and `gateway doctor` show for one server."""
 
     name: str
-    target: str  # the command or the url
+    target: str  # the command or the url as configured: part of its tools' identity, never shown
     status: str = "starting"  # starting | running | failed | needs_login | disabled
     tools: int = 0
     error: str = ""
@@ -52,6 +53,7 @@ class ServerState:
     protocol: str = ""
     server: str = ""  # the server's own name and version
     since: float = field(default_factory=time.time)
+    shown_target: str = ""  # the target as everything shows it (gateway/config/redaction.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -63,7 +65,7 @@ class ServerState:
             "retry_in_s": self.retry_in_s,
             "protocol": self.protocol,
             "server": self.server,
-            "target": self.target,
+            "target": self.shown_target,
         }
 
 
@@ -78,9 +80,13 @@ class McpManager:
         self._readable: set[str] = set()  # running servers with resources (mcp_read_resource)
         self._tasks: list[asyncio.Task] = []
         self.changed = asyncio.Condition()  # notified whenever a server's state or tools change
+        self._secrets: dict[str, set[str]] = {}  # per server: what its errors must not quote
         for name, server in config.servers.items():
             target = " ".join(server.command) if server.command else server.url
-            self.states[name] = ServerState(name, target, status="starting" if server.enabled else "disabled")
+            status = "starting" if server.enabled else "disabled"
+            shown = shown_target(server.command, server.url)
+            self.states[name] = ServerState(name, target, status=status, shown_target=shown)
+            self._secrets[name] = mcp_secrets(server)
         registry.add_source(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -158,15 +164,15 @@ class McpManager:
             except TimeoutError:
                 error = f"no answer within {server.connect_timeout_s:g}s"
             except StartFailed as exc:  # it wrote why to stderr
-                error = shorten(f"{describe(exc.__cause__ or exc)}; its stderr: {exc}")
+                error = f"{describe(exc.__cause__ or exc)}; its stderr: {exc}"
             except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
                 error = describe(exc)
                 if needs_login(exc):  # not a crash: it waits for a person, looked at again now and then
-                    await self._wait_for_login(name, error)
+                    await self._wait_for_login(name, self._shown_error(name, error))
                     continue
             self.connections.pop(name, None)
             self._unload(name)
-            delay, error = self._next_delay(delay, error, up_since)
+            delay, error = self._next_delay(delay, self._shown_error(name, error), up_since)
             state.status, state.error, state.restarts, state.retry_in_s = "failed", error, state.restarts + 1, delay
             log.warning("MCP server %s is down (%s); restarting in %.1fs", name, error, delay)
             await self._notify()
@@ -179,8 +185,13 @@ class McpManager:
         try:
             return self.vaults(name)
         except NoKey as exc:
-            log.error("MCP server %s: %s", name, exc)
+            log.error("MCP server %s: %s", name, self._shown_error(name, str(exc)))
             return None
+
+    def _shown_error(self, name: str, error: str) -> str:
+        """An error as it is kept, logged and shown: redacted first, then shortened (a secret
+        cut in half would no longer be recognised)."""
+        return shorten(redact_error(error, self._secrets[name]))
 
     async def _wait_for_login(self, name: str, error: str) -> None:
         state = self.states[name]
@@ -414,10 +425,11 @@ def _strip_titles(node: Any, in_properties: bool = False) -> Any:
 
 
 def describe(exc: BaseException) -> str:
-    """The first real error inside (possibly nested) exception groups."""
+    """The first real error inside (possibly nested) exception groups (not shortened: it is
+    redacted before it is cut)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return shorten(str(exc) or type(exc).__name__)
+    return str(exc) or type(exc).__name__
 
 
 def shorten(text: str, limit: int = 300) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from gateway.approvals.in_call import alive_until
 from gateway.config import McpServerConfig
 from gateway.mcp import elicitation
-from gateway.mcp.sampling import sample
+from gateway.mcp.sampling import PerCall, sample
 from gateway.mcp.sdk import Answer, ElicitAnswer, Elicitation, InputRequest, Refusal, SamplingRequest
 from gateway.store.items import Said
 from gateway.tools.registry import ToolContext, ToolError
@@ -34,8 +34,9 @@ class MidCall:
     """The answers of one call's mid-call requests; `refusals` says why any was refused, for
     the tool error when the server then fails the call."""
 
-    def __init__(self, server: str, config: McpServerConfig, tool: str, ctx: ToolContext):
+    def __init__(self, server: str, config: McpServerConfig, tool: str, ctx: ToolContext, sampled: PerCall):
         self.server, self.config, self.tool, self.ctx = server, config, tool, ctx
+        self.sampled = sampled  # the call's sampling, counted against its cap
         self.refusals: list[str] = []
 
     async def answer(self, request: InputRequest) -> Answer:
@@ -43,7 +44,7 @@ class MidCall:
             if isinstance(request, Elicitation):
                 return await self._ask(request)
             if isinstance(request, SamplingRequest):
-                return await sample(self.server, self.config, request, self.ctx)
+                return await sample(self.server, self.config, request, self.ctx, self.sampled)
             raise ToolError(
                 f"The MCP server {self.server!r} asked for {request.method!r}, which this gateway does not provide."
             )

@@ -3,6 +3,11 @@ when `mcp.servers.<name>.sampling` allows it. The completion goes through the LL
 the spend caps check and count it for the turn's payer; its tokens and its cost (at
 `llm.prices`, or the provider's own figure) are added to the run, and so to the session's
 totals (an `MCP_SAMPLING` event). It uses the model of the turn that made the tool call.
+
+The server chooses how long an answer it asks for and how often it asks, so both are capped per
+call: `max_tokens` is clamped to `sampling_max_tokens`, and a call gets `sampling_per_call`
+requests answered; one more ends the call (the server would otherwise spend the payer's budget
+at its own discretion).
 """
 
 from __future__ import annotations
@@ -20,13 +25,40 @@ from gateway.traces import current_spending, llm_totals, usage_payload
 log = logging.getLogger(__name__)
 
 
-async def sample(server: str, config: McpServerConfig, request: SamplingRequest, ctx: ToolContext) -> SamplingAnswer:
-    llm = ctx.services.get("llm")
-    if not config.sampling or llm is None:
+class PerCall:
+    """The sampling requests one tool call has had answered (kept across a parked call's rounds)."""
+
+    def __init__(self, server: str, config: McpServerConfig, used: int = 0):
+        self.server, self.limit, self.used = server, config.sampling_per_call, used
+
+    def ensure_room(self, count: int = 1) -> None:
+        """Refuse when `count` more requests would pass the limit (a batch is refused whole,
+        before any of it is spent)."""
+        if self.used + count > self.limit:
+            raise ToolError(
+                f"The MCP server {self.server!r} asked to use the model (sampling) more than {self.limit} times "
+                f"in one call (mcp.servers.{self.server}.sampling_per_call); the call was abandoned."
+            )
+
+    def take(self) -> None:
+        self.ensure_room()
+        self.used += 1
+
+
+def ensure_enabled(server: str, config: McpServerConfig, ctx: ToolContext) -> None:
+    if not config.sampling or ctx.services.get("llm") is None:
         raise ToolError(
             f"The MCP server {server!r} asked to use the model (sampling), which is not enabled for it "
             f"(mcp.servers.{server}.sampling); the call was not finished."
         )
+
+
+async def sample(
+    server: str, config: McpServerConfig, request: SamplingRequest, ctx: ToolContext, per_call: PerCall
+) -> SamplingAnswer:
+    ensure_enabled(server, config, ctx)
+    per_call.take()
+    llm = ctx.services["llm"]
     messages = ([{"role": "system", "content": request.system_prompt}] if request.system_prompt else []) + [
         {"role": "assistant" if role == "assistant" else "user", "content": text} for role, text in request.messages
     ]
@@ -34,7 +66,8 @@ async def sample(server: str, config: McpServerConfig, request: SamplingRequest,
     try:
         spending = current_spending.get()
         model = spending.model if spending is not None else None
-        completion = await llm.complete(messages, max_tokens=request.max_tokens or None, model=model)
+        limit = min(request.max_tokens or config.sampling_max_tokens, config.sampling_max_tokens)
+        completion = await llm.complete(messages, max_tokens=limit, model=model)
     except Exception as exc:  # noqa: BLE001 - a budget reached, the model down: the server is told no
         raise ToolError(f"The MCP server {server!r} asked to use the model (sampling), which failed: {exc}") from None
     await _record(ctx, server, completion, time.monotonic() - started)

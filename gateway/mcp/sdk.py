@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.config import McpServerConfig
+from gateway.config.redaction import mcp_secrets, redact_error
 from gateway.mcp.stderr import ServerStderr
 
 if TYPE_CHECKING:
@@ -449,12 +450,13 @@ async def connect(
     if config.auth == "oauth" and login is None and (vault is None or not await vault.load("tokens")):
         raise NeedsLogin("no stored tokens" if vault is not None else "GATEWAY_SECRET_KEY is not set")
     holder: dict[str, Connection] = {}
+    secrets = mcp_secrets(config)  # scrubbed from its stderr and transport errors
 
     async def on_message(message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             holder["connection"].tools_changed.set()
         elif isinstance(message, Exception):
-            log.info("MCP transport error: %s", message)
+            log.info("MCP transport error: %s", redact_error(str(message), secrets))
 
     async def on_elicit(context: Any, params: Any) -> Any:
         return _response(await holder["connection"].answer_mid_call(_elicitation(params), on_legacy_request))
@@ -463,7 +465,7 @@ async def connect(
         return _response(await holder["connection"].answer_mid_call(_sampling_request(params), on_legacy_request))
 
     async with contextlib.AsyncExitStack() as stack:
-        stderr = await stack.enter_async_context(ServerStderr(name or "server")) if config.command else None
+        stderr = await stack.enter_async_context(ServerStderr(name or "server", secrets)) if config.command else None
         client = Client(
             _transport(config, stderr, _oauth(config, vault, login) if config.auth == "oauth" else None),
             cache=None,  # tools are listed afresh on every reload; calls are timed out by Connection

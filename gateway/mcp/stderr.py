@@ -1,6 +1,8 @@
 """A stdio MCP server's standard error: each line goes to the gateway's log under the server's
 name, and the last lines are kept, so a server that exits at start (a bad argument, a missing
-repository, a crash on import) says why in its state instead of only "Connection closed"."""
+repository, a crash on import) says why in its state instead of only "Connection closed".
+A line is redacted before it is logged, kept or cut (gateway/config/redaction.py): a server
+that echoes its arguments or environment (a usage message) must not put its key in the log."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import contextlib
 import logging
 import os
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
+
+from gateway.config.redaction import redact_error
 
 log = logging.getLogger(__name__)
 KEEP_LINES = 4
@@ -18,8 +23,9 @@ SETTLE_S = 0.5  # after the process ended, how long its last lines may take to b
 
 
 class ServerStderr:
-    def __init__(self, server: str):
+    def __init__(self, server: str, secrets: Iterable[str] = ()):
         self.server = server
+        self.secrets = frozenset(secrets)  # the server's configured secrets, scrubbed from every line
         self.lines: deque[str] = deque(maxlen=KEEP_LINES)
         read_fd, write_fd = os.pipe()
         self.file = os.fdopen(write_fd, "w")  # given to the process as its stderr
@@ -58,7 +64,7 @@ class ServerStderr:
 
     async def _forward(self, reader: asyncio.StreamReader) -> None:
         while line := await reader.readline():
-            text = line.decode(errors="replace").rstrip()
+            text = redact_error(line.decode(errors="replace").rstrip(), self.secrets)
             if text:
                 self.lines.append(text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 1] + "…")
                 log.info("MCP %s: %s", self.server, text)

@@ -9,7 +9,8 @@ directory, so a test can see whether it ran), `fail` (an `isError` result), `cha
 name), `haiku` (asks the client's model: sampling), `crash` (the process exits mid-call) and
 `slow` (sleeps, for timeouts). With `--extra`: `sign_in` (a URL-mode elicitation, sent
 mid-call: older protocols only), `report` (a resource link, an embedded resource or a
-structured-only result) and the resources `notes://report` (text) and `notes://pixel` (a PNG).
+structured-only result), `ramble` (samples five times in one call, each asking for 100,000
+tokens) and the resources `notes://report` (text) and `notes://pixel` (a PNG).
 """
 
 import argparse
@@ -74,6 +75,25 @@ def add_extra_tools(server: MCPServer) -> None:
             text = TextResourceContents(uri="notes://report", text="The report: all green.", mime_type="text/plain")
             return [EmbeddedResource(type="resource", resource=text)]
         return CallToolResult(content=[], structured_content={"total": 3, "items": ["a", "ü"]})
+
+    def long_part(n: int) -> Any:
+        def ask() -> Sample:
+            ask = TextContent(type="text", text=f"Write part {n} of a very long essay.")
+            return Sample([SamplingMessage(role="user", content=ask)], max_tokens=100_000)
+
+        return ask
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def ramble(
+        topic: str,
+        p1: Annotated[CreateMessageResult, Resolve(long_part(1))],
+        p2: Annotated[CreateMessageResult, Resolve(long_part(2))],
+        p3: Annotated[CreateMessageResult, Resolve(long_part(3))],
+        p4: Annotated[CreateMessageResult, Resolve(long_part(4))],
+        p5: Annotated[CreateMessageResult, Resolve(long_part(5))],
+    ) -> str:
+        """An essay about a topic in five parts, each 100,000 tokens long, by the client's model (sampling)."""
+        return "essay: " + " / ".join(str(getattr(p.content, "text", "?")) for p in (p1, p2, p3, p4, p5))
 
     @server.resource("notes://report", mime_type="text/plain")
     def report_text() -> str:

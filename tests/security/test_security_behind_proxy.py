@@ -12,11 +12,13 @@ Tests run on loopback: the test's client is the proxy (127.0.0.1 trusted), or an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
 import aiohttp
+import pytest
 from admin_support import TOKEN, base_url, csrf_of, serving
 from harness import make_config
 from sqlalchemy import select, update
@@ -66,6 +68,34 @@ async def test_behind_a_trusted_proxy_each_client_is_limited_on_its_own(store, l
         assert {e.detail["client"] for e in entries} == {"203.0.113.5", "203.0.113.6"}
 
 
+async def test_a_trusted_proxys_requests_without_forwarded_for_share_one_unknown_clients_limit(store, llm, tmp_path):
+    """A proxy that sends no X-Forwarded-For (nginx's bare proxy_pass) hides who its clients
+    are: its requests are one unknown remote client, limited on their own and logged as such,
+    not the proxy's loopback address (which is no client) nor anyone the proxy does name."""
+    async with serving(store, config(llm, tmp_path, BEHIND)) as h, aiohttp.ClientSession() as http:
+        base = base_url(h)
+        for _ in range(LOGIN_FAILURES):
+            assert (await login(http, base, "guess")).status == 401
+        assert (await login(http, base, TOKEN)).status == 429
+        assert (await login(http, base, TOKEN, {"X-Forwarded-For": "203.0.113.7"})).status == 303
+        entries = await store.audit.list_audit(kind="console_login", limit=20)
+        assert {e.detail["client"] for e in entries} == {"unknown (via 127.0.0.1)", "203.0.113.7"}
+
+
+async def test_ipv6_clients_of_one_64_share_one_limit(store, llm, tmp_path):
+    """An IPv6 host usually holds a whole /64: rotating addresses inside it is no new client."""
+    async with serving(store, config(llm, tmp_path, BEHIND)) as h, aiohttp.ClientSession() as http:
+        base = base_url(h)
+        for i in range(LOGIN_FAILURES):
+            assert (await login(http, base, "guess", {"X-Forwarded-For": f"2001:db8:5:6::{i + 1:x}"})).status == 401
+        assert (await login(http, base, TOKEN, {"X-Forwarded-For": "2001:db8:5:6:ffff::99"})).status == 429
+        assert (await login(http, base, TOKEN, {"X-Forwarded-For": "2001:db8:5:7::1"})).status == 303  # another /64
+        # IPv4 clients are still limited one address at a time.
+        for _ in range(LOGIN_FAILURES):
+            assert (await login(http, base, "guess", {"X-Forwarded-For": "198.51.100.1"})).status == 401
+        assert (await login(http, base, TOKEN, {"X-Forwarded-For": "198.51.100.2"})).status == 303
+
+
 async def test_the_session_cookie_is_secure_when_the_trusted_proxy_says_https(store, llm, tmp_path):
     https = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.5"}
     async with serving(store, config(llm, tmp_path, BEHIND)) as h, aiohttp.ClientSession() as http:
@@ -91,6 +121,35 @@ async def test_wrong_bearer_tokens_are_rate_limited_like_logins(store, llm, tmp_
         assert (await login(http, base_url(h), TOKEN, attacker)).status == 429
         async with http.get(url, headers={"X-Forwarded-For": "203.0.113.6", "Authorization": f"Bearer {TOKEN}"}) as r:
             assert r.status == 200
+
+
+async def raw_get(port: int, path: str, header: bytes) -> int:
+    """A GET with a header given as raw bytes (no HTTP client sends bytes that are not UTF-8;
+    an attacker's socket does). Returns the status code."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
+                     b"X-Forwarded-For: 203.0.113.5\r\n" + header + b"\r\n\r\n")
+        await writer.drain()
+        status_line = await reader.readline()
+    finally:
+        writer.close()
+    return int(status_line.split()[1])
+
+
+@pytest.mark.parametrize("token", [b"Bearer \xff\xfe\x80guess", "Bearer клюк-ключ".encode(), b"Bearer \xed\xa0\x80"])
+@pytest.mark.parametrize("console", [True, False])
+async def test_a_bearer_token_that_is_not_ascii_is_a_wrong_token_not_an_error(store, llm, tmp_path, token, console):
+    http = {"host": "127.0.0.1", "port": 0, **BEHIND}
+    cfg = make_config(llm.base_url, str(tmp_path / "ws"), http=http, admin={"token": TOKEN, "enabled": console})
+    async with serving(store, cfg) as h:
+        port, header = h.gateway.http.port, b"Authorization: " + token
+        if console:
+            assert await raw_get(port, "/admin/api/overview", header) == 401
+            cookie = b"Cookie: " + COOKIE.encode() + b"=" + token.removeprefix(b"Bearer ")
+            assert await raw_get(port, "/admin/", cookie) == 303  # the login page, not a 500
+        assert await raw_get(port, "/metrics", header) == 401
+        assert await raw_get(port, "/readyz", header) == 200  # `{"ready": true}`, not its details, and no 500
 
 
 @contextlib.asynccontextmanager

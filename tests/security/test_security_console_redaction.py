@@ -16,7 +16,18 @@ from mcp_support import mcp_section
 from pydantic import BaseModel
 
 from gateway.config import Config
-from gateway.config.redaction import MASKED, NAMES_ONLY, PROGRAMS, SHOWN, URLS, redact_url, scrub, secret_values
+from gateway.config.redaction import (
+    MASKED,
+    NAMES_ONLY,
+    PROGRAMS,
+    SHOWN,
+    URLS,
+    redact_command,
+    redact_text,
+    redact_url,
+    scrub,
+    secret_values,
+)
 
 SECRETS = {
     "database password": "Db-Pass-7f3a9c",
@@ -115,6 +126,7 @@ async def test_no_secret_reaches_a_console_page_or_the_admin_api(store, llm, tmp
     assert shown["mcp"]["servers"]["remote"]["url"] == "http://••••@127.0.0.1:9/mcp?key=••••"
     assert shown["mcp"]["servers"]["remote"]["headers"] == {"Authorization": "•••• (set, 28 characters)"}
     assert list(shown["mcp"]["servers"]["local"]["env"]) == ["SERVICE_API_KEY"]
+    assert shown["mcp"]["servers"]["local"]["command"][1:] == ["-c", "import sys; sys.exit(3)", "--token=••••"]
     assert shown["llm"]["model"] == "test-model" and shown["telegram"]["token"] == "•••• (set, 24 characters)"
     assert shown["slack"]["signing_secret"].startswith("•••• (set") and shown["admin"]["token"].startswith("••••")
     assert shown["approvals"]["rules"][0]["tool"] == "shell" and shown["approvals"]["rules"][0]["note_key"] != ""
@@ -189,3 +201,48 @@ def test_an_error_quoting_a_configured_secret_is_scrubbed():
              f"{s['MCP url query']}' sent {s['MCP header']} with env {s['MCP env']}")
     scrubbed = scrub(error, secret_values(config))
     assert leaked(scrubbed) == [] and "127.0.0.1:9/mcp" in scrubbed
+
+
+def test_a_command_line_keeps_its_program_and_harmless_arguments():
+    argv = [
+        "npx", "-y", "@modelcontextprotocol/server-github", "--api-key", "K-Secret-1", "--token=T-Secret-2",
+        "-token", "G-Secret-3", "-p", "P-Secret-4", "GITHUB_TOKEN=E-Secret-5", "--db", "postgres://u:U-Secret-6@db/x",
+        "-H", "Authorization: Bearer H-Secret-7", "tok-7f3a9c1e", "--region", "eu", "/srv/share",
+    ]
+    assert redact_command(argv) == [
+        "npx", "-y", "@modelcontextprotocol/server-github", "--api-key", "••••", "--token=••••",
+        "-token", "••••", "-p", "••••", "GITHUB_TOKEN=••••", "--db", "postgres://••••@db/x",
+        "-H", "••••", "••••", "--region", "eu", "/srv/share",
+    ]
+
+
+def test_an_error_or_log_line_loses_the_credentials_it_quotes():
+    cases = {
+        "usage: server --api-key K-1a2b3c --region eu": "usage: server --api-key •••• --region eu",
+        "GET https://u:pw@mcp.example/v1?key=k&sig=d": "GET https://••••@mcp.example/v1?key=••••&sig=••••",
+        "401 with Authorization: Bearer eyJhbGciOi.x.y": "401 with Authorization: ••••",
+        "sent bearer abcdefgh12345678 to it": "sent bearer •••• to it",
+        'config {"api_key": "k-123", "max_tokens": 100}': 'config {"api_key": "••••", "max_tokens": 100}',
+        "env DB_PASSWORD=hunter2 AWS_SECRET_ACCESS_KEY=abc/def": "env DB_PASSWORD=•••• AWS_SECRET_ACCESS_KEY=••••",
+        "X-Api-Key: abc123 rejected": "X-Api-Key: •••• rejected",
+        "key sk-proj-abcdefghijklmnop1234 leaked": "key •••• leaked",
+        "mysql -p hunter2 -h db.internal": "mysql -p •••• -h db.internal",
+        # harmless text stays readable
+    }
+    harmless = [
+        "[Errno 2] No such file or directory: '/srv/mcp-server'",
+        "no answer within 30s from https://keycloak.example:8443/mcp",
+        "asked for max_tokens: 4000",
+    ]
+    assert {text: redact_text(text) for text in cases} == cases
+    assert [redact_text(text) for text in harmless] == harmless
+
+
+def test_redaction_takes_linear_time_on_hostile_text():
+    """A server's stderr is the server's to write: no pattern may backtrack on it."""
+    import time
+
+    started = time.perf_counter()
+    for text in ("a." * 20_000, "-a " * 20_000, "key: " * 20_000, "a://" * 20_000, "x" * 100_000):
+        redact_text(text)
+    assert time.perf_counter() - started < 10.0  # a backtracking pattern takes minutes here

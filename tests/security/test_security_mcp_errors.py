@@ -3,7 +3,9 @@
 The attack: a server that fails at start writes a credential to its stderr (a token in its
 arguments or environment echoed in a usage message, a URL with a password). The gateway keeps
 the last stderr lines as the server's error (so the operator sees why); a chat member asking
-/status, or the model calling one of the server's tools while it is down, must not be shown it.
+/status, or the model calling one of the server's tools while it is down, must not be shown it,
+and the error as the operator sees it (/readyz, the console, doctor, the log) has the configured
+credential masked.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ LEAKY = {
 }
 
 
-async def test_a_failed_servers_stderr_is_the_operators_alone(store, llm, tg, tmp_path) -> None:
+async def test_a_failed_servers_stderr_is_the_operators_alone(store, llm, tg, tmp_path, caplog) -> None:
+    caplog.set_level("INFO")
     cfg = tg_config(llm, tg, tmp_path, mcp=mcp_section(leaky=LEAKY))
     llm.tool_call("mcp__leaky__lookup", {}, id="l1")  # a tool it offered before (e.g. in an earlier turn)
     llm.reply("It is down.")
     async with running(store, cfg) as gateway:
         await gateway.mcp.wait_for(lambda m: m.states["leaky"].restarts >= 1, 30)
-        assert SECRET in gateway.mcp.summary()["leaky"]["error"]  # the operator sees why (readyz, doctor)
+        shown = gateway.mcp.summary()["leaky"]
+        assert "bad token=••••" in shown["error"]  # the operator sees why (readyz, doctor), not the token
+        assert SECRET not in shown["error"] and SECRET not in shown["target"] and SECRET not in caplog.text
         tg.private_message(PRIVATE, "look it up")
         await settle(gateway, lambda: "It is down." in texts(tg, PRIVATE))
         (result,) = tool_results(llm.requests[1])

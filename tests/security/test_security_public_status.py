@@ -11,6 +11,9 @@ a loopback peer that forwards a request is not a local client."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import aiohttp
 import pytest
 from admin_support import TOKEN, serving
@@ -56,12 +59,12 @@ async def test_a_remote_client_gets_only_whether_the_gateway_is_ready(store, llm
         assert await get(h, "/readyz", REMOTE) == (200, '{"ready": true}')
         status, body = await get(h, "/metrics", REMOTE)
         assert status == 401 and "gateway_" not in body
-        # Local clients and the admin (its token, from anywhere) see the details.
-        for headers in ({}, {**REMOTE, "Authorization": f"Bearer {TOKEN}"}):
-            status, body = await get(h, "/readyz", headers)
-            assert status == 200 and '"broken"' in body and '"migrations_current"' in body
-            status, body = await get(h, "/metrics", headers)
-            assert status == 200 and "gateway_inbox_pending" in body
+        # The admin (its token, from anywhere) sees the details.
+        admin = {**REMOTE, "Authorization": f"Bearer {TOKEN}"}
+        status, body = await get(h, "/readyz", admin)
+        assert status == 200 and '"broken"' in body and '"migrations_current"' in body
+        status, body = await get(h, "/metrics", admin)
+        assert status == 200 and "gateway_inbox_pending" in body
         status, _ = await get(h, "/readyz", {**REMOTE, "Authorization": "Bearer wrong"})
         assert (status, _) == (200, '{"ready": true}')
         await h.gateway.http.stop_intake()  # a load balancer still learns when to stop sending
@@ -78,6 +81,23 @@ async def test_a_clients_own_forwarded_for_line_before_its_proxys_does_not_make_
         forged = CIMultiDict([("X-Forwarded-For", "127.0.0.1"), ("X-Forwarded-For", "203.0.113.9")])
         assert await get(h, "/readyz", forged) == (200, '{"ready": true}')
         assert (await get(h, "/metrics", forged))[0] == 401
+
+
+async def test_a_trusted_proxys_request_without_forwarded_for_is_not_local(store, llm, tmp_path, server):
+    """nginx's bare `proxy_pass` sends no X-Forwarded-For: behind it every internet client
+    arrives as the loopback proxy with no header. Such a request is an unknown remote client,
+    and so is a client the proxy names as loopback; a local client needs no proxy in between."""
+    async with serving(store, config(llm, tmp_path, server, trusted_proxies=["127.0.0.1"])) as h:
+        await failed(h)
+        for headers in ({}, {"X-Forwarded-For": "127.0.0.1"}, {"X-Real-IP": "127.0.0.1"}):
+            assert await get(h, "/readyz", headers) == (200, '{"ready": true}'), headers
+            status, body = await get(h, "/metrics", headers)
+            assert status == 401 and "gateway_" not in body, headers
+    async with serving(store, config(llm, tmp_path, server)) as h:  # nobody trusted: loopback is local
+        await failed(h)
+        status, body = await get(h, "/readyz")
+        assert status == 200 and '"broken"' in body
+        assert (await get(h, "/metrics"))[0] == 200
 
 
 async def test_a_local_proxy_nobody_listed_does_not_make_its_clients_local(store, llm, tmp_path, caplog, server):
@@ -121,3 +141,55 @@ async def test_guessing_the_admin_token_on_metrics_is_limited_like_logins(store,
             url = f"http://127.0.0.1:{h.gateway.http.port}/admin/login"
             async with http.post(url, data={"token": TOKEN}, headers=REMOTE) as response:
                 assert response.status == 429
+
+
+# ---- item 5: the details show no MCP secret -------------------------------------------------
+
+URL_PASSWORD, URL_KEY, ARG_KEY = "Url-Pass-Q7x2k", "Url-Key-M3v8p", "Arg-Key-W5n1c"
+# A server behind a URL with a user, a password and a key in its query (nothing listens there),
+# and a stdio server whose key is an argument, which it echoes in its usage message and exits.
+CREDENTIALED = {
+    "url": f"http://mcp-user:{URL_PASSWORD}@127.0.0.1:9/mcp?key={URL_KEY}&region=eu", "connect_timeout_s": 5,
+}
+ECHOING = {
+    "command": [sys.executable, "-c", "import sys; print('usage: bad', *sys.argv[1:], file=sys.stderr); sys.exit(2)"],
+    "args": ["--api-key", ARG_KEY, "--region", "eu"], "connect_timeout_s": 5,
+}
+
+
+def secrets_in(text: str) -> list[str]:
+    return [secret for secret in (URL_PASSWORD, URL_KEY, ARG_KEY) if secret in text]
+
+
+@pytest.mark.parametrize("view", ["public", "admin", "local"])
+async def test_readyz_details_show_no_mcp_credential(store, llm, tmp_path, caplog, server, view):
+    caplog.set_level("INFO")
+    cfg = make_config(
+        llm.base_url, str(tmp_path / "ws"),
+        http={"host": "127.0.0.1", "port": 0, "public_status": view == "public"},
+        admin={"token": TOKEN, "enabled": server == "aiohttp"},
+        mcp=mcp_section(remote=CREDENTIALED, local=ECHOING),
+    )
+    headers = {"public": REMOTE, "admin": {**REMOTE, "Authorization": f"Bearer {TOKEN}"}, "local": {}}[view]
+    async with serving(store, cfg) as h:
+        await h.gateway.mcp.wait_for(lambda m: all(s.restarts >= 1 for s in m.states.values()), 20)
+        status, body = await get(h, "/readyz", headers)
+    assert status == 200 and '"remote"' in body and '"local"' in body  # the details are shown
+    assert secrets_in(body) == [], body
+    mcp = json.loads(body)["mcp"]
+    assert mcp["remote"]["target"] == "http://••••@127.0.0.1:9/mcp?key=••••&region=••••"
+    assert mcp["local"]["target"].endswith(" --api-key •••• --region eu")
+    assert "usage: bad" in mcp["local"]["error"]  # still says why it failed
+    assert secrets_in(caplog.text) == []  # nor does the log (its stderr lines, its restarts)
+
+
+async def test_doctor_shows_no_mcp_credential(capsys):
+    from gateway.cli.doctor import diagnose_mcp, print_check
+    from gateway.config import Config
+
+    config = Config.model_validate({"mcp": mcp_section(remote=CREDENTIALED, local=ECHOING)})
+    report = await diagnose_mcp(config.mcp, on_check=print_check)
+    printed = capsys.readouterr().out
+    assert [check.status for check in report.checks] == ["fail", "fail"]
+    assert "usage: bad --api-key ••••" in printed  # still says why
+    assert secrets_in(printed) == [] and secrets_in(repr(report.checks)) == []
