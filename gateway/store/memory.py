@@ -286,7 +286,9 @@ def forget_copies(
     texts = {r.text for r in rows}
     _forget_saves(conn, places, texts)
     ids = {r.id for r in rows}
-    saves = select(audit.c.id, audit.c.detail).where(audit.c.kind == "memory", audit.c.action == "save")
+    saves = select(audit.c.id, audit.c.detail).where(  # by tool: indexed
+        audit.c.tool == "memory_save", audit.c.kind == "memory", audit.c.action == "save"
+    )
     for row_id, row_detail in conn.execute(saves).all():
         if isinstance(row_detail, dict) and row_detail.get("memory_id") in ids and row_detail.get("topic"):
             conn.execute(update(audit).where(audit.c.id == row_id).values(detail={**row_detail, "topic": FORGOTTEN}))

@@ -28,6 +28,7 @@ from test_telegram_e2e import BOB, GROUP, PRIVATE, button, has_prompt, prompt_me
 from gateway.cli import memory as memory_cli
 from gateway.store import Store
 from gateway.store.tables import metadata
+from gateway.workspace import session_dir
 
 ANN = PRIVATE  # Ann's user id is her private chat's id
 ADMIN = 7
@@ -249,6 +250,8 @@ async def test_a_forgotten_entry_is_gone_from_every_copy_and_history_search(
     assert in_database_files(store, "quartz-zebra") == 0  # not in free pages nor in the WAL either
     trail = [r for r in await store.audit.list_audit() if r.tool == "memory_save" or r.kind == "memory"]
     assert trail and all("quartz" not in str((r.arguments, r.detail)).lower() for r in trail)
+    (save,) = [r for r in trail if r.kind == "memory" and r.action == "save"]
+    assert save.detail["topic"] == "[forgotten]"  # the save's audit row keeps that it happened, not what
 
 
 async def test_entry_numbers_are_never_reused(store) -> None:
@@ -278,6 +281,10 @@ async def test_erasing_a_person_removes_what_is_stored_about_them_and_reports_it
         await settle(gateway, lambda: "Saved for the group." in texts(tg, GROUP))
         tg.group_message(GROUP, "@test_bot Bob here, planning the offsite", **as_bob())
         await settle(gateway, lambda: "Hi Bob." in texts(tg, GROUP))
+    (dm,) = [s for s in await store.sessions.list(limit=10) if s.private]
+    files = session_dir(config.agent.workspace, dm.id)
+    files.mkdir(parents=True, exist_ok=True)
+    (files / "notes.txt").write_text("Ann's phone is 555-0199-77")  # a file the agent wrote for her
     out = io.StringIO()
     refused = await memory_cli.run(argparse.Namespace(person=f"telegram:{ANN}", yes=False), store, config, out)
     assert refused == 2 and await remembered(store, ANN_OWNER)  # nothing without --yes
@@ -286,7 +293,7 @@ async def test_erasing_a_person_removes_what_is_stored_about_them_and_reports_it
     assert code == 0
     for line in ("memory entries: 2", "direct-message sessions: 1", "messages redacted in shared chats: 1"):
         assert line in report
-    assert "Not erased:" in report
+    assert "Not erased:" in report and "files: 1" in report and not files.exists()
     assert await copies_of(store, "555-0199") == {}
     assert await remembered(store, ANN_OWNER) == [] and await remembered(store, GROUP_OWNER) == []
     assert await copies_of(store, "planning the offsite")  # Bob's words are his
