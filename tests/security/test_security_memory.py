@@ -27,6 +27,7 @@ from test_telegram_e2e import BOB, GROUP, PRIVATE, button, has_prompt, prompt_me
 
 from gateway.cli import memory as memory_cli
 from gateway.store import Store
+from gateway.store.history_search import search_folded
 from gateway.store.tables import metadata
 from gateway.workspace import session_dir
 
@@ -252,6 +253,24 @@ async def test_a_forgotten_entry_is_gone_from_every_copy_and_history_search(
     assert trail and all("quartz" not in str((r.arguments, r.detail)).lower() for r in trail)
     (save,) = [r for r in trail if r.kind == "memory" and r.action == "save"]
     assert save.detail["topic"] == "[forgotten]"  # the save's audit row keeps that it happened, not what
+
+
+async def test_a_forgotten_entry_leaves_no_word_in_the_folded_history_and_its_search_index(store) -> None:
+    session = await store.sessions.open(f"telegram:{ANN}:", source="telegram", started_by=str(ANN), private=True)
+    saved = (await store.memory.save(ANN_OWNER, LOCKER, session_id=session.id, source="words")).record
+    await store.history.add_compaction(
+        session.id, expected_last_seq=0, first_seq=1, last_seq=2, summary=f"Ann asked to keep: {LOCKER}.",
+        folded_text=f"user: please remember this: {LOCKER}\nassistant: Saved.",
+    )
+    assert await search_folded(store.db, f"telegram:{ANN}:", "quartz zebra")
+    await store.memory.forget(ANN_OWNER, [saved.id])
+    assert await search_folded(store.db, f"telegram:{ANN}:", "quartz zebra") == []
+    (folded,) = await store.history.compactions(session.id)
+    assert folded.summary == "Ann asked to keep: [forgotten]." and "[forgotten]" in folded.folded_text
+    assert await copies_of(store, "quartz") == {}
+    assert in_database_files(store, "quartz") == 0  # nor in the full-text index's old segments
+    if store.db.is_sqlite:  # freed pages are zeroed whatever the SQLite build's default
+        assert await store.db.write(lambda conn: conn.exec_driver_sql("PRAGMA secure_delete").scalar()) == 1
 
 
 async def test_entry_numbers_are_never_reused(store) -> None:
