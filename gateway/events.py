@@ -91,6 +91,7 @@ class Quoted:
     from_bot: bool = False  # the agent's own message
     fragment: bool = False  # only the part the person quoted (Telegram's reply quote)
     relation: Literal["reply", "thread"] = "reply"  # replied to / said earlier in the thread
+    who_id: str = ""  # the author's platform id ("" when unknown): their words keep their rights
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,8 @@ class SlackIntake:
                 who = "" if mine else str(message.get("username") or "a bot")
             else:
                 who = (await self._web.sender(str(message["user"]))).name
-            quoted.append(Quoted(who, text, from_bot=mine, relation="thread"))
+            who_id = "" if mine else str(message.get("user") or "")
+            quoted.append(Quoted(who, text, from_bot=mine, relation="thread", who_id=who_id))
         return tuple(quoted)
 
     async def _keep_chatter(self, found: Candidate) -> None:

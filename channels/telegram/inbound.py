@@ -154,10 +154,11 @@ class UpdateReader:
         author = reply.from_user
         who = author.full_name if author is not None else (reply.sender_chat.title or "" if reply.sender_chat else "")
         from_bot = author is not None and author.id == self._bot.id
+        who_id = str(author.id) if author is not None else ""  # a channel's post: nobody known
         if message.quote is not None and message.quote.text:
-            return (Quoted(who, message.quote.text[:QUOTED_MAX], from_bot=from_bot, fragment=True),)
+            return (Quoted(who, message.quote.text[:QUOTED_MAX], from_bot=from_bot, fragment=True, who_id=who_id),)
         text = reply.text or reply.caption or ("[a file]" if attachments_of(reply) else "")
-        return (Quoted(who, text[:QUOTED_MAX], from_bot=from_bot),) if text else ()
+        return (Quoted(who, text[:QUOTED_MAX], from_bot=from_bot, who_id=who_id),) if text else ()
 
     def _read_reaction(self, update_id: int, changed: MessageReactionUpdated) -> Reading:
         """A thumbs up or down put on or taken off a message: feedback when it is a reply of ours."""

@@ -4,8 +4,10 @@ final status, in the same transaction (`SessionRepo.set_tool_call(audit=...)`)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.agent.voices import Voice
 from gateway.approvals.policy import PolicyDecision
 from gateway.events import ThreadKey
 from gateway.store import AuditEntry, ToolCallRecord
@@ -34,7 +36,10 @@ def by_policy(decision: PolicyDecision) -> Decided:
     return Decided(action, rule, "policy", decision.reason)
 
 
-def by_role(role: str) -> Decided:
+def by_role(role: str, of: str = "") -> Decided:
+    """Refused by a role: the requester's, or (`of`) that of another person whose words the turn holds."""
+    if of:
+        return Decided("denied", f"role:{role}", "policy", f"the role {role!r} of {of}, whose words led to it, may not use this tool")
     return Decided("denied", f"role:{role}", "policy", f"the role {role!r} may not use this tool")
 
 
@@ -54,8 +59,11 @@ def tool_call_entry(
     requested_by: str = "",
     run_id: int | None = None,
     agent: str | None = None,
+    voices: Sequence[Voice] = (),
 ) -> AuditEntry:
     detail: dict = {"call_id": call.call_id}
+    if voices:  # other people whose words the turn held: the call asked for in their words too
+        detail["voices"] = [{"id": person(thread.channel, v.id) or "", "name": v.name, "how": v.how} for v in voices]
     if decided is not None and decided.reason:
         detail["reason"] = decided.reason
     if agent:

@@ -255,11 +255,13 @@ class Delegation:
             on_behalf_of=turn.req.on_behalf_of,  # a job's children act for its creator too
             fence=turn.req.fence,
             child=self.control.context(task, turn.thread),
+            voices=turn.req.voices,  # the parent's words came with others': so do the child's
         )
         run = await self.store.runs.get(task.child_run_id) if task.child_run_id else None
         if run is None:
             model = self.cfg.llm.ref(session.model)
-            run, row = await self.store.delegations.begin(task, model=model, fence=turn.req.fence)
+            voices = [v.as_json() for v in turn.req.voices]  # on its task row: found again when it resumes
+            run, row = await self.store.delegations.begin(task, model=model, fence=turn.req.fence, voices=voices)
             request.started_run, request.turn_started_seq = run, row.seq
             await self.control.show(
                 turn.thread, f"child-start:{task.id}", start_line(turn, task), interactive=turn.session.interactive

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.agent.child import ChildContext
+from gateway.agent.voices import Voice, others
 from gateway.events import ThreadKey
 from gateway.store import Fence, PromptRecord, RunRecord, SessionRecord, ToolCallRecord
 from gateway.store.items import Verdict
@@ -154,6 +155,13 @@ class TurnRequest:
     # `schedule` tool runs with its creator's role (never as the trusted `cron` channel)
     on_behalf_of: str = ""
     memory: MemoryScope | None = None  # whose memory the turn reads and writes (set when its run opens)
+    # other people whose words the turn holds (kept chatter, quotes): their rights limit its tools
+    voices: tuple[Voice, ...] = ()
+
+    def hears(self, payloads: list[dict[str, Any]]) -> None:
+        """Messages joining the turn (steered) bring the voices they hold."""
+        found = [v.as_json() for v in self.voices] + [v for p in payloads for v in p.get("voices") or ()]
+        self.voices = others(found, self.requested_by)
 
     def acting(self, channel: str) -> tuple[str, str]:
         """(channel, user id) whose role the turn's tools are checked against; `channel`: that

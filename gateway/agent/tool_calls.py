@@ -23,6 +23,7 @@ from gateway.agent.audit_trail import Decided, by_policy, by_prompt, by_role, to
 from gateway.agent.child import DELEGATE
 from gateway.agent.files import files_dir
 from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
+from gateway.agent.voices import Voice, denial_text, described
 from gateway.agent.messages import (
     END_MESSAGES,
     DeclaredCall,
@@ -49,6 +50,10 @@ NO_ONE_TO_ASK = "No user can answer questions in this session."
 NO_ANSWER = "No answer from the user."
 RESTART_NOT_RERUN = "interrupted by a restart; not re-run"
 RESTART_RERUN = "interrupted by a restart; run again (the tool has no side effects)"
+BACKGROUND_WITH_VOICES = (
+    "Tool call denied: a background task is not started from a request that holds other people's words "
+    "({voices}). Delegate without background, or ask again in the requester's own words."
+)
 Settled = tuple[str, str]  # (status, result text) of one call
 DelegateCalls = Callable[[list[OpenCall]], Awaitable[list[Settled]]]  # runs `delegate` calls (delegation.py)
 
@@ -110,6 +115,7 @@ class ToolCalls:
             specs = [s for s in specs if s.name in names]
         if self.services.access is not None:  # the person's role: tools it does not allow are never offered
             specs = self.services.access.offered(specs, *self.req.acting(self.thread.channel))
+            specs = [s for s in specs if self._voice_denial(s.name) is None]  # nor what others' words may not lead to
         hidden = self.services.policy.hidden_tools(specs, self.session.source)
         return [
             s
@@ -242,10 +248,25 @@ class ToolCalls:
             return None
         return access.role_name(*self.req.acting(self.thread.channel))
 
+    def _voice_denial(self, name: str) -> tuple[Voice, str] | None:
+        """The first other person whose words the turn holds and whose role does not allow the
+        tool, with that role's name (gateway/agent/voices.py); None when all of them may use it."""
+        access = self.services.access
+        if access is None:
+            return None
+        channel = self.thread.channel
+        for voice in self.req.voices:
+            if not access.tool_allowed(channel, voice.rights_of, name):
+                return voice, access.role_name(channel, voice.rights_of)
+        return None
+
     async def _decide(self, call: OpenCall, spec: ToolSpec) -> PolicyDecision:
-        bypasses = [  # a standing approval covers the requests of the person it was given for
+        # A standing approval covers the requests of the person it was given for, and only
+        # while the turn holds nobody else's words (it is asked again, naming them).
+        grants = [] if self.req.voices else await self.services.store.prompts.active_bypasses(str(self.thread))
+        bypasses = [
             Bypass(b.tool, ThreadKey.parse(b.thread_key), b.expires_at)
-            for b in await self.services.store.prompts.active_bypasses(str(self.thread))
+            for b in grants
             if str(b.covers_person) == str(self.req.requested_by)
         ]
         in_context = None
@@ -266,7 +287,7 @@ class ToolCalls:
         as it stands (else each goes through the gate on its own: a denial, a prompt)."""
         if call.record.status == "running":
             return True
-        if call.spec is None or self._role_denial(call.name) is not None:
+        if call.spec is None or self._role_denial(call.name) is not None or self._voice_denial(call.name):
             return False
         return (await self._decide(call, call.spec)).action == "allow"
 
@@ -277,6 +298,14 @@ class ToolCalls:
         if role is not None:
             text = role_denial_text(call.name, role)
             return await self.settle(call.record, "rejected", text, note=text, decided=by_role(role))
+        if call.name == DELEGATE and call.args.get("background") and self.req.voices:
+            # A background task outlives the turn that knows whose words it holds: not started.
+            text = BACKGROUND_WITH_VOICES.format(voices=described(self.req.voices))
+            return await self.settle(call.record, "rejected", text, note=text, decided=Decided("denied", "voices", "policy", text))
+        if (voiced := self._voice_denial(call.name)) is not None:
+            voice, role = voiced
+            text = denial_text(call.name, voice, role)
+            return await self.settle(call.record, "rejected", text, note=text, decided=by_role(role, voice.name))
         if call.name == "ask_user":
             return await self._ask_user(call)
         decision = await self._decide(call, call.spec)
@@ -298,6 +327,7 @@ class ToolCalls:
             agent=self.child.name if self.child is not None else "",
             requester_name=self.req.requester_name,
             private=self.req.private,
+            voices=described(self.req.voices),
         )
         await self._park(prompt)
 
@@ -405,7 +435,7 @@ class ToolCalls:
         trace of it) in the same write."""
         audit = tool_call_entry(
             call, status, decided, thread=self.thread, requested_by=self.req.requested_by, run_id=self.run_id,
-            agent=self.child.name if self.child is not None else None,
+            agent=self.child.name if self.child is not None else None, voices=self.req.voices,
         )
         events, totals = traced or ([], None)
         await self.services.store.settle_tool_call(

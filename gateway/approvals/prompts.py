@@ -119,12 +119,16 @@ class PromptService:
         agent: str = "",
         requester_name: str = "",
         private: bool = False,
+        voices: str = "",
     ) -> PromptRecord:
         """`agent`: the sub-agent asking, named in the prompt (its parent's chat shows it).
-        `private`: asked in a DM; `requester_name`: shown to the deciders (gateway/approvals/routing.py)."""
+        `private`: asked in a DM; `requester_name`: shown to the deciders (gateway/approvals/routing.py).
+        `voices`: the other people whose words the turn holds (gateway/agent/voices.py), named."""
         arguments = shown_arguments(call.arguments)
         payload: dict[str, Any] = {"tool": call.name, "arguments": arguments, "reason": reason}
         payload.update(grant=grant or call.name, agent=agent, requester_name=requester_name, private=private)
+        if voices:
+            payload["voices"] = voices
         metrics.APPROVALS.labels("requested").inc()
         prompt, _ = await self.store.prompts.create(
             kind="approval",
@@ -143,6 +147,9 @@ class PromptService:
         summary = f"Approve `{call.name}`?"
         if agent:  # a sub-agent's call, shown in its parent's chat
             summary = f"🤖 {escape_markdown(agent)} → wants to run `{call.name}`: {one_line(call.arguments)}"
+        if voices:  # whose words led to it besides the requester's: the decider sees them
+            asker = escape_markdown(requester_name or "the person who asked")
+            summary += f"\nAsked by {asker}, with words of {escape_markdown(voices)}."
         shown = Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
         people = [] if self.may_decide(prompt, requested_by) else self._deciders_elsewhere(prompt, thread)
         if not people:

@@ -19,7 +19,7 @@ from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, Commands, is_stop, parse_command
 from gateway.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Store
-from gateway.store.items import ContinueRun
+from gateway.store.items import ContinueRun, Said
 
 log = logging.getLogger("gateway.inbox.inbox")
 TurnListener = Callable[[TurnEnded], Awaitable[None]]
@@ -207,11 +207,14 @@ class TurnRunner:
             if any(is_stop(i) for i in pending):
                 return 0  # the /stop drops them
             # An edit of a message already answered joins too, as "(edited) ..." (surroundings.py).
-            items = [i for i in pending if i.kind in ("message", "report", "edit")]
+            # Only the requester's own words join: another person's message waits and runs as
+            # their own turn, with their rights (gateway/agent/voices.py).
+            items = [i for i in pending if i.kind == "report" or (i.kind in ("message", "edit") and _said_by(i, request))]
             items = [i for i in items if i.kind == "report" or await self.admitted(request.thread, i, request.fence)]
             if not items:
                 return 0
             ready = await self.readiness.ready(request.thread, items, request.session.id)
+            request.hears([payload for _, payload in ready])
             running = state.running
             run_id = running.turn.run_id if running is not None and running.turn.run_id else None
             await self.store.consume_messages(request.session.id, ready, fence=request.fence, run_id=run_id)
@@ -274,6 +277,11 @@ class TurnRunner:
         items = await self.store.inbox.pending(thread_key)
         state.found(before, bool(items))
         return items
+
+
+def _said_by(item: InboxItem, request: TurnRequest) -> bool:
+    sender = Said.of(item).sender.id
+    return bool(sender) and sender == str(request.requested_by)
 
 
 async def _set_busy(channel, thread: ThreadKey, busy: bool, reply_to: str) -> None:  # noqa: ANN001

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.agent.voices import quoted_voices, with_voices
 from gateway.store import InboxItem
 
 QUOTE_BUDGET = 500  # characters of one quoted message
@@ -80,7 +81,9 @@ def led_by(payload: dict[str, Any], lines: Sequence[str]) -> dict[str, Any]:
 
 
 def with_context(payload: dict[str, Any], before: Sequence[str] = ()) -> dict[str, Any]:
-    """The payload whose `content` (what the user row says) leads with its surroundings."""
+    """The payload whose `content` (what the user row says) leads with its surroundings, and
+    whose `voices` name the other people whose words those are."""
+    payload = with_voices(payload, quoted_voices(payload))
     lines = [*before, *quoted_lines(payload)]
     body = str(payload.get("content", payload.get("text", "")))
     if payload.get("edited_from") is not None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
+from gateway.agent.voices import chatter_voices, of_rows, others, with_voices
 from gateway.agent.services import TurnServices
 from gateway.agent.turn import turn_payer
 from gateway.budgets import current_payer
@@ -22,7 +24,7 @@ from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.inbox.surroundings import kept_lines, led_by
 from gateway.lifecycle import Stopper
-from gateway.store import Fence, InboxItem, Lease, LeaseLost, PromptRecord, SessionRecord, Store
+from gateway.store import Fence, InboxItem, Lease, LeaseLost, MessageRecord, PromptRecord, SessionRecord, Store
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
 
 log = logging.getLogger("gateway.inbox.inbox")
@@ -212,6 +214,7 @@ class Worker:
             fence=fence,
             turn_started_seq=started.rows[0].seq,
             started_run=started.run,
+            voices=others([v for _, p in ready for v in p.get("voices") or ()], said.sender.id),
         )
         await self.runner.run(request)
 
@@ -226,7 +229,7 @@ class Worker:
         if not ready or not (chatter or notes):
             return ready
         item_id, payload = ready[0]
-        payload = led_by(payload, kept_lines(chatter, notes))
+        payload = with_voices(led_by(payload, kept_lines(chatter, notes)), chatter_voices(chatter, Said.of(item).sender.id))
         payload["context_items"] = [i.id for i in (*chatter, *notes)]
         return [(item_id, payload), *ready[1:]]
 
@@ -249,6 +252,7 @@ class Worker:
         run = await self.store.runs.get(run_id)
         if run is None or run.stage != "AWAITING_INPUT":
             return  # the turn was stopped or already resumed
+        turn = await self._turn_of(session.id, run.id)
         request = TurnRequest(
             session,
             thread,
@@ -258,8 +262,9 @@ class Worker:
             parked_run=run,
             decided=DecidedPrompt(verdict, prompt),
             fence=fence,
-            turn_started_seq=await self._turn_start(session.id, run.id),
+            turn_started_seq=turn.seq,
             child=child,
+            voices=of_rows(turn.rows, prompt.requested_by),
         )
         await self.runner.run(request)
 
@@ -280,8 +285,8 @@ class Worker:
         session = await self.store.sessions.get(run.session_id) if run else None
         if run is None or session is None or run.stage != "RUNNING":
             return
-        turn_started_seq = await self._turn_start(session.id, run.id)
-        asker = await self._asker(session.id, turn_started_seq)
+        turn = await self._turn_of(session.id, run.id)
+        asker = turn.asker()
         new_run = await self.store.runs.continue_in_new_run(
             run.id, "the worker running this turn stopped; continuing in a new run", model=run.model, fence=fence
         )
@@ -292,14 +297,15 @@ class Worker:
         request = TurnRequest(
             session,
             thread,
-            requested_by=asker[0] if asker is not None else session.started_by,
+            requested_by=(requested_by := asker[0] if asker is not None else session.started_by),
             requester_name=asker[1] if asker is not None else "",
             on_behalf_of=await self._job_creator(session),
             fence=fence,
-            turn_started_seq=turn_started_seq,
+            turn_started_seq=turn.seq,
             continuing=True,
             continued_run=run.id,
             child=child,
+            voices=of_rows(turn.rows, requested_by),
             started_run=new_run,
         )
         await self.runner.run(request)
@@ -319,27 +325,35 @@ class Worker:
             return creator
         return f"{ThreadKey.channel_of(schedule.deliver_to or creator) or 'unknown'}:?"
 
-    async def _asker(self, session_id: int, turn_started_seq: int) -> tuple[str, str] | None:
-        """Who asked for the turn starting at that row (its sender), to continue it as them:
-        a turn continued after a restart keeps its requester's role, grants and approvers,
-        not the identity of whoever started the session."""
-        history = await self.store.sessions.history(session_id)
-        row = next((m for m in history if m.seq == turn_started_seq and m.role == "user"), None)
-        if row is None or not row.sender_id:
-            return None
-        return row.sender_id, row.sender_name or ""
-
-    async def _turn_start(self, session_id: int, run_id: int) -> int:
+    async def _turn_of(self, session_id: int, run_id: int) -> TurnStart:
         """The user row that started the run's turn: the last one at or before the run's
         first row; a run that continues a cut one (after kill -9) may have no row of its own
         yet: then the last one of all. (Never a row after it: the builder would take the
-        turn's own message for an unanswered one and drop it.)"""
+        turn's own message for an unanswered one and drop it.) With the turn's rows from it on."""
         history = await self.store.sessions.history(session_id)
         if not history:
-            return 1
+            return TurnStart(1, [])
         first = next((m.seq for m in history if m.run_id == run_id), history[-1].seq)
         users = [m.seq for m in history if m.role == "user" and not m.synthetic and m.seq <= first]
-        return users[-1] if users else first
+        seq = users[-1] if users else first
+        return TurnStart(seq, [m for m in history if m.seq >= seq])
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """Where a parked or cut turn began, read again to continue it."""
+
+    seq: int
+    rows: list[MessageRecord]  # its rows, from its first user row on: their voices
+
+    def asker(self) -> tuple[str, str] | None:
+        """Who asked for the turn (its first row's sender), to continue it as them: a turn
+        continued after a restart keeps its requester's role, grants and approvers, not the
+        identity of whoever started the session."""
+        row = self.rows[0] if self.rows else None
+        if row is None or row.seq != self.seq or row.role != "user" or not row.sender_id:
+            return None
+        return row.sender_id, row.sender_name or ""
 
 
 def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool, decides: bool = True) -> str:

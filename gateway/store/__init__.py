@@ -85,6 +85,7 @@ def _consume_in(
                 run_id=run_id,
                 fence=fence,
                 images=payload.get("images") or (),
+                voices=payload.get("voices") or (),
             )
         )
         if run_id is not None:

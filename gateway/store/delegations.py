@@ -197,11 +197,13 @@ class DelegationRepo(Repo):
         return await self.db.read(work)
 
     async def begin(
-        self, task: TaskRecord, *, model: str | None, fence: Fence | None = None, item_id: int | None = None
+        self, task: TaskRecord, *, model: str | None, fence: Fence | None = None, item_id: int | None = None,
+        voices: Sequence[dict[str, str]] = (),
     ) -> tuple[RunRecord, MessageRecord]:
         """A child's first turn: its run, the task as its user row, the task marked running on
         that run and (`item_id`) the inbox item that started it done, in one transaction: a
-        crash before it leaves the item pending, to start the task again."""
+        crash before it leaves the item pending, to start the task again. `voices`: other
+        people's words its parent's turn held (gateway/agent/voices.py), kept on the row."""
 
         def work(conn: Connection) -> tuple[RunRecord, MessageRecord]:
             if item_id is not None:
@@ -219,6 +221,7 @@ class DelegationRepo(Repo):
                 sender_name=task.name,
                 run_id=run.id,
                 fence=fence,
+                voices=voices,
             )
             conn.execute(update(delegations).where(_D.id == task.id).values(status="running", child_run_id=run.id))
             return run, row

@@ -90,6 +90,7 @@ class MessageRecord:
     run_id: int | None
     created_at: datetime
     tool_calls: tuple[ToolCallRecord, ...] = ()
+    voices: list[dict[str, str]] | None = None  # other people's words the row holds (gateway/agent/voices.py)
 
 
 @dataclass(frozen=True)

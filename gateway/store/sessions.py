@@ -205,6 +205,7 @@ class SessionRepo(Repo):
         calls: Sequence[NewToolCall] = (),
         fence: Fence | None = None,
         images: Sequence[dict[str, Any]] = (),
+        voices: Sequence[dict[str, str]] = (),
     ) -> MessageRecord:
         """`append` inside the caller's transaction. The sequence number is allocated there
         too: the row lock on the session serialises concurrent appends."""
@@ -227,6 +228,7 @@ class SessionRepo(Repo):
                 "run_id": run_id,
                 "created_at": now,
                 **({"images": list(images)} if images else {}),
+                **({"voices": list(voices)} if voices else {}),
             },
         ).scalar_one()
         records: list[ToolCallRecord] = []
@@ -277,6 +279,7 @@ class SessionRepo(Repo):
             run_id,
             now,
             tuple(records),
+            list(voices) or None,
         )
 
     async def mark_failed(self, message_ids: Iterable[int]) -> None:

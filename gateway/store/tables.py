@@ -114,6 +114,9 @@ messages = Table(
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     # user rows: the images sent with them ({path, mime, width, height}), attached while recent
     Column("images", JSON, nullable=True),
+    # user rows: other people whose words the row holds ({id, name, how}: kept chatter, a quote),
+    # whose rights limit the turn it is part of (gateway/agent/voices.py)
+    Column("voices", JSON, nullable=True),
     UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
     Index("ix_messages_session_status_seq", "session_id", "status", "seq"),  # failed rows, each round
 )

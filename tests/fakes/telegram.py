@@ -73,6 +73,7 @@ class StoredMessage:
     caption: str = ""
     reply_to: int | None = None
     from_bot: bool = True
+    sender: dict[str, Any] | None = None  # a person's message: its `from`, as a reply to it shows it
 
     @property
     def buttons(self) -> list[list[dict[str, Any]]]:
@@ -280,7 +281,7 @@ class FakeTelegram:
             message["document"] = {"file_unique_id": "d", **document}
         message.update(media or {})
         self.messages.setdefault(chat_id, {})[message_id] = StoredMessage(
-            message_id, chat_id, text, thread_id=thread_id, from_bot=False
+            message_id, chat_id, text, thread_id=thread_id, from_bot=False, sender=message["from"]
         )
         return {"update_id": next(self._update_ids), kind: message}
 
@@ -457,7 +458,7 @@ class FakeTelegram:
         sender = (
             {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": BOT_USERNAME}
             if stored.from_bot
-            else {"id": 42, "is_bot": False, "first_name": "Ann"}
+            else stored.sender or {"id": 42, "is_bot": False, "first_name": "Ann"}
         )
         message: dict[str, Any] = {
             "message_id": stored.message_id,

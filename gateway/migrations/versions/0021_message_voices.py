@@ -1,0 +1,24 @@
+"""Whose words a user row holds besides its sender's (kept chatter, a quote): their rights limit
+the turn it is part of
+
+Revision ID: 0021
+Revises: 0019
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0021"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("messages") as batch:
+        batch.add_column(sa.Column("voices", sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("messages") as batch:
+        batch.drop_column("voices")
