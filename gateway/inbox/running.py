@@ -236,7 +236,7 @@ class TurnRunner:
                     if await self.admitted(thread, item, None):
                         await self.commands.answer(thread, item, command.name, running=True)
                 elif (
-                    interrupting or (interrupt and item.kind == "message" and not self._answers(str(thread)))
+                    interrupting or (interrupt and self._interrupts(item, running) and not self._answers(str(thread)))
                 ) and await self._stops(thread, item, running, command.name if command else ""):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
@@ -259,6 +259,12 @@ class TurnRunner:
                 await self.commands.refuse_now(thread, item, refusal)
             return not refusal
         return not (command and await self.commands.refusal(thread, item, command))
+
+    @staticmethod
+    def _interrupts(item: InboxItem, running: Running) -> bool:
+        """In `interrupt` mode a new message of the person whose turn runs cancels it; another
+        person's waits for its own turn (a member's message never cancels an admin's turn)."""
+        return item.kind == "message" and _said_by(item, running.turn.req)
 
     def _answers(self, thread_key: str) -> bool:
         """A call of the turn waits for an answer typed in the thread: a message is read by it

@@ -10,6 +10,7 @@ the fake Bot API, and a model that does what the last words it read ask."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fakes.llm import FakeToolCall, Hold, Reply, user_texts
@@ -153,3 +154,21 @@ async def audited(store, text: str) -> list:  # noqa: ANN001
 
 def asked_about(tg, text: str) -> bool:  # noqa: ANN001
     return any(m.buttons and text in m.text for m in tg.bot_messages(GROUP))
+
+
+async def test_in_interrupt_mode_another_persons_message_does_not_cancel_the_turn(store, llm, tg, tmp_path) -> None:
+    held = Hold("Working on it", Reply(" for Ada."))
+    llm.push(held)
+    llm.reply("Mel's answer.")
+    cfg = config(llm, tg, tmp_path)
+    cfg.inbox.busy_mode = "interrupt"
+    async with running(store, cfg) as gateway:
+        tg.group_message(GROUP, "@test_bot a long one", user_id=ADA, first_name="Ada")
+        await until(lambda: len(llm.requests) == 1)
+        await stored(gateway, tg.group_message(GROUP, "@test_bot hello", user_id=MEL, first_name="Mel"))
+        await asyncio.sleep(0.3)  # the running turn's watch reads it
+        held.released.set()
+        await settle(gateway, lambda: "Mel's answer." in texts(tg, GROUP))
+    runs = sorted(await store.runs.list(thread_key=THREAD), key=lambda r: r.id)
+    assert [r.stage for r in runs] == ["SUCCESS", "SUCCESS"]  # Ada's ran to its end, then Mel's
+    assert "Working on it for Ada." in texts(tg, GROUP)
