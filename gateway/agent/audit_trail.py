@@ -38,9 +38,8 @@ def by_policy(decision: PolicyDecision) -> Decided:
 
 def by_role(role: str, of: str = "") -> Decided:
     """Refused by a role: the requester's, or (`of`) that of another person whose words the turn holds."""
-    if of:
-        return Decided("denied", f"role:{role}", "policy", f"the role {role!r} of {of}, whose words led to it, may not use this tool")
-    return Decided("denied", f"role:{role}", "policy", f"the role {role!r} may not use this tool")
+    whose = f" of {of}, whose words led to it," if of else ""
+    return Decided("denied", f"role:{role}", "policy", f"the role {role!r}{whose} may not use this tool")
 
 
 def by_prompt(verdict: Verdict, channel: str) -> Decided:

@@ -23,7 +23,6 @@ from gateway.agent.audit_trail import Decided, by_policy, by_prompt, by_role, to
 from gateway.agent.child import DELEGATE
 from gateway.agent.files import files_dir
 from gateway.agent.guards import TOOL_LOOP_NOTICE, ToolLoopGuard
-from gateway.agent.voices import Voice, denial_text, described
 from gateway.agent.messages import (
     END_MESSAGES,
     DeclaredCall,
@@ -35,6 +34,7 @@ from gateway.agent.messages import (
     shorten,
 )
 from gateway.agent.services import TurnServices
+from gateway.agent.voices import Voice, denial_text, described
 from gateway.approvals.in_call import restart_error
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, PolicyDecision, rejection_text
 from gateway.events import ThreadKey
@@ -301,7 +301,8 @@ class ToolCalls:
         if call.name == DELEGATE and call.args.get("background") and self.req.voices:
             # A background task outlives the turn that knows whose words it holds: not started.
             text = BACKGROUND_WITH_VOICES.format(voices=described(self.req.voices))
-            return await self.settle(call.record, "rejected", text, note=text, decided=Decided("denied", "voices", "policy", text))
+            refused = Decided("denied", "voices", "policy", text)
+            return await self.settle(call.record, "rejected", text, note=text, decided=refused)
         if (voiced := self._voice_denial(call.name)) is not None:
             voice, role = voiced
             text = denial_text(call.name, voice, role)

@@ -148,8 +148,8 @@ class PromptService:
         if agent:  # a sub-agent's call, shown in its parent's chat
             summary = f"🤖 {escape_markdown(agent)} → wants to run `{call.name}`: {one_line(call.arguments)}"
         if voices:  # whose words led to it besides the requester's: the decider sees them
-            asker = escape_markdown(requester_name or "the person who asked")
-            summary += f"\nAsked by {asker}, with words of {escape_markdown(voices)}."
+            requester = escape_markdown(requester_name or "the person who asked")
+            summary += f"\nAsked by {requester}, with words of {escape_markdown(voices)}."
         shown = Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
         people = [] if self.may_decide(prompt, requested_by) else self._deciders_elsewhere(prompt, thread)
         if not people:

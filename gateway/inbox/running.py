@@ -209,7 +209,9 @@ class TurnRunner:
             # An edit of a message already answered joins too, as "(edited) ..." (surroundings.py).
             # Only the requester's own words join: another person's message waits and runs as
             # their own turn, with their rights (gateway/agent/voices.py).
-            items = [i for i in pending if i.kind == "report" or (i.kind in ("message", "edit") and _said_by(i, request))]
+            items = [
+                i for i in pending if i.kind == "report" or (i.kind in ("message", "edit") and _said_by(i, request))
+            ]
             items = [i for i in items if i.kind == "report" or await self.admitted(request.thread, i, request.fence)]
             if not items:
                 return 0

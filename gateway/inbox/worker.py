@@ -13,9 +13,9 @@ from typing import Any
 
 from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
-from gateway.agent.voices import chatter_voices, of_rows, others, with_voices
 from gateway.agent.services import TurnServices
 from gateway.agent.turn import turn_payer
+from gateway.agent.voices import chatter_voices, of_rows, others, with_voices
 from gateway.budgets import current_payer
 from gateway.events import ThreadKey, links_in
 from gateway.inbox.attached import MessageReadiness
@@ -229,7 +229,8 @@ class Worker:
         if not ready or not (chatter or notes):
             return ready
         item_id, payload = ready[0]
-        payload = with_voices(led_by(payload, kept_lines(chatter, notes)), chatter_voices(chatter, Said.of(item).sender.id))
+        voices = chatter_voices(chatter, Said.of(item).sender.id)  # their words: their rights too
+        payload = with_voices(led_by(payload, kept_lines(chatter, notes)), voices)
         payload["context_items"] = [i.id for i in (*chatter, *notes)]
         return [(item_id, payload), *ready[1:]]
 
