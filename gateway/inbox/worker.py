@@ -229,7 +229,7 @@ class Worker:
         if not ready or not (chatter or notes):
             return ready
         item_id, payload = ready[0]
-        voices = chatter_voices(chatter, Said.of(item).sender.id)  # their words: their rights too
+        voices = chatter_voices([*chatter, *notes], Said.of(item).sender.id)  # their words: their rights too
         payload = with_voices(led_by(payload, kept_lines(chatter, notes)), voices)
         payload["context_items"] = [i.id for i in (*chatter, *notes)]
         return [(item_id, payload), *ready[1:]]
