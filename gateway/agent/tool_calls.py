@@ -329,8 +329,18 @@ class ToolCalls:
             requester_name=self.req.requester_name,
             private=self.req.private,
             voices=described(self.req.voices),
+            owner_decides=self._saves_to_own_memory(call.spec),
         )
         await self._park(prompt)
+
+    def _saves_to_own_memory(self, spec: ToolSpec) -> bool:
+        """A save into the requester's own memory (not a chat's, not a job's), held because the
+        conversation read content nobody vouches for: theirs to confirm, as it is their memory."""
+        scope = self.req.memory
+        person = _person(*self.req.acting(self.thread.channel))
+        return spec.needs_approval_in is not None and scope is not None and bool(person) and (
+            scope.owner == f"person:{person}"
+        )
 
     async def _auto_deny(self, call: ToolCallRecord, decided: Decided) -> Settled:
         self.auto_denied.append(f"{call.name}({shorten(call.arguments)})")

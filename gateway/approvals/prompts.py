@@ -120,15 +120,19 @@ class PromptService:
         requester_name: str = "",
         private: bool = False,
         voices: str = "",
+        owner_decides: bool = False,
     ) -> PromptRecord:
         """`agent`: the sub-agent asking, named in the prompt (its parent's chat shows it).
         `private`: asked in a DM; `requester_name`: shown to the deciders (gateway/approvals/routing.py).
-        `voices`: the other people whose words the turn holds (gateway/agent/voices.py), named."""
+        `voices`: the other people whose words the turn holds (gateway/agent/voices.py), named.
+        `owner_decides`: the requester may decide it too (a save into their own memory)."""
         arguments = shown_arguments(call.arguments)
         payload: dict[str, Any] = {"tool": call.name, "arguments": arguments, "reason": reason}
         payload.update(grant=grant or call.name, agent=agent, requester_name=requester_name, private=private)
         if voices:
             payload["voices"] = voices
+        if owner_decides:
+            payload["owner_decides"] = True
         metrics.APPROVALS.labels("requested").inc()
         prompt, _ = await self.store.prompts.create(
             kind="approval",
@@ -373,6 +377,9 @@ class PromptService:
     def may_decide(self, prompt: PromptRecord, user_id: str) -> bool:
         """The one who-may-decide rule, for buttons, typed answers, deny reasons and reruns."""
         channel = ThreadKey.parse(prompt.thread_key).channel
+        own = prompt.payload.get("owner_decides") and str(user_id) == str(prompt.requested_by)
+        if own and not self.config.approvals.separate_requester:
+            return True  # what it changes is theirs alone (their own memory)
         by_rules = may_decide(
             channel,
             user_id,

@@ -318,3 +318,25 @@ async def test_erasing_a_person_removes_what_is_stored_about_them_and_reports_it
     assert await copies_of(store, "planning the offsite")  # Bob's words are his
     assert in_database_files(store, "555-0199") == 0
     assert not [r for r in await store.audit.list_audit() if r.actor == f"telegram:{ANN}"]
+
+
+async def test_a_save_into_a_persons_own_memory_waits_for_that_person_not_an_admin(
+    store, llm: FakeLLM, tg: FakeTelegram, site: Site, tmp_path
+) -> None:
+    """With the safe default (admins decide tool calls), a member's save into their own memory,
+    held because the conversation read a page, is theirs to confirm: it is their memory."""
+    obey_the_page(llm, site)
+    llm.reply("Done with the page.")
+    config = tg_config(
+        llm, tg, tmp_path, agent={"http_fetch_allow_private": True, "http_allow_hosts": ["127.0.0.1"]},
+        approvals={"self_approve": False, "admins": {"telegram": [ADMIN]}},
+    )
+    async with running(store, config) as gateway:
+        tg.private_message(ANN, f"what does {site.base}/boots say?")
+        await settle(gateway, lambda: has_prompt(tg, ANN))  # shown to her, in her chat
+        prompt = prompt_message(tg, ANN)
+        assert "memory_save" in prompt.text and not tg.bot_messages(ADMIN)
+        tg.press(ANN, prompt.message_id, button(prompt, "Approve"), user_id=ANN)
+        await settle(gateway, lambda: "Done with the page." in texts(tg, ANN))
+    (entry,) = await store.memory.list([ANN_OWNER])
+    assert (entry.source, entry.approved_by) == ("web", f"telegram:{ANN}")
