@@ -41,6 +41,8 @@ def _run(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "without_config", False):  # `setup` writes the config: it need not load yet
+            return asyncio.run(args.handler(args, None)) or 0
         config = load_config(args.config)
         # Other libraries' chatter (and URLs that can carry a bot token) only when debugging.
         configure_logging(args.log_level or config.logging.level)
@@ -78,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="check the model server (reachable, auth, model, window, streaming, tools) and the MCP servers",
     ).set_defaults(handler=cmd_doctor)
+    from gateway.cli.setup import add_parser as add_setup_parser
+
+    add_setup_parser(sub, parents=[common], handler=cmd_setup)
 
     runs = sub.add_parser("runs", parents=[common], help="run records (one per turn)")
     runs_sub = runs.add_subparsers(dest="action", required=True)
@@ -186,6 +191,12 @@ async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     print("nothing to change" if not report.failed and all(c.status == "ok" for c in report.checks) else
           ("fix the failures above before connecting a chat" if report.failed else "works; see the warnings above"))
     return 1 if report.failed else 0
+
+
+async def cmd_setup(args: argparse.Namespace, config: None) -> int:
+    from gateway.cli.setup import run
+
+    return await run(args)
 
 
 async def cmd_serve(args: argparse.Namespace, config: Config) -> int:

@@ -105,7 +105,7 @@ async def _models(client: LLMClient, config: LLMConfig, add: Callable[..., bool]
     if response.status_code in (401, 403):
         return add("auth", "fail", f"HTTP {response.status_code}: the server refused the key", "check llm.api_key")
     add("auth", "ok", "accepted" if config.api_key else "no key configured and none asked for")
-    ids = _model_ids(response)
+    ids = model_ids(response)
     if ids is None:
         add("model listed", "warn", f"/models gave no model list (HTTP {response.status_code})")
     elif config.model in ids:
@@ -177,7 +177,7 @@ async def _tool_round_trip(client: LLMClient, add: Callable[..., bool]) -> None:
     add("tools", "ok", f"the model called {call.name} and the server accepted its result")
 
 
-def _model_ids(response: httpx.Response) -> list[str] | None:
+def model_ids(response: httpx.Response) -> list[str] | None:
     try:
         data = response.json().get("data")
     except (ValueError, AttributeError):

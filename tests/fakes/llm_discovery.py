@@ -21,15 +21,18 @@ class DiscoveryEndpoints:
     ollama_num_ctx: int | None
     api_key: str | None
     probes: list[str]
+    served: tuple[str, ...] = ("m",)  # the ids /v1/models lists
 
     async def _models(self, request: web.Request) -> web.Response:
         self.probes.append(request.path)
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return web.json_response({"error": {"message": "Incorrect API key provided."}}, status=401)
-        entry: dict[str, Any] = {"id": "m", "object": "model", "owned_by": self.server_kind}
-        if self.server_kind == "vllm":
-            entry["max_model_len"] = self.context_window
-        return web.json_response({"object": "list", "data": [entry]})
+        entries: list[dict[str, Any]] = []
+        for model in self.served:
+            entries.append({"id": model, "object": "model", "owned_by": self.server_kind})
+            if self.server_kind == "vllm":
+                entries[-1]["max_model_len"] = self.context_window
+        return web.json_response({"object": "list", "data": entries})
 
     async def _props(self, request: web.Request) -> web.Response:
         self.probes.append(request.path)
