@@ -393,9 +393,9 @@ class Gateway:
                 raise
         if not set(self.channels) - {"cron", "tick"}:
             log.warning(
-                "no chat channel is configured: set TELEGRAM_BOT_TOKEN to enable Telegram, "
-                "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP events) "
-                "to enable Slack; `gateway chat` talks to the agent in this terminal"
+                "no chat channel is configured: `gateway setup` connects one (or set TELEGRAM_BOT_TOKEN to "
+                "enable Telegram, SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET "
+                "(HTTP events) to enable Slack); `gateway chat` talks to the agent in this terminal"
             )
         await self.mcp.start()
         await self._follow_holds()
