@@ -145,19 +145,22 @@ async def test_the_shipped_config_is_edited_in_place_keeping_its_variables(tmp_p
         shipped = yaml.safe_load(config.read_text())
         code, out = await setup(
             config, *llm_flags(llm), "--telegram-token", telegram.token, "--telegram-api-url", telegram.base_url,
-            "--telegram-owner", "4242", "--force",
+            "--telegram-owner", "4242", "--context-window", "16384", "--force",
         )
         assert code == 0, out
         text = config.read_text()
         assert f"base_url: ${{LLM_BASE_URL:-{llm.base_url}}}" in text and "model: ${LLM_MODEL:-m}" in text
+        assert "context_window: ${LLM_CONTEXT_WINDOW:-16384}" in text
         assert text.count("\n#") == (REPO / "config.yml").read_text().count("\n#")  # every comment kept
         written = yaml.safe_load(text)
-        shipped["llm"].update(base_url=f"${{LLM_BASE_URL:-{llm.base_url}}}", model="${LLM_MODEL:-m}")
+        shipped["llm"].update(base_url=f"${{LLM_BASE_URL:-{llm.base_url}}}", model="${LLM_MODEL:-m}",
+                              context_window="${LLM_CONTEXT_WINDOW:-16384}")
         shipped["telegram"].update(api_base_url=telegram.base_url, api_file_url=f"{telegram.url}/file/bot")
         shipped["approvals"]["admins"] = {"telegram": [4242]}
         assert written == shipped  # exactly those keys changed; the secrets' ${VAR:-} references stay
         loaded = load_with_dotenv(config)
         assert loaded.telegram.token == telegram.token and loaded.llm.api_key == "sk-setup"
+        assert loaded.llm.context_window == 16384
 
 
 async def test_an_interactive_run_through_stdin_asks_picks_a_model_and_asks_again_after_a_refused_token(tmp_path):
@@ -215,7 +218,8 @@ def test_the_editor_replaces_block_values_keeps_comments_and_refuses_what_it_can
     edit.set("telegram", "token", "${TELEGRAM_BOT_TOKEN}")
     assert edit.text() == (
         "approvals:\n  admins: {telegram: [1, 2]}\n  rules:\n  - {tool: shell, action: require}\n"
-        "llm:\n  base_url: \"http://a#b\"   # mine\n  model: y      # why\n\ntelegram:\n  token: ${TELEGRAM_BOT_TOKEN}\n"
+        "llm:\n  base_url: \"http://a#b\"   # mine\n  model: y      # why\n"
+        "\ntelegram:\n  token: ${TELEGRAM_BOT_TOKEN}\n"
     )
     twice = YamlText("llm:\n  model: a\n  model: b\n")  # which one counts is not setup's guess to make
     twice.set("llm", "model", "c")

@@ -124,7 +124,7 @@ def _finish(args: argparse.Namespace, draft: Draft, ask: Prompter, outcome: Outc
 
 def _next_steps(draft: Draft, ask: Prompter, outcome: Outcome) -> None:
     flag = "" if str(draft.path) == DEFAULT_CONFIG_PATH else f" --config {shlex.quote(str(draft.path))}"
-    ask.say("\nNext:")
+    ask.say(f"\nThe agent answers with {outcome.model}.\nNext:")
     ask.say(f"  gateway serve{flag}     starts the gateway" + ("" if flag else " (in the project: make run)"))
     for channel, bot in outcome.bots.items():
         where = "in a private chat on Telegram" if channel == "telegram" else "in a direct message in Slack"

@@ -38,8 +38,8 @@ class Draft:
     def set(self, section: str, key: str, value: Any) -> None:
         """A plain setting (a `${VAR:-default}` one keeps its variable, with the new default)."""
         old = self.yaml.get(section, key)
-        if isinstance(value, str):
-            value = with_env_form(old, value)
+        if isinstance(value, (str, int)) and (formed := with_env_form(old, str(value))) != str(value):
+            value = formed
         if self.yaml.has(section, key) and old == value:
             return
         self._change(section, key, value, render(old) if self.yaml.has(section, key) else None)

@@ -36,7 +36,7 @@ class Outcome:
 
     bots: dict[str, str] = field(default_factory=dict)  # channel -> @name
     owners: dict[str, str] = field(default_factory=dict)  # channel -> the id given now
-    window: str = ""
+    model: str = ""  # the model, and its window as found or given
 
 
 # ---- the model server ------------------------------------------------------------------------
@@ -62,7 +62,7 @@ async def model_server(args: argparse.Namespace, draft: Draft, ask: Prompter, ou
     draft.set("llm", "model", model)
     if api_key:
         draft.set_secret("llm", "api_key", "LLM_API_KEY", api_key)
-    _window(args, draft, ask, report, outcome)
+    outcome.model = _window(args, draft, ask, report, model)
 
 
 async def _served_models(base_url: str, api_key: str) -> list[str] | None:
@@ -101,16 +101,17 @@ def _pick_model(args: argparse.Namespace, ask: Prompter, served: list[str], curr
     return ask.choose("  Model", served, str(served.index(default) + 1))
 
 
-def _window(args: argparse.Namespace, draft: Draft, ask: Prompter, report: Report, outcome: Outcome) -> None:
+def _window(args: argparse.Namespace, draft: Draft, ask: Prompter, report: Report, model: str) -> str:
+    """The window found (or, when the server does not say it, asked for); what to show of it."""
     found = next((c for c in report.checks if c.name == "context window"), None)
-    outcome.window = found.found if found else ""
-    if args.context_window:
-        draft.set("llm", "context_window", args.context_window)
-    elif found is not None and found.status == "warn" and ask.interactive:
-        tokens = ask.ask("  The server did not say the model's context window: how many tokens?", "8192",
-                         check=lambda a: "" if a.isdigit() and int(a) >= 512 else "a number of tokens, e.g. 8192")
-        draft.set("llm", "context_window", int(tokens))
-        outcome.window = f"{int(tokens):,} tokens (given)"
+    tokens = args.context_window
+    if not tokens and found is not None and found.status == "warn" and ask.interactive:
+        tokens = int(ask.ask("  The server did not say the model's context window: how many tokens?", "8192",
+                             check=lambda a: "" if a.isdigit() and int(a) >= 512 else "a number of tokens, e.g. 8192"))
+    if tokens:
+        draft.set("llm", "context_window", tokens)
+        return f"{model}, a {tokens:,}-token window (given)"
+    return f"{model}, a window of {found.found}" if found is not None and found.status == "ok" else model
 
 
 # ---- Telegram --------------------------------------------------------------------------------
