@@ -10,7 +10,7 @@ from gateway.agent.messages import EndTurn, PlaceholderReason, TurnOutcome, Turn
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper
-from gateway.llm import LLMError
+from gateway.llm import LLMError, chat_text
 from gateway.llm.gate import BudgetReached
 from gateway.store import LeaseLost
 from gateway.traces import RunTrace
@@ -40,7 +40,7 @@ def ending_of(exc: Exception, stopper: Stopper, run_id: int, thread: ThreadKey) 
         return TurnOutcome(run_id, "LOST", "error", error=str(exc))
     if isinstance(exc, LLMError):
         log.warning("%s: LLM failed: %s", thread, exc)
-        return EndTurn("FAILED", "error", error=str(exc)), "interrupted", str(exc)
+        return EndTurn("FAILED", "error", error=str(exc)), "interrupted", chat_text(exc)  # the chat: no URL
     log.error("%s: turn crashed", thread, exc_info=exc)
     return EndTurn("FAILED", "error", error=f"{type(exc).__name__}: {exc}"), "interrupted", "an internal error"
 

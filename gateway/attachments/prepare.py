@@ -23,6 +23,7 @@ from gateway.attachments.images import ImageUnreadable, read_image
 from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
 from gateway.config import AttachmentsConfig
 from gateway.events import Attachment, ChannelError, Fetched, FetchFile, FileTooLarge, ThreadKey
+from gateway.llm.errors import without_urls
 from gateway.workspace import SESSIONS, entry_kind, open_dirs, read_regular, relative_parts, write_fresh
 
 log = logging.getLogger(__name__)
@@ -326,7 +327,7 @@ class AttachmentPreparer:
             )
             text = heard.text.strip()
             return _with(spent, text=text) if text else _with(spent, note="the transcription came back empty")
-        note = f"the transcription failed ({error}); the audio is kept"
+        note = f"the transcription failed ({without_urls(error)}); the audio is kept"  # the model may repeat it
         return _with(saved, note=note, error="the transcription failed")
 
 

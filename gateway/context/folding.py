@@ -27,6 +27,7 @@ from gateway.context.compaction import (
     summary_tokens,
 )
 from gateway.context.render import system_block
+from gateway.llm import LLMError, chat_text, without_urls
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,9 @@ class Folding:
         except Exception as exc:  # noqa: BLE001 - a failed fold must not fail the turn
             log.warning("session %s: compaction failed: %s", cache.session_id, exc)
             await self._emit("compaction_finished", {**payload, "error": str(exc), "duration_ms": _ms(started)})
-            if strict:
-                raise CompactionError(f"the summariser failed: {exc}") from exc
+            if strict:  # said in the chat (/compact): no server address in it
+                said = chat_text(exc) if isinstance(exc, LLMError) else without_urls(str(exc))
+                raise CompactionError(f"the summariser failed: {said}") from exc
             return None
         return await self._record_fold(
             cache,

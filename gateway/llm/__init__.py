@@ -18,8 +18,10 @@ from gateway.llm.errors import (
     RateLimited,
     Refused,
     StreamInterrupted,
+    chat_text,
     classify_error,
     parse_retry_after,
+    without_urls,
 )
 from gateway.llm.events import (
     Completion,
@@ -38,5 +40,5 @@ __all__ = [
     "AuthError", "Completion", "ContextTooLong", "EmptyAnswer", "ErrorKind", "Finish", "LLMClient", "LLMError",
     "LLMUnavailable", "ModelInfo", "RateLimited", "ReadCadence", "ReasoningDelta", "Refused", "RetryHook",
     "RetryNotice", "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
-    "classify_error", "collect", "parse_retry_after",
+    "chat_text", "classify_error", "collect", "parse_retry_after", "without_urls",
 ]

@@ -79,6 +79,34 @@ class LLMUnavailable(LLMError):
         self.tried = tried
         self.last_error = last_error
 
+# What a person in a chat is told of a failed call, by its kind: what happened, never the
+# server's address or its raw message (the log and `gateway runs show` keep those).
+CHAT_TEXTS: dict[str, str] = {
+    "connection": "the model server cannot be reached right now",
+    "timeout": "the model server did not answer in time",
+    "auth": "the model server refused the gateway's key (the operator can check it with `gateway doctor`)",
+    "rate_limited": "the model server is busy (rate limited)",
+    "server": "the model server failed to answer",
+    "context_too_long": "the conversation is too long for the model",
+    "bad_request": "the model server refused the request",
+    "stream": "the model's answer broke off",
+    "empty_answer": "the model server gave no answer",
+}
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)\]}>,;'\"]+", re.I)
+
+
+def chat_text(error: LLMError) -> str:
+    """A failed call as the chat may read it (an unavailable server by its last failure)."""
+    if isinstance(error, LLMUnavailable):
+        return chat_text(error.last_error)
+    return CHAT_TEXTS.get(error.kind, "the model server failed")
+
+
+def without_urls(text: str) -> str:
+    """`text` with every URL in it replaced (a server's message may quote its own address)."""
+    return _URL.sub("the model server", text)
+
+
 _CONTEXT_HINT = re.compile(
     r"maximum context length|context size|context window|context length|too many tokens", re.I
 )
