@@ -18,7 +18,7 @@ from typing import Any
 from gateway.agent.messages import END_MESSAGES, EndTurn, TurnRequest
 from gateway.agent.rounds import RoundBuilder
 from gateway.agent.services import TurnServices
-from gateway.llm import ContextTooLong, LLMError, Refused
+from gateway.llm import ContextTooLong, LLMError, Refused, without_urls
 from gateway.outbox import RecordedStream
 from gateway.traces import RunTrace
 
@@ -44,11 +44,11 @@ def too_long_message(window: int | None) -> str:
 
 
 def refused_message(error: LLMError) -> str:
-    return REFUSED.format(reason=_short(error.message))
+    return REFUSED.format(reason=_short(without_urls(error.message)))
 
 
 def cut_off_text(shown: str, error: LLMError) -> str:
-    return f"{shown.rstrip()}\n\n{CUT_OFF.format(reason=_short(error.message))}"
+    return f"{shown.rstrip()}\n\n{CUT_OFF.format(reason=_short(without_urls(error.message)))}"
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -95,7 +95,7 @@ class Refusals:
                 message = too_long_message(window)
             raise EndTurn("FAILED", "overflow", message=message, error=str(error)) from error
         self.overflow_retries += 1
-        context.correct_from_refusal(self.model, built.estimated_tokens, prompt_tokens, window)
+        context.correct_from_refusal(self.model, built.raw_tokens, prompt_tokens, window)
 
     async def _set_aside_request(self, window: int) -> bool:
         """When the turn has nothing but its new user rows and they alone are near the window,

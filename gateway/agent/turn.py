@@ -33,7 +33,6 @@ from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import ToolCalls
 from gateway.budgets import Payer, current_payer
-from gateway.context.render import DEFAULT_SYSTEM_PROMPT
 from gateway.events import ThreadKey
 from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import LLMError, ModelInfo, ReasoningDelta, RetryNotice, TextDelta, ToolCallDelta, Usage
@@ -84,6 +83,7 @@ class Turn:
         self.max_rounds = self.session.max_rounds or self.cfg.agent.max_rounds
         self.auto_denied: list[str] = []
         self.mcp_schema_chars = 0
+        self._mcp_tools: set[str] = set()  # names of the MCP tools offered this round
         self.last_response_seq: int | None = None
         self.reply = ""
         self.repetition = RepetitionStreak()
@@ -301,7 +301,8 @@ class Turn:
         model = info.model
         if usage is None:
             usage = await estimated_usage(
-                self.services.llm, self.services.context, model, built.messages, built.estimated_tokens, round_
+                self.services.llm, self.services.context, model, built.messages, built.estimated_tokens, round_,
+                tools=built.tools,
             )
         shows_text = round_.repetition is None and bool(round_.text.strip()) and self.child is None
         traced = self._trace_llm(round_, info, usage, latency, built)
@@ -312,7 +313,7 @@ class Turn:
         self._declared = [c for c in recorded.message.tool_calls if c.status in ("pending", "running")]
         counted = not usage.estimated or usage.prompt_tokens != built.estimated_tokens  # not our own guess
         if self.services.context is not None and counted:
-            self.services.context.observe_usage(model, built.estimated_tokens, usage.prompt_tokens)
+            self.services.context.observe_usage(model, built.raw_tokens, usage.prompt_tokens)
         await self._settle_round(round_, recorded, stream)
 
     def _llm_span(self, round_: Round, model: str, usage: Usage, latency_ms: float, cost: int | None) -> None:
@@ -358,11 +359,12 @@ class Turn:
 
     async def _call_llm(self, stream: RecordedStream):  # noqa: ANN202
         while True:
-            built = await self._build_context()
+            built = await self._build_context(self._offered_tools())  # the tools come back fitted to the window
             builder = RoundBuilder(id_prefix=f"call_{self.run_id}_{self.rounds + 1}")
             started = self._llm_started_s = time.monotonic()
             self._llm_started_ns, self._first_token_s = time.time_ns(), None
-            tools = self._offered_tools()
+            tools = list(built.tools)
+            self._count_mcp_schemas(tools)
             try:
                 model, usage = await interruptible(self._consume(built.messages, tools, builder, stream), self.stopper)
             except LLMError as exc:  # returns only to send again
@@ -402,20 +404,21 @@ class Turn:
                 {"from": notice.model, "to": notice.next_model, "after": notice.attempt, "error": notice.error.message}
             )
 
-    async def _build_context(self):  # noqa: ANN202
+    async def _build_context(self, tools: list[dict[str, Any]]):  # noqa: ANN202
         if self._notes is None:  # read again only after a tool ran (the scratchpad tools change them)
             self._notes = await self.services.store.sessions.get_notes(self.session.id)
+        context = self.services.context
         if self._memory is None:  # likewise: memory_forget takes an entry out at once
             book = self.services.memory
-            self._memory = await book.block(self.req.memory, self.session) if book is not None else ""
+            room = await context.memory_tokens(self.model, self.cfg.memory.budget_tokens) if book is not None else 0
+            self._memory = await book.block(self.req.memory, self.session, room) if book is not None else ""
         # The memory follows the static prompt, before the scratchpad and the summary: the front
         # of the context stays byte-identical from round to round, so the provider's cache holds.
-        system_prompt = self.cfg.agent.system_prompt
-        if self._memory:
-            system_prompt = f"{system_prompt.strip() or DEFAULT_SYSTEM_PROMPT}\n\n{self._memory}"
-        return await self.services.context.build(
+        return await context.build(
             self.session,
-            system_prompt=system_prompt,
+            system_prompt=self.cfg.agent.system_prompt,
+            memory=self._memory,
+            tools=tools,
             turn_started_seq=self.req.turn_started_seq,
             notes=self._notes,
             now=datetime.now(UTC),
@@ -437,12 +440,15 @@ class Turn:
 
     def _offered_tools(self) -> list[dict[str, Any]]:
         offered = self.calls.offered()
-        tools = [s.openai() for s in offered]
-        # MCP schemas come from servers we do not control: their prompt cost is traced on its own.
+        self._mcp_tools = {s.name for s in offered if "mcp" in s.classes}
+        return [s.openai() for s in offered]
+
+    def _count_mcp_schemas(self, tools: list[dict[str, Any]]) -> None:
+        """MCP schemas come from servers we do not control: their prompt cost (of those sent)
+        is traced on its own."""
         self.mcp_schema_chars = sum(
-            len(json.dumps(t, ensure_ascii=False)) for s, t in zip(offered, tools, strict=True) if "mcp" in s.classes
+            len(json.dumps(t, ensure_ascii=False)) for t in tools if t["function"]["name"] in self._mcp_tools
         )
-        return tools
 
     async def _persist_round(
         self, round_: Round, usage: Usage | None, trace: tuple[list, dict], shown: RecordedStream | None

@@ -153,6 +153,8 @@ class AgentConfig(Section):
     shared_dir: str = ""  # a directory every session's tools may read (absolute paths); none by default
     shared_writable: bool = False  # and write
     tools: list[str] = ["*"]  # names or globs of the tools offered to the model
+    # names or globs of the tools kept first when the model's window is too small for all of them
+    tool_priority: list[str] = []
     timezone: str = "UTC"
     max_tool_result_chars: int = 16_000  # results of previous turns above this are hidden
     shell_timeout_s: float = 60.0
@@ -304,7 +306,7 @@ class QuestionsConfig(Section):
 
 class HttpConfig(Section):
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = Field(8080, ge=0, le=65535)  # 0: any free port (the log says which)
     # Reverse proxies (CIDRs) whose X-Forwarded-For and X-Forwarded-Proto are believed; from any
     # other peer those headers are ignored (docs/operations.md, "Behind a reverse proxy").
     trusted_proxies: list[str] = []

@@ -46,12 +46,15 @@ def messages_chars(messages: list[dict[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class Budget:
-    """Where shaping starts (`target`) and the hard limit (`budget`), in estimated tokens."""
+    """Where shaping starts (`target`) and the hard limit (`budget`), in estimated tokens.
+    `fixed_chars`: what every request carries besides its messages (the tools' schemas),
+    counted in every fit."""
 
     window: int
     budget: int
     target: int
     factor: float
+    fixed_chars: int = 0
 
     @property
     def unbudgeted(self) -> bool:
@@ -61,7 +64,15 @@ class Budget:
         return math.ceil(estimate_tokens(chars) * self.factor)
 
     def fits(self, chars: int) -> bool:
-        return self.unbudgeted or self.tokens(chars) <= self.target
+        return self.unbudgeted or self.tokens(chars + self.fixed_chars) <= self.target
+
+    def with_fixed(self, chars: int) -> Budget:
+        """The budget of requests that also carry `chars` of tools: the headroom stays the
+        conversation's, the hard limit counts them too."""
+        if self.unbudgeted or chars <= 0:
+            return self
+        target = min(self.target + self.tokens(chars), self.budget)
+        return Budget(self.window, self.budget, target, self.factor, chars)
 
 
 def make_budget(window: int, reserve_pct: float, headroom: int, factor: float = 1.0) -> Budget:

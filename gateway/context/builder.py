@@ -7,13 +7,16 @@ Each round: refresh the session cache (only what changed), drop orphaned request
 2. still over: fold the oldest rows before the tail into a summary (at most
    `max_folds_per_build` times), recording a marker, and shape again.
 A window of 0 is unbudgeted: no caps, no stubs, no folds.
+Before any of it, the fixed part (the system prompt, the memory and the tools' schemas) is
+fitted to the window (`fitting.py`); the tools are counted in every fit after that.
 Rows become messages in `assembly.py`; a fold is `folding.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,15 +25,17 @@ from typing import Any
 from gateway.attachments.images import ImageParts
 from gateway.config import AgentConfig, AttachmentsConfig, ContextConfig, LLMConfig
 from gateway.context.assembly import EVERY_ROW_IS_EARLIER, Assembler, Frame, View, tail_start
-from gateway.context.budget import CHARS_PER_TOKEN, Budget, Corrections, make_budget
+from gateway.context.budget import CHARS_PER_TOKEN, Budget, Corrections, estimate_tokens, make_budget
 from gateway.context.cache import Caches, Entry, SessionCache, refresh
 from gateway.context.compaction import CompactionError, CompactionResult, Summarise
+from gateway.context.fitting import Fit, Tool, fit_request, memory_allowance, sample_text
 from gateway.context.folding import Folding, OnEvent
 from gateway.context.render import Limits, Lod, Message, system_block, tail_block
 from gateway.llm.discovery import FALLBACK_WINDOW
 from gateway.store.records import SessionRecord
 
 log = logging.getLogger(__name__)
+Count = Callable[[str, str], Awaitable["int | None"]]  # (text, model) -> tokens by the server's tokenizer
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class BuiltContext:
     folded: int  # rows folded into a summary during this build
     target: int = 0  # where shaping starts, 0 when unbudgeted
     compactions: tuple[CompactionResult, ...] = ()
+    tools: tuple[Tool, ...] = ()  # the tools' schemas to send, fitted to the window
+    raw_tokens: int = 0  # `estimated_tokens` before the model's correction factor (what corrections learn from)
 
 
 class ContextBuilder:
@@ -54,6 +61,7 @@ class ContextBuilder:
         tool_lod: Mapping[str, Lod] | None = None,
         attachments: AttachmentsConfig | None = None,
         windows: Callable[[str], Awaitable[int]] | None = None,
+        count: Count | None = None,
     ):
         self.store = store
         self.repo = store.history
@@ -84,6 +92,9 @@ class ContextBuilder:
         self.corrections = Corrections()
         self.windows = windows  # asks the server a model's window (`llm.context_window: auto`)
         self._discovered: dict[str, int] = {}
+        self.count = count  # the server's tokenizer, when it has one: calibrates a model's estimate once
+        self._calibrations: dict[str, asyncio.Task[None]] = {}  # one per model, joined by every build
+        self._fits_said: set[str] = set()  # models whose fit was logged
         self.caches = Caches()
         self.assembler = Assembler(context, self.limits, self.lods, attachments.image_turns)
         self.folding = Folding(self.repo, context, self.assembler, summarise, on_event)
@@ -128,6 +139,48 @@ class ContextBuilder:
             context_window,
         )
 
+    # ---- the fixed part ----------------------------------------------------------------------
+    async def fit(
+        self, model: str, system_prompt: str, memory: str = "", tools: Sequence[Tool] = (), *, quiet: bool = False
+    ) -> Fit:
+        """The system prompt, `memory` and `tools` fitted to the model's window; the first fit
+        that had to cut something is logged, once per model (unless `quiet`)."""
+        await self._discover(model)
+        await self._calibrate(model, sample_text(system_prompt, tools))
+        fit = fit_request(
+            self.budget(model), system_prompt, memory, tools, priority=self.agent.tool_priority, model=model
+        )
+        if fit.cut and not quiet and model not in self._fits_said:
+            self._fits_said.add(model)
+            log.warning("%s (docs/context.md, \"Small windows\")", fit.describe())
+        return fit
+
+    async def memory_tokens(self, model: str, configured: int) -> int:
+        """What the memory section may take for this model (`memory.budget_tokens` at most)."""
+        await self._discover(model)
+        return memory_allowance(self.budget(model), configured)
+
+    async def _calibrate(self, model: str, text: str) -> None:
+        """Once per model, before its first request: the server's tokenizer counts the fixed
+        part, so an estimate that would err low (a model of one token a character) is
+        corrected before a request is refused for it. A build meanwhile waits for the count."""
+        if self.count is None or self.window_of(model) <= 0:
+            return
+        if model not in self._calibrations:
+            self._calibrations[model] = asyncio.ensure_future(self._count_fixed(model, text, self.count))
+        await asyncio.shield(self._calibrations[model])
+
+    async def _count_fixed(self, model: str, text: str, count: Count) -> None:
+        try:
+            counted = await count(text, model)
+        except Exception as exc:  # noqa: BLE001 - a count is a refinement; the estimate stands without it
+            log.debug("counting the fixed part of %s failed: %s", model, exc)
+            counted = None
+        if counted:
+            self.corrections.observe(model, estimate_tokens(len(text)), counted)
+        else:  # no tokenizer (or no answer): a later build asks again, which costs nothing once it is known
+            self._calibrations.pop(model, None)
+
     # ---- build -----------------------------------------------------------------------------
     async def build(
         self,
@@ -141,13 +194,18 @@ class ContextBuilder:
         workspace: str,
         reminder: str | None = None,
         model: str,
+        memory: str = "",
+        tools: Sequence[Tool] = (),
     ) -> BuiltContext:
+        """`system_prompt` (then `memory`) and `tools` are fitted to the window first; the
+        result's `tools` are what to send."""
         cache = self.caches.get(session.id)
         await refresh(cache, self.repo, turn_started_seq)
         await self._drop_orphans(cache, turn_started_seq)
         await self._warm_images(cache)
-        await self._discover(model)
-        budget = self.budget(model)
+        fit = await self.fit(model, system_prompt, memory, tools)
+        system_prompt = fit.prompt
+        budget = self.budget(model).with_fixed(fit.tools_chars)
         tail = tail_block(now, timezone, workspace, reminder)
         folds: list[CompactionResult] = []
         while True:
@@ -161,15 +219,13 @@ class ContextBuilder:
             if result is None:
                 break
             folds.append(result)
+        chars = view.chars + fit.tools_chars
         if not budget.fits(view.chars):
-            log.warning(
-                "session %s: context of %s tokens is over the target %s",
-                session.id,
-                budget.tokens(view.chars),
-                budget.target,
-            )
+            tokens = budget.tokens(chars)
+            log.warning("session %s: context of %s tokens is over the target %s", session.id, tokens, budget.target)
         return BuiltContext(
-            view.messages, budget.tokens(view.chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds)
+            view.messages, budget.tokens(chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds),
+            fit.tools, estimate_tokens(chars),
         )
 
     async def compact_now(

@@ -107,11 +107,14 @@ class MemoryBook:
         self.config = config
         self._touched: set[int] = set()  # sessions whose shown entries were counted (per process)
 
-    async def block(self, scope: MemoryScope | None, session: SessionRecord) -> str:
-        if scope is None or self.config.budget_tokens <= 0:
+    async def block(self, scope: MemoryScope | None, session: SessionRecord, tokens: int | None = None) -> str:
+        """`tokens`: what the section may take (default `memory.budget_tokens`; a small window
+        leaves it less, gateway/context/fitting.py)."""
+        budget = self.config.budget_tokens if tokens is None else min(tokens, self.config.budget_tokens)
+        if scope is None or budget <= 0:
             return ""
         entries = await self.store.memory.ranked(scope.reads, saved_before=session.created_at)
-        text, shown = render_block(entries, self.config.budget_tokens * CHARS_PER_TOKEN, scope.owner)
+        text, shown = render_block(entries, budget * CHARS_PER_TOKEN, scope.owner)
         if shown and session.id not in self._touched:
             if len(self._touched) >= MAX_TOUCHED_SESSIONS:
                 self._touched.clear()
