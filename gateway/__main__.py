@@ -208,8 +208,9 @@ async def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
-    from channels.console import ConsoleChannel, read_lines
+    from channels.console import THREAD, ConsoleChannel, read_lines
     from gateway.app import Gateway, settle_garbage_collector
+    from gateway.cli.chat import show_waiting_prompts
 
     console = ConsoleChannel()
     gateway = Gateway(config, channels={"console": console}, serve_http=False)
@@ -219,6 +220,7 @@ async def cmd_chat(args: argparse.Namespace, config: Config) -> int:
     # Ctrl-C cancels the running turn (as /stop); a second one with nothing running leaves.
     loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(console.handle_line("/stop")))
     console.write("Talking to the agent. /new starts a new session, /quit leaves, Ctrl-C stops a turn.")
+    await show_waiting_prompts(gateway.store, console, THREAD)  # a turn parked before a restart
 
     async def on_line(line: str) -> bool:
         if line.strip() in ("/quit", "/exit"):

@@ -321,9 +321,11 @@ class ReplyStream(Protocol):
 @runtime_checkable
 class Channel(Protocol):
     """A platform adapter. It may also have `show_tool_progress = True` to get a short
-    "🔧 tool args" line before each tool runs, `fetch_file` (a `FetchFile`) when its
-    messages can carry attachments, and `share_rate_limits(instances: int)` when the
-    platform's limits are the bot's as a whole (told how many instances send for it)."""
+    "🔧 tool args" line before each tool runs, `typed_buttons = True` when a button is
+    chosen by typing its number (the terminal: the core's notices then say what to type,
+    not what to tap), `fetch_file` (a `FetchFile`) when its messages can carry attachments,
+    and `share_rate_limits(instances: int)` when the platform's limits are the bot's as a
+    whole (told how many instances send for it)."""
 
     name: str  # "telegram", "slack", "console"
 

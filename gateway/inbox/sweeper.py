@@ -192,7 +192,10 @@ def _unsendable_file(row: OutboxRecord) -> str:
 
 
 def prompt_from_payload(payload: dict, thread: ThreadKey) -> Prompt:
-    buttons = tuple(tuple(Button(str(b["label"]), str(b["token"])) for b in row) for row in payload.get("buttons", []))
+    buttons = tuple(
+        tuple(Button(str(b["label"]), str(b["token"]), str(b.get("url") or "")) for b in row)
+        for row in payload.get("buttons", [])
+    )
     return Prompt(
         payload["kind"],
         thread,

@@ -34,6 +34,12 @@ WAITING_FOR_ADMIN = "⏳ Waiting for an admin's decision on the request above; y
 WAITING_FOR_DECISION = (
     "⏳ Waiting for a decision on the request above. If you tap Deny, your message is used as the reason."
 )
+# Where a button is chosen by typing its number (the terminal), the notices say what to type.
+PICK_A_NUMBER = "⏳ Please answer the question above: type the number of one of its choices."
+WAITING_FOR_A_NUMBER = (
+    "⏳ Waiting for a decision on the request above. If you choose Deny (type its number), your message is "
+    "used as the reason."
+)
 
 
 class Worker:
@@ -180,7 +186,8 @@ class Worker:
             deciding = any(
                 p.kind == "approval" and self.services.prompts.may_decide(p, said.sender.id) for p in pending
             )
-            notice = waiting_notice(pending, question_is_theirs=theirs, decides=deciding)
+            typed = getattr(self.services.outbox.channels.get(thread.channel), "typed_buttons", False)
+            notice = waiting_notice(pending, question_is_theirs=theirs, decides=deciding, typed=typed)
             await self.services.outbox.send_text(thread, notice, key=f"held:{item.id}", reply_to=said.message_id)
             return
         # Decided since this item was read: the resumed turn goes first, this one after it. A
@@ -357,10 +364,17 @@ class TurnStart:
         return row.sender_id, row.sender_name or ""
 
 
-def waiting_notice(pending: Sequence[PromptRecord], *, question_is_theirs: bool, decides: bool = True) -> str:
+def waiting_notice(
+    pending: Sequence[PromptRecord], *, question_is_theirs: bool, decides: bool = True, typed: bool = False
+) -> str:
+    """`typed`: the channel's buttons are chosen by typing their number (Channel.typed_buttons)."""
     if any(p.kind == "approval" for p in pending):
-        return WAITING_FOR_DECISION if decides else WAITING_FOR_ADMIN
-    return PICK_A_BUTTON if question_is_theirs else NOT_YOUR_QUESTION
+        if not decides:
+            return WAITING_FOR_ADMIN
+        return WAITING_FOR_A_NUMBER if typed else WAITING_FOR_DECISION
+    if not question_is_theirs:
+        return NOT_YOUR_QUESTION
+    return PICK_A_NUMBER if typed else PICK_A_BUTTON
 
 
 def next_item(items: list[InboxItem]) -> InboxItem:
