@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -29,6 +29,7 @@ from gateway.llm.errors import (
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
 from gateway.llm.gate import CallGate, Ticket
+from gateway.llm.health import ServerHealth
 from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
 from gateway.llm.stream import ChunkParser, ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
@@ -87,6 +88,7 @@ class _Server:
     endpoint: httpx.URL  # parsed once, not on every request
     clients: ClientPool
     info: ServerInfo
+    health: ServerHealth = field(default_factory=ServerHealth)  # its last answer and last error
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ class LLMClient:
             cached = self._windows.get(model)
             if cached is None or (not cached.discovered and self._clock() >= self._ask_again[model][0]):
                 found = self._windows[model] = await target.server.info.window(target.model)
+                if found.discovered:
+                    target.server.health.answered()
                 self._note_window(model, cached, found)
                 cached = found
             return cached
@@ -198,6 +202,17 @@ class LLMClient:
 
     async def window_tokens(self, model: str) -> int:
         return (await self.context_window(model)).tokens
+
+    def known_window(self, model: str | None = None) -> Window | None:
+        """The window found for the model so far, without asking its server (None: not asked yet)."""
+        return self._windows.get(self._target(model).name)
+
+    def health_of(self, model: str | None = None) -> ServerHealth:
+        """The last answer and last error of the model's server (gateway/llm/health.py)."""
+        return self._target(model).server.health
+
+    def base_url_of(self, model: str | None = None) -> str:
+        return self._target(model).server.base_url
 
     async def count_tokens(self, text: str, model: str | None = None) -> int | None:
         """Tokens of `text` by the server's own tokenizer; None when it has none."""
@@ -379,8 +394,11 @@ class LLMClient:
             for retry in range(self.config.max_retries + 1):
                 attempts += 1
                 try:
-                    return await self._attempt({"model": target.model, **body}, target, attempts, failed)
+                    opened = await self._attempt({"model": target.model, **body}, target, attempts, failed)
+                    target.server.health.answered()
+                    return opened
                 except LLMError as exc:
+                    target.server.health.failed(exc)
                     if not exc.retryable:
                         raise
                     last = exc
