@@ -2,7 +2,9 @@
 (gateway/http.py, when webhooks or the console need it) and the small status server
 (gateway/status_server.py, otherwise) serve the same pages with the same access rules.
 
-/healthz is for anyone. /readyz shows its details (channels, MCP servers and their states) and
+/healthz is for anyone. /readyz is ready when the database, its schema, the channels and the model
+server are (gateway/llm/checkup.py asks the server again when its answer is old); it shows its
+details (channels, the model server, MCP servers and their states) and
 /metrics answers only to a local client or one with the admin token (Authorization: Bearer),
 unless `http.public_status`; anyone else gets the status code and `{"ready": ...}`, which is all
 a load balancer needs. "Local" is the client as the trusted proxies tell it (gateway/proxies.py)."""
@@ -41,6 +43,14 @@ class Readiness(Protocol):
         ...
 
 
+class ModelServer(Protocol):
+    """The model server's readiness (`gateway.llm.checkup.ModelServerCheck` is one)."""
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Whether it is ready, and what /readyz shows of it."""
+        ...
+
+
 @dataclass(frozen=True)
 class Page:
     status: int
@@ -66,8 +76,10 @@ class StatusPages:
         stuck_after: timedelta = timedelta(seconds=60),
         admin_token: str = "",
         guesses: LoginLimiter | None = None,
+        model_server: ModelServer | None = None,
     ):
         self.gateway = gateway
+        self.model_server = model_server  # None: not part of readiness (a test's gateway without one)
         self.config = config
         self.admin_token = admin_token  # opens /readyz details and /metrics to a client that is not local
         self.guesses = guesses or LoginLimiter()  # wrong tokens per client, shared with the console
@@ -116,14 +128,15 @@ class StatusPages:
         reachable = await db.ping()
         current = reachable and await migrations_current(db)
         channels = self.gateway.channels_started()
-        ready = reachable and current and all(channels.values()) and self.accepting
+        model_ready, model = await self.model_server.readiness() if self.model_server else (True, None)
+        ready = reachable and current and all(channels.values()) and model_ready and self.accepting
         # MCP servers are shown, not required: a server that is down only takes its tools away.
         status = 200 if ready else 503
         if not self.may_see(origin, authorization):
             return Page.json({"ready": ready}, status)
         body = {
             "database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting,
-            "mcp": self.gateway.mcp_summary(),
+            **({"model_server": model} if model is not None else {}), "mcp": self.gateway.mcp_summary(),
         }
         return Page.json({"ready": ready, **body}, status)
 

@@ -88,6 +88,27 @@ async def test_first_and_second_turn_are_answered_and_their_tokens_estimated(lla
     assert "estimated: the server sent no usage" in shown.stdout, shown.stdout
 
 
+async def test_the_first_message_is_answered_in_a_2048_token_window_with_the_default_tools(llama_server, tmp_path):
+    """The default tools are more than this window holds (the template renders them as JSON,
+    as real ones do, at one token a character): they are fitted to it at start, said once, and
+    the first message gets its answer from the first request."""
+    config = write_config(tmp_path, llama_server.base_url)  # agent.tools: every tool
+    chat = await ChatProcess.start(config)
+    try:
+        await chat.type("hello there")
+        await chat.expect(REPLY, timeout=60)
+        assert await chat.quit() == 0
+    finally:
+        await chat.kill()
+    runs = runs_of(config)
+    assert outcomes(runs) == [("SUCCESS", "reply")], runs
+    shown = gateway_command(config, "runs", "show", runs[0]["id"])
+    assert "too long" not in shown.stdout, shown.stdout  # never refused, never sent again smaller
+    said = f"fitted to the {N_CTX:,}-token window of {MODEL_ALIAS}"
+    fitted = [line for line in chat.err.splitlines() if said in line]
+    assert len(fitted) == 1 and "left out" in fitted[0], chat.err
+
+
 async def test_a_turn_after_a_tool_exchange_is_answered(llama_server, tmp_path):
     """The tool exchange is made with the scripted server (the tiny model calls no tools); the
     next turn sends it, as history, to the real one and its strict template."""

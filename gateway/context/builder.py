@@ -94,7 +94,7 @@ class ContextBuilder:
         self._discovered: dict[str, int] = {}
         self.count = count  # the server's tokenizer, when it has one: calibrates a model's estimate once
         self._calibrations: dict[str, asyncio.Task[None]] = {}  # one per model, joined by every build
-        self._fits_said: set[str] = set()  # models whose fit was logged
+        self._fits_said: set[tuple[str, int]] = set()  # (model, window) whose fit was logged
         self.caches = Caches()
         self.assembler = Assembler(context, self.limits, self.lods, attachments.image_turns)
         self.folding = Folding(self.repo, context, self.assembler, summarise, on_event)
@@ -144,14 +144,14 @@ class ContextBuilder:
         self, model: str, system_prompt: str, memory: str = "", tools: Sequence[Tool] = (), *, quiet: bool = False
     ) -> Fit:
         """The system prompt, `memory` and `tools` fitted to the model's window; the first fit
-        that had to cut something is logged, once per model (unless `quiet`)."""
+        that had to cut something is logged, once per model and window (unless `quiet`)."""
         await self._discover(model)
         await self._calibrate(model, sample_text(system_prompt, tools))
         fit = fit_request(
             self.budget(model), system_prompt, memory, tools, priority=self.agent.tool_priority, model=model
         )
-        if fit.cut and not quiet and model not in self._fits_said:
-            self._fits_said.add(model)
+        if fit.cut and not quiet and (model, fit.window) not in self._fits_said:
+            self._fits_said.add((model, fit.window))
             log.warning("%s (docs/context.md, \"Small windows\")", fit.describe())
         return fit
 

@@ -96,7 +96,7 @@ class ServerInfo:
                 log.debug("context window probe %s failed: %s", probe.__name__, exc)
                 continue
             if found is not None and found.tokens > 0:
-                log.info("context window of %s: %s tokens (%s)", model, found.tokens, found.source)
+                log.debug("context window of %s: %s tokens (%s)", model, found.tokens, found.source)
                 return found
         log.warning(
             "the server at %s did not say the context window of %s: assuming %s tokens "

@@ -19,7 +19,7 @@ import httpx
 
 LLAMA_CPP_PYTHON = "0.3.36"  # keep in step with .ci/run
 GGUF = "0.19.0"
-N_CTX = 1024  # small, so an over-long message is cheap to send
+N_CTX = 2048  # a small local model's window: the default tools alone are more than it holds
 MODEL_ALIAS = "tiny"
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 60.0

@@ -9,7 +9,8 @@ one token per character. Every block's weights are zero, so the residual stream 
 of the last token alone: a one-hot vector. The output matrix then makes the model a bigram table
 that, from any token, spells REPLY and then stops; greedy or not, the answer is deterministic.
 The chat template is strict the way Llama-2, Mistral and Gemma templates are: it raises on the
-role orders they refuse (see TEMPLATE).
+role orders they refuse (see TEMPLATE); and it renders the request's tools as JSON after the system
+message, the way Qwen's and Llama-3's templates do, so they cost their tokens in the window.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ TEMPLATE = """\
 {%- if system is not none -%}[system]
 {{ system }}
 {% endif -%}
+{%- if tools -%}[tools]
+{% for tool in tools -%}
+{{ tool | tojson }}
+{% endfor -%}
+{%- endif -%}
 {%- for message in turns -%}
   {%- if message['content'] is none -%}
     {{- raise_exception('messages: content must be a string, got null (' ~ message['role'] ~ ')') -}}
