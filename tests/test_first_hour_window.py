@@ -144,7 +144,7 @@ def test_fitting_keeps_the_tools_by_priority_and_a_property_named_description():
     assert kept["note_add"]["parameters"]["required"] == ["description"]
     unbudgeted = fit_request(make_budget(0, 12, 10_000), "p", "", [*bulky, note], priority=[], model="m")
     assert [t["function"] for t in unbudgeted.tools] == [t["function"] for t in [*bulky, note]]
-    assert not unbudgeted.cut
+    assert not unbudgeted.cut and "unbudgeted" in unbudgeted.describe()
 
 
 # ---- said once at start, and by doctor -------------------------------------------------------

@@ -66,6 +66,9 @@ class Fit:
 
     def describe(self) -> str:
         """One line: what was cut for which model, or what the fixed part takes."""
+        if not self.window:
+            tools = len(self.tools)
+            return f"the system prompt and {tools} tools go whole: {self.model} is unbudgeted (llm.context_window: 0)"
         if not self.cut:
             return (
                 f"the system prompt and {len(self.tools)} tools take {self.fixed_tokens:,} of the "
