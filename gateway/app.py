@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from channels.headless import HeadlessChannel
 from gateway import metrics, telemetry
 from gateway.access import AccessPolicy, Gatekeeper
-from gateway.access.notes import explicit_dm_policy, log_start_notes
+from gateway.access.claim import start_claims
+from gateway.access.notes import explicit_dm_policy
 from gateway.admin import log_if_off as console_on
 from gateway.admin import mount as mount_admin
 from gateway.agent.delegate_tool import DELEGATE, delegate_spec
@@ -90,12 +91,13 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
     return channels
 
 
-def build_registry(config: Config, store: Store) -> ToolRegistry:
+def build_registry(config: Config, store: Store, access: AccessPolicy | None = None) -> ToolRegistry:
     """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
     registry = default_registry(config.agent)
     extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
     extra += search_specs(config.search)  # web_search, when search.provider names one
-    extra += memory_specs(store, config) if config.memory.enabled else []
+    admins = access.admin_ids if access is not None else None  # claimed admins count too
+    extra += memory_specs(store, config, admins=admins) if config.memory.enabled else []
     for spec in extra:
         if matches_any(spec.name, config.agent.tools):
             registry.register(spec)
@@ -183,7 +185,7 @@ class Gateway:
         self.spend = SpendGate(self.store, config, alert=self._alert_admins)
         self.llm.gate = self.spend  # every request, retries and summaries included, is checked first
         self.prompts = PromptService(self.store, self.outbox, config, access=self.access, clock=clock)
-        self.registry = build_registry(config, self.store)
+        self.registry = build_registry(config, self.store, self.access)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
         for problem in self.policy.errors:
             log.error("%s (calls it names will require approval)", problem)
@@ -313,7 +315,7 @@ class Gateway:
 
     async def _alert_admins(self, key: str, text: str) -> None:
         """A budget alert, in the DM of every admin of every channel that is running."""
-        for channel, admins in self.config.approvals.admins.items():
+        for channel, admins in self.access.admin_ids.items():  # configured and claimed
             if channel not in self.channels:
                 continue
             for admin in admins:
@@ -374,7 +376,7 @@ class Gateway:
         if matches_any("shell", agent.tools):
             sandbox_status(agent.shell_sandbox).log()
         await self.scheduler.sync_config_jobs()
-        log_start_notes(self.config)
+        await start_claims(self.store, self.config, self.access, now=self.gatekeeper.clock.now())
         if legacy := self.config.llm.fallback_models:
             log.warning(
                 "llm.fallback_models is deprecated: %s read as llm.models (the same server) and appended to "

@@ -11,7 +11,8 @@ from helpers import session_file, tool_results
 
 from gateway.agent.tool_calls import NO_ANSWER, NO_ONE_TO_ASK
 from gateway.approvals.policy import AUTO_DENIED
-from gateway.approvals.prompts import NOT_PENDING, NOT_YOURS, UNKNOWN_BUTTON
+from gateway.approvals.prompts import NOT_PENDING, UNKNOWN_BUTTON
+from gateway.approvals.routing import NOT_ASKED, OWN_REQUEST, REQUESTERS
 from gateway.events import InboundMessage, Sender, ThreadKey, TurnEnded
 from gateway.store import NewItem
 from gateway.store.items import Verdict, resumed
@@ -116,7 +117,7 @@ async def test_double_tap_and_foreign_tapper_change_nothing(store, llm, tmp_path
         await h.idle()
         approve = h.token(0, "✅")
         foreign = await h.tap(approve, sender=BOB)
-        assert foreign.alert and foreign.answer == NOT_YOURS
+        assert foreign.alert and foreign.answer == REQUESTERS
         assert (await store.prompts.pending(thread_key=str(T1)))  # still pending
         first = await h.tap(approve, event_id="fake:tap:first")
         redelivered = await h.tap(approve, event_id="fake:tap:first")
@@ -136,7 +137,7 @@ async def test_configured_approvers_decide_instead_of_the_requester(store, llm, 
     async with running_gateway(store, config) as h:
         await h.say("write z")
         await h.idle()
-        assert (await h.tap(h.token(0, "✅"))).answer == NOT_YOURS  # Alice asked but is not an approver
+        assert (await h.tap(h.token(0, "✅"))).answer == OWN_REQUEST  # Alice asked but is not an approver
         assert "Approved by Bob" in (await h.tap(h.token(0, "✅"), sender=BOB)).answer
         await h.idle()
         assert session_file(tmp_path / "ws", "z.txt").exists()
@@ -434,7 +435,7 @@ async def test_run_again_follows_the_rule_too(store, llm, tmp_path):
         await h.wait_for(lambda: bool(h.channel.prompts(chat)))
         rerun = h.channel.prompts(chat)[0].buttons[0][0]
         refused = await h.tap(rerun.token, thread=chat, sender=BOB)
-        assert refused.alert and refused.answer == NOT_YOURS
+        assert refused.alert and refused.answer == NOT_ASKED
         assert (await store.prompts.by_token(rerun.token.split(".")[0])).status == "pending"
         llm.reply("Running it again.")
         allowed = await h.tap(rerun.token, thread=chat)  # Alice's conversation: hers to decide

@@ -28,7 +28,7 @@ from test_telegram_e2e import (
 )
 
 from gateway.approvals.in_call import EXPIRED_QUESTION
-from gateway.approvals.prompts import NOT_YOURS
+from gateway.approvals.routing import NOT_ASKED
 from gateway.budgets.caps import Caps, Payer
 
 LEGACY = {"trusted": True, "protocol": "legacy"}
@@ -68,7 +68,7 @@ async def test_a_mid_call_question_is_answered_by_button_while_the_call_waits(st
         (call,) = await store.sessions.open_tool_calls(run.session_id)
         assert call.status == "running"
         tg.press(PRIVATE, prompt.message_id, button(prompt, "green"), user_id=BOB)  # not Ann's to answer
-        await until(lambda: (NOT_YOURS, True) in answers(tg))
+        await until(lambda: (NOT_ASKED, True) in answers(tg))
         tg.press(PRIVATE, prompt.message_id, button(prompt, "green"), user_id=PRIVATE)
         await settle(gateway, lambda: bool(result_texts(tg)))
         assert result_texts(tg) == ["result: painted fence green"]

@@ -25,6 +25,7 @@ from harness import make_config
 from helpers import echo, session_file, tool_results, until
 
 from gateway.app import Gateway
+from gateway.approvals.routing import REQUESTERS
 from gateway.config import Config
 from gateway.llm import LLMClient
 from gateway.store import Store
@@ -331,7 +332,7 @@ async def test_a_click_by_someone_else_is_refused_and_changes_nothing(store, llm
         _, prompt = await ask_for_write(s, llm)
         await s.click(prompt, "Approve", user=BOB)
         await s.settle(lambda: bool(slack.ephemerals))
-        assert ephemerals(slack) == [(BOB, "You can't decide this request.")]
+        assert ephemerals(slack) == [(BOB, REQUESTERS)]  # who decides instead
         assert slack.message(CHANNEL, prompt["ts"])["blocks"] == prompt["blocks"] and not slack.calls_to("chat.update")
         assert not session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 1
         (pending,) = await store.prompts.pending(thread_key=f"slack:{CHANNEL}:{prompt['thread_ts']}")

@@ -24,6 +24,7 @@ from helpers import echo, session_file, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
+from gateway.approvals.routing import REQUESTERS
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.llm import LLMClient
@@ -257,7 +258,7 @@ async def test_a_foreign_tap_is_refused_with_an_alert_and_changes_nothing(store,
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=BOB, first_name="Bob", username="bob")
         await until(lambda: len(answers(tg)) == 1)
         await gateway.inbox.wait_until_idle(10)
-        assert answers(tg) == [("You can't decide this request.", True)]
+        assert answers(tg) == [(REQUESTERS, True)]  # who decides instead
         assert tg.messages[GROUP][prompt.message_id].buttons == prompt.buttons
         assert not session_file(tmp_path / "ws", "note.txt").exists() and len(llm.requests) == 1
         (pending,) = await store.prompts.pending(thread_key=f"telegram:{GROUP}:")

@@ -1,7 +1,8 @@
 """`gateway pairing list|approve CODE|deny CODE` and `gateway access list|revoke ID`.
 
 They work on the database directly: an approval queues the held messages again and the
-serving gateway answers them at its next poll.
+serving gateway answers them at its next poll; a claimed admin removed here is no admin from
+the gateway's next message or tap on.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from gateway.access.claim import claim_lines, refresh_admins
 from gateway.access.pairing import describe
 from gateway.access.policy import AccessPolicy
 from gateway.config import Config
 from gateway.store import Store
+from gateway.store.claims import ADMIN_KIND, CLAIMED_BY
 
 
 def add_parsers(subparsers: Any, *, parents: Sequence[argparse.ArgumentParser], handler: Callable[..., Any]) -> None:
@@ -31,12 +34,19 @@ def add_parsers(subparsers: Any, *, parents: Sequence[argparse.ArgumentParser], 
     ):
         actions.add_parser(name, help=text, **common).add_argument("code")
 
-    access = subparsers.add_parser("access", help="approved people and chats: list, revoke", **common)
+    access = subparsers.add_parser(
+        "access", help="admins, approved people and chats: list (with the claim code while a channel has no admin), "
+        "revoke", **common
+    )
     access.set_defaults(handler=handler)
     access_actions = access.add_subparsers(dest="access_command", metavar="ACTION", required=True)
-    access_actions.add_parser("list", help="who may talk to the agent, from the configuration and approvals", **common)
     access_actions.add_parser(
-        "revoke", help="remove an approval (by id, or channel:user-or-chat id)", **common
+        "list", help="who may talk to the agent and who is admin, from the configuration, approvals and claims",
+        **common,
+    )
+    access_actions.add_parser(
+        "revoke", help="remove an approval or a claimed admin by id, or all of a person's or chat's "
+        "(channel:user-or-chat id)", **common
     ).add_argument("id")
 
 
@@ -77,24 +87,39 @@ async def _pairing(args: argparse.Namespace, store: Store, out: TextIO) -> int:
 
 async def _access(args: argparse.Namespace, store: Store, config: Config, out: TextIO) -> int:
     if args.access_command == "revoke":
-        revoked = await store.access.revoke(args.id)
-        if revoked is None:
-            print(f"no approval {args.id} (see `gateway access list`)", file=sys.stderr)
-            return 1
-        print(f"revoked {revoked.kind} {revoked.channel}:{revoked.subject}", file=out)
-        return 0
+        return await _revoke(args.id, store, out)
     policy = AccessPolicy(config)
+    await refresh_admins(store, policy)
     print(f"dm_policy: {config.access.dm_policy}   group_policy: {config.access.group_policy}", file=out)
     for kind, who, where in configured(config, policy):
         print(f"   -  {kind:<4}  {who:<33} {where}", file=out)
     for grant in await store.access.grants():
-        role = policy.role_name(grant.channel, grant.subject) if grant.kind == "user" else ""
+        role = policy.role_name(grant.channel, grant.subject) if grant.kind != "chat" else ""
         name = f" {grant.name}" if grant.name else ""
+        how = "claimed with the code" if grant.granted_by == CLAIMED_BY else f"approved by {grant.granted_by}"
         print(
             f"{grant.id:>4}  {grant.kind:<4}  {grant.channel}:{grant.subject:<24} {role}{name}, "
-            f"approved by {grant.granted_by} {grant.created_at:%Y-%m-%d %H:%M}",
+            f"{how} {grant.created_at:%Y-%m-%d %H:%M}",
             file=out,
         )
+    for line in await claim_lines(store, config):
+        print(line, file=out)
+    return 0
+
+
+async def _revoke(ident: str, store: Store, out: TextIO) -> int:
+    """By id: that approval or claimed admin; by channel:id, every one of that person or chat."""
+    revoked = []
+    while (grant := await store.access.revoke(ident)) is not None:
+        revoked.append(grant)
+        if ident.isdigit():
+            break
+    if not revoked:
+        print(f"no approval {ident} (see `gateway access list`)", file=sys.stderr)
+        return 1
+    for grant in revoked:
+        what = "admin (claimed)" if grant.kind == ADMIN_KIND else grant.kind
+        print(f"revoked {what} {grant.channel}:{grant.subject}", file=out)
     return 0
 
 

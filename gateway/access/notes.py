@@ -4,6 +4,7 @@ decides approvals (the defaults changed: existing set-ups are told what to set).
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from gateway.config import Config
 
@@ -72,46 +73,54 @@ def chat_channels(config: Config) -> list[str]:
     return [name for name, section in (("telegram", config.telegram), ("slack", config.slack)) if section.enabled]
 
 
-def admins_missing(config: Config) -> list[str]:
-    """The chat channels with nobody to decide approval requests by default (no admin)."""
-    return [channel for channel in chat_channels(config) if not config.approvals.admins.get(channel)]
+def admins_missing(config: Config, claimed: Collection[str] = ()) -> list[str]:
+    """The chat channels with nobody to decide approval requests by default (no admin; `claimed`:
+    the channels someone claimed, gateway/access/claim.py)."""
+    return [c for c in chat_channels(config) if not config.approvals.admins.get(c) and c not in claimed]
 
 
-def approval_lines(config: Config) -> list[tuple[int, str]]:
-    """(level, line): who decides approvals, for set-ups that relied on self-approval."""
+def approval_lines(config: Config, claimed: Collection[str] = (), *, upgrading: bool = True) -> list[tuple[int, str]]:
+    """(level, line): who decides approvals; `upgrading` (the database existed before): also that
+    this changed for set-ups that relied on self-approval, and how to have the old behaviour."""
     if config.approvals.self_approve:
         return [(logging.INFO, "approvals.self_approve: true: with no approvers, the person who asked decides "
                  "their own requests (shell, write_file, ...): anyone let in can run them")]
     lines = []
-    for channel in admins_missing(config):
+    changed = ", no longer by the person who asked" if upgrading else ""
+    old = " (or approvals.self_approve: true for the old behaviour)" if upgrading else ""
+    for channel in admins_missing(config, claimed):
         others = bool(config.approvals.approvers.get(channel))
         decided = "approvals.approvers" if others else "nobody in the chat (`gateway approvals` from the terminal)"
         lines.append((logging.WARNING, (
             f"{channel}: approval requests are decided by approvals.admins (or approvers, or a role with "
-            f"approve: true), no longer by the person who asked; {channel} has no admin, so {decided} decides them. "
-            f"Set approvals.admins: {{{channel}: [<your id>]}} (or approvals.self_approve: true for the old behaviour)"
+            f"approve: true){changed}; {channel} has no admin, so {decided} decides them. "
+            f"Set approvals.admins: {{{channel}: [<your id>]}} or claim it with the code of the claim line{old}"
         )))
     return lines
 
 
-def doctor_checks(config: Config) -> list[tuple[str, str, str, str]]:
-    """(name, ok | warn, found, fix) for `gateway doctor`: an admin per chat channel."""
+def doctor_checks(config: Config, claimed: Collection[str] = ()) -> list[tuple[str, str, str, str]]:
+    """(name, ok | warn, found, fix) for `gateway doctor`: an admin per chat channel (`claimed`:
+    the channels someone claimed)."""
     checks = []
     for channel in chat_channels(config):
         admins = config.approvals.admins.get(channel) or []
-        if admins:
+        fix = f"set approvals.admins: {{{channel}: [<your id>]}}, or claim it (`gateway status` shows the code)"
+        if channel in claimed and not admins:
+            checks.append((f"admins ({channel})", "ok", "claimed: `gateway access list` shows who", ""))
+        elif admins:
             checks.append((f"admins ({channel})", "ok", f"{len(admins)} admin(s) decide approvals and pairing", ""))
         elif config.approvals.self_approve:
             checks.append((f"admins ({channel})", "warn", "no admin; people approve their own requests "
-                           "(approvals.self_approve: true)", f"set approvals.admins: {{{channel}: [<your id>]}}"))
+                           "(approvals.self_approve: true)", fix))
         else:
             checks.append((f"admins ({channel})", "warn", "no admin: approval and pairing requests wait for "
-                           "the terminal", f"set approvals.admins: {{{channel}: [<your id>]}}"))
+                           "the terminal", fix))
     return checks
 
 
-def log_start_notes(config: Config) -> None:
+def log_start_notes(config: Config, claimed: Collection[str] = (), *, upgrading: bool = True) -> None:
     for line in admission_lines(config):
         log.info("access: %s", line)
-    for level, line in approval_lines(config):
+    for level, line in approval_lines(config, claimed, upgrading=upgrading):
         log.log(level, "approvals: %s", line)

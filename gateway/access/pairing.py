@@ -3,8 +3,10 @@
 A direct message from someone not yet allowed gets a short code and nothing else: the message
 is held in the inbox (never sent to the model) and the channel's admins get a prompt in their
 own DM with Approve / Deny buttons naming the person; `gateway pairing approve CODE` does the
-same. On approval the held messages go back to the queue and are answered. A group or Slack
-channel not listed nor approved stays silent while its admins are asked the same way.
+same. On approval the held messages go back to the queue and are answered (a held `/start` too). A
+group or Slack channel not listed nor approved stays silent while its admins are asked the same
+way. Before all this, a direct message may be the owner claiming a channel with no admin
+(gateway/access/claim.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from gateway.access.claim import Claims, claim_hint, is_start, refresh_admins
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
@@ -29,6 +32,10 @@ APPROVE, DENY = Action.APPROVE, Action.DENY
 PAIRING_CODE = (
     "🔐 This assistant only talks to people its admins approved. Your pairing code is {code}: "
     "an admin will approve it (it expires in {ttl}). Your message will be answered then."
+)
+START_PAIRING = (
+    "👋 Hello! This assistant only talks to people its admins approved. Your pairing code is {code}: an admin "
+    "will approve it (it expires in {ttl}), and I'll answer your /start then."
 )
 PAIRING_FULL = (
     "🔐 This assistant only talks to people its admins approved, and too many requests are waiting right now. "
@@ -90,14 +97,19 @@ class Gatekeeper:
         self.config = config
         self.policy = policy
         self.clock = clock  # pairing requests expire by it (access.pairing_ttl)
+        self.claims = Claims(store, config, policy, clock=clock)
 
     # ---- every message ---------------------------------------------------------------------
     async def admit(self, thread: ThreadKey, said: Said, *, command: bool) -> Admission:
         channel = thread.channel
+        await refresh_admins(self.store, self.policy)  # a claim, or a removal, counts from the next message
         if channel in TRUSTED_CHANNELS or channel == TASK_CHANNEL or said.rerun_of is not None:
             # the terminal, scheduled sessions, a job run again by a button, and a background
             # task's own thread (only the gateway writes there: its start, a /stop handed to it)
             return ALLOWED
+        claim = await self.claims.attempt(thread, said)
+        if claim is not None:  # answered, never kept for the model (the code is not theirs to see again)
+            return Admission(False, reply=claim.text)
         user_id, username = said.sender.id, said.sender.username
         if self.policy.admitted_by_name(channel, user_id, username, private=said.private):
             return ALLOWED
@@ -106,9 +118,11 @@ class Gatekeeper:
             if access.dm_policy == "open" or await self.store.access.grant_for("user", channel, user_id):
                 return ALLOWED
             if access.dm_policy == "allowlist":
-                return Admission(False, reply=PRIVATE)
+                return Admission(False, reply=self._with_claim_hint(channel, PRIVATE))
+            greet = is_start(said.text)  # a /start is held like a message and answered once paired
             return await self._pair(
-                thread, "user", user_id, said.sender.name or username, hold=not command, asked_by=user_id
+                thread, "user", user_id, said.sender.name or username, hold=not command or greet, asked_by=user_id,
+                greet=greet,
             )
         if access.group_policy == "open" or self.policy.listed_chat(channel, thread.chat):
             return ALLOWED
@@ -119,11 +133,16 @@ class Gatekeeper:
         )
         return Admission(False, hold=admission.hold, request_id=admission.request_id)  # a group not approved: silent
 
+    def _with_claim_hint(self, channel: str, text: str) -> str:
+        """A stranger's notice, with how to claim the channel while it has no admin (they may be its owner)."""
+        return f"{text}\n{claim_hint(channel)}" if self.claims.claimable(channel) else text
+
     async def _pair(
-        self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool, asked_by: str
+        self, thread: ThreadKey, kind: Kind, subject: str, name: str, *, hold: bool, asked_by: str, greet: bool = False
     ) -> Admission:
         """A stranger is answered once per code (its lifetime), not once per message: a flood
-        of messages neither renews the code nor makes the bot send a flood of replies."""
+        of messages neither renews the code nor makes the bot send a flood of replies. `greet`:
+        the message is a `/start`, held and answered once approved like any message."""
         access = self.config.access
         outcome = await self.store.access.request(
             kind=kind,
@@ -141,11 +160,11 @@ class Gatekeeper:
         if outcome.kind != "created":  # told already: held (or dropped) without a word
             return Admission(False, hold=hold, request_id=outcome.request.id)
         await self._ask_admins(outcome.request)
+        notice = (START_PAIRING if greet else PAIRING_CODE).format(
+            code=outcome.request.code, ttl=ttl_text(access.pairing_ttl)
+        )
         return Admission(
-            False,
-            hold=hold,
-            reply=PAIRING_CODE.format(code=outcome.request.code, ttl=ttl_text(access.pairing_ttl)),
-            request_id=outcome.request.id,
+            False, hold=hold, reply=self._with_claim_hint(thread.channel, notice), request_id=outcome.request.id
         )
 
     async def _first_full(self, thread: ThreadKey, asked_by: str) -> bool:
@@ -158,7 +177,8 @@ class Gatekeeper:
         admins = self.policy.admins(request.channel)
         if not admins:
             log.warning(
-                "access request %s (%s) waits for `gateway pairing approve %s`: approvals.admins has nobody for %s",
+                "access request %s (%s) waits for `gateway pairing approve %s`: %s has no admin (approvals.admins, "
+                "or the claim line of the start log)",
                 request.id,
                 describe(request),
                 request.code,
@@ -191,6 +211,7 @@ class Gatekeeper:
         """An admin's tap on a pairing prompt; returns the answer and the thread whose held
         messages were queued again (to wake it)."""
         token, _, action = press.token.rpartition(".")
+        await refresh_admins(self.store, self.policy)
         request = await self.store.access.find(token=token)
         if request is None or action not in (APPROVE, DENY):
             return SubmitResult(press.event_id, answer=UNKNOWN, alert=True), None

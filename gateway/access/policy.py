@@ -2,7 +2,9 @@
 role, and what that role lets their turns do.
 
 People are named `<channel>:<user id>` ("telegram:123456789", "slack:U012ABCDEF"). Admins are
-`approvals.admins`; `access.users` gives others a role; everyone else is a "member". Roles
+`approvals.admins` and the people who claimed a channel that had none (gateway/access/claim.py:
+kept in the database, handed in by `use_claimed` before each check that matters); `access.users`
+gives others a role; everyone else is a "member". Roles
 come from `access.roles` over two built-ins: `admin` (everything) and `member` (every tool,
 no approving others' requests, no /new over someone else's session).
 """
@@ -10,7 +12,7 @@ no approving others' requests, no /new over someone else's session).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gateway.access.notes import groups_by_chat_only
 from gateway.config import Config, RoleConfig
@@ -49,13 +51,23 @@ class AccessPolicy:
             "slack": set(config.slack.allowed_channels),
         }
         self._groups_by_chat_only = groups_by_chat_only(config)
+        self._claimed: dict[str, frozenset[str]] = {}
+        self.admin_ids = AdminIds(self)  # `approvals.admins` with the claimed admins, where a mapping is read
 
     # ---- who ------------------------------------------------------------------------------
+    def use_claimed(self, admins: Mapping[str, Iterable[str]]) -> None:
+        """The admins claimed with a code, as the database has them now (a removal included)."""
+        self._claimed = {channel: frozenset(str(user) for user in ids) for channel, ids in admins.items()}
+
     def is_admin(self, channel: str, user_id: str) -> bool:
-        return str(user_id) in _ids(self.config.approvals.admins, channel)
+        user = str(user_id)
+        return user in _ids(self.config.approvals.admins, channel) or user in self._claimed.get(channel, ())
 
     def admins(self, channel: str) -> list[str]:
-        return sorted(_ids(self.config.approvals.admins, channel))
+        return sorted(_ids(self.config.approvals.admins, channel) | self._claimed.get(channel, frozenset()))
+
+    def admin_channels(self) -> list[str]:
+        return sorted(channel for channel in {*self.config.approvals.admins, *self._claimed} if self.admins(channel))
 
     def role_name(self, channel: str, user_id: str) -> str:
         if self.is_admin(channel, user_id):
@@ -125,6 +137,26 @@ class AccessPolicy:
         if channel in TRUSTED_CHANNELS or not started_by or str(started_by) == str(user_id):
             return True
         return self.role(channel, user_id).new_for_others
+
+
+class AdminIds(Mapping[str, Sequence[str]]):
+    """Every admin by channel, configured or claimed, read when used: shaped like
+    `approvals.admins` for the code that takes that mapping."""
+
+    def __init__(self, policy: AccessPolicy):
+        self._policy = policy
+
+    def __getitem__(self, channel: str) -> Sequence[str]:
+        found = self._policy.admins(channel)
+        if not found:
+            raise KeyError(channel)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._policy.admin_channels())
+
+    def __len__(self) -> int:
+        return len(self._policy.admin_channels())
 
 
 def _ids(config: Mapping[str, Sequence[str | int]], channel: str) -> set[str]:

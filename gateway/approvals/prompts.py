@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gateway import metrics
+from gateway.access.claim import claim_hint, claimable, refresh_admins
 from gateway.access.policy import AccessPolicy
 from gateway.approvals.in_call import EXPIRED_QUESTION, IN_CALL, OPEN, is_in_call
 from gateway.approvals.policy import BYPASS_MINUTES, may_decide
@@ -26,6 +27,7 @@ from gateway.approvals.routing import (
     Asker,
     deciders,
     one_line,
+    refusal,
     requester_decides,
     shown_arguments,
 )
@@ -51,7 +53,6 @@ APPROVAL_VERDICTS: dict[str, str] = {  # the approval button pressed -> the prom
 }
 FREE_TEXT_HINT = "You can also type your answer."
 NOT_PENDING = "This request is no longer pending."
-NOT_YOURS = "You can't decide this request."
 UNKNOWN_BUTTON = "This button is no longer valid."
 EXPIRED_ANSWER = "This request has expired."
 DECIDED_BY_ADMINS = "_An admin decides this request._"
@@ -157,7 +158,7 @@ class PromptService:
         shown = Prompt("approval", thread, f"prompt:{prompt.id}", summary, buttons, call.name, arguments)
         people = [] if self.may_decide(prompt, requested_by) else self._deciders_elsewhere(prompt, thread)
         if not people:
-            await self._send(prompt, shown)
+            await self._send(prompt, replace(shown, text=f"{summary}{self._nobody_decides(prompt, thread)}"))
             return prompt
         if private:  # the member's DM: told it waits; the buttons go to the deciders
             delivered = await self.outbox.send_text(
@@ -169,6 +170,16 @@ class PromptService:
         asker = Asker(thread.channel, str(requested_by), requester_name, private, thread.chat)
         await self._send_copies(prompt, replace(shown, text=f"{summary}\n{asker.line()}"), people)
         return prompt
+
+    def _nobody_decides(self, prompt: PromptRecord, thread: ThreadKey) -> str:
+        """Below a prompt nobody may decide yet because the channel has no admin: how its owner
+        becomes one (the requester may be the owner, as in a one-person set-up)."""
+        if self.access is None or self.may_decide(prompt, prompt.requested_by):
+            return ""
+        channel = thread.channel
+        if not claimable(self.config, self.access, channel) or deciders(self.config, self.access, channel):
+            return ""
+        return f"\n_Nobody may approve this yet: {channel} has no admin. {claim_hint(channel)}_"
 
     def _deciders_elsewhere(self, prompt: PromptRecord, thread: ThreadKey) -> list[str]:
         """The people who may decide the prompt, each reached in their own DM (not this thread)."""
@@ -289,11 +300,15 @@ class PromptService:
         if prompt is None or parsed is None:
             return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
         action = parsed[1]
+        if self.access is not None:
+            await refresh_admins(self.store, self.access)  # claimed or removed since: this tap counts it
         if prompt.status != "pending" and prompt.kind != "rerun":
             gone = is_in_call(prompt) and prompt.status in ("expired", "canceled")
             return SubmitResult(press.event_id, answer=EXPIRED_QUESTION if gone else NOT_PENDING, alert=True)
         if not press.operator and not self.may_decide(prompt, press.sender.id):
-            return SubmitResult(press.event_id, answer=NOT_YOURS, alert=True)
+            channel = ThreadKey.parse(prompt.thread_key).channel
+            why = refusal(self.config, self.access, prompt.kind, channel, press.sender.id, prompt.requested_by or "")
+            return SubmitResult(press.event_id, answer=why, alert=True)
         if prompt.kind == "rerun":
             return await self._rerun(press, prompt)
         decision = self._decision(prompt, action)
@@ -385,7 +400,7 @@ class PromptService:
             user_id,
             requested_by=prompt.requested_by,
             approvers_config=self.config.approvals.approvers,
-            admins_config=self.config.approvals.admins,
+            admins_config=self.access.admin_ids if self.access is not None else self.config.approvals.admins,
             # an approval is not the requester's to decide (unless the set-up says so)
             self_approve=prompt.kind != "approval" or requester_decides(self.config, channel),
         )

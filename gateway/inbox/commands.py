@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.access import TRUSTED_CHANNELS
+from gateway.access.claim import claimable, start_text
 from gateway.agent import spans
 from gateway.agent.audit_trail import Decided, tool_call_entry
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
@@ -27,6 +28,7 @@ COMMANDS = {
     "compact": "summarise older history now to free context",
     "memory": "what I remember here; /memory forget N, /memory clear, /memory share on|off",
     "model": "the models you may use; /model NAME switches this session, /model default goes back",
+    "start": "what I am, and what you may do here",
     "help": "this list",
 }
 # Answered at once even while a turn runs (they don't touch the conversation).
@@ -150,6 +152,8 @@ class Commands:
                 str(thread), source=thread.channel, started_by=said.sender.id, fresh=True, private=said.private
             )
             await self._reply(thread, item, "Started a new session.")
+        elif name == "start":
+            await self._reply(thread, item, self._start(thread, item))
         elif name == "compact":
             await self._reply(thread, item, await self._compact(thread, item))
         elif name == "model":
@@ -223,6 +227,13 @@ class Commands:
                 role = access.role_name(thread.channel, sender)
                 return f"This session was started by someone else; your role ({role}) may not run /new for others."
         return ""
+
+    def _start(self, thread: ThreadKey, item: InboxItem) -> str:
+        sender = Said.of(item).sender
+        access = self.services.access
+        admin = access is not None and access.is_admin(thread.channel, sender.id)
+        open_to_claim = access is not None and claimable(self.config, access, thread.channel)
+        return start_text(thread.channel, sender.name or sender.username, admin=admin, claimable=open_to_claim)
 
     async def _may_stop(self, thread: ThreadKey, sender: str, running_for: str | None) -> bool:
         """A member stops their own turn (running, or parked on a request); an admin anyone's."""

@@ -59,7 +59,7 @@ class MemoryTools:
         inbox_days: float = 0,
     ):
         self.store, self.config = store, config
-        self.admins = admins or {}
+        self.admins = admins if admins is not None else {}  # a live view stays one (empty at the start)
         self.inbox_days = inbox_days  # what a conversation took in is on record this long (provenance.py)
 
     async def sources(self, session_id: int, requester: str) -> frozenset[str]:
@@ -170,11 +170,11 @@ class MemoryTools:
         return f"Forgot memory entry #{entry.id}; its text is gone from memory and from the kept history."
 
 
-def memory_specs(store: Any, config: Config) -> list[ToolSpec]:
-    """The three tools, bound to the store."""
-    tools = MemoryTools(
-        store, config.memory, admins=config.approvals.admins, inbox_days=config.retention.inbox_days
-    )
+def memory_specs(store: Any, config: Config, *, admins: Mapping[str, Sequence[str]] | None = None) -> list[ToolSpec]:
+    """The three tools, bound to the store. `admins`: who forgets anyone's entries in a chat's
+    memory (default `approvals.admins`; the gateway's also has the claimed admins)."""
+    admins = config.approvals.admins if admins is None else admins
+    tools = MemoryTools(store, config.memory, admins=admins, inbox_days=config.retention.inbox_days)
     return [
         build_spec(tools.memory_save, classes={"memory"}, needs_approval_in=tools.save_needs_approval),
         build_spec(tools.memory_search, classes={"memory"}),

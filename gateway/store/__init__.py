@@ -15,6 +15,7 @@ from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRec
 from gateway.store.audit import AuditEntry, AuditRecord, AuditRepo, redact, redact_arguments
 from gateway.store.base import Fence, LeaseLost
 from gateway.store.budgets import BudgetRepo, CounterKey, CounterRecord, Limit, Refused, Reserved
+from gateway.store.claims import ClaimRepo
 from gateway.store.console import ConsoleRepo, InstanceBeat, LoginSession, OverviewCounts
 from gateway.store.conversation import ConversationRepo, Feedback
 from gateway.store.db import (
@@ -153,6 +154,7 @@ class Store:
         self.holds = HoldRepo(self.db)
         self.mcp_tokens = McpTokenRepo(self.db)
         self.memory = MemoryRepo(self.db)
+        self.claims = ClaimRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:

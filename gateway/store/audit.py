@@ -25,8 +25,8 @@ from gateway.store.tables import audit
 
 AuditKind = Literal["tool_call", "access", "budget_alert", "console_login", "console_action", "memory"]
 # How a decision was made: a person's button, the console, the CLI, the automatic denial of an
-# unattended call, a policy rule, a human-granted bypass.
-Via = Literal["button", "console", "cli", "auto", "policy", "bypass", "expiry"]
+# unattended call, a policy rule, a human-granted bypass, the owner's claim code.
+Via = Literal["button", "console", "cli", "auto", "policy", "bypass", "expiry", "claim"]
 
 REDACTED = "[redacted]"
 MAX_STRING = 2000  # longer argument strings (file contents, scripts) are cut: the trail is not a copy

@@ -38,6 +38,7 @@ from gateway.store.tables import (
     audit,
     budget_counters,
     bypasses,
+    claim_attempts,
     compactions,
     delegations,
     inbox,
@@ -183,7 +184,10 @@ def _erase_their_items(conn: Connection, channel: str, user: str, erased: Erased
 def _erase_access(conn: Connection, channel: str, user: str, erased: Erased) -> None:
     person = f"{channel}:{user}"
     subject = and_(access_grants.c.channel == channel, access_grants.c.subject == user)
-    _in(conn, erased, "access grants", delete(access_grants).where(access_grants.c.kind == "user", subject))
+    kinds = access_grants.c.kind.in_(("user", "admin"))  # a claimed admin's grant names them too
+    _in(conn, erased, "access grants", delete(access_grants).where(kinds, subject))
+    tried = and_(claim_attempts.c.channel == channel, claim_attempts.c.person == user)
+    conn.execute(delete(claim_attempts).where(tried))  # their wrong claim codes (a lock-out), if any
     asked = and_(access_requests.c.channel == channel, access_requests.c.kind == "user",
                  access_requests.c.subject == user)
     _in(conn, erased, "pairing requests", delete(access_requests).where(asked))

@@ -424,7 +424,7 @@ access_grants = Table(
     "access_grants",
     metadata,
     _pk(),
-    Column("kind", String(8), nullable=False),  # user | chat
+    Column("kind", String(8), nullable=False),  # user | chat | admin (claimed with a code: gateway/access/claim.py)
     Column("channel", String(32), nullable=False),
     Column("subject", String(128), nullable=False),
     Column("name", String(255), nullable=False, default=""),
@@ -432,6 +432,28 @@ access_grants = Table(
     Column("request_id", Id, nullable=True),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("kind", "channel", "subject", name="uq_access_grants_kind_channel_subject"),
+)
+
+# The one-time code that makes its sender a chat channel's admin while it has none
+# (gateway/access/claim.py): one per channel, shown in the terminal, deleted when used.
+claim_codes = Table(
+    "claim_codes",
+    metadata,
+    Column("channel", String(32), primary_key=True),
+    Column("code", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# Wrong claim codes per person: past a few in a row they are locked out for a while.
+claim_attempts = Table(
+    "claim_attempts",
+    metadata,
+    Column("channel", String(32), primary_key=True),
+    Column("person", String(128), primary_key=True),
+    Column("wrong", Integer, nullable=False, default=0),
+    Column("since", UTCDateTime, nullable=False),  # the first wrong code of the run
+    Column("locked_until", UTCDateTime, nullable=True),
 )
 
 # Spend per cap scope and calendar period: used and reserved, in nano-USD and tokens. A call

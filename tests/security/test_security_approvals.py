@@ -22,6 +22,7 @@ from test_slack_e2e import slack_config
 from test_slack_e2e import texts as slack_texts
 from test_telegram_e2e import answers, button, has_prompt, prompt_message, running, settle, texts, tg_config
 
+from gateway.approvals.routing import OWN_REQUEST
 from gateway.config import ApprovalsConfig
 
 MEMBER, ADMIN, OTHER = 43, 7, 44
@@ -48,7 +49,7 @@ async def test_in_a_group_a_member_cannot_approve_their_own_call(store, llm, tg,
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=MEMBER)
         await until(lambda: len(answers(tg)) == 1)
         await gateway.inbox.wait_until_idle(10)
-        assert answers(tg) == [("You can't decide this request.", True)]
+        assert answers(tg) == [(OWN_REQUEST, True)]  # who decides instead
         assert not written(tmp_path, "pwned.txt")
         tg.press(GROUP, prompt.message_id, button(prompt, "Approve"), user_id=ADMIN, first_name="Ada")
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
@@ -70,7 +71,7 @@ async def test_a_members_dm_request_goes_to_the_admins_dm(store, llm, tg, tmp_pa
         assert "Waiting for an admin's decision" in texts(tg, MEMBER)[1]
         tg.press(MEMBER, copy.message_id, button(copy, "Approve"), user_id=MEMBER)  # a forged tap of theirs
         await until(lambda: len(answers(tg)) == 1)
-        assert answers(tg) == [("You can't decide this request.", True)]
+        assert answers(tg) == [(OWN_REQUEST, True)]  # who decides instead
         assert not written(tmp_path, "made.txt")
         tg.press(ADMIN, copy.message_id, button(copy, "Approve"), user_id=ADMIN, first_name="Ada")
         await settle(gateway, lambda: "Done." in texts(tg, MEMBER))
