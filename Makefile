@@ -9,12 +9,15 @@ COMPILE := $(BIN)/python -m compileall -q gateway channels scheduler
 
 .PHONY: run test lint install chat migrate bench clean
 
+# The first run installs for a minute or so, quietly: a line says so before it starts.
 $(STAMP): pyproject.toml
+	@echo "installing the gateway and its dependencies into $(VENV): the first time (or after pyproject.toml changed) this takes about a minute..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,postgres]'
 	$(COMPILE)
 	touch $(STAMP)
+	@echo "installed into $(VENV)"
 
 install: $(STAMP)
 

@@ -31,50 +31,69 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    """Every failure the operator caused ends here, once: one line and its kind's exit code
+    (gateway/cli/toplevel.py); the traceback only when debugging."""
+    from gateway.cli.toplevel import INTERRUPTED, USAGE, reader_gone, report
     from gateway.config import ConfigError, load_config
+    from gateway.events import OperatorError
     from gateway.logs import configure as configure_logging
-    from gateway.store import StoreError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
+    args = argparse.Namespace(debug=False, log_level=None)
+    config: Config | None = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return USAGE
         if getattr(args, "without_config", False):  # `setup` writes the config: it need not load yet
             return asyncio.run(args.handler(args, None)) or 0
         config = load_config(args.config)
         # Other libraries' chatter (and URLs that can carry a bot token) only when debugging.
         configure_logging(args.log_level or config.logging.level)
-        return asyncio.run(args.handler(args, config)) or 0
+        code = asyncio.run(args.handler(args, config)) or 0
+        sys.stdout.flush()  # a reader that left is found here, not by the interpreter at exit
+        return code
     except ConfigError as exc:
-        print(f"configuration error:\n{exc}", file=sys.stderr)
-        return 2
-    except StoreError as exc:
-        print(f"database error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc, "config", debug=_debugging(args, config))
+    except OperatorError as exc:
+        return report(exc, exc.kind, debug=_debugging(args, config))
+    except BrokenPipeError:
+        return reader_gone()
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
+
+
+def _debugging(args: argparse.Namespace, config: Config | None) -> bool:
+    level = args.log_level or (config.logging.level if config is not None else None)
+    return bool(args.debug) or level == "debug"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gateway.cli.toplevel import VersionAction, describe_subcommands
+
     parser = argparse.ArgumentParser(
         prog="gateway", description="Chat gateway for an LLM agent (Telegram, Slack, cron)."
     )
+    parser.add_argument("--version", action=VersionAction, help="print the installed version and exit")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=None, help="path to config.yml (default: $GATEWAY_CONFIG or ./config.yml)")
-    common.add_argument(
-        "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="default: logging.level"
-    )
-    parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default=None, help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command")
+    _add_common_options(parser, given_before=True)
+    _add_common_options(common, given_before=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    sub.add_parser("serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP").set_defaults(
-        handler=cmd_serve
-    )
-    sub.add_parser("chat", parents=[common], help="talk to the agent in this terminal").set_defaults(handler=cmd_chat)
-    sub.add_parser("migrate", parents=[common], help="apply database migrations").set_defaults(handler=cmd_migrate)
+    sub.add_parser(
+        "serve", parents=[common], help="run the gateway: channels, workers, scheduler, HTTP",
+        description="Run the gateway: the chat channels, the workers, the scheduler and the HTTP server "
+        "(health, metrics, webhooks, console), until SIGTERM or Ctrl-C.",
+    ).set_defaults(handler=cmd_serve)
+    sub.add_parser(
+        "chat", parents=[common], help="talk to the agent in this terminal",
+        description="Talk to the agent in this terminal, with the same tools, approvals and database as serve.",
+    ).set_defaults(handler=cmd_chat)
+    sub.add_parser(
+        "migrate", parents=[common], help="create the database or bring its schema up to date",
+        description="Create the database, or apply the migrations it lacks; says which it did.",
+    ).set_defaults(handler=cmd_migrate)
     sub.add_parser(
         "doctor",
         parents=[common],
@@ -86,26 +105,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", parents=[common], help="run records (one per turn)")
     runs_sub = runs.add_subparsers(dest="action", required=True)
-    runs_list = runs_sub.add_parser("list", parents=[common])
+    runs_list = runs_sub.add_parser("list", parents=[common], help="the newest runs: status, model, tokens, cost")
     runs_list.add_argument("--limit", type=int, default=20)
     runs_list.add_argument("--session", type=int, default=None)
-    runs_show = runs_sub.add_parser("show", parents=[common])
+    runs_show = runs_sub.add_parser("show", parents=[common], help="one run: its events, tool calls and sub-agents")
     runs_show.add_argument("id", type=int)
     runs.set_defaults(handler=cmd_runs)
 
     sessions = sub.add_parser("sessions", parents=[common], help="sessions and their history")
     sessions_sub = sessions.add_subparsers(dest="action", required=True)
-    sessions_list = sessions_sub.add_parser("list", parents=[common])
+    sessions_list = sessions_sub.add_parser("list", parents=[common], help="the newest sessions and their threads")
     sessions_list.add_argument("--limit", type=int, default=20)
-    sessions_show = sessions_sub.add_parser("show", parents=[common])
+    sessions_show = sessions_sub.add_parser("show", parents=[common], help="one session: its history and totals")
     sessions_show.add_argument("id", type=int)
     sessions.set_defaults(handler=cmd_sessions)
 
     approvals = sub.add_parser("approvals", parents=[common], help="pending approval requests")
     approvals_sub = approvals.add_subparsers(dest="action", required=True)
-    approvals_sub.add_parser("list", parents=[common])
+    approvals_sub.add_parser("list", parents=[common], help="the requests waiting for a decision")
     for action in ("approve", "deny"):
-        decide = approvals_sub.add_parser(action, parents=[common])
+        decide = approvals_sub.add_parser(action, parents=[common], help=f"{action} a waiting request by its id")
         decide.add_argument("id", type=int)
         decide.add_argument("--reason", default="")
     approvals.set_defaults(handler=cmd_approvals)
@@ -131,7 +150,24 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli.memory import add_parser as add_memory_parser
 
     add_memory_parser(sub, parents=[common], handler=cmd_memory)
+    describe_subcommands(parser)
     return parser
+
+
+def _add_common_options(parser: argparse.ArgumentParser, *, given_before: bool) -> None:
+    """The options every command takes, before or after its name. After it, they are SUPPRESSed
+    when not given: a command's parser then leaves the value given before the name alone."""
+    default: Any = None if given_before else argparse.SUPPRESS
+    parser.add_argument(
+        "--config", default=default, help="path to config.yml (default: $GATEWAY_CONFIG or ./config.yml)"
+    )
+    parser.add_argument(
+        "--log-level", default=default, choices=["debug", "info", "warning", "error"], help="default: logging.level"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", default=False if given_before else default,
+        help="on a failure, print its traceback above its one line (as logging.level: debug does)",
+    )
 
 
 async def cmd_mcp(args: argparse.Namespace, config: Config) -> int:
@@ -147,23 +183,38 @@ async def cmd_mcp(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _store(config: Config) -> Store:
+    """The database, migrated; stderr says which one when it is not the default, or is new."""
+    from gateway.startup import database_line
     from gateway.store import Store
 
     store = Store(config.database.url)
-    await store.migrate(auto=config.database.auto_migrate)
+    try:
+        found = await store.migrate(auto=config.database.auto_migrate)
+    except BaseException:
+        await store.close()
+        raise
+    if line := database_line(config, new=found is None):
+        print(line, file=sys.stderr)
     return store
 
 
 async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
-    from gateway.config.redaction import redact_url
-    from gateway.store import Store, upgrade
+    from gateway.startup import database_place
+    from gateway.store import Store
+    from gateway.store.db import SCHEMA_REVISION
 
     store = Store(config.database.url)
     try:
-        await upgrade(store.db)
+        found = await store.migrate(auto=True)
     finally:
         await store.close()
-    print(f"database at {redact_url(config.database.url)} is up to date")
+    where = database_place(config)
+    if found is None:
+        print(f"created the database at {where} (schema {SCHEMA_REVISION})")
+    elif found != SCHEMA_REVISION:
+        print(f"upgraded the database at {where} from schema {found} to {SCHEMA_REVISION}")
+    else:
+        print(f"the database at {where} is up to date (schema {SCHEMA_REVISION})")
     return 0
 
 

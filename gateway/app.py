@@ -43,6 +43,7 @@ from gateway.mcp.oauth import TokenVault
 from gateway.memory import MemoryBook, memory_specs
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
+from gateway.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
 from gateway.store import Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL
@@ -369,14 +370,21 @@ class Gateway:
         )
 
     async def start(self) -> None:
-        await self.store.migrate(auto=self.config.database.auto_migrate)
+        found = await self._open_database()  # None: a new database
         agent = self.config.agent
-        private_workspace(agent.workspace)  # 0700: no other account reads the sessions' files
+        try:
+            private_workspace(agent.workspace)  # 0700: no other account reads the sessions' files
+        except OSError as exc:
+            raise workspace_unusable(self.config, exc) from exc
         adopt_legacy_layout(agent.workspace, self.config.attachments.dir, shared_root(agent.shared_dir))
         if matches_any("shell", agent.tools):
             sandbox_status(agent.shell_sandbox).log()
         await self.scheduler.sync_config_jobs()
-        await start_claims(self.store, self.config, self.access, now=self.gatekeeper.clock.now())
+        await start_claims(
+            self.store, self.config, self.access, now=self.gatekeeper.clock.now(), upgrading=found is not None
+        )
+        if found is not None:  # an install from before: the defaults that changed under it
+            log_changed_defaults(self.config)
         if legacy := self.config.llm.fallback_models:
             log.warning(
                 "llm.fallback_models is deprecated: %s read as llm.models (the same server) and appended to "
@@ -386,13 +394,7 @@ class Gateway:
             )
         if self.telemetry is not None:
             log.info("telemetry: %s", self.telemetry.describe())
-        for name, channel in self.channels.items():
-            try:
-                await channel.start(self.submit)
-                self.started_channels.add(name)
-            except Exception:  # logged with the channel's name, then raised: the gateway does not start
-                log.exception("channel %s failed to start", name)
-                raise
+        await self._start_channels()
         if not set(self.channels) - {"cron", "tick"}:
             log.warning(
                 "no chat channel is configured: `gateway setup` connects one (or set TELEGRAM_BOT_TOKEN to "
@@ -403,8 +405,43 @@ class Gateway:
         await self._follow_holds()
         await self.inbox.start()
         if self.http is not None:
-            await self.http.start()
+            await self._start_http(self.http)
         self._leader_task = asyncio.create_task(self.leadership.run(), name="leader")
+
+    async def _open_database(self) -> str | None:
+        """Connect and migrate (a failure is one line naming database.url); the log says which
+        database when it is new or not the default. Returns the revision it was at."""
+        found = await self.store.migrate(auto=self.config.database.auto_migrate)
+        if line := database_line(self.config, new=found is None):
+            log.info("%s", line)
+        return found
+
+    async def _start_channels(self) -> None:
+        for name, channel in self.channels.items():
+            try:
+                await channel.start(self.submit)
+                self.started_channels.add(name)
+            except Exception as exc:  # the gateway does not start; the command line says why, once
+                exc.add_note(f"(while starting the {name} channel)")
+                await self._close_channels([*self.started_channels, name])
+                raise
+
+    async def _start_http(self, http: HttpServer | StatusServer) -> None:
+        try:
+            await http.start()
+        except OSError as exc:  # one line naming http.port (or http.host) and where to set it
+            await self._close_channels(list(self.started_channels))
+            await self.mcp.stop()
+            raise bind_failure(exc, self.config.http, self.config.source) from exc
+
+    async def _close_channels(self, names: list[str]) -> None:
+        """A start that failed closes the channels it opened (their connections), quietly: the
+        failure is what the operator reads, not a second one from the cleanup."""
+        for name in names:
+            try:
+                await self.channels[name].stop()
+            except Exception:  # noqa: BLE001 - cleanup after a failure must not replace it
+                log.debug("channel %s did not stop cleanly after the failed start", name, exc_info=True)
 
     def _on_shared_notice(self, payload: str) -> None:
         """The holds channel carries new flood holds ("<channel>:<chat>") and instances that

@@ -19,9 +19,14 @@ INTRO = """# Configuration reference
 Every key of `config.yml` with its default (generated from `gateway/config/` by
 `python -m gateway.config_reference`; a test checks it is current). `${VAR}` and `${VAR:-default}`
 read the environment, and a `.env` file beside the config is loaded first without overriding
-variables already set. Durations accept `90`, `"90s"`, `"15m"`, `"2h"`, `"1d"`. Unknown keys and
-wrong types are rejected with the file and key path. Secrets (🔒) are read from the environment
-only: leave them out or write them as `${VAR}`.
+variables already set. Durations accept `90`, `"90s"`, `"15m"`, `"2h"`, `"1d"`. Unknown keys (with
+the nearest known one: "did you mean max_rounds?") and wrong types are rejected with the file and key
+path, a YAML error with the file and line, and a key written twice in one mapping with both lines.
+Secrets (🔒) are read from the environment only: leave them out or write them as `${VAR}`.
+
+Relative paths (the SQLite file of `database.url`, `agent.workspace`, `agent.shared_dir`,
+`agent.shell_ro_paths`, an MCP server's `cwd`, `mcp.import`) are relative to the directory of the
+configuration file, whatever the current directory; without a file, to the current directory.
 """
 
 

@@ -273,6 +273,31 @@ class ChannelError(Exception):
         self.delivered = delivered
 
 
+# What failed, for the command line's exit code (gateway/cli/toplevel.py, docs/operations.md).
+FailureKind = Literal[
+    "database_url", "database_unreachable", "database_missing", "database_login", "database_schema",
+    "http_bind", "token_rejected", "platform_unreachable", "channel_settings", "path",
+]
+
+
+class OperatorError(Exception):
+    """A failure the operator causes and fixes (a setting, a server that is down, a port in use),
+    worded as one line: what happened, the setting (and its environment variable), what to do."""
+
+    def __init__(self, line: str, *, kind: FailureKind):
+        super().__init__(line)
+        self.kind = kind
+
+
+class ChannelStartError(OperatorError, ChannelError):
+    """A channel cannot start: its token was rejected, its platform cannot be reached, or its
+    settings are incomplete. Retrying does not help; the operator does."""
+
+    def __init__(self, line: str, *, kind: FailureKind):
+        ChannelError.__init__(self, line, permanent=True)
+        self.kind = kind
+
+
 class FileTooLarge(ChannelError):
     """The platform will not hand this file over (or it is larger than we accept)."""
 

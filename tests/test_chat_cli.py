@@ -303,6 +303,6 @@ def test_a_bad_config_is_refused_naming_the_key(tmp_path: Path):
         [sys.executable, "-m", "gateway", "chat", "--config", str(path)],
         cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60, input="",
     )
-    assert result.returncode == 2
+    assert result.returncode == 3  # the configuration's exit code (docs/operations.md)
     assert "llm.context_window" in result.stderr
     assert BANNER not in result.stdout

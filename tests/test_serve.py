@@ -11,6 +11,7 @@ import sys
 import aiohttp
 from test_chat_cli import REPO, child_env, write_config
 
+from gateway.cli.toplevel import EXIT_CODES
 from gateway.logs import OURS
 
 
@@ -73,7 +74,7 @@ async def test_serve_refuses_an_old_schema_without_auto_migrate(tmp_path):
     )
     code = await asyncio.wait_for(process.wait(), 30)
     output = (await process.stdout.read()).decode()
-    assert code == 2 and "gateway migrate" in output
+    assert code == EXIT_CODES["database_schema"] and "gateway migrate" in output
 
 
 LOG_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): (.*)$")

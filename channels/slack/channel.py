@@ -21,6 +21,7 @@ from gateway.config import SlackConfig
 from gateway.events import (
     Attachment,
     ChannelError,
+    ChannelStartError,
     ChannelState,
     Delivered,
     Fetched,
@@ -84,22 +85,23 @@ class SlackChannel:
     async def start(self, submit: Submit) -> None:
         self._intake.submit = submit
         await self._web.open()
-        auth = await self._web("auth_test")
+        try:
+            auth = await self._web("auth_test")
+        except SlackCallError as exc:
+            raise start_failure(exc, "slack.bot_token (SLACK_BOT_TOKEN)", self._config.api_base_url) from exc
         self._me = Identity(str(auth.get("user_id", "")), str(auth.get("bot_id") or ""), str(auth.get("team_id") or ""))
         self._intake.me = self._me
         log.info("slack: signed in as %s in team %s", self._me.bot_user_id, self._me.team_id)
-        if "link_previews" not in self._config.model_fields_set:
-            log.info(
-                "slack: links unfurl only when the person sent them (slack.link_previews: own, new default); "
-                "set slack.link_previews: all for Slack's defaults"
-            )
         if self._config.app_token:
             await self._connect_socket()
 
     async def _connect_socket(self) -> None:
         """Socket Mode: no public URL. The first URL is fetched here so a bad app token fails
         start() clearly instead of retrying in the background."""
-        opened = await self._web("apps_connections_open", app_token=self._config.app_token)
+        try:
+            opened = await self._web("apps_connections_open", app_token=self._config.app_token)
+        except SlackCallError as exc:
+            raise start_failure(exc, "slack.app_token (SLACK_APP_TOKEN)", self._config.api_base_url) from exc
         handler = AsyncSocketModeHandler(
             self._intake.app, app_token=self._config.app_token, web_client=self._web.client
         )
@@ -305,3 +307,28 @@ class SlackChannel:
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         """A status line in the thread where the app may set one, else 👀 on the message."""
         await self._presence.set_busy(thread, busy, reply_to)
+
+
+# Slack's answers to a token it does not take (https://api.slack.com/methods/auth.test#errors).
+_TOKEN_REFUSED = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "not_allowed_token_type"}
+)
+
+
+def start_failure(error: SlackCallError, setting: str, base_url: str) -> ChannelStartError:
+    """The one line a start that Slack refused (or could not be reached for) ends with."""
+    variable = setting.partition("(")[2].rstrip(")")
+    if error.code in _TOKEN_REFUSED:
+        kind = "an xapp- app-level token with connections:write" if "APP" in variable else "the xoxb- bot token"
+        return ChannelStartError(
+            f"{setting}: Slack refused the token ({error.code}): set {variable} to {kind} of your Slack app",
+            kind="token_rejected",
+        )
+    if error.code:
+        return ChannelStartError(f"{setting}: Slack answered {error.code}: check the app's settings and {variable}",
+                                 kind="channel_settings")
+    return ChannelStartError(
+        f"slack: cannot reach the Slack API at {base_url} ({str(error).partition(': ')[2] or error}): check this "
+        "machine's network (and HTTPS_PROXY if it needs one), or correct slack.api_base_url",
+        kind="platform_unreachable",
+    )

@@ -19,7 +19,7 @@ from telegram.constants import ChatAction
 from telegram.request import HTTPXRequest
 
 from channels.telegram import files, prompts
-from channels.telegram.api import CONNECTIONS, BotCaller, TokenRejected, translated
+from channels.telegram.api import CONNECTIONS, BotCaller, Rejected, TokenRejected, translated
 from channels.telegram.inbound import ALLOWED_UPDATES, BOT_API_DOWNLOAD_LIMIT, BotIdentity, UpdateReader
 from channels.telegram.ingest import SECRET_FORMAT, UpdateIngest
 from channels.telegram.outlet import Outlet, Target, chunks_of
@@ -29,6 +29,7 @@ from gateway.config import TelegramConfig
 from gateway.events import (
     Attachment,
     ChannelError,
+    ChannelStartError,
     ChannelState,
     Delivered,
     Fetched,
@@ -126,26 +127,21 @@ class TelegramChannel:
         try:
             await translated("getMe", bot.initialize)
         except TokenRejected:
-            raise ChannelError(
-                "telegram: the bot token was rejected (check TELEGRAM_BOT_TOKEN)", permanent=True
+            raise ChannelStartError(
+                "telegram.token (TELEGRAM_BOT_TOKEN): the bot token was rejected by the Bot API: set "
+                "TELEGRAM_BOT_TOKEN to the token @BotFather gave (/mybots there shows it again)",
+                kind="token_rejected",
             ) from None
         except ChannelError as exc:
-            raise ChannelError(f"telegram: cannot reach the Bot API at {self.config.api_base_url}: {exc}") from exc
+            raise self._unreachable(exc) from exc
         me = bot.bot
         self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews)
         if self.config.mode == "webhook":
-            await translated("setWebhook", lambda: bot.set_webhook(
-                self.config.webhook_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
-            ))
+            await self._set_webhook(bot)
             log.info("telegram: @%s receives updates by webhook at %s", me.username, self.config.webhook_url)
         else:
             await translated("deleteWebhook", lambda: bot.delete_webhook(drop_pending_updates=False))
             log.info("telegram: @%s receives updates by long polling", me.username)
-        if "link_previews" not in self.config.model_fields_set:
-            log.info(
-                "telegram: link previews show only for links the person sent (telegram.link_previews: own, "
-                "new default); set telegram.link_previews: all for Telegram's previews of every link"
-            )
         if self.config.process_edited:
             log.info("telegram: process_edited is no longer read: edits are always handled, as inbox.on_edit says")
         reader = UpdateReader(
@@ -156,23 +152,52 @@ class TelegramChannel:
         )
         self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
 
+    def _unreachable(self, exc: ChannelError) -> ChannelStartError:
+        reason = str(exc).removeprefix("telegram getMe: ").replace(self.config.token, "<token>")
+        reason = reason.partition(": ")[2] if reason.startswith("httpx.") else reason  # the library's name: noise
+        return ChannelStartError(
+            f"telegram: cannot reach the Bot API at {self.config.api_base_url} ({reason}): check this machine's "
+            "network (and HTTPS_PROXY if it needs one), or correct telegram.api_base_url",
+            kind="platform_unreachable",
+        )
+
+    async def _set_webhook(self, bot: Bot) -> None:
+        try:
+            await translated("setWebhook", lambda: bot.set_webhook(
+                self.config.webhook_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
+            ))
+        except Rejected as exc:
+            raise ChannelStartError(
+                f"telegram.webhook_url: Telegram refused {self.config.webhook_url} ({exc.reason}): give the public "
+                "https:// address of this gateway's /telegram/webhook, or set telegram.mode: polling",
+                kind="channel_settings",
+            ) from exc
+
     def _check_config(self) -> None:
         if not self.config.token:
-            raise ChannelError("telegram: no bot token (set TELEGRAM_BOT_TOKEN)", permanent=True)
+            raise ChannelStartError(
+                "telegram.token (TELEGRAM_BOT_TOKEN) is empty: set TELEGRAM_BOT_TOKEN", kind="channel_settings"
+            )
         if self.config.mode != "webhook":
             return
+        polling = "or set telegram.mode: polling (no public URL needed)"
         if not self.config.webhook_secret:
-            raise ChannelError(
-                "telegram: webhook mode needs telegram.webhook_secret (set TELEGRAM_WEBHOOK_SECRET)", permanent=True
+            raise ChannelStartError(
+                "telegram.webhook_secret (TELEGRAM_WEBHOOK_SECRET) is not set, and telegram.mode: webhook needs it: "
+                f"set TELEGRAM_WEBHOOK_SECRET to a random string (e.g. openssl rand -hex 32), {polling}",
+                kind="channel_settings",
             )
         if not SECRET_FORMAT.match(self.config.webhook_secret):
-            raise ChannelError(
-                "telegram: webhook_secret must be 1-256 characters of A-Z, a-z, 0-9, _ and -", permanent=True
+            raise ChannelStartError(
+                "telegram.webhook_secret (TELEGRAM_WEBHOOK_SECRET) must be 1-256 characters of A-Z, a-z, 0-9, _ "
+                "and -: set TELEGRAM_WEBHOOK_SECRET to e.g. the output of openssl rand -hex 32",
+                kind="channel_settings",
             )
         if not self.config.webhook_url.startswith("https://"):
-            raise ChannelError(
-                "telegram: webhook mode needs telegram.webhook_url (an https:// URL ending in /telegram/webhook)",
-                permanent=True,
+            raise ChannelStartError(
+                "telegram.webhook_url is not an https:// URL, and telegram.mode: webhook needs one: set it to the "
+                f"public address of this gateway's /telegram/webhook, {polling}",
+                kind="channel_settings",
             )
 
     async def stop(self) -> None:

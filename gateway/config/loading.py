@@ -9,13 +9,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gateway.config.base import ConfigError
 from gateway.config.mcp_import import merge_imported_servers
+from gateway.config.paths import anchor_paths
 from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
+from gateway.config.suggest import closest_key
+from gateway.config.yaml_file import read_yaml
 
 DEFAULT_CONFIG_PATH = "config.yml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -87,7 +89,7 @@ def _apply_env(data: dict[str, Any], env: dict[str, str]) -> None:
                 section[path[1]] = env[env_name]
 
 
-def _describe(error: ErrorDetails) -> str:
+def _describe(error: ErrorDetails, loc: list[str | int]) -> str:
     kind = error["type"]
     got = error.get("input")
     shown = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
@@ -106,7 +108,8 @@ def _describe(error: ErrorDetails) -> str:
         "model_attributes_type": "expected a mapping",
     }
     if kind == "extra_forbidden":
-        return "unknown key"
+        near = closest_key(Config, loc)
+        return f"unknown key; did you mean {near}?" if near else "unknown key"
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
@@ -119,8 +122,8 @@ def _describe(error: ErrorDetails) -> str:
 def _format_errors(source: str, exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
-        loc = ".".join(str(p) for p in error["loc"] if p not in ("function-after", "function-before"))
-        lines.append(f"{source}: {loc}: {_describe(error)}")
+        path = [p for p in error["loc"] if p not in ("function-after", "function-before")]
+        lines.append(f"{source}: {'.'.join(str(p) for p in path)}: {_describe(error, path)}")
     return "\n".join(lines)
 
 
@@ -136,10 +139,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: dict[str, st
         env = dict(os.environ)
     raw: Any = {}
     if file.is_file():
-        try:
-            raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
+        raw = read_yaml(file) or {}  # a YAML error names the file and line; a key written twice is refused
         if not isinstance(raw, dict):
             raise ConfigError(f"{file}: the top level must be a mapping of sections")
     elif explicit:
@@ -160,4 +160,5 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: dict[str, st
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc)) from exc
     config.source = source
+    anchor_paths(config)  # relative paths start at the file's directory, whatever the current one
     return config

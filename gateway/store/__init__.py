@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.events import utcnow
 from gateway.store.access import AccessGrantRecord, AccessRepo, AccessRequestRecord
@@ -20,12 +21,12 @@ from gateway.store.console import ConsoleRepo, InstanceBeat, LoginSession, Overv
 from gateway.store.conversation import ConversationRepo, Feedback
 from gateway.store.db import (
     Database,
-    StoreError,
     ensure_migrated,
     migrations_current,
     upgrade,
 )
 from gateway.store.delegations import ChildSession, DelegationRepo, NewTask, TaskRecord
+from gateway.store.failures import StoreError, connection_failure
 from gateway.store.gauges import GaugeRepo, Gauges
 from gateway.store.history import HistoryRepo
 from gateway.store.holds import HoldRepo
@@ -287,8 +288,16 @@ class Store:
             )
             return await self.db.write(lambda conn: work(conn, False))
 
-    async def migrate(self, *, auto: bool = True) -> None:
-        await ensure_migrated(self.db, auto_migrate=auto)
+    async def migrate(self, *, auto: bool = True) -> str | None:
+        """Open the database (the first connection) and bring its schema up to date; returns the
+        revision it was at, None for a new database. A failure to connect is one line naming
+        database.url (`StoreError`)."""
+        try:
+            return await ensure_migrated(self.db, auto_migrate=auto)
+        except (SQLAlchemyError, OSError) as exc:
+            if (failure := connection_failure(exc, self.db.parsed_url)) is None:
+                raise
+            raise failure from exc
 
     async def close(self) -> None:
         await self.db.dispose()

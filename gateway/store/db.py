@@ -29,10 +29,17 @@ from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from gateway.private_files import close_to_others, create_private, make_dirs
+from gateway.store.failures import (
+    driver_missing,
+    parse_database_url,
+    schema_behind,
+    schema_newer,
+    sqlite_unusable,
+)
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
@@ -46,10 +53,6 @@ _VERSION_QUERY = text("SELECT version_num FROM alembic_version")
 WRITE_ISOLATION = "READ COMMITTED"  # PostgreSQL's default: what every write transaction runs at
 
 log = logging.getLogger(__name__)
-
-
-class StoreError(Exception):
-    """A database problem worded for the operator."""
 
 
 class StatementCount:
@@ -88,12 +91,15 @@ class Database:
         self.url = url
         self.pg_schema = pg_schema
         self.count = StatementCount()
-        parsed = make_url(url)
+        parsed = self.parsed_url = parse_database_url(url)  # one line naming database.url when unusable
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
             database = parsed.database or ""
             if database and database != ":memory:":
-                private_sqlite(Path(database))
+                try:
+                    private_sqlite(Path(database))
+                except OSError as exc:
+                    raise sqlite_unusable(parsed, exc) from exc
             self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
             self.count.watch(self._sqlite.writer_engine)
             self.count.watch(self._sqlite.reader_engine)
@@ -109,15 +115,18 @@ class Database:
             # Connections are in autocommit unless a write begins a transaction: a read then
             # costs its statements alone (no BEGIN and ROLLBACK around them, the same snapshot
             # per statement as READ COMMITTED gives), and the pool's ping one round trip, not three.
-            self.engine = create_async_engine(
-                url,
-                echo=echo,
-                pool_size=pool_size,  # at most pool_size + max_overflow connections: docs/operations.md, Sizing
-                max_overflow=max_overflow,
-                pool_pre_ping=True,
-                connect_args=connect_args,
-                isolation_level="AUTOCOMMIT",
-            )
+            try:
+                self.engine = create_async_engine(
+                    url,
+                    echo=echo,
+                    pool_size=pool_size,  # at most pool_size + max_overflow connections: docs/operations.md, Sizing
+                    max_overflow=max_overflow,
+                    pool_pre_ping=True,
+                    connect_args=connect_args,
+                    isolation_level="AUTOCOMMIT",
+                )
+            except ImportError as exc:
+                raise driver_missing(parsed) from exc
             self.count.watch(self.engine.sync_engine)
 
     async def write(self, work: Work[T]) -> T:
@@ -393,15 +402,18 @@ async def upgrade(db: Database) -> None:
     await db.migrate(run)
 
 
-async def ensure_migrated(db: Database, *, auto_migrate: bool) -> None:
-    if await migrations_current(db):
-        return
+async def ensure_migrated(db: Database, *, auto_migrate: bool) -> str | None:
+    """Bring the schema to SCHEMA_REVISION; returns the revision the database was at (None: it
+    was new). A schema newer than ours is refused: migrating it down is not ours to do."""
+    found = await current_revision(db)
+    if found == SCHEMA_REVISION:
+        return found
+    if found is not None and found > SCHEMA_REVISION:  # four-digit revisions: their order is the text's
+        raise schema_newer(db.parsed_url, found, SCHEMA_REVISION)
     if not auto_migrate:
-        raise StoreError(
-            f"the database at {db.url} is not at the current schema and database.auto_migrate is "
-            "false: run `gateway migrate` first"
-        )
+        raise schema_behind(db.parsed_url, found, SCHEMA_REVISION)
     await upgrade(db)
+    return found
 
 
 async def _uninterrupted(awaitable: Awaitable[T]) -> T:
