@@ -4,8 +4,8 @@ It asks for (or, with `--non-interactive`, takes from the flags) the model serve
 bot and/or a Slack app and their owners, checks each against the real server (the model server
 as `gateway doctor` does: listed models, a one-token answer, a tool call round trip, the
 context window; Telegram's getMe, Slack's auth.test and Socket Mode), then writes `config.yml`
-and `.env` (0600) and says what to run next. Secrets go to `.env` only; `config.yml` reads
-them as `${VAR}`.
+and `.env` (0600) and says what to run next, with the one-time claim code of a channel nobody
+owns yet (gateway/access/claim.py). Secrets go to `.env` only; `config.yml` reads them as `${VAR}`.
 
 Run again, it edits: the current settings are the questions' defaults, only the keys it sets
 change (comments, order and everything else a person wrote stay), and the changes are listed
@@ -86,7 +86,10 @@ async def run(args: argparse.Namespace) -> int:
         await slack(args, draft, ask, outcome)
         if (admins := admins_with_owners(draft, outcome.owners)) is not None:
             draft.set("approvals", "admins", admins)
-        return _finish(args, draft, ask, outcome)
+        code = _finish(args, draft, ask)
+        if code == 0:
+            await _next_steps(draft, ask, outcome)
+        return code
     except SetupAborted as exc:
         print(f"setup: {exc}", flush=True)
         return EXIT_ABORTED
@@ -95,13 +98,12 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_UNWRITABLE
 
 
-def _finish(args: argparse.Namespace, draft: Draft, ask: Prompter, outcome: Outcome) -> int:
+def _finish(args: argparse.Namespace, draft: Draft, ask: Prompter) -> int:
     config_text, env_text = draft.texts()
     for note in draft.notes:
         ask.say(f"! {note}")
     if not draft.changes:
         ask.say(f"\nNothing to change: {draft.path} and {draft.env_path.name} already say this.")
-        _next_steps(draft, ask, outcome)
         return 0
     for file in dict.fromkeys(change.file for change in draft.changes):
         ask.say(f"\nChanges to {file}:")
@@ -118,21 +120,46 @@ def _finish(args: argparse.Namespace, draft: Draft, ask: Prompter, outcome: Outc
         return EXIT_ABORTED
     draft.write(config_text, env_text)
     ask.say(f"Wrote {draft.path} and {draft.env_path} (0600, the secrets).")
-    _next_steps(draft, ask, outcome)
     return 0
 
 
-def _next_steps(draft: Draft, ask: Prompter, outcome: Outcome) -> None:
+async def _next_steps(draft: Draft, ask: Prompter, outcome: Outcome) -> None:
     flag = "" if str(draft.path) == DEFAULT_CONFIG_PATH else f" --config {shlex.quote(str(draft.path))}"
+    claims = await _claim_lines(draft.path, outcome.bots.get("telegram", "")) if outcome.bots else []
     ask.say(f"\nThe agent answers with {outcome.model}.\nNext:")
     ask.say(f"  gateway serve{flag}     starts the gateway" + ("" if flag else " (in the project: make run)"))
     for channel, bot in outcome.bots.items():
         where = "in a private chat on Telegram" if channel == "telegram" else "in a direct message in Slack"
         ask.say(f"  then talk to {bot} {where}")
-        if channel not in outcome.owners and not draft.current.approvals.admins.get(channel):
+        if claims is None and channel not in outcome.owners and not draft.current.approvals.admins.get(channel):
             send = f"send /start <code> to {bot}" if channel == "telegram" else f"send the code to {bot}"
             ask.say(f"  nobody owns {channel} yet: the start log and `gateway status{flag}` show a one-time claim "
                     f"code; {send} {where} to become its admin")
+    for line in claims or []:
+        ask.say(f"  {line}")
     if not outcome.bots:
         ask.say(f"  gateway chat{flag}      talks to the agent in this terminal (no chat channel is set up)")
     ask.say(f"  gateway doctor{flag}    checks the settings again at any time")
+
+
+async def _claim_lines(path: Path, telegram_bot: str) -> list[str] | None:
+    """The claim line of each chat channel nobody owns yet, with its code, from the database the
+    gateway will use (the start log shows the same code); None when that cannot be opened now.
+    `telegram_bot` (@name): the Telegram line adds the link that claims in one tap."""
+    import logging
+
+    from gateway.access.claim import claim_lines
+    from gateway.config import load_config
+    from gateway.store import Store
+
+    try:
+        config = load_config(path)
+        store = Store(config.database.url)
+        try:
+            await store.migrate(auto=config.database.auto_migrate)
+            return await claim_lines(store, config, telegram_bot=telegram_bot.removeprefix("@"))
+        finally:
+            await store.close()
+    except Exception as exc:  # whatever keeps the database shut now, the start says so and shows the code
+        logging.getLogger(__name__).debug("no claim code shown: %s", exc)
+        return None
