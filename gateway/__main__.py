@@ -97,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "doctor",
         parents=[common],
-        help="check the model server (reachable, auth, model, window, streaming, tools) and the MCP servers",
+        help="check every part: database, channels, jobs, model server, MCP servers; say what to fix",
+        description="Check what serve needs, one line each with the fix: the database (connects, schema, driver), "
+        "each channel's token and settings, the jobs' timings, the model server (reachable, key, model, window, "
+        "streaming, tools) and the MCP servers; exits 1 when a check fails.",
     ).set_defaults(handler=cmd_doctor)
     from gateway.cli.setup import add_parser as add_setup_parser
 
@@ -150,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli.memory import add_parser as add_memory_parser
 
     add_memory_parser(sub, parents=[common], handler=cmd_memory)
+    from gateway.cli.status import add_parser as add_status_parser
+
+    add_status_parser(sub, parents=[common], handler=cmd_status)
     describe_subcommands(parser)
     return parser
 
@@ -221,11 +227,14 @@ async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     from gateway.access.notes import doctor_checks
     from gateway.cli.doctor import Check, diagnose, diagnose_mcp, print_check
+    from gateway.cli.doctor_parts import parts_checks
     from gateway.config.redaction import redact_url
     from gateway.tools.sandbox import doctor_checks as sandbox_checks
+    from scheduler import control
 
     local = [*doctor_checks(config), *sandbox_checks(config.agent)]
-    access = [Check(name, status, found, fix) for name, status, found, fix in local]  # type: ignore[arg-type]
+    access = [*await parts_checks(config, control)]  # the database, the channels, the jobs
+    access += [Check(name, status, found, fix) for name, status, found, fix in local]  # type: ignore[arg-type]
     for check in access:
         print_check(check)
     print(f"model server {redact_url(config.llm.base_url)}, model {config.llm.model}", flush=True)
@@ -248,6 +257,13 @@ async def cmd_setup(args: argparse.Namespace, config: None) -> int:
     from gateway.cli.setup import run
 
     return await run(args)
+
+
+async def cmd_status(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.status import run
+    from scheduler import control
+
+    return await run(args, config, control)
 
 
 async def cmd_serve(args: argparse.Namespace, config: Config) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gateway.config import SchedulerConfig
 from gateway.store.schedules import ScheduleRecord
+from scheduler.definitions import DefinitionError, to_schedule
 from scheduler.jobs import Scheduler
 from scheduler.triggers import TriggerError, timetable
 
@@ -18,6 +20,21 @@ def next_firing(schedule: ScheduleRecord, now: datetime) -> datetime | None:
         schedule.kind, schedule.spec, schedule.timezone, anchor=schedule.updated_at, active_hours=schedule.active_hours
     )
     return table.next_after(now)
+
+
+def config_jobs(config: SchedulerConfig, now: datetime) -> list[tuple[str, datetime | None, str]]:
+    """Each job of `scheduler.jobs` read as the scheduler will read it (`gateway doctor`,
+    `gateway status`): (name, its next firing (None when off or over), what is wrong with it)."""
+    timings: list[tuple[str, datetime | None, str]] = []
+    for job in config.jobs:
+        try:
+            new = to_schedule(job, config, source="config", now=now)
+            table = timetable(new.kind, new.spec, new.timezone, anchor=now, active_hours=new.active_hours)
+        except (DefinitionError, TriggerError) as exc:
+            timings.append((job.name, None, str(exc)))
+            continue
+        timings.append((job.name, table.next_after(now) if new.enabled else None, ""))
+    return timings
 
 
 async def run_now(scheduler: Scheduler, schedule: ScheduleRecord, now: datetime) -> tuple[bool, str]:
@@ -46,4 +63,4 @@ async def switch(scheduler: Scheduler, schedule: ScheduleRecord, enabled: bool, 
     return f"{schedule.name} {word}" if changed else f"{schedule.name} was already {word}"
 
 
-__all__ = ["TriggerError", "kill", "next_firing", "run_now", "switch"]
+__all__ = ["TriggerError", "config_jobs", "kill", "next_firing", "run_now", "switch"]

@@ -1,7 +1,8 @@
-"""`gateway doctor`: check the configured model server the way a user would before connecting a chat.
+"""`gateway doctor`: check the configured model server the way a user would before connecting a chat
+(the database, the channels and the jobs are checked first: gateway/cli/doctor_parts.py).
 
-Each check prints a line (ok / warn / fail) with what was found and, when something is wrong,
-what to change. The checks run in order and stop at the first failure that makes the rest
+Each check prints one line (ok / warn / fail) with what was found and, when something is wrong,
+`-> ` what to change. The checks run in order and stop at the first failure that makes the rest
 meaningless (an unreachable server, refused credentials). The exit status is 0 when nothing
 failed, 1 otherwise.
 """
@@ -9,6 +10,7 @@ failed, 1 otherwise.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,9 +103,12 @@ async def _models(client: LLMClient, config: LLMConfig, add: Callable[..., bool]
             "reachable", "fail", f"cannot reach {url}: {exc or type(exc).__name__}",
             "check llm.base_url (it usually ends in /v1) and that the server is running",
         )
+    if response.status_code == 404:
+        return add("reachable", "fail", f"{url} answered HTTP 404: no OpenAI-compatible API there",
+                   await _base_url_fix(client))
     add("reachable", "ok", f"{url} answered HTTP {response.status_code}")
     if response.status_code in (401, 403):
-        return add("auth", "fail", f"HTTP {response.status_code}: the server refused the key", "check llm.api_key")
+        return add("auth", "fail", *refused_key(response.status_code, config))
     add("auth", "ok", "accepted" if config.api_key else "no key configured and none asked for")
     ids = model_ids(response)
     if ids is None:
@@ -124,12 +129,32 @@ async def _models(client: LLMClient, config: LLMConfig, add: Callable[..., bool]
     return True
 
 
+async def _base_url_fix(client: LLMClient) -> str:
+    """What to put in llm.base_url when it answered 404: most servers' API is under /v1."""
+    base = client.server.base
+    if re.search(r"/v\d+$", base):
+        return "check llm.base_url (LLM_BASE_URL): the path after the host is the one the server's docs give"
+    try:
+        answered = (await client.server.http.get(f"{base}/v1/models")).status_code != 404
+    except httpx.HTTPError:
+        answered = False
+    said = f"{base}/v1 answers: " if answered else ""
+    return f"{said}append /v1 to llm.base_url (LLM_BASE_URL): {base}/v1"
+
+
+def refused_key(status: int, config: LLMConfig) -> tuple[str, str]:
+    """(what happened, the fix) when the server wants a key it did not get, or refused the one sent."""
+    if not config.api_key:
+        return f"HTTP {status}: the server asks for a key and none is set", "set LLM_API_KEY (llm.api_key)"
+    return f"HTTP {status}: the server refused the key", "check LLM_API_KEY (llm.api_key)"
+
+
 async def _completion(client: LLMClient, add: Callable[..., bool]) -> bool:
     messages = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Say hi."}]
     try:
         done = await client.complete(messages, max_tokens=1)
     except AuthError as exc:
-        return add("completion", "fail", exc.message, "check llm.api_key")
+        return add("completion", "fail", exc.message, refused_key(401, client.config)[1])
     except Refused as exc:
         return add(
             "completion", "fail", exc.message,
@@ -204,6 +229,5 @@ async def diagnose_mcp(
 
 
 def print_check(check: Check) -> None:
-    print(f"{MARKS[check.status]} {check.name}: {check.found}", flush=True)
-    if check.fix:
-        print(f"    -> {check.fix}", flush=True)
+    """One line a check: what was found and, when something should change, `-> the fix`."""
+    print(f"{MARKS[check.status]} {check.name}: {check.found}" + (f" -> {check.fix}" if check.fix else ""), flush=True)
