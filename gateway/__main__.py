@@ -228,6 +228,7 @@ async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     from gateway.access.notes import doctor_checks
     from gateway.cli.doctor import Check, diagnose, diagnose_mcp, print_check
     from gateway.cli.doctor_parts import parts_checks
+    from gateway.cli.window import window_check
     from gateway.config.redaction import redact_url
     from gateway.tools.sandbox import doctor_checks as sandbox_checks
     from scheduler import control
@@ -239,6 +240,7 @@ async def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
         print_check(check)
     print(f"model server {redact_url(config.llm.base_url)}, model {config.llm.model}", flush=True)
     report = await diagnose(config.llm, on_check=print_check)
+    await window_check(config, report, on_check=print_check)  # what the model's window leaves out
     report.checks[:0] = access
     if config.mcp.servers:
         print(f"MCP servers: {', '.join(config.mcp.servers)}", flush=True)

@@ -32,10 +32,12 @@ from gateway.channel_state import StoreChannelState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
+from gateway.context.fitting import Fit
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.inbox.inbox import Inbox, default_instance_id
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
+from gateway.llm.checkup import Finding, ModelServerCheck
 from gateway.llm.gate import BudgetReached
 from gateway.llm.pricing import minutes_cost
 from gateway.mcp import McpManager
@@ -185,6 +187,7 @@ class Gateway:
         self.gatekeeper = Gatekeeper(self.store, self.outbox, config, self.access, clock=clock)
         self.spend = SpendGate(self.store, config, alert=self._alert_admins)
         self.llm.gate = self.spend  # every request, retries and summaries included, is checked first
+        self.model_server = ModelServerCheck(self.llm)  # checked at start and by /readyz
         self.prompts = PromptService(self.store, self.outbox, config, access=self.access, clock=clock)
         self.registry = build_registry(config, self.store, self.access)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
@@ -200,6 +203,7 @@ class Gateway:
             tool_lod={s.name: s.lod for s in self.registry.specs()},
             attachments=config.attachments,
             windows=self.llm.window_tokens,
+            count=self.llm.count_tokens,
         )
         self.services = TurnServices(
             self.store,
@@ -274,7 +278,9 @@ class Gateway:
         from gateway.status import StatusPages
 
         stuck_after = timedelta(seconds=config.outbox.sweep_after_s)
-        pages = StatusPages(self, config.http, stuck_after=stuck_after, admin_token=config.admin.token)
+        pages = StatusPages(
+            self, config.http, stuck_after=stuck_after, admin_token=config.admin.token, model_server=self.model_server
+        )
         routes = [route for channel in self.channels.values() for route in getattr(channel, "routes", list)()]
         if not routes and not console_on(config.admin):
             from gateway.status_server import StatusServer
@@ -401,6 +407,7 @@ class Gateway:
                 "enable Telegram, SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET "
                 "(HTTP events) to enable Slack); `gateway chat` talks to the agent in this terminal"
             )
+        self.model_server.start(then=self._fit_at_start)
         await self.mcp.start()
         await self._follow_holds()
         await self.inbox.start()
@@ -432,7 +439,19 @@ class Gateway:
         except OSError as exc:  # one line naming http.port (or http.host) and where to set it
             await self._close_channels(list(self.started_channels))
             await self.mcp.stop()
+            await self.model_server.stop()  # its line would follow the failure's
             raise bind_failure(exc, self.config.http, self.config.source) from exc
+
+    async def _fit_at_start(self, found: Finding) -> None:
+        """With the server's window known: what it leaves out of a request, said once."""
+        if found.reachable:
+            await self.fit_configured_tools()
+
+    async def fit_configured_tools(self, *, quiet: bool = False) -> Fit:
+        """The default model's request with the tools of `agent.tools` (before a person's role
+        or the rules narrow them): what `gateway doctor` and the start log report."""
+        tools = [spec.openai() for spec in self.registry.specs(self.config.agent.tools)]
+        return await self.context.fit(self.config.llm.model, self.config.agent.system_prompt, "", tools, quiet=quiet)
 
     async def _close_channels(self, names: list[str]) -> None:
         """A start that failed closes the channels it opened (their connections), quietly: the
@@ -474,6 +493,7 @@ class Gateway:
         ]
 
     async def stop(self) -> None:
+        await self.model_server.stop()
         self._holds_stopped.set()
         self.leadership.stop()
         if self._leader_task is not None:

@@ -35,9 +35,9 @@ async def wait_for_http(url: str, timeout: float = 30.0) -> aiohttp.ClientRespon
                 await asyncio.sleep(0.1)
 
 
-async def test_serve_reports_health_and_exits_cleanly_on_sigterm(tmp_path):
+async def test_serve_reports_health_and_exits_cleanly_on_sigterm(tmp_path, llm):
     port = free_port()
-    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    config = write_config(tmp_path, llm.base_url)  # ready means the model server answers too
     config.write_text(config.read_text() + f"http:\n  port: {port}\nserve:\n  shutdown_grace: 2s\n")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", "serve", "--config", str(config),
@@ -50,6 +50,7 @@ async def test_serve_reports_health_and_exits_cleanly_on_sigterm(tmp_path):
             async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
                 body = await ready.json()
         assert ready.status == 200 and body["database"] and body["migrations_current"]
+        assert body["model_server"]["reachable"] is True
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/metrics") as metrics:
                 text = await metrics.text()
@@ -80,11 +81,11 @@ async def test_serve_refuses_an_old_schema_without_auto_migrate(tmp_path):
 LOG_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): (.*)$")
 
 
-async def start_log(tmp_path, extra: str) -> list[tuple[str, str, str]]:
+async def start_log(tmp_path, extra: str, llm) -> list[tuple[str, str, str]]:  # noqa: ANN001
     """(level, logger, message) of each line a `gateway serve` writes from start to stop, on a
-    new database (so its migrations run)."""
+    new database (so its migrations run), with `llm` the model server (ready only when it answers)."""
     port = free_port()
-    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    config = write_config(tmp_path, llm.base_url)
     config.write_text(config.read_text() + f"http:\n  port: {port}\nserve:\n  shutdown_grace: 2s\n{extra}")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", "serve", "--config", str(config),
@@ -104,8 +105,8 @@ async def start_log(tmp_path, extra: str) -> list[tuple[str, str, str]]:
     return [match.groups() for match in lines if match]
 
 
-async def test_the_start_log_says_what_an_operator_needs_and_no_library_chatter(tmp_path, otlp):
-    lines = await start_log(tmp_path, f"telemetry:\n  otlp_endpoint: {otlp.url}\n")
+async def test_the_start_log_says_what_an_operator_needs_and_no_library_chatter(tmp_path, otlp, llm):
+    lines = await start_log(tmp_path, f"telemetry:\n  otlp_endpoint: {otlp.url}\n", llm)
     chatter = [line for line in lines if line[0] in ("DEBUG", "INFO") and not line[1].startswith(OURS)]
     assert chatter == []
     messages = [message for _, _, message in lines]
@@ -114,7 +115,7 @@ async def test_the_start_log_says_what_an_operator_needs_and_no_library_chatter(
     assert any(m.startswith("this instance is the leader") for m in messages)
 
 
-async def test_logging_level_debug_shows_the_libraries_too(tmp_path):
-    lines = await start_log(tmp_path, "logging:\n  level: debug\n")
+async def test_logging_level_debug_shows_the_libraries_too(tmp_path, llm):
+    lines = await start_log(tmp_path, "logging:\n  level: debug\n", llm)
     assert any(logger.startswith("alembic") for _, logger, _ in lines)  # what the default leaves out
     assert any(level == "DEBUG" for level, _, _ in lines)
