@@ -238,7 +238,7 @@ class TurnRunner:
                     if await self.admitted(thread, item, None):
                         await self.commands.answer(thread, item, command.name, running=True)
                 elif (
-                    interrupting or (interrupt and self._interrupts(item, running) and not self._answers(str(thread)))
+                    interrupting or (interrupt and item.kind == "message" and not self._answers(str(thread)))
                 ) and await self._stops(thread, item, running, command.name if command else ""):
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
@@ -252,7 +252,8 @@ class TurnRunner:
     async def _stops(self, thread: ThreadKey, item: InboxItem, running: Running, command: str) -> bool:
         """Whether a /stop, a /new or (interrupt mode) a message stops the running turn: never
         a stranger's (held or dropped like any message of theirs), nor a /stop of someone else's
-        turn by a member (answered at once), nor a refused /new (refused when its turn comes)."""
+        turn by a member (answered at once), nor a refused /new (refused when its turn comes),
+        nor another person's message (it runs as their own turn after this one)."""
         if not await self.admitted(thread, item, None):
             return False
         if command == "stop":
@@ -260,13 +261,9 @@ class TurnRunner:
             if refusal:
                 await self.commands.refuse_now(thread, item, refusal)
             return not refusal
-        return not (command and await self.commands.refusal(thread, item, command))
-
-    @staticmethod
-    def _interrupts(item: InboxItem, running: Running) -> bool:
-        """In `interrupt` mode a new message of the person whose turn runs cancels it; another
-        person's waits for its own turn (a member's message never cancels an admin's turn)."""
-        return item.kind == "message" and _said_by(item, running.turn.req)
+        if not command:  # `interrupt` mode: only the person whose turn runs cancels it by writing;
+            return _said_by(item, running.turn.req)  # anyone else's message waits for its own turn
+        return not await self.commands.refusal(thread, item, command)
 
     def _answers(self, thread_key: str) -> bool:
         """A call of the turn waits for an answer typed in the thread: a message is read by it

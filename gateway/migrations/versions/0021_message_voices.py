@@ -1,5 +1,4 @@
-"""Whose words a user row holds besides its sender's (kept chatter, a quote): their rights limit
-the turn it is part of
+"""Other people's words a user row holds (kept chatter, a quote), whose rights limit its turn
 
 Revision ID: 0021
 Revises: 0020
