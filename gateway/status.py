@@ -129,13 +129,17 @@ class StatusPages:
         current = reachable and await migrations_current(db)
         channels = self.gateway.channels_started()
         model_ready, model = await self.model_server.readiness() if self.model_server else (True, None)
-        ready = reachable and current and all(channels.values()) and model_ready and self.accepting
-        # MCP servers are shown, not required: a server that is down only takes its tools away.
+        # Ready means events can be taken and kept: a model server that is down (shared by every
+        # instance, so no balancer can route around it) makes the gateway degraded, not unready;
+        # a 503 would have webhooks held back and Slack's retries run out, losing messages that
+        # the inbox would keep and answer once the server is back. MCP servers likewise: shown.
+        ready = reachable and current and all(channels.values()) and self.accepting
         status = 200 if ready else 503
         if not self.may_see(origin, authorization):
             return Page.json({"ready": ready}, status)
         body = {
             "database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting,
+            "degraded": not model_ready,
             **({"model_server": model} if model is not None else {}), "mcp": self.gateway.mcp_summary(),
         }
         return Page.json({"ready": ready, **body}, status)

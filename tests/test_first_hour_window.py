@@ -192,11 +192,13 @@ async def test_serve_says_once_what_it_found_and_what_was_cut_for_which_model(tm
     assert body["model_server"]["reachable"] is True and body["model_server"]["window"] == WINDOW
 
 
-async def test_serve_with_the_model_server_down_is_not_ready_and_says_the_fix(tmp_path):
+async def test_serve_with_the_model_server_down_is_degraded_and_says_the_fix(tmp_path):
+    """Degraded, not unready: messages are still taken and kept (a 503 would have webhooks held
+    back and lost), and the state says what is wrong."""
     port, nothing = free_port(), free_port()
     config = serving_config(tmp_path, f"http://127.0.0.1:{nothing}/v1", port)
     lines, status, body = await serve_log(config, port)
-    assert status == 503 and body["ready"] is False
+    assert status == 200 and body["ready"] is True and body["degraded"] is True
     assert body["model_server"]["reachable"] is False and "llm.base_url" in body["model_server"]["problem"]
     found = [(level, message) for level, _, message in lines if message.startswith("model server ")]
     assert len(found) == 1 and found[0][0] == "WARNING", lines
@@ -205,7 +207,7 @@ async def test_serve_with_the_model_server_down_is_not_ready_and_says_the_fix(tm
 
 async def test_readyz_follows_the_model_server(sqlite_store):
     """Its state is checked again once it is old: a server that refused the key and then took
-    it makes the gateway not ready, then ready, without a restart."""
+    it makes the gateway degraded, then not, without a restart."""
     now = [0.0]
     async with FakeLLM(api_key="right") as llm:
         async with LLMClient(LLMConfig(base_url=llm.base_url, model="m", api_key="wrong")) as client:
@@ -214,12 +216,12 @@ async def test_readyz_follows_the_model_server(sqlite_store):
             local = Origin(client="127.0.0.1", local=True, https=False)
             refused = await pages.readyz(local, "")
             shown = json.loads(refused.body)
-            assert refused.status == 503 and "llm.api_key" in shown["model_server"]["problem"]
+            assert shown["degraded"] is True and "llm.api_key" in shown["model_server"]["problem"]
             llm.api_key = None  # the server now takes any key
-            assert (await pages.readyz(local, "")).status == 503  # not asked again yet
+            assert json.loads((await pages.readyz(local, "")).body)["degraded"] is True  # not asked again yet
             now[0] += 60
-            answered = await pages.readyz(local, "")
-            assert answered.status == 200 and json.loads(answered.body)["model_server"]["reachable"] is True
+            answered = json.loads((await pages.readyz(local, "")).body)
+            assert answered["degraded"] is False and answered["model_server"]["reachable"] is True
 
 
 async def test_doctor_says_what_the_window_leaves_out(tmp_path):

@@ -104,7 +104,7 @@ class ModelServerCheck:
 
     def line(self, finding: Finding) -> str:
         where = f"model server {redact_url(self.config.base_url)}"
-        until = "messages fail (and /readyz says not ready) until"
+        until = "messages are kept but not answered (/readyz says degraded) until"
         if not finding.reachable:
             return f"{where}: not reachable: {finding.problem}; {until} it answers"
         if finding.problem:
