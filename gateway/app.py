@@ -39,6 +39,7 @@ from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.llm.checkup import Finding, ModelServerCheck
 from gateway.llm.gate import BudgetReached
+from gateway.llm.health import model_server_state
 from gateway.llm.pricing import minutes_cost
 from gateway.mcp import McpManager
 from gateway.mcp.oauth import TokenVault
@@ -53,6 +54,7 @@ from gateway.store.schedules import ScheduleRecord
 from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_any
 from gateway.tools.builtin_search import search_specs
 from gateway.tools.builtin_shell import sandbox_status
+from gateway.tools.sandbox import sandbox_state
 from gateway.traces import current_spending
 from gateway.workspace import adopt_legacy_layout, private_workspace, shared_root
 from scheduler import control as job_control
@@ -128,6 +130,15 @@ class GatewayOperations:
 
     def mcp_summary(self) -> dict[str, dict[str, Any]]:
         return self.gateway.mcp.summary()
+
+    async def model_server(self) -> dict[str, Any]:
+        """The model server as /readyz tells it (asked again when its finding is old), with the
+        times of its last answer and last error."""
+        ready, shown = await self.gateway.model_server.readiness()
+        return {**model_server_state(self.gateway.llm), "ready": ready, "problem": shown.get("problem", "")}
+
+    async def sandbox(self) -> dict[str, Any]:
+        return await asyncio.to_thread(sandbox_state, self.config.agent)  # bwrap's first check runs it
 
     def next_firing(self, schedule: ScheduleRecord) -> datetime | None:
         try:

@@ -42,6 +42,9 @@ async def test_login_and_a_wrong_token(browser, sqlite_store, llm, tmp_path):
         assert (await browser.url()).endswith("/admin/")
         assert await browser.text("#leader") == h.gateway.inbox.instance_id
         assert await browser.text("#turns-running") == "0"
+        assert (await browser.text("#llm-reachable")).startswith("Reachable yes")  # the start's check
+        assert "test-model" in await browser.text("#llm-model")
+        assert "bubblewrap" in await browser.text("#sandbox-mode")
         assert TOKEN not in await browser.page()
         await browser.screenshot("overview")
         await browser.screenshot("overview-phone", width=390)
@@ -119,3 +122,39 @@ async def test_sessions_jobs_and_access_pages(browser, sqlite_store, llm, tmp_pa
         trail = await browser.text("#audit")
         assert "approve_pairing" in trail and "job_disable" in trail and "login" in trail
         await browser.screenshot("audit")
+
+
+async def test_the_overview_says_the_model_server_is_down_and_the_sandbox_missing(
+    browser, sqlite_store, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no bwrap here
+    config = admin_config("http://127.0.0.1:9/v1", str(tmp_path / "ws"), agent={"shell_sandbox": "bwrap"})
+    async with serving(sqlite_store, config) as h:
+        await log_in(browser, base_url(h))
+        assert (await browser.text("#llm-reachable")).startswith("Reachable no (since ")
+        assert await browser.text("#llm-ready") == "Ready no (the last error below)"
+        assert "set llm.base_url (LLM_BASE_URL)" in await browser.text("#llm-error")
+        assert "bwrap is not installed" in await browser.text("#sandbox-mode")
+        assert "apt-get install bubblewrap" in await browser.text("#sandbox-fix")
+        await browser.screenshot("overview-model-down")
+
+
+async def test_the_overview_tiles_lead_to_their_rows_and_a_missing_run_is_a_page(browser, sqlite_store, llm, tmp_path):
+    llm.error(500, message="model crashed")
+    config = admin_config(llm.base_url, str(tmp_path / "ws"), llm={"max_retries": 0})
+    async with serving(sqlite_store, config) as h:
+        base = base_url(h)
+        await h.say("hi")
+        await h.idle()
+        failed = (await sqlite_store.runs.list())[0]
+        await log_in(browser, base)
+        await browser.click("a.tile[href$='stage=FAILED&since=1h']")
+        assert (await browser.url()).endswith("/admin/runs?stage=FAILED&since=1h")
+        assert str(failed.id) in await browser.text("#runs") and "FAILED" in await browser.text("#runs")
+        await browser.click(f"#runs a[href$='/runs/{failed.id}']")
+        assert await browser.text("#run-stage") == "FAILED"
+        await browser.open(f"{base}/runs/{failed.id + 1000}")
+        assert f"No run {failed.id + 1000}." in await browser.text("#not-found")
+        await browser.click("#not-found a")
+        assert (await browser.url()).endswith("/admin/")
+

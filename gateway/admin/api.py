@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.admin import actions, queries
-from gateway.admin.keys import OPS, USER
+from gateway.admin.keys import OPS, USER, record_id
 from gateway.config.redaction import redacted_config
 
 
@@ -30,8 +30,19 @@ async def config(request: web.Request) -> web.Response:
 
 
 async def run(request: web.Request) -> web.Response:
-    detail = await queries.run_detail(request.app[OPS], int(request.match_info["run_id"]))
+    detail = await queries.run_detail(request.app[OPS], record_id(request, "run_id", "run"))
     return reply(detail) if detail is not None else reply({"error": "no such run"}, status=404)
+
+
+async def runs(request: web.Request) -> web.Response:
+    try:
+        return reply(await queries.runs(request.app[OPS], request.query))
+    except ValueError as exc:
+        return reply({"error": str(exc)}, status=400)
+
+
+async def queues(request: web.Request) -> web.Response:
+    return reply(await queries.queues(request.app[OPS]))
 
 
 async def approvals(request: web.Request) -> web.Response:
@@ -41,7 +52,9 @@ async def approvals(request: web.Request) -> web.Response:
 async def decide_approval(request: web.Request) -> web.Response:
     approve = request.match_info["action"] == "approve"
     return acted(
-        await actions.decide_prompt(request.app[OPS], int(request.match_info["prompt_id"]), approve, request[USER])
+        await actions.decide_prompt(
+            request.app[OPS], record_id(request, "prompt_id", "approval request"), approve, request[USER]
+        )
     )
 
 
@@ -50,7 +63,7 @@ async def sessions(request: web.Request) -> web.Response:
 
 
 async def session(request: web.Request) -> web.Response:
-    detail = await queries.session_detail(request.app[OPS], int(request.match_info["session_id"]))
+    detail = await queries.session_detail(request.app[OPS], record_id(request, "session_id", "session"))
     return reply(detail) if detail is not None else reply({"error": "no such session"}, status=404)
 
 
@@ -69,7 +82,7 @@ async def access(request: web.Request) -> web.Response:
 
 async def decide_pairing(request: web.Request) -> web.Response:
     approve = request.match_info["action"] == "approve"
-    request_id = int(request.match_info["request_id"])
+    request_id = record_id(request, "request_id", "pairing request")
     return acted(await actions.decide_pairing(request.app[OPS], request_id, approve, request[USER]))
 
 
@@ -87,11 +100,13 @@ async def audit(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/overview", overview)
     app.router.add_get("/api/config", config)
-    app.router.add_get("/api/runs/{run_id:\\d+}", run)
+    app.router.add_get("/api/runs", runs)
+    app.router.add_get("/api/runs/{run_id}", run)
+    app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/approvals", approvals)
     app.router.add_post("/api/approvals/{prompt_id:\\d+}/{action:approve|deny}", decide_approval)
     app.router.add_get("/api/sessions", sessions)
-    app.router.add_get("/api/sessions/{session_id:\\d+}", session)
+    app.router.add_get("/api/sessions/{session_id}", session)
     app.router.add_get("/api/jobs", jobs)
     app.router.add_post("/api/jobs/{name}/{action:run-now|kill|enable|disable}", job_action)
     app.router.add_get("/api/access", access)

@@ -22,6 +22,7 @@ from gateway.admin.keys import (
     SESSIONS,
     TEMPLATES,
     USER,
+    NotFound,
     client_of,
 )
 from gateway.admin.operations import Operations
@@ -46,7 +47,10 @@ async def _api(request: web.Request, handler):  # noqa: ANN001, ANN202
         return web.json_response({"error": "missing or wrong bearer token"}, status=401)
     limiter.succeeded(client)
     request[USER] = _api_user(request)
-    return await handler(request)
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        return web.json_response({"error": str(exc)}, status=404)
 
 
 @web.middleware
@@ -67,7 +71,12 @@ async def guard(request: web.Request, handler):  # noqa: ANN001, ANN201
         form = await request.post()
         if not csrf_matches(session, str(form.get("csrf", ""))):
             return web.Response(text="missing or wrong CSRF token: reload the page and try again", status=403)
-    return await handler(request)
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        return pages.not_found(request, str(exc))
+    except web.HTTPNotFound:  # no page at this address
+        return pages.not_found(request, f"There is no page {request.path}.")
 
 
 def build_admin(ops: Operations, guesses: LoginLimiter | None = None) -> web.Application:

@@ -24,6 +24,23 @@ SESSION: web.RequestKey[ConsoleSession] = web.RequestKey("session", ConsoleSessi
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
 
 
+MAX_ID = 2**63 - 1  # the largest id a database column holds
+
+
+class NotFound(Exception):
+    """What the address names is not there: a page answers with the console's 404 page, the API
+    with a JSON 404 (the message says what was looked for)."""
+
+
+def record_id(request: web.Request, name: str, what: str) -> int:
+    """The id in the address; `NotFound` for one no row can have (not a number, or past what
+    the database's columns hold: asking for it would be an error, not an answer)."""
+    text = request.match_info[name]
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_ID):
+        raise NotFound(f"No {what} {text[:40]}.")
+    return int(text)
+
+
 def client_of(request: web.Request) -> str:
     return request.remote or "?"
 

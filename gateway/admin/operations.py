@@ -28,6 +28,13 @@ class Operations(Protocol):
 
     def mcp_summary(self) -> dict[str, dict[str, Any]]: ...
 
+    async def model_server(self) -> dict[str, Any]:
+        """The default model's server as /readyz tells it (gateway/llm/checkup.py, health.py):
+        `model_server_state` with `ready` and the `problem` found, if any."""
+
+    async def sandbox(self) -> dict[str, Any]:
+        """The shell's sandbox (gateway/tools/sandbox.py `sandbox_state`)."""
+
     def next_firing(self, schedule: ScheduleRecord) -> datetime | None: ...
 
     async def run_job(self, schedule: ScheduleRecord) -> str:

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from gateway.admin import actions, queries
 from gateway.admin.auth import COOKIE, SESSION_TTL_S, token_matches
-from gateway.admin.keys import LIMITER, OPS, PREFIX, SESSIONS, USER, client_of, render
+from gateway.admin.keys import LIMITER, OPS, PREFIX, SESSIONS, USER, NotFound, client_of, record_id, render
 from gateway.config.redaction import redacted_config
 
 
@@ -58,10 +58,30 @@ async def overview(request: web.Request) -> web.Response:
 
 
 async def run(request: web.Request) -> web.Response:
-    detail = await queries.run_detail(request.app[OPS], int(request.match_info["run_id"]))
+    run_id = record_id(request, "run_id", "run")
+    detail = await queries.run_detail(request.app[OPS], run_id)
     if detail is None:
-        raise web.HTTPNotFound(text="no such run")
+        raise NotFound(f"No run {run_id}.")
     return render(request, "run.html", page="sessions", d=detail)
+
+
+async def runs(request: web.Request) -> web.Response:
+    try:
+        data = await queries.runs(request.app[OPS], request.query)
+    except ValueError as exc:
+        empty = queries.empty_runs(request.query)
+        return render(request, "runs.html", status=400, page="overview", r=empty, error=str(exc))
+    return render(request, "runs.html", page="overview", r=data, error="")
+
+
+async def queues(request: web.Request) -> web.Response:
+    return render(request, "queues.html", page="overview", q=await queries.queues(request.app[OPS]))
+
+
+def not_found(request: web.Request, what: str) -> web.Response:
+    """A page that is not there (a run or session that does not exist, a mistyped address):
+    the console's own 404 page, with the way back."""
+    return render(request, "not_found.html", status=404, page="", what=what)
 
 
 async def approvals(request: web.Request) -> web.Response:
@@ -72,7 +92,7 @@ async def approvals(request: web.Request) -> web.Response:
 async def decide_approval(request: web.Request) -> web.Response:
     approve = request.match_info["action"] == "approve"
     outcome = await actions.decide_prompt(
-        request.app[OPS], int(request.match_info["prompt_id"]), approve, request[USER]
+        request.app[OPS], record_id(request, "prompt_id", "approval request"), approve, request[USER]
     )
     raise _back("/approvals", outcome)
 
@@ -83,9 +103,10 @@ async def sessions(request: web.Request) -> web.Response:
 
 
 async def session(request: web.Request) -> web.Response:
-    detail = await queries.session_detail(request.app[OPS], int(request.match_info["session_id"]))
+    session_id = record_id(request, "session_id", "session")
+    detail = await queries.session_detail(request.app[OPS], session_id)
     if detail is None:
-        raise web.HTTPNotFound(text="no such session")
+        raise NotFound(f"No session {session_id}.")
     return render(request, "session.html", page="sessions", d=detail)
 
 
@@ -106,7 +127,7 @@ async def access(request: web.Request) -> web.Response:
 async def decide_pairing(request: web.Request) -> web.Response:
     approve = request.match_info["action"] == "approve"
     outcome = await actions.decide_pairing(
-        request.app[OPS], int(request.match_info["request_id"]), approve, request[USER]
+        request.app[OPS], record_id(request, "request_id", "pairing request"), approve, request[USER]
     )
     raise _back("/access", outcome)
 
@@ -135,11 +156,13 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.router.add_get("/", overview)
-    app.router.add_get("/runs/{run_id:\\d+}", run)
+    app.router.add_get("/runs", runs)
+    app.router.add_get("/runs/{run_id}", run)
+    app.router.add_get("/queues", queues)
     app.router.add_get("/approvals", approvals)
     app.router.add_post("/approvals/{prompt_id:\\d+}/{action:approve|deny}", decide_approval)
     app.router.add_get("/sessions", sessions)
-    app.router.add_get("/sessions/{session_id:\\d+}", session)
+    app.router.add_get("/sessions/{session_id}", session)
     app.router.add_get("/jobs", jobs)
     app.router.add_post("/jobs/{name}/{action:run-now|kill|enable|disable}", job_action)
     app.router.add_get("/access", access)

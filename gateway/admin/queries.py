@@ -14,11 +14,12 @@ from gateway.admin.operations import Operations
 from gateway.budgets import budgets_report
 from gateway.cli.reports import event_summary, feedback_tally
 from gateway.config import parse_duration
-from gateway.config.redaction import scrub, secret_values
+from gateway.config.redaction import redact_error, redact_url, scrub, secret_values
 from gateway.store import RunEventRecord, RunRecord, redact
 from gateway.traces import format_nano_usd
 
 LEADER_LEASE = "leader"
+RUN_STAGES = ("RUNNING", "AWAITING_INPUT", "SUCCESS", "FAILED", "CANCELED")
 
 
 def jsonable(value: Any) -> Any:
@@ -43,6 +44,15 @@ def mcp_servers(ops: Operations) -> dict[str, dict[str, Any]]:
         name: {**state, "error": redact(scrub(str(state.get("error") or ""), secrets))}
         for name, state in ops.mcp_summary().items()
     }
+
+
+async def model_server(ops: Operations) -> dict[str, Any]:
+    """The model server as the overview shows it: its URL without credentials or query values,
+    its last error and problem with every configured secret scrubbed."""
+    state = await ops.model_server()
+    secrets = secret_values(ops.config)
+    shown = {key: redact_error(str(state.get(key) or ""), secrets) for key in ("error", "problem")}
+    return {**state, **shown, "base_url": redact_url(str(state.get("base_url") or ""))}
 
 
 def cost_text(run: RunRecord) -> str:
@@ -85,6 +95,8 @@ async def overview(ops: Operations) -> dict[str, Any]:
         "awaiting_input": counts.awaiting_input,
         "errors_last_hour": counts.errors_last_hour,
         "spend": await budgets_report(store, config, now),
+        "model_server": await model_server(ops),
+        "sandbox": await ops.sandbox(),
     }
 
 
@@ -134,6 +146,54 @@ async def run_detail(ops: Operations, run_id: int) -> dict[str, Any] | None:
         "feedback": feedback_tally(events),
         "rounds": rounds,
         "children": children,
+    }
+
+
+async def runs(ops: Operations, query: Mapping[str, str]) -> dict[str, Any]:
+    """Runs by stage, and finished since a moment (`since`: as the audit's): what the overview's
+    tiles count. A run awaiting input shows the prompt it waits for. ValueError on a bad filter."""
+    stage = query.get("stage", "").strip().upper()
+    if stage and stage not in RUN_STAGES:
+        raise ValueError(f"stage: expected one of {', '.join(RUN_STAGES)}, got {stage!r}")
+    since = query.get("since", "").strip()
+    found = await ops.store.console.runs(stage=stage or None, finished_after=parse_since(since, datetime.now(UTC)))
+    awaiting = any(run.stage == "AWAITING_INPUT" for run in found)
+    waits = {p.run_id: p for p in await ops.store.prompts.pending()} if awaiting else {}
+    rows = [
+        {"run": run, "cost": cost_text(run), "took_s": took_s(run), "waits_for": _waits_for(waits.get(run.id))}
+        for run in found
+    ]
+    return {"filters": {"stage": stage, "since": since}, "runs": rows}
+
+
+def empty_runs(query: Mapping[str, str]) -> dict[str, Any]:
+    return {"filters": {"stage": query.get("stage", ""), "since": query.get("since", "")}, "runs": []}
+
+
+def _waits_for(prompt: Any) -> str:
+    if prompt is None:
+        return ""
+    payload = prompt.payload
+    if prompt.kind == "approval":
+        return f"approval of {payload.get('tool', '?')}"
+    return f"an answer: {payload.get('question', '')}"[:200]
+
+
+async def queues(ops: Operations) -> dict[str, Any]:
+    """The rows behind the overview's inbox depth and stuck outbox counts."""
+    console, now = ops.store.console, datetime.now(UTC)
+    stuck_after = timedelta(seconds=ops.config.outbox.sweep_after_s)
+    waiting = await console.waiting_threads()
+    stuck = await console.stuck_outbox(stuck_after=stuck_after, now=now)
+    secrets = secret_values(ops.config)
+    return {
+        "inbox": [{**dataclasses.asdict(t), "age_s": (now - t.oldest).total_seconds()} for t in waiting],
+        "outbox": [
+            {"id": r.id, "thread_key": r.thread_key, "kind": r.kind, "attempts": r.attempts, "created_at": r.created_at,
+             "retry_at": r.retry_at, "error": redact_error(r.error or "", secrets), "uncertain": r.uncertain or ""}
+            for r in stuck
+        ],
+        "stuck_after_s": stuck_after.total_seconds(),
     }
 
 

@@ -1,18 +1,19 @@
 """What the web console reads that no other part needs: instances' heartbeats, the counts of the
-overview (each one aggregate query), decided prompts, a session search, and its login sessions."""
+overview (each one aggregate query) and the rows behind them, decided prompts, a session search,
+and its login sessions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, insert, or_, select
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
-from gateway.store.records import PromptRecord, SessionRecord
-from gateway.store.tables import console_sessions, leases, messages, outbox, prompts, runs, sessions
+from gateway.store.records import OutboxRecord, PromptRecord, RunRecord, SessionRecord
+from gateway.store.tables import console_sessions, inbox, leases, messages, outbox, prompts, runs, sessions
 
 HEARTBEAT_PREFIX = "instance:"  # a lease each instance renews while it runs: its heartbeat
 
@@ -29,6 +30,15 @@ class OverviewCounts:
     awaiting_input: int
     errors_last_hour: int
     stuck_outbox: int
+
+
+@dataclass(frozen=True)
+class WaitingThread:
+    """A thread with inbox items waiting to be handled."""
+
+    thread_key: str
+    pending: int
+    oldest: datetime
 
 
 @dataclass(frozen=True)
@@ -102,15 +112,45 @@ class ConsoleRepo(Repo):
                 .where(runs.c.stage == "FAILED", runs.c.finished_at > moment - timedelta(hours=1))
             ).scalar_one()
             stuck = conn.execute(
-                select(func.count())
-                .select_from(outbox)
-                .where(outbox.c.status == "pending", outbox.c.created_at < moment - stuck_after)
+                select(func.count()).select_from(outbox).where(_stuck(moment - stuck_after))
             ).scalar_one()
             return OverviewCounts(
                 by_stage.get("RUNNING", 0), by_stage.get("AWAITING_INPUT", 0), int(errors), int(stuck)
             )
 
         return await self.db.read(work)
+
+    async def runs(
+        self, *, stage: str | None = None, finished_after: datetime | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """The newest runs in `stage` (all when None), those that finished after `finished_after`
+        when it is given: the rows behind the overview's run counts."""
+        query = select(runs).order_by(runs.c.id.desc()).limit(limit)
+        if stage is not None:
+            query = query.where(runs.c.stage == stage)
+        if finished_after is not None:
+            query = query.where(runs.c.finished_at > finished_after)
+        return await self.db.read(lambda conn: [to_record(RunRecord, r) for r in conn.execute(query)])
+
+    async def waiting_threads(self, *, limit: int = 100) -> list[WaitingThread]:
+        """The threads with pending inbox items, the longest waiting first: the inbox depth's rows."""
+        oldest = func.min(inbox.c.created_at)
+        query = (
+            select(inbox.c.thread_key, func.count(), oldest)
+            .where(inbox.c.status == "pending")
+            .group_by(inbox.c.thread_key)
+            .order_by(oldest)
+            .limit(limit)
+        )
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
+        return [WaitingThread(key, int(count), utc(first)) for key, count, first in rows]
+
+    async def stuck_outbox(
+        self, *, stuck_after: timedelta, now: datetime | None = None, limit: int = 100
+    ) -> list[OutboxRecord]:
+        """Outbox rows pending longer than `stuck_after`, the oldest first: the overview's stuck rows."""
+        query = select(outbox).where(_stuck((now or utcnow()) - stuck_after)).order_by(outbox.c.id).limit(limit)
+        return await self.db.read(lambda conn: [to_record(OutboxRecord, r) for r in conn.execute(query)])
 
     async def decided_prompts(self, *, kind: str = "approval", limit: int = 50) -> list[PromptRecord]:
         def work(conn: Connection) -> list[PromptRecord]:
@@ -144,3 +184,13 @@ class ConsoleRepo(Repo):
             return [to_record(SessionRecord, row) for row in conn.execute(query).all()]
 
         return await self.db.read(work)
+
+
+def _stuck(before: datetime):  # noqa: ANN202 - a SQL condition
+    return (outbox.c.status == "pending") & (outbox.c.created_at < before)
+
+
+def utc(moment: datetime | str) -> datetime:
+    """A time an aggregate handed back: SQLite gives text without a zone; it is UTC."""
+    value = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

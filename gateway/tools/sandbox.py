@@ -24,6 +24,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gateway.config import SECRETS, AgentConfig
 from gateway.tools.registry import ToolError, ToolRegistry
@@ -140,17 +141,38 @@ def withhold_unconfined(registry: ToolRegistry, agent: AgentConfig) -> None:
 
 def doctor_checks(agent: AgentConfig) -> list[tuple[str, str, str, str]]:
     """(name, ok | warn, found, fix) of the shell's sandbox for `gateway doctor`."""
-    if not any(fnmatch.fnmatchcase("shell", pattern) for pattern in agent.tools):
+    if not _shell_enabled(agent):
         return []
+    return [("shell sandbox", *described(sandbox_status(agent.shell_sandbox)))]
+
+
+def sandbox_state(agent: AgentConfig) -> dict[str, Any]:
+    """The shell's sandbox as the console shows it: the setting, what commands run in, whether
+    the tools that run commands are offered, and in words what a command reaches (with the fix
+    when it could be safer). The first look at bubblewrap runs it once: call it off the loop."""
     status = sandbox_status(agent.shell_sandbox)
+    level, found, fix = described(status)
+    return {
+        "configured": status.configured, "mode": status.mode, "tool": status.tool, "problem": status.problem,
+        "offered": status.offered, "shell_enabled": _shell_enabled(agent), "level": level, "found": found,
+        "fix": fix,
+    }
+
+
+def described(status: SandboxStatus) -> tuple[str, str, str]:
+    """(ok | warn, what a command reaches, the fix) of a sandbox status."""
     if status.problem:
-        return [("shell sandbox", "warn", f"{status.problem}; the shell is not offered to the model", status.fix)]
+        return "warn", f"{status.problem}; the shell is not offered to the model", status.fix
     if status.mode == "bwrap":
-        return [("shell sandbox", "ok", f"bubblewrap ({status.tool}): commands see only their session's files", "")]
+        return "ok", f"bubblewrap ({status.tool}): commands see only their session's files", ""
     better = "install bubblewrap (apt-get install bubblewrap) and set agent.shell_sandbox: auto"
     if status.mode == "unshare":
-        return [("shell sandbox", "warn", "unshare: commands read the gateway's files (.env, database)", better)]
-    return [("shell sandbox", "warn", "none: commands run unconfined and can read the gateway's secrets", better)]
+        return "warn", "unshare: commands read the gateway's files (.env, database)", better
+    return "warn", "none: commands run unconfined and can read the gateway's secrets", better
+
+
+def _shell_enabled(agent: AgentConfig) -> bool:
+    return any(fnmatch.fnmatchcase("shell", pattern) for pattern in agent.tools)
 
 
 @functools.cache
