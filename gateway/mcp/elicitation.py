@@ -30,7 +30,8 @@ class Question:
 
 def question(server: str, request: Elicitation) -> Question:
     if request.url:
-        text = f"🔌 {server} asks you to open a page: {request.message}\n{request.url}\nChoose {DONE} once you are through."
+        text = f"🔌 {server} asks you to open a page: {request.message}\n{request.url}\n"
+        text += f"Choose {DONE} once you are through."
         return Question(text, [DONE, DECLINE], allow_free_text=False, link=(OPEN, request.url))
     fields = _fields(request.schema)
     text = f"🔌 {server} asks: {request.message}"
