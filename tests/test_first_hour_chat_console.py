@@ -200,6 +200,15 @@ async def test_the_overview_tells_an_unreachable_model_server_and_its_last_error
             error = row(page, "llm-error")
             assert re.fullmatch(rf"Last error .*(connect|reach).* \( ?{WHEN} ?\)", error, re.I), error
             assert "s3cret-pass" not in page
+            failed = (await store.runs.list())[0]
+            for path in (f"/runs/{failed.id}", "/runs?stage=FAILED"):
+                async with http.get(f"{base_url(h)}{path}") as response:
+                    shown = await response.text()
+                assert response.status == 200 and "cannot reach" in shown and "s3cret-pass" not in shown, path
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            for path in (f"/api/runs/{failed.id}", "/api/runs?stage=FAILED", "/api/overview"):
+                async with http.get(f"{base_url(h)}{path}", headers=bearer) as response:
+                    assert response.status == 200 and "s3cret-pass" not in await response.text(), path
 
 
 async def test_a_missing_sandbox_is_shown_with_its_fix(store, llm, tmp_path, monkeypatch):

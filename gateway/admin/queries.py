@@ -55,6 +55,11 @@ async def model_server(ops: Operations) -> dict[str, Any]:
     return {**state, **shown, "base_url": redact_url(str(state.get("base_url") or ""))}
 
 
+def shown_run(run: RunRecord, secrets: set[str]) -> RunRecord:
+    """A run as the console shows it: its error may quote a URL with its password, or a key."""
+    return dataclasses.replace(run, error=redact_error(run.error, secrets)) if run.error else run
+
+
 def cost_text(run: RunRecord) -> str:
     cost = format_nano_usd(run.cost_nano_usd, run.unpriced and run.cost_nano_usd is not None)
     return f"~{cost}" if run.usage_estimated and run.cost_nano_usd is not None else cost
@@ -100,7 +105,7 @@ async def overview(ops: Operations) -> dict[str, Any]:
     }
 
 
-def _timeline(run: RunRecord, events: list[RunEventRecord]) -> list[dict[str, Any]]:
+def _timeline(run: RunRecord, events: list[RunEventRecord], secrets: set[str]) -> list[dict[str, Any]]:
     rows = []
     for event in events:
         payload = event.payload
@@ -114,7 +119,7 @@ def _timeline(run: RunRecord, events: list[RunEventRecord]) -> list[dict[str, An
                 "duration_ms": payload.get("duration_ms", payload.get("latency_ms")),
                 "parent_seq": event.parent_seq,
                 "context_tokens": usage.get("input_tokens") if event.kind == "LLM_RESPONSE" else None,
-                "summary": event_summary(event.kind, payload),
+                "summary": redact_error(event_summary(event.kind, payload), secrets),
             }
         )
     return rows
@@ -126,6 +131,8 @@ async def run_detail(ops: Operations, run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     events = await store.runs.events(run.id)
+    secrets = secret_values(ops.config)
+    run = shown_run(run, secrets)
     children = []
     for level, task in await store.delegations.tree(run.id):
         child = await store.runs.get(task.child_run_id or 0)
@@ -142,7 +149,7 @@ async def run_detail(ops: Operations, run_id: int) -> dict[str, Any] | None:
         "run": run,
         "cost": cost_text(run),
         "took_s": took_s(run),
-        "timeline": _timeline(run, events),
+        "timeline": _timeline(run, events, secrets),
         "feedback": feedback_tally(events),
         "rounds": rounds,
         "children": children,
@@ -159,8 +166,10 @@ async def runs(ops: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     found = await ops.store.console.runs(stage=stage or None, finished_after=parse_since(since, datetime.now(UTC)))
     awaiting = any(run.stage == "AWAITING_INPUT" for run in found)
     waits = {p.run_id: p for p in await ops.store.prompts.pending()} if awaiting else {}
+    secrets = secret_values(ops.config)
     rows = [
-        {"run": run, "cost": cost_text(run), "took_s": took_s(run), "waits_for": _waits_for(waits.get(run.id))}
+        {"run": shown_run(run, secrets), "cost": cost_text(run), "took_s": took_s(run),
+         "waits_for": _waits_for(waits.get(run.id))}
         for run in found
     ]
     return {"filters": {"stage": stage, "since": since}, "runs": rows}
