@@ -50,7 +50,7 @@ SHOWN = _paths(
     agent.system_prompt agent.max_rounds agent.workspace agent.tools agent.timezone agent.max_tool_result_chars
     agent.shell_timeout_s agent.shell_output_chars agent.http_fetch_max_bytes agent.http_fetch_timeout_s
     agent.http_fetch_allow_private agent.max_parallel_children agent.max_depth agent.show_children
-    agent.http_allow_hosts agent.shell_sandbox
+    agent.http_allow_hosts agent.shell_sandbox agent.tool_priority
     agent.shared_dir agent.shared_writable agent.shell_network agent.shell_env agent.shell_ro_paths
     context.headroom_tokens context.keep_messages context.keep_tool_exchanges context.pin_first_user
     context.lod_above_chars context.lod_step context.max_tool_result_chars context.max_folds_per_build

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway.config.redaction import redact_url
 from gateway.llm.errors import LLMError
 
 
@@ -42,6 +43,7 @@ def json_or_text(raw: bytes) -> Any:
 
 
 def transport_error(exc: httpx.TransportError, url: str) -> LLMError:
+    url = redact_url(url)  # the error goes to the log, the run's record and the console
     if isinstance(exc, httpx.TimeoutException):
         return LLMError(f"the LLM server at {url} timed out ({type(exc).__name__})", kind="timeout", retryable=True)
     detail = str(exc) or type(exc).__name__

@@ -246,3 +246,14 @@ def test_redaction_takes_linear_time_on_hostile_text():
     for text in ("a." * 20_000, "-a " * 20_000, "key: " * 20_000, "a://" * 20_000, "x" * 100_000):
         redact_text(text)
     assert time.perf_counter() - started < 10.0  # a backtracking pattern takes minutes here
+
+
+def test_an_unreachable_model_servers_error_does_not_carry_its_password() -> None:
+    """The error a turn records and logs when the model server cannot be reached."""
+    import httpx
+
+    from gateway.llm.wire import transport_error
+
+    for exc in (httpx.ConnectError("refused"), httpx.ReadTimeout("slow")):
+        error = transport_error(exc, "http://ann:hunter2-secret@llm.internal:8000/v1/chat/completions")
+        assert "hunter2-secret" not in str(error) and "llm.internal" in str(error)
