@@ -51,6 +51,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+async def _ready(process: asyncio.subprocess.Process) -> None:
+    """Until the target says it is ready; the start log's lines (its stderr) may come first."""
+    said = b""
+    while (line := await process.stdout.readline()).strip() != b"ready":
+        assert line, b"the target ended before it was ready:\n" + said
+        said += line
+
+
 @asynccontextmanager
 async def doomed_gateway(kind: str, store, config, tmp_path) -> AsyncIterator[Any]:  # noqa: ANN001
     """The gateway as a process of its own (killed by the test), and a way to talk to it."""
@@ -70,8 +78,7 @@ async def doomed_gateway(kind: str, store, config, tmp_path) -> AsyncIterator[An
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        line = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert line.strip() == b"ready", line + await process.stdout.read(4000)
+        await asyncio.wait_for(_ready(process), 60)
         yield process, port
     finally:
         if process.returncode is None:
