@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -120,17 +122,13 @@ async def telegram(args: argparse.Namespace, draft: Draft, ask: Prompter, outcom
     if not _wanted(ask, "Telegram", "a Telegram bot", bool(current), "--telegram-token", args.telegram_token):
         return
     api = args.telegram_api_url or draft.current.telegram.api_base_url
-    while True:
-        token = _given(args.telegram_token) or ask.secret("  Bot token (from @BotFather)", bool(current)) or current
-        if not token:
-            ask.say("  no token: Telegram is left out")
-            return
-        found = await telegram_bot(api, token)
-        _indented(found.check)
-        if found.ok:
-            break
-        _again(args, ask, "the Telegram token")
-        args.telegram_token = None
+    checked = await _checked_token(
+        args, "telegram_token", ask, current, prompt="  Bot token (from @BotFather)", platform="Telegram",
+        what="the Telegram token", check=lambda token: telegram_bot(api, token),
+    )
+    if checked is None:
+        return
+    token, found = checked
     draft.set_secret("telegram", "token", "TELEGRAM_BOT_TOKEN", token)
     if args.telegram_api_url:
         draft.set("telegram", "api_base_url", api)
@@ -141,23 +139,38 @@ async def telegram(args: argparse.Namespace, draft: Draft, ask: Prompter, outcom
            "  Your Telegram user id (a number; @userinfobot tells it), to approve the agent's tool calls")
 
 
+async def _checked_token(
+    args: argparse.Namespace, flag: str, ask: Prompter, current: str, *, prompt: str, platform: str, what: str,
+    check: Callable[[str], Awaitable[Any]],
+) -> tuple[str, Any] | None:
+    """A bot token (the flag's, else asked, else the current one) that its platform accepts, with
+    what the platform said of it; asked again until it does (a flag's is tried once). None: no token."""
+    while True:
+        token = _given(getattr(args, flag)) or ask.secret(prompt, bool(current)) or current
+        if not token:
+            ask.say(f"  no token: {platform} is left out")
+            return None
+        found = await check(token)
+        _indented(found.check)
+        if found.ok:
+            return token, found
+        _again(args, ask, what)
+        setattr(args, flag, None)
+
+
 # ---- Slack -----------------------------------------------------------------------------------
 async def slack(args: argparse.Namespace, draft: Draft, ask: Prompter, outcome: Outcome) -> None:
     current = draft.secret("slack", "bot_token", "SLACK_BOT_TOKEN")
     if not _wanted(ask, "Slack", "a Slack app", bool(current), "--slack-bot-token", args.slack_bot_token):
         return
     api = args.slack_api_url or draft.current.slack.api_base_url
-    while True:
-        token = _given(args.slack_bot_token) or ask.secret("  Bot token (xoxb-...)", bool(current)) or current
-        if not token:
-            ask.say("  no token: Slack is left out")
-            return
-        found = await slack_bot(api, token)
-        _indented(found.check)
-        if found.ok:
-            break
-        _again(args, ask, "the Slack bot token")
-        args.slack_bot_token = None
+    checked = await _checked_token(
+        args, "slack_bot_token", ask, current, prompt="  Bot token (xoxb-...)", platform="Slack",
+        what="the Slack bot token", check=lambda token: slack_bot(api, token),
+    )
+    if checked is None:
+        return
+    token, found = checked
     draft.set_secret("slack", "bot_token", "SLACK_BOT_TOKEN", token)
     if args.slack_api_url:
         draft.set("slack", "api_base_url", api)
