@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
-from gateway.config import DEFAULT_MODEL, JobConfig, SchedulerConfig, parse_duration
+from gateway.config import DEFAULT_MODEL, CheckConfig, JobConfig, SchedulerConfig, parse_duration
 from gateway.events import ThreadKey
 from gateway.store.schedules import NewSchedule
 from scheduler.triggers import LATE_OK, UTC, TriggerError, parse_active_hours, parse_at, parse_interval, timetable, zone
@@ -18,6 +20,8 @@ from scheduler.triggers import LATE_OK, UTC, TriggerError, parse_active_hours, p
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # part of a thread key: no colons
 MIN_INTERVAL = timedelta(seconds=60)
 DELIVER_CHANNELS = ("telegram", "slack")
+CHECK_TIMEOUT_MAX_S = 600
+CHECK_MAX_OUTPUT_LIMIT = 262_144
 
 
 class DefinitionError(ValueError):
@@ -104,6 +108,8 @@ def _check_fields_fit_kind(job: JobConfig, kind: str) -> None:
         "every": kind not in ("every", "tick") and job.every,
         "at": kind != "at" and (job.at or job.in_),
         "active_hours": kind != "tick" and job.active_hours,
+        "checklist": kind != "tick" and job.checklist,
+        "idle_backoff": kind != "tick" and job.idle_backoff,
     }
     wrong = [name for name, bad in misplaced.items() if bad]
     if wrong:
@@ -143,6 +149,14 @@ def _to_schedule(
     timeout = _seconds(job.timeout, "timeout")
     if timeout is not None and timeout < 1:
         raise DefinitionError("timeout: must be at least 1s")
+    check = check_spec(job.check) if job.check is not None else None
+    idle_max_every = _idle_max_every(job, spec) if job.idle_backoff is not None else None
+    failures = job.check_failures_before_report
+    if failures is not None and failures < 1:
+        raise DefinitionError("check_failures_before_report: must be at least 1 (1: tell the first failure)")
+    if failures is not None and check is None:
+        raise DefinitionError("check_failures_before_report: the job has no check; add one or leave it out")
+    checklist = _checklist(job.checklist) if job.checklist is not None else None
     return NewSchedule(
         name=job.name,
         kind=kind,  # type: ignore[arg-type]
@@ -162,7 +176,78 @@ def _to_schedule(
         quiet_sentinel=(job.quiet_sentinel or defaults.quiet_sentinel) if kind == "tick" else None,
         source=source,
         created_by=created_by,
+        check_spec=check,
+        checklist=checklist,
+        idle_max_every=idle_max_every,
+        check_failures_before_report=failures,
     )
+
+
+def check_spec(check: CheckConfig) -> dict[str, Any]:
+    """The stored form of a job's `check` (see scheduler/checks.py), or a DefinitionError."""
+    given = [name for name in ("command", "url", "mcp") if getattr(check, name) is not None]
+    if len(given) != 1:
+        raise DefinitionError(
+            "check: give exactly one of command, url or mcp, e.g. check: {command: 'python3 unread.py'}"
+        )
+    kind = given[0]
+    spec = _check_source(check, kind)
+    if check.wake_when == "exit_zero" and kind != "command":
+        raise DefinitionError(f"check.wake_when: exit_zero is for a command check; use changed or nonempty for {kind}")
+    if check.network and kind != "command":
+        raise DefinitionError(f"check.network is for a command check; leave it out of a {kind} check")
+    timeout = _seconds(check.timeout, "check.timeout") or 0
+    if not 1 <= timeout <= CHECK_TIMEOUT_MAX_S:
+        raise DefinitionError(f"check.timeout: must be between 1s and {CHECK_TIMEOUT_MAX_S // 60}m, e.g. 30s")
+    if not 1 <= check.max_output <= CHECK_MAX_OUTPUT_LIMIT:
+        raise DefinitionError(f"check.max_output: must be between 1 and {CHECK_MAX_OUTPUT_LIMIT} bytes")
+    spec.update(wake_when=check.wake_when, timeout_s=timeout, max_output=check.max_output)
+    if kind == "command":
+        spec["network"] = check.network
+    return spec
+
+
+def _check_source(check: CheckConfig, kind: str) -> dict[str, Any]:
+    if kind == "command":
+        if not (check.command or "").strip():
+            raise DefinitionError("check.command is empty: give the command line to run")
+        return {"command": check.command}
+    if kind == "url":
+        return {"url": _check_url(check.url or "")}
+    assert check.mcp is not None
+    if not check.mcp.server.strip() or not check.mcp.tool.strip():
+        raise DefinitionError("check.mcp needs server and tool, e.g. mcp: {server: mail, tool: unread}")
+    return {"mcp": {"server": check.mcp.server, "tool": check.mcp.tool, "arguments": dict(check.mcp.arguments)}}
+
+
+def _check_url(url: str) -> str:
+    value = url.strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DefinitionError(f"check.url {url!r}: use an http:// or https:// URL with a host")
+    return value
+
+
+def _idle_max_every(job: JobConfig, every: str) -> str:
+    assert job.idle_backoff is not None
+    if job.check is None and not job.checklist:
+        raise DefinitionError("idle_backoff needs a check or a checklist: only they can tell a tick is idle")
+    text = job.idle_backoff.max_every.strip()
+    try:
+        longest = parse_interval(text)
+    except TriggerError:
+        raise DefinitionError(f"idle_backoff.max_every {text!r}: use an interval like 4h") from None
+    if longest < parse_interval(every):
+        raise DefinitionError(f"idle_backoff.max_every {text!r} is shorter than every {every!r}; make it longer")
+    return text
+
+
+def _checklist(path: str) -> str:
+    value = path.strip()
+    parts = PurePosixPath(value.replace("\\", "/")).parts
+    if not value or value.startswith(("/", "~")) or ".." in parts:
+        raise DefinitionError(f"checklist {path!r}: use a path inside the workspace, e.g. checklist: HEARTBEAT.md")
+    return value
 
 
 def check_not_past(new: NewSchedule, now: datetime) -> None:

@@ -39,7 +39,7 @@ from gateway.config.core import (
 )
 from gateway.config.loading import DEFAULT_CONFIG_PATH, load_config, read_dotenv
 from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
-from gateway.config.scheduler import JobConfig, SchedulerConfig
+from gateway.config.scheduler import CheckConfig, JobConfig, SchedulerConfig
 from gateway.config.web import SearchConfig
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "BudgetsConfig",
     "BusyMode",
     "CapConfig",
+    "CheckConfig",
     "Config",
     "ConfigError",
     "ContextConfig",

@@ -90,7 +90,10 @@ SHOWN = _paths(
     scheduler.jobs.*.max_rounds scheduler.jobs.*.max_tokens scheduler.jobs.*.model scheduler.jobs.*.timeout
     scheduler.jobs.*.misfire
     scheduler.jobs.*.misfire_grace scheduler.jobs.*.notify_on_failure scheduler.jobs.*.enabled
-    scheduler.jobs.*.active_hours scheduler.jobs.*.quiet_sentinel
+    scheduler.jobs.*.active_hours scheduler.jobs.*.quiet_sentinel scheduler.check_failures_before_report
+    scheduler.jobs.*.check.wake_when scheduler.jobs.*.check.timeout scheduler.jobs.*.check.max_output
+    scheduler.jobs.*.check.network scheduler.jobs.*.check.mcp.server scheduler.jobs.*.check.mcp.tool
+    scheduler.jobs.*.checklist scheduler.jobs.*.idle_backoff.max_every scheduler.jobs.*.check_failures_before_report
     mcp.servers.*.cwd mcp.servers.*.transport mcp.servers.*.protocol mcp.servers.*.tools mcp.servers.*.trusted
     mcp.servers.*.timeout_s mcp.servers.*.connect_timeout_s mcp.servers.*.sampling mcp.servers.*.description_chars
     mcp.servers.*.sampling_max_tokens mcp.servers.*.sampling_per_call
@@ -111,6 +114,7 @@ URLS = _paths(
     """
     database.url llm.base_url llm.models.*.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
     slack.api_base_url mcp.servers.*.url mcp.servers.*.oauth_redirect search.url telemetry.otlp_endpoint
+    scheduler.jobs.*.check.url
     """
 )
 # Mappings whose names are shown and values masked (header names, environment variable names).
@@ -119,7 +123,10 @@ NAMES_ONLY = _paths("mcp.servers.*.headers mcp.servers.*.env telemetry.otlp_head
 PROGRAMS = _paths("mcp.servers.*.command")
 # Masked on purpose (everything not listed above is masked anyway; these say it was decided).
 # args: appended to command when loaded (empty once loaded); a named model's key, like llm.api_key
-MASKED = frozenset(SECRETS) | _paths("mcp.servers.*.args llm.models.*.api_key")
+# a job check's command line (a shell string, may carry a token) and its MCP arguments, like a tool call's
+MASKED = frozenset(SECRETS) | _paths(
+    "mcp.servers.*.args llm.models.*.api_key scheduler.jobs.*.check.command scheduler.jobs.*.check.mcp.arguments"
+)
 
 _ALL = SHOWN | URLS | NAMES_ONLY | PROGRAMS
 

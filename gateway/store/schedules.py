@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
 from gateway.store.inbox import insert_ignoring
-from gateway.store.tables import job_runs, schedules
+from gateway.store.tables import job_runs, schedule_states, schedules
 
 ScheduleKind = Literal["cron", "every", "at", "tick"]
 JobStatus = Literal["running", "success", "failed", "canceled", "skipped", "missed"]
@@ -54,6 +54,10 @@ class NewSchedule:
     source: str = "config"  # config | cli | agent
     created_by: str | None = None
     memory_owner: str | None = None  # whose memory its runs use (the agent's jobs: where they were made)
+    check_spec: dict[str, Any] | None = None  # the check before the model (scheduler/checks.py); None: none
+    checklist: str | None = None  # a workspace file the tick works through
+    idle_max_every: str | None = None  # idle_backoff.max_every: how far an idle tick's interval stretches
+    check_failures_before_report: int | None = None  # None: scheduler.check_failures_before_report
 
     def definition(self) -> dict[str, Any]:
         """The fields that say what the job does (not who made it, nor whether it is on)."""
@@ -91,6 +95,10 @@ class ScheduleRecord:
     updated_at: datetime
     memory_owner: str | None = None
     model: str | None = None
+    check_spec: dict[str, Any] | None = None
+    checklist: str | None = None
+    idle_max_every: str | None = None
+    check_failures_before_report: int | None = None
 
     def definition(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in DEFINITION_FIELDS}
@@ -112,6 +120,26 @@ class JobRunRecord:
     error: str | None
     tokens: int
     cost_nano_usd: int | None
+    check_result: dict[str, Any] | None = None  # what the firing's check found (None: no check ran)
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """What a job's checks remember between firings (all empty before the first check)."""
+
+    schedule_id: int
+    output_hash: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    failures: int = 0  # failed checks in a row
+    failure_reported: bool = False  # this run of failures was told to deliver_to
+    checklist_hash: str | None = None
+    backoff_s: int | None = None  # the idle tick's stretched interval; None: its `every`
+    last_woke_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+STATE_FIELDS = frozenset(f for f in ScheduleState.__dataclass_fields__ if f not in ("schedule_id", "updated_at"))
 
 
 class ScheduleRepo(Repo):
@@ -169,6 +197,7 @@ class ScheduleRepo(Repo):
 
         def work(conn: Connection) -> bool:
             conn.execute(delete(job_runs).where(job_runs.c.schedule_id == schedule_id))
+            conn.execute(delete(schedule_states).where(schedule_states.c.schedule_id == schedule_id))
             return conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount == 1
 
         return await self.db.write(work)
@@ -285,10 +314,13 @@ class ScheduleRepo(Repo):
         run_id: int | None = None,
         tokens: int = 0,
         cost_nano_usd: int | None = None,
+        check_result: dict[str, Any] | None = None,
         now: datetime | None = None,
     ) -> JobRunRecord | None:
         """Close a running job run (compare-and-set): None when it was no longer running."""
         values: dict[str, Any] = {"status": status, "finished_at": now or utcnow(), "tokens": tokens}
+        if check_result is not None:
+            values["check_result"] = check_result
         if error is not None:
             values["error"] = error
         if run_id is not None:
@@ -309,6 +341,38 @@ class ScheduleRepo(Repo):
         if finished is not None:
             self._told(finished.status)
         return finished
+
+    async def set_check_result(self, job_run_id: int, check_result: dict[str, Any]) -> None:
+        """Record what the firing's check found on a run that goes on (it woke the model)."""
+        statement = update(job_runs).where(job_runs.c.id == job_run_id).values(check_result=check_result)
+        await self.db.write(lambda conn: conn.execute(statement))
+
+    # ---- what checks remember between firings ------------------------------------------------
+    async def state(self, schedule_id: int) -> ScheduleState:
+        """The job's check state; an empty one before its first check."""
+        query = select(schedule_states).where(schedule_states.c.schedule_id == schedule_id)
+        row = await self.db.read(lambda conn: conn.execute(query).first())
+        return to_record(ScheduleState, row) if row else ScheduleState(schedule_id=schedule_id)
+
+    async def save_state(self, schedule_id: int, *, now: datetime | None = None, **values: Any) -> ScheduleState:
+        """Set some of the job's state fields (the rest keep their values); returns the whole state."""
+        unknown = set(values) - STATE_FIELDS
+        if unknown:
+            raise TypeError(f"not schedule state fields: {sorted(unknown)}")
+        stamp = {**values, "updated_at": now or utcnow()}
+
+        def work(conn: Connection) -> ScheduleState:
+            where = schedule_states.c.schedule_id == schedule_id
+            if conn.execute(update(schedule_states).where(where).values(**stamp)).rowcount == 0:
+                conn.execute(  # the first write (two instances at once: one inserts, both update)
+                    insert_ignoring(conn, schedule_states, ["schedule_id"]).values(
+                        schedule_id=schedule_id, failures=0, failure_reported=False, updated_at=stamp["updated_at"]
+                    )
+                )
+                conn.execute(update(schedule_states).where(where).values(**stamp))
+            return to_record(ScheduleState, conn.execute(select(schedule_states).where(where)).first())
+
+        return await self.db.write(work)
 
     async def note(self, job_run_id: int, error: str) -> None:
         """Remember something about a run (a kill request, a failed delivery) without closing it."""

@@ -344,6 +344,27 @@ schedules = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     # whose memory its runs read and write: the scope of the chat the agent made it in (NULL: the job's own)
     Column("memory_owner", String(160), nullable=True),
+    # what runs before the model: {"command"|"url"|"mcp", "wake_when", "timeout_s", ...} (NULL: no check)
+    Column("check_spec", JSON, nullable=True),
+    Column("checklist", String(255), nullable=True),  # a workspace file a tick works through
+    Column("idle_max_every", String(32), nullable=True),  # idle_backoff.max_every ("4h"); NULL: no backoff
+    Column("check_failures_before_report", Integer, nullable=True),  # NULL: the scheduler's default
+)
+
+# What a job's checks remember between firings (one row per schedule, made at its first check).
+schedule_states = Table(
+    "schedule_states",
+    metadata,
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True),
+    Column("output_hash", String(64), nullable=True),  # sha256 of the last output that was seen
+    Column("etag", String(255), nullable=True),  # a url check's validators, sent back next time
+    Column("last_modified", String(64), nullable=True),
+    Column("failures", Integer, nullable=False, default=0),  # failed checks in a row
+    Column("failure_reported", Boolean, nullable=False, default=False),  # that run of failures was told
+    Column("checklist_hash", String(64), nullable=True),  # the checklist as last answered
+    Column("backoff_s", Integer, nullable=True),  # the stretched interval while idle (NULL: `every`)
+    Column("last_woke_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 job_runs = Table(
@@ -364,6 +385,8 @@ job_runs = Table(
     Column("error", Text, nullable=True),
     Column("tokens", BigInteger, nullable=False, default=0),
     Column("cost_nano_usd", BigInteger, nullable=True),
+    # what the firing's check found: {"found": "woke"|"no change"|"failed", "hash", "bytes", ...}
+    Column("check_result", JSON, nullable=True),
     UniqueConstraint("schedule_id", "scheduled_for", name="uq_job_runs_schedule_time"),
 )
 
