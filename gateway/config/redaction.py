@@ -44,7 +44,8 @@ SHOWN = _paths(
     llm.prices.*.cache_write llm.prices.*.per_minute
     llm.models.*.model llm.models.*.context_window llm.models.*.prices.input llm.models.*.prices.output
     llm.models.*.prices.cached_input llm.models.*.prices.cache_read llm.models.*.prices.cache_write
-    llm.models.*.prices.per_minute
+    llm.models.*.prices.per_minute llm.models.*.api llm.models.*.reasoning llm.models.*.prompt_cache_key
+    llm.api llm.reasoning llm.prompt_cache_key
     llm.request_timeout_s llm.connect_timeout_s llm.max_retries llm.retry_budget_s llm.max_tokens
     llm.temperature llm.verbatim_tool_results llm.vision llm.transcription_model llm.tool_call_content
     agent.system_prompt agent.max_rounds agent.workspace agent.tools agent.timezone agent.max_tool_result_chars

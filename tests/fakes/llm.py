@@ -152,7 +152,7 @@ class FakeLLM(DiscoveryEndpoints):
 
     async def __aenter__(self) -> FakeLLM:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._handle)
+        self._routes(app)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/props", self._props)
@@ -165,6 +165,10 @@ class FakeLLM(DiscoveryEndpoints):
         host, port = self._runner.addresses[0][:2]
         self.base_url = f"http://{host}:{port}/v1"
         return self
+
+    def _routes(self, app: web.Application) -> None:
+        """The API the fake speaks (a fake of another API answers its own path instead)."""
+        app.router.add_post("/v1/chat/completions", self._handle)
 
     async def __aexit__(self, *exc: object) -> None:
         self._closing = True
