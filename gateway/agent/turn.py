@@ -96,6 +96,7 @@ class Turn:
         self._declared: list[ToolCallRecord] | None = None  # open calls the last round recorded
         self._notes: dict[str, str] | None = dict(self.session.notes)
         self._memory: str | None = None  # the memory section of the system message, read once a round with tools
+        self._skills: str | None = None  # the skills' names and descriptions, read once a turn (a stable prefix)
         self._fallbacks: list[dict[str, Any]] = []  # the last LLM call's moves to another model
         self.spans: telemetry.RunSpans | None = None  # with telemetry on: this run's, current while it runs
         self._spans_token: Any = None
@@ -383,7 +384,12 @@ class Turn:
         model, usage = ModelInfo(self.model), None
         self._fallbacks = []
         async for event in self.services.llm.stream(
-            messages, tools or None, model=self.model, on_retry=self._note_fallback, fallback=self.choice.fallback
+            messages,
+            tools or None,
+            model=self.model,
+            on_retry=self._note_fallback,
+            fallback=self.choice.fallback,
+            cache_key=f"session-{self.session.id}",  # one provider cache per session
         ):
             if isinstance(event, ModelInfo):
                 model = event
@@ -416,7 +422,7 @@ class Turn:
         # of the context stays byte-identical from round to round, so the provider's cache holds.
         return await context.build(
             self.session,
-            system_prompt=self.cfg.agent.system_prompt,
+            system_prompt=await self._system_prompt(tools),
             memory=self._memory,
             tools=tools,
             turn_started_seq=self.req.turn_started_seq,
@@ -426,6 +432,17 @@ class Turn:
             workspace=self._working_directory(await self.calls.files_dir()),
             model=self.model,
         )
+
+    async def _system_prompt(self, tools: list[dict[str, Any]]) -> str:
+        """The configured prompt, then the skills this turn's person is offered (names and
+        descriptions, sorted): both part of the prefix that stays the same between rounds."""
+        catalog = self.services.tool_services.get("skills")
+        if catalog is None or not any(t["function"]["name"] == "skill_read" for t in tools):
+            return self.cfg.agent.system_prompt
+        if self._skills is None:
+            channel, user = self.req.acting(self.thread.channel)
+            self._skills = await catalog.prompt_block(catalog.allowed(f"{channel}:{user}" if user else ""))
+        return "\n\n".join(part for part in (self.cfg.agent.system_prompt, self._skills) if part)
 
     def _working_directory(self, files: Path) -> str:
         shared = self.cfg.agent.shared_dir.strip()

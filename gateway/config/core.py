@@ -47,6 +47,13 @@ class ModelPrice(Section):
         return self.input is not None and self.output is not None
 
 
+# The wire format a model's server speaks (docs/model-servers.md): OpenAI Chat Completions,
+# OpenAI Responses or Anthropic Messages.
+Api = Literal["chat", "responses", "anthropic"]
+# How hard a model thinks before it answers, in each API's own terms (Anthropic's thinking
+# budget, Responses' reasoning.effort, Chat Completions' reasoning_effort); "auto": not sent.
+Reasoning = Literal["auto", "off", "low", "medium", "high"]
+
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,63}$")
 DEFAULT_MODEL = "default"  # what `/model default` and `model: default` name: `llm` itself
 
@@ -59,6 +66,10 @@ class ModelEndpoint(Section):
     api_key: str = ""  # a ${VAR} reference, like llm.api_key
     context_window: int | Literal["auto"] = "auto"  # as llm.context_window
     prices: ModelPrice | None = None  # else llm.prices.<model>
+    api: Api | None = None  # None: llm.api on llm's server, else chat
+    reasoning: Reasoning = "auto"
+    # send the session as `prompt_cache_key` (chat, responses); None: only to api.openai.com
+    prompt_cache_key: bool | None = None
 
     _window = field_validator("context_window", mode="before")(lambda cls, v: _context_window(v))
 
@@ -91,6 +102,10 @@ class LLMConfig(Section):
     # What an assistant message with tool calls and no text sends as `content`: "empty" ("",
     # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
     tool_call_content: Literal["empty", "null"] = "empty"
+    api: Api = "chat"  # the wire format llm.base_url speaks: chat | responses | anthropic
+    reasoning: Reasoning = "auto"  # off | low | medium | high: the thinking asked of the model
+    # send the session as `prompt_cache_key` (chat, responses); None: only to api.openai.com
+    prompt_cache_key: bool | None = None
 
     _window = field_validator("context_window", mode="before")(lambda cls, v: _context_window(v))
 
@@ -123,6 +138,16 @@ class LLMConfig(Section):
     def served_model(self, ref: str) -> str:
         """The model name the server is asked for."""
         return self.models[ref].model if ref in self.models else ref
+
+    def api_of(self, ref: str) -> Api:
+        """The wire format of a model: its own `api`, else llm's when it is on llm's server."""
+        endpoint = self.models.get(ref)
+        if endpoint is None:
+            return self.api
+        if endpoint.api is not None:
+            return endpoint.api
+        same_server = not endpoint.base_url or endpoint.base_url.rstrip("/") == self.base_url.rstrip("/")
+        return self.api if same_server else "chat"
 
     def window_setting(self, ref: str) -> int | Literal["auto"]:
         return self.models[ref].context_window if ref in self.models else self.context_window

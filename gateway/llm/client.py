@@ -1,4 +1,4 @@
-"""The streaming Chat Completions client: request, retries, model fallback."""
+"""The streaming model client: request, retries, model fallback, whatever API each model speaks."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import httpx
 
 from gateway import metrics
 from gateway.config import LLMConfig
+from gateway.config.core import Api, Reasoning
 from gateway.llm.discovery import ServerInfo, Tokenizer, Window
 from gateway.llm.errors import (
     EmptyAnswer,
@@ -28,10 +29,11 @@ from gateway.llm.errors import (
     classify_error,
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
+from gateway.llm.formats import Request, StreamParser, WireFormat, format_for
 from gateway.llm.gate import CallGate, Ticket
 from gateway.llm.health import ServerHealth
 from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
-from gateway.llm.stream import ChunkParser, ReadCadence, SSEDecoder, collect
+from gateway.llm.stream import ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ class _Opened:
     lane: Lane  # the client it came on, given back when the stream ends
     pool: ClientPool  # ... to this pool (its server's)
     sse: SSEDecoder
-    parser: ChunkParser
+    parser: StreamParser
     first_events: list[StreamEvent]
     info: ModelInfo
     ticket: Ticket | None = None
@@ -81,9 +83,10 @@ class _Opened:
 
 @dataclass
 class _Server:
-    """One Chat Completions server: its URL, its pool of HTTP clients, what it says of its models."""
+    """One model server in one API: its URL, its pool of HTTP clients, what it says of its models."""
 
     base_url: str
+    format: WireFormat
     url: str
     endpoint: httpx.URL  # parsed once, not on every request
     clients: ClientPool
@@ -99,6 +102,16 @@ class _Target:
     name: str
     model: str
     server: _Server
+    reasoning: Reasoning = "auto"
+    cache_key: bool = False  # the session goes as the API's prompt cache key
+
+
+def takes_cache_key(setting: bool | None, base_url: str) -> bool:
+    """`prompt_cache_key`: as configured, else only OpenAI's own API (another server may refuse
+    an unknown field)."""
+    if setting is not None:
+        return setting
+    return httpx.URL(base_url).host == "api.openai.com"
 
 
 @dataclass(frozen=True)
@@ -108,8 +121,8 @@ class Transcript:
 
 
 class LLMClient:
-    """Streaming Chat Completions against `llm.base_url` and the servers of `llm.models`, with
-    retries and the fallback through `llm.fallback`.
+    """Streaming calls to `llm.base_url` and the servers of `llm.models`, each in its `api`
+    (gateway/llm/formats/), with retries and the fallback through `llm.fallback`.
 
     `sleep`, `clock` and `rng` are injectable so tests can observe waits without waiting.
     """
@@ -135,13 +148,14 @@ class LLMClient:
         # pool smaller than that would make turns wait for a connection, then time out. Each
         # lane of the pool carries at most `streams_per_client`, so keeps at most that many idle.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        servers: dict[tuple[str, str], _Server] = {}
+        servers: dict[tuple[str, str, str], _Server] = {}
 
-        def server(base_url: str, api_key: str) -> _Server:
-            key = (base_url.rstrip("/"), api_key)
+        def server(base_url: str, api_key: str, api: Api) -> _Server:
+            key = (base_url.rstrip("/"), api_key, api)
             if key not in servers:
-                url = key[0] + "/chat/completions"
-                headers = self._headers(api_key)
+                wire = format_for(api)
+                url = key[0] + wire.path
+                headers = wire.headers(api_key)
                 pool = ClientPool(
                     lambda verify: httpx.AsyncClient(
                         transport=transport, timeout=timeout, headers=headers, limits=limits, verify=verify
@@ -149,15 +163,24 @@ class LLMClient:
                     tls_for(url),
                     streams_per_client,
                 )
-                servers[key] = _Server(base_url, url, httpx.URL(url), pool, ServerInfo(lambda: pool.first, base_url))
+                info = ServerInfo(lambda: pool.first, base_url)
+                servers[key] = _Server(base_url, wire, url, httpx.URL(url), pool, info)
             return servers[key]
 
-        default = server(config.base_url, config.api_key)
-        self._targets = {config.model: _Target(config.model, config.model, default)}
+        default = server(config.base_url, config.api_key, config.api)
+        cache_key = takes_cache_key(config.prompt_cache_key, config.base_url)
+        self._targets = {config.model: _Target(config.model, config.model, default, config.reasoning, cache_key)}
         for name, named in config.models.items():
             same_server = not named.base_url or named.base_url.rstrip("/") == config.base_url.rstrip("/")
             key = named.api_key or (config.api_key if same_server else "")
-            self._targets[name] = _Target(name, named.model, server(named.base_url or config.base_url, key))
+            base_url = named.base_url or config.base_url
+            self._targets[name] = _Target(
+                name,
+                named.model,
+                server(base_url, key, config.api_of(name)),
+                named.reasoning,
+                takes_cache_key(named.prompt_cache_key, base_url),
+            )
         self._servers = list(servers.values())
         self._default = default
         self.url = default.url
@@ -253,10 +276,12 @@ class LLMClient:
         max_tokens: int | None = None,
         on_retry: RetryHook | None = None,
         fallback: Sequence[str] | None = None,
+        cache_key: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        body = self._body(messages, tools, max_tokens)
+        """`cache_key`: the session's, sent as the API's prompt cache key to the models that take one."""
+        request = Request(messages, tools, max_tokens or self.config.max_tokens, self.config.temperature)
         sent = time.monotonic()
-        opened = await self._open(body, self._chain(model, fallback), on_retry or self._on_retry)
+        opened = await self._open(_Bodies(request, cache_key), self._chain(model, fallback), on_retry or self._on_retry)
         metrics.LLM_FIRST_TOKEN.observe(time.monotonic() - sent)
         usage: Usage | None = None
         self.streams_in_flight += 1
@@ -355,32 +380,7 @@ class LLMClient:
         names = self.config.fallback if fallback is None else fallback
         return [first] + [self._targets[name] for name in names if name != first.name]
 
-    def _body(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if tools:
-            body["tools"] = tools
-        if (limit := max_tokens or self.config.max_tokens) is not None:
-            body["max_tokens"] = limit
-        if self.config.temperature is not None:
-            body["temperature"] = self.config.temperature
-        return body
-
-    @staticmethod
-    def _headers(api_key: str) -> dict[str, str]:
-        """Every request of a server's clients is the same POST, so these are their default
-        headers: merging per-request headers was a third of the cost of building a request."""
-        headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        return headers
-
-    async def _open(self, body: dict[str, Any], targets: list[_Target], on_retry: RetryHook | None) -> _Opened:
+    async def _open(self, bodies: _Bodies, targets: list[_Target], on_retry: RetryHook | None) -> _Opened:
         """Try each model in turn (the one asked for, then `llm.fallback`), retrying retryable
         failures with backoff, until one starts streaming; raise `LLMUnavailable` once retries
         or the budget are spent. A failure that is not retryable (a prompt over the context, a
@@ -394,7 +394,7 @@ class LLMClient:
             for retry in range(self.config.max_retries + 1):
                 attempts += 1
                 try:
-                    opened = await self._attempt({"model": target.model, **body}, target, attempts, failed)
+                    opened = await self._attempt(bodies, target, attempts, failed)
                     target.server.health.answered()
                     return opened
                 except LLMError as exc:
@@ -423,14 +423,14 @@ class LLMClient:
             last_error=last,
         ) from last
 
-    async def _attempt(
-        self, body: dict[str, Any], target: _Target, attempts: int, failed: tuple[str, ...]
-    ) -> _Opened:
+    async def _attempt(self, bodies: _Bodies, target: _Target, attempts: int, failed: tuple[str, ...]) -> _Opened:
+        body = bodies.of(target)
         content = encode_body(body)
         gate = self.gate
-        ticket = await gate.open(target.name, len(content), body.get("max_tokens")) if gate is not None else None
-        if ticket is not None and ticket.reply_tokens is not None and "max_tokens" not in body:
-            content = encode_body({**body, "max_tokens": ticket.reply_tokens})  # the reply the reservation covers
+        limit_key = target.server.format.limit_key
+        ticket = await gate.open(target.name, len(content), body.get(limit_key)) if gate is not None else None
+        if ticket is not None and ticket.reply_tokens is not None and limit_key not in body:
+            content = encode_body(bodies.of(target, ticket.reply_tokens))  # the reply the reservation covers
         try:
             opened = await self._send(content, target, attempts, failed)
         except BaseException:
@@ -459,9 +459,10 @@ class LLMClient:
         except httpx.TransportError as exc:
             raise transport_error(exc, server.url) from exc
         try:
+            wire = server.format
             if response.status_code != 200:
-                raise classify_error(response.status_code, json_or_text(await response.aread()), response.headers)
-            sse, parser = SSEDecoder(response.aiter_bytes()), ChunkParser()
+                raise wire.classify(response.status_code, json_or_text(await response.aread()), response.headers)
+            sse, parser = SSEDecoder(response.aiter_bytes(), wire.classify), wire.parser()
             served, events = await self._first_events(sse, parser)
             return _Opened(response, lane, pool, sse, parser, events, replace(info, served=served))
         except httpx.TransportError as exc:
@@ -472,12 +473,12 @@ class LLMClient:
             raise
 
     @staticmethod
-    async def _first_events(sse: SSEDecoder, parser: ChunkParser) -> tuple[str, list[StreamEvent]]:
+    async def _first_events(sse: SSEDecoder, parser: StreamParser) -> tuple[str, list[StreamEvent]]:
         """Read until a chunk says something (a role-only chunk does not), so an error sent
         right after the 200 can still be retried or fall back."""
         while (payload := await sse.next()) is not None:
             if events := parser.feed(payload):
-                return str(payload.get("model") or ""), events
+                return str(payload.get("model") or getattr(parser, "served", "") or ""), events
         raise EmptyAnswer("the LLM server ended the stream without an answer")
 
     async def _next_payload(self, sse: SSEDecoder) -> dict[str, Any] | None:
@@ -518,3 +519,27 @@ def _count_tokens(event: StreamEvent) -> None:
     if isinstance(event, Usage):
         metrics.TOKENS.labels("in").inc(event.prompt_tokens)
         metrics.TOKENS.labels("out").inc(event.completion_tokens)
+
+
+class _Bodies:
+    """One call's request bodies, built once per API and model options (a fallback to a model of
+    the same kind sends the same bytes but its name), `model` first."""
+
+    def __init__(self, request: Request, cache_key: str | None) -> None:
+        self.request = request
+        self.cache_key = cache_key
+        self._built: dict[tuple[str, Reasoning, bool, int | None], dict[str, Any]] = {}
+
+    def of(self, target: _Target, reply_tokens: int | None = None) -> dict[str, Any]:
+        cache_key = bool(self.cache_key) and target.cache_key
+        key = (target.server.format.name, target.reasoning, cache_key, reply_tokens)
+        body = self._built.get(key)
+        if body is None:
+            request = replace(
+                self.request,
+                reasoning=target.reasoning,
+                cache_key=self.cache_key if cache_key else None,
+                max_tokens=reply_tokens if reply_tokens is not None else self.request.max_tokens,
+            )
+            body = self._built[key] = target.server.format.body(request)
+        return {"model": target.model, **body}

@@ -1,4 +1,5 @@
-"""SSE decoding and chat.completion.chunk parsing into stream events; the cadence streams are read at."""
+"""SSE decoding into JSON payloads (each API's adapter in gateway/llm/formats/ parses them into
+stream events); collecting a stream; the cadence streams are read at."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ from gateway.llm.events import (
     ToolCallDelta,
     Usage,
 )
+from gateway.llm.formats.chat import ChunkParser
+
+__all__ = ["ChunkParser", "ReadCadence", "SSEDecoder", "SSELineSplitter", "collect"]
+
+# An error payload read mid-stream (status: its code when it gives one) as a typed error.
+Classifier = Callable[[int | None, Any], LLMError]
 
 
 class SSELineSplitter:
@@ -76,8 +83,9 @@ class SSEDecoder:
     chunks, as they arrive); stops at `[DONE]`. `before_read`, when set, is awaited before
     a read that follows one which had to wait for the network (the client's read cadence)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], classify: Classifier = classify_error) -> None:
         self._chunks = chunks
+        self._classify = classify
         self.before_read: Callable[[], Awaitable[None]] | None = None
         self._waited = False  # the last read waited for the network (it found nothing buffered)
         self._splitter = SSELineSplitter()
@@ -159,7 +167,7 @@ class SSEDecoder:
         if payload.get("error") or event == b"error":
             err = error_object(payload)
             code = as_int(err.get("code"))
-            raise classify_error(code if code and code >= 400 else None, payload)
+            raise self._classify(code if code and code >= 400 else None, payload)
         return payload
 
 
@@ -174,120 +182,6 @@ def _loads(data: str) -> Any:
         return json.loads(data)
     except ValueError:
         raise LLMError(f"malformed stream chunk from the LLM server: {data[:200]!r}", kind="stream") from None
-
-
-class ChunkParser:
-    """Turns chat.completion.chunk payloads into stream events (choice 0 only)."""
-
-    def __init__(self) -> None:
-        self.finished = False
-        self._sent: dict[int, set[str]] = {}  # index -> {"id", "name"} already emitted
-        self._index_by_id: dict[str, int] = {}
-        self._last_index = 0
-
-    def feed(self, chunk: dict[str, Any]) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            events.extend(self._delta(choice.get("delta") or {}))
-            if reason := choice.get("finish_reason"):
-                self.finished = True
-                events.append(Finish(str(reason)))
-        if isinstance(usage := chunk.get("usage"), dict):
-            events.append(_usage(usage, chunk))
-        return events
-
-    def _delta(self, delta: dict[str, Any]) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        # vLLM sends `reasoning`, llama.cpp `reasoning_content`; some send both with one text.
-        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            events.append(ReasoningDelta(reasoning))
-        if isinstance(content := delta.get("content"), str) and content:
-            events.append(TextDelta(content))
-        for call in delta.get("tool_calls") or []:
-            if isinstance(call, dict) and (event := self._tool_call(call)):
-                events.append(event)
-        return events
-
-    def _tool_call(self, call: dict[str, Any]) -> ToolCallDelta | None:
-        index = self._index_of(call)
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, str):
-            arguments = json.dumps(arguments)  # a few servers send an object, not a fragment
-        sent = self._sent.setdefault(index, set())
-        call_id = self._once(sent, "id", call.get("id"))
-        name = self._once(sent, "name", function.get("name"))
-        if not (call_id or name or arguments):
-            return None
-        return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments or "")
-
-    @staticmethod
-    def _once(sent: set[str], key: str, value: Any) -> str:
-        if not value or key in sent:
-            return ""
-        sent.add(key)
-        return str(value)
-
-    def _index_of(self, call: dict[str, Any]) -> int:
-        """By `index`; servers that omit it are keyed by `id`, else the last call continues."""
-        call_id = call.get("id")
-        if isinstance(call.get("index"), int):
-            index = call["index"]
-        elif call_id and call_id in self._index_by_id:
-            index = self._index_by_id[call_id]
-        elif call_id:
-            index = max(self._sent, default=-1) + 1
-        else:
-            index = self._last_index
-        if call_id:
-            self._index_by_id.setdefault(call_id, index)
-        self._last_index = index
-        return index
-
-
-def _usage(usage: dict[str, Any], chunk: dict[str, Any] | None = None) -> Usage:
-    """The usage object of the dialects: OpenAI and vLLM (`prompt_tokens_details.cached_tokens`,
-    `completion_tokens_details.reasoning_tokens`), OpenRouter (also `cache_write_tokens` and
-    `cost`), llama.cpp (its `timings.cache_n` when it sends no details) and Anthropic's names
-    (`input_tokens`, which leaves the cache out, `cache_read_input_tokens`, `cache_creation_input_tokens`)."""
-    prompt_details = _mapping(usage.get("prompt_tokens_details"))
-    completion_details = _mapping(usage.get("completion_tokens_details") or usage.get("output_tokens_details"))
-    cache_read = _count(prompt_details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
-    if cache_read is None and isinstance(timings := (chunk or {}).get("timings"), dict):
-        cache_read = as_int(timings.get("cache_n"))
-    cache_write = _count(prompt_details.get("cache_write_tokens"), usage.get("cache_creation_input_tokens")) or 0
-    if (prompt := as_int(usage.get("prompt_tokens"))) is None:
-        # Anthropic counts its cache apart from `input_tokens`: the whole prompt is the sum.
-        prompt = (as_int(usage.get("input_tokens")) or 0) + (cache_read or 0) + cache_write
-    completion = as_int(usage.get("completion_tokens"))
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion if completion is not None else as_int(usage.get("output_tokens")) or 0,
-        cached_tokens=cache_read or 0,
-        reasoning_tokens=_count(completion_details.get("reasoning_tokens"), completion_details.get("thinking_tokens"))
-        or 0,
-        cache_write_tokens=cache_write,
-        cost_usd=_usd(usage.get("cost")),
-    )
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _count(*values: Any) -> int | None:
-    """The largest of the counts given (vLLM sends null details; a server may send 0 beside the real one)."""
-    counts = [n for n in (as_int(v) for v in values if not isinstance(v, bool)) if n is not None]
-    return max(counts) if counts else None
-
-
-def _usd(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        return None
-    return float(value)
 
 
 async def collect(events: AsyncIterator[StreamEvent]) -> Completion:
