@@ -1,4 +1,5 @@
-"""OpenAI-compatible Chat Completions client with SSE streaming (httpx, no vendor SDK).
+"""The model client with SSE streaming (httpx, no vendor SDK), in each model's API: OpenAI Chat
+Completions, OpenAI Responses or Anthropic Messages (gateway/llm/formats/).
 
 `LLMClient.stream()` yields one `ModelInfo` first (which configured model answered, after any
 retries and fallbacks), then text, reasoning and tool-call deltas, `Finish`, and `Usage` when
@@ -28,6 +29,7 @@ from gateway.llm.events import (
     Finish,
     ModelInfo,
     ReasoningDelta,
+    Replay,
     StreamEvent,
     TextDelta,
     ToolCall,
@@ -38,7 +40,7 @@ from gateway.llm.stream import ReadCadence, collect
 
 __all__ = [
     "AuthError", "Completion", "ContextTooLong", "EmptyAnswer", "ErrorKind", "Finish", "LLMClient", "LLMError",
-    "LLMUnavailable", "ModelInfo", "RateLimited", "ReadCadence", "ReasoningDelta", "Refused", "RetryHook",
+    "LLMUnavailable", "ModelInfo", "RateLimited", "ReadCadence", "ReasoningDelta", "Refused", "Replay", "RetryHook",
     "RetryNotice", "StreamEvent", "StreamInterrupted", "TextDelta", "ToolCall", "ToolCallDelta", "Usage",
     "chat_text", "classify_error", "collect", "parse_retry_after", "without_urls",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,18 @@ class ModelInfo:
     kind: Literal["model"] = "model"
 
 
-StreamEvent = ModelInfo | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
+@dataclass(frozen=True)
+class Replay:
+    """What the API needs back on this answer's assistant message in the turn's next rounds
+    (Anthropic's signed thinking blocks, Responses' encrypted reasoning items), opaque to the
+    loop: JSON `data` of the adapter named `api` (gateway/llm/formats/__init__.py)."""
+
+    api: str
+    data: Any
+    kind: Literal["replay"] = "replay"
+
+
+StreamEvent = ModelInfo | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage | Replay
 
 
 @dataclass(frozen=True)

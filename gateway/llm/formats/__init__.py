@@ -90,9 +90,10 @@ def replay_of(message: dict[str, Any], api: str) -> Any:
 
 
 def _formats() -> dict[str, WireFormat]:
+    from gateway.llm.formats.anthropic import AnthropicFormat
     from gateway.llm.formats.chat import ChatFormat
 
-    return {"chat": ChatFormat()}
+    return {"chat": ChatFormat(), "anthropic": AnthropicFormat()}
 
 
 _FORMATS: dict[str, WireFormat] = {}
