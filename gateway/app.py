@@ -29,6 +29,7 @@ from gateway.approvals.prompts import PromptService
 from gateway.attachments import AttachmentPreparer, Heard, TranscriptionRefused
 from gateway.budgets import SpendGate
 from gateway.channel_state import StoreChannelState
+from gateway.checklist_files import ChecklistFiles
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
@@ -58,6 +59,7 @@ from gateway.tools.sandbox import sandbox_state
 from gateway.traces import current_spending
 from gateway.workspace import adopt_legacy_layout, private_workspace, shared_root
 from scheduler import control as job_control
+from scheduler.checklist_tool import checklist_tool
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
@@ -248,12 +250,14 @@ class Gateway:
         self.services.telemetry = self.telemetry
         if DELEGATE in self.registry:
             self.services.delegation = Delegation(self.services, wake=self.inbox.poke)
+        self.checklists = ChecklistFiles(config.agent.workspace)  # ticks' checklists, beside sessions/
         self.scheduler = Scheduler(
             self.store,
             config.scheduler,
             submit=self.inbox.submit,
             deliver=self.deliver,
             room_for_job=self.spend.room_for_job,
+            read_checklist=self.checklists.read,
         )
         self.services.tool_services["scheduler"] = self.scheduler
         self.store.schedules.on_status = _count_firings
@@ -261,6 +265,9 @@ class Gateway:
             spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
+        if any(job.checklist for job in config.scheduler.jobs) and matches_any("checklist", config.agent.tools):
+            # offered where a tick of config.yml works through a checklist; never in scheduled sessions
+            self.registry.register(checklist_tool(self.store, self.checklists.read, self.checklists.write))
         self.inbox.listeners.append(self.scheduler.on_turn_ended)
         self.http = self._http_server() if serve_http else None
         self.leadership = Leadership(

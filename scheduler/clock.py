@@ -97,3 +97,56 @@ class Clock:
             await self._on_housekeeping()
         except Exception:  # the outer catch of the housekeeping job: the next round tries again
             log.exception("scheduler housekeeping failed")
+
+
+class ManualClock:
+    """A clock that waits for nobody: whoever holds it (a test, a benchmark with its own time)
+    runs the next planned firing with `run_next`. Same planning interface as `Clock`."""
+
+    def __init__(self, on_due: OnDue, on_housekeeping: OnHousekeeping):
+        self._on_due = on_due
+        self._on_housekeeping = on_housekeeping
+        self._planned: dict[int, datetime] = {}
+        self._running = False
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        self._running = True
+
+    def stop(self) -> None:
+        self._running = False
+        self._planned.clear()
+
+    def plan(self, schedule_id: int, when: datetime) -> None:
+        if self._running:
+            self._planned[schedule_id] = when
+
+    def unplan(self, schedule_id: int) -> None:
+        self._planned.pop(schedule_id, None)
+
+    def clear(self) -> None:
+        self._planned.clear()
+
+    def planned(self) -> dict[int, datetime]:
+        return dict(self._planned)
+
+    def next_due(self) -> tuple[int, datetime] | None:
+        """The earliest planned firing (schedule id, time), or None."""
+        if not self._planned:
+            return None
+        schedule_id = min(self._planned, key=lambda i: (self._planned[i], i))
+        return schedule_id, self._planned[schedule_id]
+
+    async def run_next(self) -> tuple[int, datetime] | None:
+        """Run the earliest planned firing now (the caller has moved its time there)."""
+        due = self.next_due()
+        if due is not None:
+            del self._planned[due[0]]
+            await self._on_due(*due)
+        return due
+
+    async def housekeeping(self) -> None:
+        await self._on_housekeeping()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config import DEFAULT_MODEL, CheckConfig, JobConfig, SchedulerConfig, parse_duration
 from gateway.events import ThreadKey
 from gateway.store.schedules import NewSchedule
+from scheduler.checklist import ChecklistNameError, check_name
 from scheduler.triggers import LATE_OK, UTC, TriggerError, parse_active_hours, parse_at, parse_interval, timetable, zone
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # part of a thread key: no colons
@@ -242,12 +242,12 @@ def _idle_max_every(job: JobConfig, every: str) -> str:
     return text
 
 
-def _checklist(path: str) -> str:
-    value = path.strip()
-    parts = PurePosixPath(value.replace("\\", "/")).parts
-    if not value or value.startswith(("/", "~")) or ".." in parts:
-        raise DefinitionError(f"checklist {path!r}: use a path inside the workspace, e.g. checklist: HEARTBEAT.md")
-    return value
+def _checklist(name: str) -> str:
+    """A file name in the workspace's checklists/ directory (scheduler/checklist.py)."""
+    try:
+        return check_name(name)
+    except ChecklistNameError as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 def check_not_past(new: NewSchedule, now: datetime) -> None:

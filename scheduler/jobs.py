@@ -19,7 +19,9 @@ from gateway.config import SchedulerConfig
 from gateway.events import InboundMessage, Submit, TurnEnded, utcnow
 from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
-from scheduler.clock import Clock
+from scheduler.backoff import IdleBackoff
+from scheduler.checklist import ReadChecklist
+from scheduler.clock import Clock, ManualClock
 from scheduler.delivery import BUDGET_PREFIX, job_text
 from scheduler.outcomes import Deliver, Outcomes
 from scheduler.supervision import ONE_SHOT_DONE, Supervision
@@ -47,6 +49,8 @@ class Scheduler:
         deliver: Deliver,
         now: Callable[[], datetime] | None = None,
         room_for_job: Callable[[int], Awaitable[str | None]] | None = None,
+        manual_clock: bool = False,
+        read_checklist: ReadChecklist | None = None,
     ):
         self.store = store
         self.config = config
@@ -54,7 +58,13 @@ class Scheduler:
         self._submit = submit
         self._now = now or utcnow
         self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
-        self._clock = Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
+        self._read_checklist = read_checklist  # a tick's checklist file by name (None: every checklist is empty)
+        # manual: the caller runs each planned firing itself (tests, benchmarks with their own time)
+        self._clock: Clock | ManualClock = (
+            ManualClock(self._on_due, self.housekeeping)
+            if manual_clock
+            else Clock(self._on_due, self.housekeeping, housekeeping_s=config.poll_interval)
+        )
         # Planning and firing one schedule never interleave; different schedules run freely.
         self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._reload_lock = asyncio.Lock()
@@ -62,13 +72,14 @@ class Scheduler:
         self._fingerprint: int | None = None
         self._dirty = False
         self.outcomes = Outcomes(store, self.repo, deliver, self._now)
+        self.backoff = IdleBackoff(self.repo)
         self.supervision = Supervision(
             store, self.repo, config, submit=submit, now=self._now, outcomes=self.outcomes, grace=self._grace,
             retry=lambda schedule_id: self.fire(schedule_id, self._now(), origin="retry"),
         )
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> Clock | ManualClock:
         return self._clock
 
     # ---- lifecycle (the leader) ------------------------------------------------------------
@@ -114,11 +125,12 @@ class Scheduler:
     async def _on_due(self, schedule_id: int, when: datetime) -> None:
         async with self._locks[schedule_id]:
             try:
-                await self.fire(schedule_id, when)
+                run = await self.fire(schedule_id, when)
                 schedule = await self.repo.get(schedule_id)
                 if schedule is None:
                     self._clock.unplan(schedule_id)
                 else:
+                    await self.backoff.after_firing(schedule, run)
                     await self._plan(schedule)
             except Exception:  # not handled here: marked, then raised to the clock's catch
                 self._dirty = True  # re-plan everything at the next housekeeping
@@ -144,10 +156,13 @@ class Scheduler:
             return
         last = await self.repo.last_firing(schedule.id)
         since = max(last, schedule.updated_at) if last else schedule.updated_at
+        idle_interval = await self.backoff.current(schedule, last)
+        if idle_interval is not None and last is not None:  # an idle job's stretched pace, from its last firing
+            table = self.backoff.timetable(schedule, idle_interval, last)
         plan = catch_up(table, since=since, now=now, misfire=schedule.misfire, grace=self._grace(schedule))
         await self._record_missed(schedule, plan.missed, plan.uncounted, plan.truncated, since)
         if plan.due is not None:
-            await self.fire(schedule.id, plan.due)
+            await self.backoff.after_firing(schedule, await self.fire(schedule.id, plan.due))
         elif plan.missed and schedule.kind == "at":
             await self.repo.set_enabled(schedule.id, False, reason="one-shot missed", now=now)
         if plan.next is not None:
