@@ -1,5 +1,5 @@
 """Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`, and
-`gateway pairing | access | budgets | audit | memory`."""
+`gateway pairing | access | budgets | audit | memory | skills`."""
 
 from __future__ import annotations
 
@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli.memory import add_parser as add_memory_parser
 
     add_memory_parser(sub, parents=[common], handler=cmd_memory)
+    from gateway.cli.skills import add_parser as add_skills_parser
+
+    add_skills_parser(sub, parents=[common], handler=cmd_skills)
     from gateway.cli.status import add_parser as add_status_parser
 
     add_status_parser(sub, parents=[common], handler=cmd_status)
@@ -406,6 +409,16 @@ async def cmd_audit(args: argparse.Namespace, config: Config) -> int:
 
 async def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     from gateway.cli.memory import run
+
+    store = await _store(config)
+    try:
+        return await run(args, store, config)
+    finally:
+        await store.close()
+
+
+async def cmd_skills(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.skills import run
 
     store = await _store(config)
     try:

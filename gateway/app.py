@@ -48,6 +48,7 @@ from gateway.memory import MemoryBook, memory_specs
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
 from gateway.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
+from gateway.skills import SkillCatalog, skill_specs
 from gateway.store import Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL
@@ -98,11 +99,14 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
     return channels
 
 
-def build_registry(config: Config, store: Store, access: AccessPolicy | None = None) -> ToolRegistry:
+def build_registry(
+    config: Config, store: Store, access: AccessPolicy | None = None, skills: SkillCatalog | None = None
+) -> ToolRegistry:
     """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
     registry = default_registry(config.agent)
     extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
     extra += search_specs(config.search)  # web_search, when search.provider names one
+    extra += skill_specs(skills, write=config.skills.write) if skills is not None and config.skills.dirs else []
     admins = access.admin_ids if access is not None else None  # claimed admins count too
     extra += memory_specs(store, config, admins=admins) if config.memory.enabled else []
     for spec in extra:
@@ -202,7 +206,9 @@ class Gateway:
         self.llm.gate = self.spend  # every request, retries and summaries included, is checked first
         self.model_server = ModelServerCheck(self.llm)  # checked at start and by /readyz
         self.prompts = PromptService(self.store, self.outbox, config, access=self.access, clock=clock)
-        self.registry = build_registry(config, self.store, self.access)
+        allowed = self.access.skill_allowed_for
+        self.skills = SkillCatalog(config.skills, self.store, allowed_for=allowed)  # pinned skills, by role
+        self.registry = build_registry(config, self.store, self.access, self.skills)
         self.policy = ApprovalPolicy.from_config(config.approvals, config.agent.workspace)
         for problem in self.policy.errors:
             log.error("%s (calls it names will require approval)", problem)
@@ -235,6 +241,7 @@ class Gateway:
                 "llm": self.llm,
                 "prompts": self.prompts,  # an MCP server's question asked in the middle of a call
             },
+                "skills": self.skills,  # the system prompt's list of skills (gateway/agent/turn.py)
             attachments=self._attachments(),
             access=self.access,
             gatekeeper=self.gatekeeper,

@@ -25,7 +25,7 @@ path, a YAML error with the file and line, and a key written twice in one mappin
 Secrets (🔒) are read from the environment only: leave them out or write them as `${VAR}`.
 
 Relative paths (the SQLite file of `database.url`, `agent.workspace`, `agent.shared_dir`,
-`agent.shell_ro_paths`, an MCP server's `cwd`, `mcp.import`) are relative to the directory of the
+`agent.shell_ro_paths`, `skills.dirs`, an MCP server's `cwd`, `mcp.import`) are relative to the directory of the
 configuration file, whatever the current directory; without a file, to the current directory.
 """
 

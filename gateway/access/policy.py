@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 
 ADMIN, MEMBER = "admin", "member"
 BUILTIN_ROLES: dict[str, RoleConfig] = {
-    ADMIN: RoleConfig(tools=["*"], deny_tools=[], approve=True, compact=True, new_for_others=True, schedule=True),
+    ADMIN: RoleConfig(
+        tools=["*"], deny_tools=[], approve=True, compact=True, new_for_others=True, schedule=True, skills=["*"]
+    ),
     MEMBER: RoleConfig(),
 }
 # Channels whose people are not strangers: the local terminal and the scheduler's sessions.
@@ -128,6 +130,16 @@ class AccessPolicy:
         """Whether this person's turns may use the named model (`roles.*.models`): asked by /model
         and again by every turn (gateway/access/models.py)."""
         return channel in TRUSTED_CHANNELS or not user_id or matches_any(name, self.role(channel, user_id).models)
+
+    def skill_allowed(self, channel: str, user_id: str, name: str) -> bool:
+        """Whether this person's turns are offered the pinned skill (`roles.*.skills`, names or
+        globs); the trusted channels and turns nobody started see every pinned skill."""
+        return channel in TRUSTED_CHANNELS or not user_id or matches_any(name, self.role(channel, user_id).skills)
+
+    def skill_allowed_for(self, person: str, name: str) -> bool:
+        """`skill_allowed` for "<channel>:<user id>" ("" for nobody)."""
+        channel, _, user = person.partition(":")
+        return self.skill_allowed(channel, user, name)
 
     def may_compact(self, channel: str, user_id: str) -> bool:
         return channel in TRUSTED_CHANNELS or not user_id or self.role(channel, user_id).compact

@@ -40,6 +40,7 @@ from gateway.config.core import (
 from gateway.config.loading import DEFAULT_CONFIG_PATH, load_config, read_dotenv
 from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
 from gateway.config.scheduler import CheckConfig, JobConfig, SchedulerConfig
+from gateway.config.skills import SkillsConfig
 from gateway.config.web import SearchConfig
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "SECRETS",
     "SchedulerConfig",
     "SearchConfig",
+    "SkillsConfig",
     "ServeConfig",
     "SlackConfig",
     "TelegramConfig",

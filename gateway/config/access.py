@@ -22,6 +22,7 @@ class RoleConfig(Section):
     new_for_others: bool = False  # may run /new in a chat whose session someone else started
     schedule: bool = True  # may use the `schedule` tool
     models: list[str] = ["*"]  # names (or globs) of llm.models its turns may use (checked each turn); default always
+    skills: list[str] = ["*"]  # names (or globs) of the pinned skills offered to its turns (docs/skills.md)
 
 
 class AccessConfig(Section):

@@ -4,7 +4,7 @@ whatever the current directory: `gateway access list` run from elsewhere with
 was started. Without a configuration file they are relative to the current directory.
 
 Anchored: the SQLite file of `database.url`, `agent.workspace`, `agent.shared_dir`,
-`agent.shell_ro_paths` and each MCP server's `cwd` (`mcp.import` files already are).
+`agent.shell_ro_paths`, `skills.dirs` and each MCP server's `cwd` (`mcp.import` files already are).
 `~` is the home directory everywhere."""
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def anchor_paths(config: Config) -> None:
     agent.shell_ro_paths = [anchored(path, base) for path in agent.shell_ro_paths]
     for server in config.mcp.servers.values():
         server.cwd = anchored(server.cwd, base)
+    config.skills.dirs = [anchored(path, base) for path in config.skills.dirs]
 
 
 def is_default_database(config: Config) -> bool:

@@ -70,6 +70,7 @@ SHOWN = _paths(
     retention.inbox_days retention.outbox_days retention.prompts_days retention.run_events_days
     retention.audit_days retention.files_days retention.every_s retention.batch retention.memory_days
     memory.enabled memory.budget_tokens memory.scope memory.max_entries memory.max_chars
+    skills.dirs skills.read_max_chars skills.write
     approvals.rules.*.tool approvals.rules.*.action approvals.rules.*.args approvals.rules.*.source
     approvals.rules.*.priority
     approvals.approvers approvals.admins approvals.separate_requester approvals.self_approve approvals.expire_after
@@ -103,7 +104,7 @@ SHOWN = _paths(
     mcp.restart_reset_s mcp.import_files mcp.servers.*.auth mcp.servers.*.oauth_scope
     access.dm_policy access.group_policy access.pairing_ttl access.max_pending_per_channel
     access.roles.*.tools access.roles.*.deny_tools access.roles.*.approve access.roles.*.compact
-    access.roles.*.new_for_others access.roles.*.schedule access.roles.*.models
+    access.roles.*.new_for_others access.roles.*.schedule access.roles.*.models access.roles.*.skills
     access.users
     budgets.caps.*.scope budgets.caps.*.period budgets.caps.*.usd budgets.caps.*.tokens
     budgets.alert_at budgets.unpriced budgets.reply_tokens budgets.prompt_bytes_per_token budgets.reservation_ttl

@@ -28,6 +28,7 @@ from gateway.config.core import (
     TracesConfig,
 )
 from gateway.config.scheduler import SchedulerConfig
+from gateway.config.skills import SkillsConfig
 from gateway.config.web import SearchConfig
 
 
@@ -56,6 +57,7 @@ class Config(Section):
     budgets: BudgetsConfig = BudgetsConfig()
     search: SearchConfig = SearchConfig()
     memory: MemoryConfig = MemoryConfig()
+    skills: SkillsConfig = SkillsConfig()
 
     source: str = Field("<defaults>", exclude=True)
 

@@ -41,6 +41,7 @@ from gateway.store.runs import RunRepo
 from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
 from gateway.store.tables import inbox
+from gateway.store.skills import SkillPin, SkillRepo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -158,6 +159,7 @@ class Store:
         self.claims = ClaimRepo(self.db)
 
     @property
+        self.skills = SkillRepo(self.db)
     def is_sqlite(self) -> bool:
         return self.db.is_sqlite
 
@@ -347,3 +349,5 @@ __all__ = [
     "OwnerSummary",
     "Saved",
 ]
+    "SkillPin",
+    "SkillRepo",

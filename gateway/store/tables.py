@@ -598,5 +598,22 @@ memory_sharing = Table(
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
     """For autogenerate and schema checks: objects made by hand in migrations (history search's
+# Agent Skills pinned by content (gateway/skills/): each file's SHA-256 as approved. A skill whose
+# files on disk differ from `files` (one added counts) is not offered until approved again.
+skills = Table(
+    "skills",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("origin", String(1024), nullable=False),  # where it came from: a path, "agent", "mcp:<server>"
+    Column("path", String(1024), nullable=False),  # its folder, where it is read from
+    Column("files", JSON, nullable=False),  # {relative path: sha256} as approved
+    Column("digest", String(64), nullable=False),  # sha256 of the sorted (hash, path) lines
+    Column("status", String(16), nullable=False),  # approved | disabled
+    Column("forced", JSON, nullable=True),  # the door's findings it was added (or approved) over, with --force
+    Column("approved_by", String(160), nullable=True),  # "cli", or the person who approved a draft
+    Column("added_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("approved_at", UTCDateTime, nullable=False, default=utcnow),
+)
+
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""
     return not (name or "").startswith("compactions_fts") and name != "ix_compactions_search"

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
+from gateway.config import AgentConfig
 from gateway.tools.paths import workspace_root
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 from gateway.tools.sandbox import SandboxStatus, command_environment, config_files, sandbox_prefix, sandbox_status
@@ -78,12 +79,26 @@ async def shell(ctx: ToolContext, command: str, timeout_s: float | None = None) 
         raise ToolError("timeout_s must be positive")
     output = TailText(ctx.agent.shell_output_chars)
     cwd = workspace_root(ctx.workspace)
-    prefix = sandbox_prefix(ctx.agent, cwd, hidden=config_files(getattr(ctx.services.get("config"), "source", "")))
-    code = await run_command(command, cwd, timeout, output, prefix=prefix, env=command_environment(ctx.agent, cwd))
+    agent = await _with_skills(ctx)
+    prefix = sandbox_prefix(agent, cwd, hidden=config_files(getattr(ctx.services.get("config"), "source", "")))
+    code = await run_command(command, cwd, timeout, output, prefix=prefix, env=command_environment(agent, cwd))
     body = output.text() or "(no output)"
     if code is None:
         raise ToolError(f"timed out after {timeout:g}s; the command and its child processes were killed.\n{body}")
     return f"{body.rstrip(chr(10))}\n[exit code {code}]"
+
+
+async def _with_skills(ctx: ToolContext) -> AgentConfig:
+    """The agent's settings with the folders of the skills this person is offered bound
+    read-only into the sandbox (their scripts run from there); a skill that changed since it
+    was approved, or that the role does not list, is not bound."""
+    skills = ctx.services.get("skills")
+    if skills is None:
+        return ctx.agent
+    folders = [state.path for state in await skills.offered(skills.allowed(ctx.person))]
+    if not folders:
+        return ctx.agent
+    return ctx.agent.model_copy(update={"shell_ro_paths": [*ctx.agent.shell_ro_paths, *folders]})
 
 
 async def run_command(
