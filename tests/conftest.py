@@ -56,11 +56,16 @@ def clock():
 
 
 @pytest.fixture
-async def llm():
-    """The scripted OpenAI-compatible server (tests/fakes/llm.py) on a random local port."""
+async def llm(request):
+    """The scripted OpenAI-compatible server (tests/fakes/llm.py) on a random local port; with
+    `helpers.every_api` (indirect parametrization), the fake of each API in turn, whose
+    `settings` are the `llm` section that speaks it."""
+    from fakes.anthropic import FakeAnthropic
     from fakes.llm import FakeLLM
 
-    async with FakeLLM() as server:
+    api = getattr(request, "param", "chat")
+    fake = {"chat": FakeLLM, "anthropic": FakeAnthropic}[api]()
+    async with fake as server:
         yield server
 
 

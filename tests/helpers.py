@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from fakes.llm import Reply, user_texts
 
@@ -27,8 +28,20 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
-    """The tool results in a request to the model, in order."""
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+    """The tool results in a request to the model, in order (Chat Completions' tool messages or
+    Anthropic's tool_result blocks)."""
+    found = []
+    for m in request["messages"]:
+        if m["role"] == "tool":
+            found.append(m["content"])
+        elif isinstance(m.get("content"), list):
+            found += [b.get("content", "") for b in m["content"] if b.get("type") == "tool_result"]
+    return found
+
+
+# The APIs a test marked so runs against, each through its own fake (the `llm` fixture).
+EVERY_API = ("chat", "anthropic")
+every_api = pytest.mark.parametrize("llm", EVERY_API, indirect=True)
 
 
 def echo(request: dict[str, Any]) -> Reply:

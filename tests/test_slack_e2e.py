@@ -22,7 +22,7 @@ from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender
 from fakes.slack import Reply as HttpReply
 from harness import make_config
-from helpers import echo, session_file, tool_results, until
+from helpers import echo, every_api, session_file, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.routing import REQUESTERS
@@ -37,10 +37,16 @@ POSTS = ("chat.postMessage", "chat.startStream", "chat.postEphemeral")
 
 
 def slack_config(
-    llm: FakeLLM, slack: FakeSlack, tmp_path, settings: dict[str, Any] | None = None, **sections: Any
+    llm: FakeLLM,
+    slack: FakeSlack,
+    tmp_path,
+    settings: dict[str, Any] | None = None,
+    llm_settings: dict[str, Any] | None = None,
+    **sections: Any,
 ) -> Config:
     values = {"bot_token": slack.token, "signing_secret": SIGNING_SECRET, "api_base_url": slack.base_url,
               "send_interval_s": 0, "stream_interval_s": 0, **(settings or {})}
+    sections = {**sections, "llm": {**llm.settings, **(llm_settings or {})}}
     return make_config(llm.base_url, str(tmp_path / "ws"), slack=values, http={"port": 0}, **sections)
 
 
@@ -161,6 +167,7 @@ def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) ->
 # ---- conversations ----------------------------------------------------------------------
 
 
+@every_api
 async def test_a_mention_is_answered_in_its_thread(store, llm, slack, tmp_path) -> None:
     llm.reply("Hello **there**")
     async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
@@ -304,6 +311,7 @@ async def ask_for_write(s: Slackside, llm: FakeLLM) -> tuple[dict[str, Any], dic
     return mention, prompt_message(s.fake)
 
 
+@every_api
 async def test_an_approver_click_runs_the_tool_and_updates_the_prompt(store, llm, slack, tmp_path) -> None:
     async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
         mention, prompt = await ask_for_write(s, llm)
@@ -445,6 +453,7 @@ def picked(slack: FakeSlack) -> list[str]:
     return [t for t in texts(slack) if t.startswith("picked")]
 
 
+@every_api
 async def test_a_question_answered_by_button(store, llm, slack, tmp_path) -> None:
     async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
         mention, prompt = await ask_color(s, llm)
@@ -473,6 +482,7 @@ async def test_a_question_answered_by_a_typed_reply_in_the_thread(store, llm, sl
 LONG_REPLY = "Here is **the answer**: " + " ".join(f"word{n}" for n in range(40))
 
 
+@every_api
 async def test_native_streaming_through_a_turn(store, llm, slack, tmp_path) -> None:
     llm.reply(LONG_REPLY)
     config = slack_config(llm, slack, tmp_path, {"streaming": "native"})

@@ -20,7 +20,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply, user_texts
 from fakes.telegram import BOT_ID, FakeTelegram, StoredMessage, utf16_len
 from harness import make_config
-from helpers import echo, session_file, tool_results, until
+from helpers import echo, every_api, session_file, tool_results, until
 
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
@@ -39,13 +39,19 @@ SECRET = "e2e-secret_1"
 
 
 def tg_config(
-    llm: FakeLLM, tg: FakeTelegram, tmp_path, telegram: dict[str, Any] | None = None, **sections: Any
+    llm: FakeLLM,
+    tg: FakeTelegram,
+    tmp_path,
+    telegram: dict[str, Any] | None = None,
+    llm_settings: dict[str, Any] | None = None,
+    **sections: Any,
 ) -> Config:
     settings = {
         "token": tg.token, "api_base_url": tg.base_url, "poll_timeout_s": 1, "edit_interval_s": 0, "typing_after_s": 0,
         **UNPACED,
     }
     sections = {"serve": {"shutdown_grace": 2}, "http": {"port": 0}, **sections}
+    sections = {**sections, "llm": {**llm.settings, **(llm_settings or {})}}
     return make_config(llm.base_url, str(tmp_path / "ws"), telegram={**settings, **(telegram or {})}, **sections)
 
 
@@ -117,6 +123,7 @@ def last_user_text(request: dict[str, Any]) -> str:
 # --- replies -------------------------------------------------------------------------
 
 
+@every_api
 async def test_private_chat_reply_arrives_once(store, llm, tg, tmp_path, caplog) -> None:
     for logger in ("telegram", "httpx"):  # the most talkative levels, where URLs are logged
         caplog.set_level(logging.DEBUG, logger=logger)
@@ -196,6 +203,7 @@ async def ask_for_write(
     return prompt_message(tg, chat)
 
 
+@every_api
 async def test_approve_button_runs_the_tool_and_closes_the_prompt(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_for_write(gateway, llm, tg)
@@ -363,6 +371,7 @@ async def ask_color(gateway: Gateway, llm: FakeLLM, tg: FakeTelegram) -> StoredM
     return prompt_message(tg, PRIVATE)
 
 
+@every_api
 async def test_question_answered_by_button(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_color(gateway, llm, tg)
@@ -401,6 +410,7 @@ async def test_commands_are_answered_without_the_model(store, llm, tg, tmp_path)
         assert not llm.requests
 
 
+@every_api
 async def test_strangers_get_one_refusal_and_never_reach_the_model(store, llm, tg, tmp_path) -> None:
     config = tg_config(llm, tg, tmp_path, telegram={"allowed_users": [str(PRIVATE)]})
     # no access section (a written dm_policy would handle the others: tests/security/test_security_policy.py)

@@ -17,6 +17,7 @@ from gateway.llm.events import (
     Finish,
     ModelInfo,
     ReasoningDelta,
+    Replay,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -44,6 +45,9 @@ class Round:
     usage: Usage | None = None
     repetition: RepetitionCut | None = None
     model: str = ""  # the configured model that answered (from the stream's ModelInfo)
+    # what the model's API needs back on this round's message in the turn's next rounds
+    # ({"api", "data"}, gateway/llm/formats/), stored with it
+    replay: dict[str, Any] | None = None
 
     @property
     def cut_off(self) -> bool:
@@ -92,6 +96,7 @@ class RoundBuilder:
         self._finish: str | None = None
         self._usage: Usage | None = None
         self._model = ""
+        self._replay: dict[str, Any] | None = None
         self._text_guard = RepetitionGuard("text") if guard_repetition else None
         self._reasoning_guard = RepetitionGuard("reasoning") if guard_repetition else None
         self._cut: RepetitionCut | None = None
@@ -108,6 +113,9 @@ class RoundBuilder:
             return None
         if isinstance(event, ModelInfo):
             self._model = event.model
+            return None
+        if isinstance(event, Replay):
+            self._replay = {"api": event.api, "data": event.data}
             return None
         if self._cut is not None:
             return None  # the stream is being abandoned; nothing after the loop is kept
@@ -144,7 +152,7 @@ class RoundBuilder:
         elif cut is not None and self._cut_slot is not None:
             calls = calls[: self._ordered_slots().index(self._cut_slot)]
         finish = None if cut is not None else self._finish
-        return Round(text, reasoning, calls, finish, self._usage, cut, self._model)
+        return Round(text, reasoning, calls, finish, self._usage, cut, self._model, self._replay)
 
     def _watch(self, guard: RepetitionGuard | None, text: str) -> RepetitionCut | None:
         if guard is None:

@@ -489,6 +489,7 @@ class Turn:
                 events=events,
                 totals=totals,
                 reply=(REPLY_KEY_PREFIX, str(self.thread), shown.intent(round_.text)) if shown is not None else None,
+                replay=round_.replay if round_.calls else None,  # needed only by the turn's next rounds
             )
 
     def _trace_llm(  # noqa: ANN001

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gateway.context.budget import message_chars
+from gateway.llm.formats import REPLAY_KEY
 from gateway.store.history import HistoryCall, HistoryRow
 
 Lod = Literal["head", "tail", "both"]
@@ -131,6 +132,8 @@ def _exchange(row: HistoryRow, mode: Mode, limits: Limits, lods: dict[str, Lod])
     # everywhere we know of, and `llm.tool_call_content: null` restores null for the others.
     content = row.content or (None if limits.null_call_content else "")
     assistant: Message = {"role": "assistant", "content": content, "tool_calls": calls}
+    if row.replay and not mode.previous_turn:  # what its API needs back in the turn's next rounds
+        assistant[REPLAY_KEY] = row.replay
     results = [
         {"role": "tool", "tool_call_id": c.call_id, "content": shown_result(c, mode, limits, lods.get(c.name, "head"))}
         for c in row.calls

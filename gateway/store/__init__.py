@@ -222,6 +222,7 @@ class Store:
         reply: tuple[str, str, dict] | None = None,
     ) -> RecordedRound:
         """One LLM round in one transaction: the assistant message, the run's trace `events` and
+        replay: dict | None = None,
         `totals`, and, when the round has text to show, the intent to deliver it: `reply` is
         (key prefix, thread key, payload) and the key is the prefix plus the message id.
 
@@ -241,6 +242,7 @@ class Store:
                 fence=fence,
             )
             seqs = _add_trace(conn, run_id, events, totals) if with_trace else None
+                replay=replay,
             record = None
             if reply is not None:
                 prefix, thread_key, payload = reply

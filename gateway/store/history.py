@@ -50,6 +50,9 @@ class HistoryRow:
     created_at: datetime
     calls: tuple[HistoryCall, ...] = ()
     images: tuple[dict, ...] = ()  # user rows: {path, mime, width, height} per image sent
+    # assistant rows: what the model's API needs back within the turn ({"api", "data"}: signed
+    # thinking blocks, encrypted reasoning items), opaque here
+    replay: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def _rows_statement(which: ColumnElement[bool]) -> Select:
             messages.c.synthetic,
             messages.c.created_at,
             messages.c.images,
+            messages.c.replay,
         )
         .where(messages.c.session_id == bindparam("session_id"), which)
         .order_by(messages.c.seq)
@@ -334,6 +338,7 @@ def _read_rows(conn: Connection, rows_statement: Select, calls_statement: Select
             r.created_at,
             calls.get(r.id, ()),
             tuple(r.images or ()),
+            r.replay,
         )
         for r in rows
     ]

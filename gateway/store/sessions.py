@@ -206,6 +206,7 @@ class SessionRepo(Repo):
         fence: Fence | None = None,
         images: Sequence[dict[str, Any]] = (),
         voices: Sequence[dict[str, str]] = (),
+        replay: dict[str, Any] | None = None,
     ) -> MessageRecord:
         """`append` inside the caller's transaction. The sequence number is allocated there
         too: the row lock on the session serialises concurrent appends."""
@@ -229,6 +230,7 @@ class SessionRepo(Repo):
                 "created_at": now,
                 **({"images": list(images)} if images else {}),
                 **({"voices": list(voices)} if voices else {}),
+                **({"replay": replay} if replay else {}),
             },
         ).scalar_one()
         records: list[ToolCallRecord] = []

@@ -117,6 +117,9 @@ messages = Table(
     # user rows: other people whose words the row holds ({id, name, how}: kept chatter, a quote),
     # whose rights limit the turn it is part of (gateway/agent/voices.py)
     Column("voices", JSON, nullable=True),
+    # assistant rows: what the model's API needs back on this message in the turn's next rounds
+    # ({"api", "data"}: Anthropic's signed thinking blocks, Responses' encrypted reasoning items)
+    Column("replay", JSON, nullable=True),
     UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
     Index("ix_messages_session_status_seq", "session_id", "status", "seq"),  # failed rows, each round
 )

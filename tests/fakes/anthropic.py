@@ -50,6 +50,7 @@ class FakeAnthropic(FakeLLM):
     """The Chat Completions fake's scripting and discovery, speaking the Messages API."""
 
     api = "anthropic"
+    settings: dict[str, Any] = {"api": "anthropic", "api_key": "sk-fake"}  # noqa: RUF012
 
     def __init__(self, *, usage_at_start: bool = True, **options: Any) -> None:
         super().__init__(**options)

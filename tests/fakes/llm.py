@@ -114,6 +114,7 @@ def default_responder(request: dict[str, Any]) -> ScriptItem:
 
 
 class FakeLLM(DiscoveryEndpoints):
+    settings: dict[str, Any] = {}  # the `llm` settings that speak this fake's API (beside base_url)
     def __init__(
         self, *, responder: Responder = default_responder, delay: float = 0.0, api_key: str | None = None,
         chunk_chars: int = 8, pings: bool = True, template_errors: TemplateErrors = "400",
