@@ -36,6 +36,7 @@ from gateway.context import ContextBuilder, history_search_spec
 from gateway.context.fitting import Fit
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.inbox.inbox import Inbox, default_instance_id
+from gateway.job_checks import JobChecks
 from gateway.leadership import Leadership, prune_forever
 from gateway.llm import LLMClient
 from gateway.llm.checkup import Finding, ModelServerCheck
@@ -264,6 +265,7 @@ class Gateway:
             submit=self.inbox.submit,
             deliver=self.deliver,
             room_for_job=self.spend.room_for_job,
+            checks=JobChecks(config.agent, mcp=self.mcp, config_source=config.source),
             read_checklist=self.checklists.read,
         )
         self.services.tool_services["scheduler"] = self.scheduler

@@ -109,7 +109,7 @@ def _check_fields_fit_kind(job: JobConfig, kind: str) -> None:
         "at": kind != "at" and (job.at or job.in_),
         "active_hours": kind != "tick" and job.active_hours,
         "checklist": kind != "tick" and job.checklist,
-        "idle_backoff": kind != "tick" and job.idle_backoff,
+        "idle_backoff": kind not in ("every", "tick") and job.idle_backoff,
     }
     wrong = [name for name, bad in misplaced.items() if bad]
     if wrong:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from gateway.config import SchedulerConfig
@@ -21,6 +22,7 @@ from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
 from scheduler.backoff import IdleBackoff
 from scheduler.checklist import ReadChecklist
+from scheduler.checks import CHECK_FAILED, NO_CHANGE, CheckOutcome, Prober, next_state, run_check, with_check_output
 from scheduler.clock import Clock, ManualClock
 from scheduler.delivery import BUDGET_PREFIX, job_text
 from scheduler.outcomes import Deliver, Outcomes
@@ -49,6 +51,7 @@ class Scheduler:
         deliver: Deliver,
         now: Callable[[], datetime] | None = None,
         room_for_job: Callable[[int], Awaitable[str | None]] | None = None,
+        checks: Prober | None = None,
         manual_clock: bool = False,
         read_checklist: ReadChecklist | None = None,
     ):
@@ -58,6 +61,7 @@ class Scheduler:
         self._submit = submit
         self._now = now or utcnow
         self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
+        self.checks = checks  # runs the jobs' checks (gateway/job_checks.py); None: a check fails, saying so
         self._read_checklist = read_checklist  # a tick's checklist file by name (None: every checklist is empty)
         # manual: the caller runs each planned firing itself (tests, benchmarks with their own time)
         self._clock: Clock | ManualClock = (
@@ -225,13 +229,51 @@ class Scheduler:
         if run.status != "running":
             log.info("job %s: firing at %s skipped (%s)", schedule.name, scheduled_for.isoformat(), run.error)
             return run
+        check: CheckOutcome | None = None
+        if schedule.check_spec is not None:  # claimed first: one instance checks, once per firing
+            check = await self.check_firing(schedule, run)
+            if check is None:
+                return await self.repo.get_run(run.id)
         full = await self._room_for_job(schedule.id) if self._room_for_job is not None else None
         if full:
             log.info("job %s: firing at %s skipped at a spend cap: %s", schedule.name, scheduled_for.isoformat(), full)
             closed = await self.repo.finish(run.id, status="skipped", error=f"{BUDGET_PREFIX}{full}", now=self._now())
             await self.outcomes.notify_skipped(schedule, run.id, closed)
             return closed
-        return await self._start_run(schedule, run)
+        return await self._start_run(schedule, run, check)
+
+    async def check_firing(self, schedule: ScheduleRecord, run: JobRunRecord) -> CheckOutcome | None:
+        """Run the job's check for a claimed firing and remember what it found: the outcome when
+        the model wakes, else None with the run closed (`skipped`, "no change"; or `failed`, the
+        failure told to deliver_to once at the job's count of failures in a row)."""
+        state = await self.repo.state(schedule.id)
+        if self.checks is None:
+            check = CheckOutcome(wake=False, error="checks do not run in this process")
+        else:
+            check = await run_check(schedule, state, self.checks)
+        if run.origin == "manual" and check.error is None:
+            check = replace(check, wake=True)  # run-now: the person asked for the model
+        after = schedule.check_failures_before_report or self.config.check_failures_before_report
+        values, tell = next_state(state, check, report_after=after)
+        if check.wake:
+            values["last_woke_at"] = self._now()
+        state = await self.repo.save_state(schedule.id, now=self._now(), **values)
+        if check.wake:
+            await self.repo.set_check_result(run.id, check.record())
+            return check
+        if check.error is None:
+            log.debug("job %s: check found no change; no session", schedule.name)
+            await self.repo.finish(
+                run.id, status="skipped", error=NO_CHANGE, check_result=check.record(), now=self._now()
+            )
+            return None
+        log.warning("job %s: check failed (%d in a row): %s", schedule.name, state.failures, check.error)
+        closed = await self.repo.finish(
+            run.id, status="failed", error=CHECK_FAILED + check.error, check_result=check.record(), now=self._now()
+        )
+        if closed is not None and tell:
+            await self.outcomes.notify_check_failure(schedule, closed, state.failures, check.error or "")
+        return None
 
     async def run_now(self, name: str) -> JobRunRecord | None:
         """A manual firing (its own scheduled_for: now). None when there is no such job."""
@@ -244,7 +286,9 @@ class Scheduler:
         if schedule.kind == "at" and schedule.enabled:
             await self.repo.set_enabled(schedule.id, False, reason=reason, now=self._now())
 
-    async def _start_run(self, schedule: ScheduleRecord, run: JobRunRecord) -> JobRunRecord | None:
+    async def _start_run(
+        self, schedule: ScheduleRecord, run: JobRunRecord, check: CheckOutcome | None = None
+    ) -> JobRunRecord | None:
         thread = run_thread(schedule, run.id)
         kind = session_kind(schedule)
         try:
@@ -253,7 +297,10 @@ class Scheduler:
                 max_rounds=schedule.max_rounds, max_tokens=schedule.max_tokens, model=schedule.model, fresh=True,
             )
             await self.repo.attach_session(run.id, session.id)
-            message = InboundMessage(thread=thread, sender=SCHEDULER, text=job_text(schedule), event_id=f"job:{run.id}")
+            text = job_text(schedule)
+            if check is not None:
+                text = with_check_output(text, check, schedule.check_spec or {})
+            message = InboundMessage(thread=thread, sender=SCHEDULER, text=text, event_id=f"job:{run.id}")
             await self._submit([message])
         except Exception as exc:  # whatever stopped the start is recorded as the run's failure
             log.exception("job %s: run %s could not start", schedule.name, run.id)

@@ -13,6 +13,7 @@ from datetime import datetime
 from gateway.events import Delivered, Outbound, Prompt, ThreadKey, TurnEnded
 from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, ScheduleRecord, ScheduleRepo
+from scheduler.checks import failure_notice
 from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.delivery import (
     BUDGET_PREFIX,
@@ -88,6 +89,14 @@ class Outcomes:
         target = self._target(schedule)
         if closed is not None and target is not None and schedule.notify_on_failure:
             await self._send(run_id, failure_message(target, run_id, skipped_text(schedule, closed.error or "")))
+
+    async def notify_check_failure(
+        self, schedule: ScheduleRecord, run: JobRunRecord, failures: int, error: str
+    ) -> None:
+        """A job's check failing `failures` times in a row, told once (until it works again)."""
+        target = self._target(schedule)
+        if target is not None and schedule.notify_on_failure:
+            await self._send(run.id, failure_message(target, run.id, failure_notice(schedule, failures, error)))
 
     def _target(self, schedule: ScheduleRecord) -> ThreadKey | None:
         try:

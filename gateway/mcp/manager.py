@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
@@ -19,9 +20,10 @@ from gateway.config.redaction import mcp_secrets, redact_error, shown_target
 from gateway.mcp import calls, resources
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
 from gateway.mcp.oauth import NoKey
-from gateway.mcp.results import READ_TOOL
+from gateway.mcp.results import READ_TOOL, render_contents, structured_text
 from gateway.mcp.sdk import (
     Answer,
+    CallResult,
     Connection,
     ElicitAnswer,
     Elicitation,
@@ -78,6 +80,7 @@ class McpManager:
         self.connections: dict[str, Connection] = {}
         self._offered: dict[str, list[str]] = {}  # server -> names in the registry
         self._readable: set[str] = set()  # running servers with resources (mcp_read_resource)
+        self._read_only: dict[str, set[str]] = {}  # server -> its offered tools that declare readOnlyHint
         self._tasks: list[asyncio.Task] = []
         self.changed = asyncio.Condition()  # notified whenever a server's state or tools change
         self._secrets: dict[str, set[str]] = {}  # per server: what its errors must not quote
@@ -253,6 +256,8 @@ class McpManager:
             self.registry.register(spec)
             offered.append(spec.name)
         self._offered[name] = offered
+        read_only = {t.name for t in tools if t.read_only_hint is True}
+        self._read_only[name] = {t for t in read_only if tool_name(name, t) in offered}
         self.states[name].tools = len(offered)
         if connection.has_resources:
             self._readable.add(name)
@@ -261,6 +266,7 @@ class McpManager:
     def _unload(self, name: str) -> None:
         for tool in self._offered.pop(name, []):
             self.registry.unregister(tool)
+        self._read_only.pop(name, None)
         self.states[name].tools = 0
         self._readable.discard(name)
         self._offer_reader()
@@ -274,6 +280,40 @@ class McpManager:
             self.registry.register(resources.read_spec(self._live, self.config.servers, sorted(self._readable)))
         elif offered:
             log.debug("no MCP server with resources is running: %s withdrawn", READ_TOOL)
+
+    async def call_read_only(self, server: str, tool: str, arguments: dict[str, Any], *, workspace: Path) -> str:
+        """A call outside any conversation (a job's check): only a tool that declares itself
+        read-only (`readOnlyHint`) of a trusted server, and nothing the server asks is answered.
+        Its text, or a ToolError of one line."""
+        config = self.config.servers.get(server)
+        if config is None:
+            raise ToolError(f"there is no MCP server {server!r} in mcp.servers: add it or fix the name")
+        if not config.trusted:
+            raise ToolError(
+                f"MCP server {server!r} is not trusted: a check calls only read-only tools of a trusted server "
+                f"(set mcp.servers.{server}.trusted: true if it is yours)"
+            )
+        connection = self._live(server)
+        if tool not in self._read_only.get(server, set()):
+            raise ToolError(
+                f"tool {tool!r} of MCP server {server!r} is not offered or does not declare readOnlyHint: a check "
+                "calls only read-only tools"
+            )
+        try:
+            result = await connection.call(tool, arguments)
+        except TimeoutError:
+            raise ToolError(f"MCP server {server!r} did not answer within {config.timeout_s:g}s") from None
+        except Exception as exc:  # Busy, ServerGone, CallFailed: said in one line, secrets taken out
+            raise ToolError(f"MCP server {server!r}: {self._shown_error(server, describe(exc))}") from None
+        if not isinstance(result, CallResult):
+            raise ToolError(f"tool {tool!r} of MCP server {server!r} asked for input, which a check cannot give")
+        text = render_contents(result.content, server=server, workspace=workspace).text
+        if not text and result.structured is not None:
+            text = structured_text(result.structured)
+        if result.is_error:
+            said = shorten(" ".join(text.split()))
+            raise ToolError(f"tool {tool!r} of MCP server {server!r} returned an error: {said}")
+        return text
 
     def _live(self, name: str) -> Connection:
         connection = self.connections.get(name)

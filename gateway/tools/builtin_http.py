@@ -74,16 +74,43 @@ class Fetched:
     charset: str | None
     body: bytes
     truncated: bool
+    etag: str = ""  # the validators the server gave, for a conditional GET next time
+    last_modified: str = ""
+
+
+async def guarded_get(
+    url: str,
+    *,
+    cap: int,
+    timeout_s: float,
+    allow_private: bool,
+    allow_hosts: Sequence[str],
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """A GET under web_fetch's rules (every hop's address checked, redirects only to the first
+    host or the allow list), for callers other than the tool (a job's check). `headers` are
+    added to each hop (If-None-Match...). Raises ToolError (refused, failed) or TimeoutError."""
+    async with asyncio.timeout(timeout_s):
+        async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=timeout_s) as client:
+            try:
+                return await _fetch(client, url, cap, allow_private, allow_hosts, headers)
+            except httpx.HTTPError as exc:
+                raise ToolError(f"fetching {url} failed: {type(exc).__name__}: {exc}") from None
 
 
 async def _fetch(
-    client: httpx.AsyncClient, url: str, cap: int, allow_private: bool, allow_hosts: Sequence[str]
+    client: httpx.AsyncClient,
+    url: str,
+    cap: int,
+    allow_private: bool,
+    allow_hosts: Sequence[str],
+    headers: Mapping[str, str] | None = None,
 ) -> Fetched:
     current = _parse(url)
     first_host = (current.host or "").lower()
     for _ in range(MAX_REDIRECTS + 1):
         hop = await check_hop(current, allow_private)
-        response = await client.send(_request(client, hop), stream=True)
+        response = await client.send(_request(client, hop, headers), stream=True)
         try:
             if response.is_redirect and "location" in response.headers:
                 current = _parse(str(current.join(response.headers["location"])))
@@ -92,7 +119,8 @@ async def _fetch(
             body, truncated = await _read_capped(response, cap)
             return Fetched(
                 current, response.status_code, response.reason_phrase, response.headers.get("content-type", ""),
-                response.charset_encoding, body, truncated,
+                response.charset_encoding, body, truncated, response.headers.get("etag", ""),
+                response.headers.get("last-modified", ""),
             )
         finally:
             await response.aclose()
@@ -202,9 +230,9 @@ def embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipa
     return found
 
 
-def _request(client: httpx.AsyncClient, hop: Hop) -> httpx.Request:
+def _request(client: httpx.AsyncClient, hop: Hop, extra: Mapping[str, str] | None = None) -> httpx.Request:
     extensions = {"sni_hostname": hop.url.host} if hop.url.scheme == "https" else {}
-    headers = {"Host": hop.url.netloc.decode("ascii"), "User-Agent": _USER_AGENT}
+    headers = {**(extra or {}), "Host": hop.url.netloc.decode("ascii"), "User-Agent": _USER_AGENT}
     return client.build_request("GET", hop.connect_url, headers=headers, extensions=extensions)
 
 
@@ -227,16 +255,16 @@ async def _render(page: Fetched, cap: int, raw: bool) -> str:
         return f"{head}\n\n[binary content, {size}, not shown]"
     if not raw and is_html(page.content_type, page.body):
         # decoded here when the header names the charset; else the page's own <meta> decides
-        html = _decode(page.body, page.charset) if page.charset else page.body
+        html = decode(page.body, page.charset) if page.charset else page.body
         text = await readable(html, str(page.url))
         title = f"\nTitle: {text.title}" if text.title else ""
         body = text.text or "[the page has no readable text: only navigation and boilerplate, or nothing]"
         how = "readable text: the main content, scripts, styles and navigation left out"
         return f"{head}{title}\n\n{body}\n[{how}; {size} of HTML; raw=true gives the source]{note}"
-    return f"{head}\n\n{_decode(page.body, page.charset)}{note}"
+    return f"{head}\n\n{decode(page.body, page.charset)}{note}"
 
 
-def _decode(body: bytes, charset: str | None) -> str:
+def decode(body: bytes, charset: str | None) -> str:
     try:
         return body.decode(charset or "utf-8", errors="replace")
     except LookupError:  # a charset Python does not know: most pages are UTF-8 anyway
