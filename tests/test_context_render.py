@@ -30,13 +30,17 @@ async def test_blocks_come_in_prefix_cache_order(store):
     )
     built = await build(builder(store), session, turn=3, notes={"goal": "ship it"}, reminder="Reply in Markdown.")
     system, *history, tail = built.messages
-    assert system["role"] == "system"
-    content = system["content"]
-    assert content.index("SYSTEM") < content.index("goal: ship it") < content.index("THE SUMMARY")
-    assert [m["content"] for m in history] == ["second request", "second answer"]
+    # Only the static prompt is in the system message; the summary stands where the folded rows
+    # stood (the history's first message), the scratchpad goes in the tail with the clock.
+    assert system == {"role": "system", "content": "SYSTEM"}
+    assert [m["content"] for m in history] == [
+        "[Summary of the earlier conversation, which is no longer shown]\nTHE SUMMARY\n\nsecond request",
+        "second answer",
+    ]
     assert tail["role"] == "user"
     assert "2026-12-02 13:00" in tail["content"] and "Europe/Berlin" in tail["content"]
-    assert "/srv/work" in tail["content"]
+    content = tail["content"]
+    assert content.index("/srv/work") < content.index("- goal: ship it") < content.index("Reply in Markdown.")
     assert tail["content"].endswith("Reply in Markdown.")
 
 

@@ -88,7 +88,8 @@ async def test_pristine_tail_and_pinned_first_request_survive_folds(store):
     built = await build(b, session, turn=first)
     assert built.folded > 0
     history = history_of(built.messages)
-    assert history[0] == {"role": "user", "content": "request 0: please look at file 0"}
+    # the pinned request first, then the summary of what was folded (one user message)
+    assert history[0]["content"].startswith("request 0: please look at file 0\n\n[Summary of the earlier")
     contents = json.dumps(history)
     assert contents.count("request 0:") == 1
     for text in ("request 29", "answer 29", "answer 28", "<result 29>", "<result 28>"):
@@ -189,7 +190,8 @@ async def test_folds_never_split_tool_pairs_and_markers_cover_the_right_range(st
     for seq, row in stored.items():
         if row.content:
             assert (json.dumps(row.content) in history) == (seq > last.last_seq)
-    assert markers[-1].summary in built.messages[0]["content"]
+    assert markers[-1].summary in built.messages[1]["content"]  # where the folded rows stood
+    assert built.messages[0]["content"] == "SYSTEM"
     # The summariser is given the task first, then the previous summary, then the events.
     request = summariser.requests[1][0][1]["content"]
     assert (
@@ -198,8 +200,10 @@ async def test_folds_never_split_tool_pairs_and_markers_cover_the_right_range(st
         < request.index("SUMMARY 1")
         < request.index("# Events")
     )
-    kinds = [kind for kind, _ in events.seen]
+    kinds = [kind for kind, _ in events.seen if kind != "prefix_changed"]
     assert kinds == ["compaction_started", "compaction_finished"] * len(markers)
+    changed = [p for k, p in events.seen if k == "prefix_changed" and p["reason"] == "fold"]
+    assert sum(p["folds"] for p in changed) == len(markers)  # every fold is said to change the prefix
     finished = [p for k, p in events.seen if k == "compaction_finished"]
     assert all(
         p["tokens_after"] < p["tokens_before"] and p["entries_folded"] > 0 and "duration_ms" in p for p in finished
@@ -223,7 +227,8 @@ async def test_a_failing_summariser_leaves_history_intact(store):
     b = builder(store, 1_000, summarise=RecordingSummariser(fail=True), on_event=events, **TAIL)
     built = await build(b, session, turn=first)
     assert built.folded == 0 and await HistoryRepo(store.db).compactions(session.id) == []
-    assert [k for k, _ in events.seen] == ["compaction_started", "compaction_finished"]
+    assert [k for k, _ in events.seen] == ["compaction_started", "compaction_finished", "prefix_changed"]
+    assert events.seen[-1][1]["reason"] == "stubs"  # old results were stubbed; nothing was folded
     assert "summariser is down" in events.seen[1][1]["error"]
     check_well_formed(built.messages)
 
@@ -243,7 +248,7 @@ async def test_compact_now_folds_everything_before_the_tail_once(store):
     )  # all before the last turn
     assert result.tokens_after < result.tokens_before
     after = await build(b, session, turn=first)
-    assert "SUMMARY 1" in after.messages[0]["content"]
+    assert "SUMMARY 1" in after.messages[1]["content"]
     assert len(after.messages) < len(before.messages)
     assert await b.compact_now(session, system_prompt="SYSTEM") is None  # nothing left to fold
     with pytest.raises(CompactionError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from harness import make_config, running_gateway
 from helpers import session_file
@@ -241,7 +242,9 @@ async def test_compaction_is_recorded_on_the_run_and_shown_in_the_chat(store, ll
     kinds = [e.kind for e in await store.runs.events(run.id)]
     assert "COMPACTION_STARTED" in kinds and "COMPACTION_FINISHED" in kinds
     final = [r for r in llm.requests if r.get("tools")][-1]["messages"]
-    assert "Summary of the earlier conversation" in final[0]["content"] and len(final) < 40
+    # the summary stands where the folded rows stood, after the unchanged system message
+    assert "Summary of the earlier conversation" in final[1]["content"] and len(final) < 40
+    assert "Summary" not in final[0]["content"]
 
 
 async def test_scratchpad_notes_reach_the_context_in_the_next_round(store, llm, tmp_path):
@@ -250,8 +253,10 @@ async def test_scratchpad_notes_reach_the_context_in_the_next_round(store, llm, 
     async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
         await h.say("remember the plan")
         await h.idle()
-    assert "buy milk" not in llm.requests[0]["messages"][0]["content"]
-    assert "buy milk" in llm.requests[1]["messages"][0]["content"]
+    assert "buy milk" not in json.dumps(llm.requests[0]["messages"])
+    # in the tail (the last message), never in the system message a note would rewrite mid-turn
+    assert "buy milk" in llm.requests[1]["messages"][-1]["content"]
+    assert llm.requests[1]["messages"][0] == llm.requests[0]["messages"][0]
 
 
 async def test_a_context_too_long_refusal_shrinks_and_resends_once(store, llm, tmp_path):

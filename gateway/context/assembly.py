@@ -8,11 +8,13 @@ accepts: the system message first, a user message next, the per-round tail at th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gateway.config import ContextConfig
 from gateway.context.budget import MESSAGE_OVERHEAD_CHARS, message_chars
 from gateway.context.cache import Entry, SessionCache
 from gateway.context.render import OPENING, Limits, Lod, Message, merge_user, mergeable, merged
+from gateway.store.history import HistoryRow
 
 EVERY_ROW_IS_EARLIER = 2**62  # the turn_started_seq of a /compact: no row belongs to a running turn
 
@@ -51,6 +53,14 @@ class Memo:
 class Frame:
     system: Message
     tail: Message | None
+    summary: Message | None = None  # a fold's summary: the first message of the history
+
+
+def summary_entry(summary: Message, seq: int) -> Entry:
+    """A fold's summary as a row of the history, at the seq of the last row it replaced: a
+    notice (user text, merged with a user message after it) that counts toward no tail."""
+    row = HistoryRow(0, seq, "user", summary["content"], "ok", True, datetime.min.replace(tzinfo=UTC))
+    return Entry(row)
 
 
 def tail_start(entries: list[Entry], keep_messages: int, keep_exchanges: int) -> int:
@@ -89,6 +99,8 @@ class Assembler:
         memo: bool = True,
     ) -> View:
         pinned = cache.pinned if self.context.pin_first_user else None
+        if frame.summary is not None:  # where the folded rows stood: after the pinned request
+            entries = [summary_entry(frame.summary, cache.base_seq), *entries]
         if pinned is not None and pinned.seq <= cache.base_seq:
             entries = [Entry(pinned), *entries]
         image_seq = self._image_seq(entries)
@@ -155,9 +167,9 @@ class Assembler:
 
 
 def framed(frame: Frame, history: list[Message], chars: int) -> tuple[list[Message], int]:
-    """System first, the history, then the tail, in an order every strict template accepts:
-    a user message first, and the tail (what changes every round) at the very end, joined to
-    the last user message when the history ends with one."""
+    """System first, the history (from the summary of what was folded), then the tail, in an
+    order every strict template accepts: a user message first, and the tail (what changes
+    every round) at the very end, joined to the last user message when the history ends with one."""
     messages = [frame.system]
     chars += message_chars(frame.system)
     if history and history[0]["role"] != "user":

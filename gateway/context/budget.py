@@ -16,6 +16,9 @@ CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_CHARS = 12  # role, separators and template tokens around each message
 IMAGE_PART_CHARS = (85 + 170 * 6) * CHARS_PER_TOKEN  # 6 tiles (a 3:2 photo, 1152x768 by OpenAI's rule), as chars
 REFUSAL_SHRINK = 1.2  # a refusal that gave no numbers still means "smaller next time"
+# Shaping goes down to this share of the conversation's room when it has to start (at the
+# target): the prefix then grows untouched for a while before the next change (hysteresis).
+LOW_WATER = 0.6
 
 
 def estimate_tokens(chars: int) -> int:
@@ -65,6 +68,17 @@ class Budget:
 
     def fits(self, chars: int) -> bool:
         return self.unbudgeted or self.tokens(chars + self.fixed_chars) <= self.target
+
+    def within(self, chars: int, limit: int) -> bool:
+        """Whether a request of `chars` (besides the tools) takes at most `limit` tokens."""
+        return self.unbudgeted or self.tokens(chars + self.fixed_chars) <= limit
+
+    @property
+    def low_water(self) -> int:
+        """Where shaping stops once it started: `LOW_WATER` of the room the target leaves the
+        conversation besides the tools."""
+        fixed = self.tokens(self.fixed_chars) if self.fixed_chars else 0
+        return fixed + math.floor(max(self.target - fixed, 0) * LOW_WATER)
 
     def with_fixed(self, chars: int) -> Budget:
         """The budget of requests that also carry `chars` of tools: the headroom stays the

@@ -30,7 +30,7 @@ from gateway.context.cache import Caches, Entry, SessionCache, refresh
 from gateway.context.compaction import CompactionError, CompactionResult, Summarise
 from gateway.context.fitting import Fit, Tool, fit_request, memory_allowance, sample_text
 from gateway.context.folding import Folding, OnEvent
-from gateway.context.render import Limits, Lod, Message, system_block, tail_block
+from gateway.context.render import Limits, Lod, Message, summary_message, system_block, tail_block
 from gateway.llm.discovery import FALLBACK_WINDOW
 from gateway.store.records import SessionRecord
 
@@ -206,19 +206,14 @@ class ContextBuilder:
         fit = await self.fit(model, system_prompt, memory, tools)
         system_prompt = fit.prompt
         budget = self.budget(model).with_fixed(fit.tools_chars)
-        tail = tail_block(now, timezone, workspace, reminder)
+        system, tail = system_block(system_prompt), tail_block(now, timezone, workspace, reminder, notes)
+        view = self._render(cache, budget, Frame(system, tail, summary_message(cache.summary)), turn_started_seq)
+        # Between the tool rounds of a turn the request is shaped only when it would not fit at
+        # all; a turn's first round shapes from the target on. Either way down to the low water.
+        limit = budget.budget if self._mid_turn(cache, turn_started_seq) else budget.target
         folds: list[CompactionResult] = []
-        while True:
-            frame = Frame(system_block(system_prompt, notes, cache.summary), tail)
-            view = self._shape(cache, budget, frame, turn_started_seq)
-            if budget.fits(view.chars) or len(folds) >= self.context.max_folds_per_build or not self.folding.can_fold:
-                break
-            result = await self.folding.fold(
-                cache, budget, system_prompt, notes, turn_started_seq, "budget", budget.tokens(view.chars)
-            )
-            if result is None:
-                break
-            folds.append(result)
+        if not budget.within(view.chars, limit):
+            view, folds = await self._reshape(cache, budget, system, tail, system_prompt, turn_started_seq, view)
         chars = view.chars + fit.tools_chars
         if not budget.fits(view.chars):
             tokens = budget.tokens(chars)
@@ -227,6 +222,53 @@ class ContextBuilder:
             view.messages, budget.tokens(chars), sum(f.entries_folded for f in folds), budget.target, tuple(folds),
             fit.tools, estimate_tokens(chars),
         )
+
+    async def _reshape(  # noqa: PLR0913 - the round's whole frame, passed once
+        self,
+        cache: SessionCache,
+        budget: Budget,
+        system: Message,
+        tail: Message,
+        system_prompt: str,
+        turn_seq: int,
+        view: View,
+    ) -> tuple[View, list[CompactionResult]]:
+        """The one change of the prefix: older tool results stubbed (the LOD boundary moved
+        forward), then the oldest rows folded, until the request is down to the low water, so
+        the prefix then stays as it is for as long as possible. Said to `on_event`
+        (`prefix_changed`): the provider's cache misses from `from_seq` on."""
+        before, lod_before = budget.tokens(view.chars), cache.lod_seq
+        folds: list[CompactionResult] = []
+        low = budget.low_water
+        while True:
+            view = self._stub(cache, budget, Frame(system, tail, summary_message(cache.summary)), turn_seq, low)
+            if budget.within(view.chars, low) or len(folds) >= self.context.max_folds_per_build:
+                break
+            if not self.folding.can_fold:
+                break
+            result = await self.folding.fold(
+                cache, budget, system_prompt, turn_seq, "budget", budget.tokens(view.chars)
+            )
+            if result is None:
+                break
+            folds.append(result)
+        stubbed_from = lod_before if cache.lod_seq > lod_before and not folds else None
+        if folds or stubbed_from is not None:
+            await self.folding.emit(
+                "prefix_changed",
+                {
+                    "session_id": cache.session_id,
+                    "reason": "fold" if folds else "stubs",
+                    "from_seq": folds[0].first_seq if folds else stubbed_from,
+                    "stubbed_before_seq": cache.lod_seq,
+                    "folds": len(folds),
+                    "tokens_before": before,
+                    "tokens_after": budget.tokens(view.chars),
+                    "target": budget.target,
+                    "low_water": low,
+                },
+            )
+        return view, folds
 
     async def compact_now(
         self, session: SessionRecord, *, system_prompt: str, model: str | None = None
@@ -242,14 +284,18 @@ class ContextBuilder:
         budget = self.budget(model)
         results: list[CompactionResult] = []
         for _ in range(max(1, self.context.max_folds_per_build)):
-            before = self._measure(cache, budget, system_prompt, {}, turn_seq, cache.summary)
-            result = await self.folding.fold(cache, budget, system_prompt, {}, turn_seq, "manual", before, strict=True)
+            before = self._measure(cache, budget, system_prompt, turn_seq, cache.summary)
+            result = await self.folding.fold(cache, budget, system_prompt, turn_seq, "manual", before, strict=True)
             if result is None:
                 break
             results.append(result)
         if not results:
             return None
         first, last = results[0], results[-1]
+        await self.folding.emit("prefix_changed", {
+            "session_id": session.id, "reason": "manual", "from_seq": first.first_seq, "folds": len(results),
+            "tokens_before": first.tokens_before, "tokens_after": last.tokens_after,
+        })
         return CompactionResult(
             session.id,
             "manual",
@@ -281,18 +327,33 @@ class ContextBuilder:
             await self.images.warm(waiting)
 
     # ---- shaping ---------------------------------------------------------------------------
-    def _shape(self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int) -> View:
-        entries = cache.visible()
+    def _render(self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int) -> View:
+        """The request as it was shaped last (the same stubs): what was sent, plus what is new."""
         if budget.unbudgeted:
-            return self.assembler.assemble(cache, entries, frame, turn_seq, lod_seq=0, cap=False)
+            return self.assembler.assemble(cache, cache.visible(), frame, turn_seq, lod_seq=0, cap=False)
+        return self.assembler.assemble(cache, cache.visible(), frame, turn_seq, cache.lod_seq, cap=True)
+
+    @staticmethod
+    def _mid_turn(cache: SessionCache, turn_seq: int) -> bool:
+        """Whether the turn already asked the model (a row of it is the model's): between its
+        tool rounds."""
+        for entry in reversed(cache.visible()):
+            if entry.seq < turn_seq:
+                return False
+            if entry.row.role == "assistant":
+                return True
+        return False
+
+    def _stub(self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int, low: int) -> View:
+        """Level of detail: the LOD boundary moved forward (never back) until the request is
+        down to `low` or stands at the pristine tail."""
+        entries = cache.visible()
         view = self.assembler.assemble(cache, entries, frame, turn_seq, cache.lod_seq, cap=True)
-        if budget.fits(view.chars):
-            return view  # phase 0: the prefix stays exactly as it was sent last time
         for seq in self._lod_moves(cache, entries):
+            if budget.within(view.chars, low):
+                break
             cache.lod_seq = seq
             view = self.assembler.assemble(cache, entries, frame, turn_seq, seq, cap=True)
-            if budget.fits(view.chars):
-                break
         return view
 
     def _lod_moves(self, cache: SessionCache, entries: list[Entry]) -> list[int]:
@@ -307,11 +368,10 @@ class ContextBuilder:
         cache: SessionCache,
         budget: Budget,
         system_prompt: str,
-        notes: dict[str, str],
         turn_seq: int,
         summary: str | None,
     ) -> int:
-        frame = Frame(system_block(system_prompt, notes, summary), None)
+        frame = Frame(system_block(system_prompt), None, summary_message(summary))
         view = self.assembler.assemble(
             cache,
             cache.visible(),

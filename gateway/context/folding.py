@@ -26,7 +26,7 @@ from gateway.context.compaction import (
     summary_request,
     summary_tokens,
 )
-from gateway.context.render import system_block
+from gateway.context.render import summary_message, system_block
 from gateway.llm import LLMError, chat_text, without_urls
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ class Folding:
         cache: SessionCache,
         budget: Budget,
         system_prompt: str,
-        notes: dict[str, str],
         turn_seq: int,
         reason: FoldReason,
         tokens_before: int,
@@ -84,13 +83,13 @@ class Folding:
             "first_seq": span[0][0].seq,
             "last_seq": span[-1][0].seq,
         }
-        await self._emit("compaction_started", payload)
+        await self.emit("compaction_started", payload)
         started = time.monotonic()
         try:
             summary = await self._summarise(cache, system_prompt, events, summary_tokens(folded_tokens))
         except Exception as exc:  # noqa: BLE001 - a failed fold must not fail the turn
             log.warning("session %s: compaction failed: %s", cache.session_id, exc)
-            await self._emit("compaction_finished", {**payload, "error": str(exc), "duration_ms": _ms(started)})
+            await self.emit("compaction_finished", {**payload, "error": str(exc), "duration_ms": _ms(started)})
             if strict:  # said in the chat (/compact): no server address in it
                 said = chat_text(exc) if isinstance(exc, LLMError) else without_urls(str(exc))
                 raise CompactionError(f"the summariser failed: {said}") from exc
@@ -99,7 +98,6 @@ class Folding:
             cache,
             budget,
             system_prompt,
-            notes,
             turn_seq,
             reason,
             tokens_before,
@@ -124,7 +122,6 @@ class Folding:
         cache: SessionCache,
         budget: Budget,
         system_prompt: str,
-        notes: dict[str, str],
         turn_seq: int,
         reason: FoldReason,
         tokens_before: int,
@@ -136,7 +133,7 @@ class Folding:
     ) -> CompactionResult | None:
         last_seq = span[-1][0].seq
         remaining = [e for e in cache.visible() if e.seq > last_seq]
-        frame = Frame(system_block(system_prompt, notes, summary), None)
+        frame = Frame(system_block(system_prompt), None, summary_message(summary))
         after_view = self.assembler.assemble(cache, remaining, frame, turn_seq, 0, not budget.unbudgeted, memo=False)
         tokens_after = budget.tokens(after_view.chars)
         marker = await self.repo.add_compaction(
@@ -151,7 +148,7 @@ class Folding:
         )
         if marker is None:  # another builder folded first: start again from its marker
             cache.reset(None)
-            await self._emit(
+            await self.emit(
                 "compaction_finished", {**payload, "error": "superseded by another fold", "duration_ms": _ms(started)}
             )
             return None
@@ -167,10 +164,10 @@ class Folding:
             _ms(started),
             summary,
         )
-        await self._emit("compaction_finished", result.payload())
+        await self.emit("compaction_finished", result.payload())
         return result
 
-    async def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+    async def emit(self, kind: str, payload: dict[str, Any]) -> None:
         if self.on_event is None:
             return
         try:

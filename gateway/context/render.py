@@ -196,28 +196,46 @@ def merged(previous: Message, message: Message) -> Message:
 
 
 # What stands first when the history starts with the assistant (its start was folded into the
-# summary): strict templates want a user message right after the system message.
+# summary, which is then the first message): strict templates want a user message right after the
+# system message.
 OPENING: Message = {"role": "user", "content": "(The earlier conversation is summarised above.)"}
+SUMMARY_HEADER = "[Summary of the earlier conversation, which is no longer shown]"
 
 
 # ---- the blocks around the history ----------------------------------------------------------
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
-def system_block(system_prompt: str, notes: dict[str, str], summary: str | None) -> Message:
-    """Static prompt first, then the scratchpad, then the summary: one system message, in the
-    order that changes least often, so the cached prefix survives a note or a fold as far as it can."""
-    parts = [system_prompt.strip() or DEFAULT_SYSTEM_PROMPT]
-    if notes:
-        lines = "\n".join(f"- {key}: {value}" for key, value in sorted(notes.items()))
-        parts.append(f"## Scratchpad (your notes for this conversation)\n{lines}")
-    if summary:
-        parts.append(f"## Summary of the earlier conversation\n{summary.strip()}")
-    return {"role": "system", "content": "\n\n".join(parts)}
+def system_block(system_prompt: str) -> Message:
+    """The static prompt (and the session's memory, fitting.py): the one part of the request
+    that never changes within a session, so a provider's prefix cache holds it from the first
+    request on. What does change goes after it: a fold's summary in the history (at the fold
+    point), the scratchpad and the clock in the tail."""
+    return {"role": "system", "content": system_prompt.strip() or DEFAULT_SYSTEM_PROMPT}
 
 
-def tail_block(now: datetime, timezone: str, workspace: str, reminder: str | None) -> Message:
-    """The part that changes every round goes last, where it cannot break the cached prefix."""
+def summary_message(summary: str | None) -> Message | None:
+    """A fold's summary, standing where the folded rows stood: the first message of the
+    history (a user message, merged with the next one when that is a user message too)."""
+    if not summary:
+        return None
+    return {"role": "user", "content": f"{SUMMARY_HEADER}\n{summary.strip()}"}
+
+
+def notes_text(notes: dict[str, str]) -> str:
+    """The scratchpad, sorted by key; said in the tail, where a note taken mid-turn changes
+    nothing before it."""
+    if not notes:
+        return ""
+    lines = "\n".join(f"- {key}: {value}" for key, value in sorted(notes.items()))
+    return f"Scratchpad (your notes for this conversation):\n{lines}"
+
+
+def tail_block(
+    now: datetime, timezone: str, workspace: str, reminder: str | None, notes: dict[str, str] | None = None
+) -> Message:
+    """The part that changes every round goes last, where it cannot break the cached prefix:
+    the clock, the working directory, the scratchpad, then the turn's reminder."""
     try:
         zone = ZoneInfo(timezone)
         zone_name = timezone
@@ -228,6 +246,8 @@ def tail_block(now: datetime, timezone: str, workspace: str, reminder: str | Non
         f"[context] Current date and time: {local:%A %Y-%m-%d %H:%M} ({zone_name}, UTC{local:%z}).",
         f"Working directory: {workspace}",
     ]
+    if scratchpad := notes_text(notes or {}):
+        lines.append(scratchpad)
     if reminder:
         lines.append(reminder.strip())
     return {"role": "user", "content": "\n".join(lines)}
