@@ -21,7 +21,7 @@ from gateway.events import ThreadKey
 from gateway.skills import SkillCatalog, inspect
 from gateway.skills.catalog import CHANGED, NOT_ADDED, OFFERED
 from gateway.skills.tools import skill_specs
-from gateway.tools import InMemoryNotes, ToolContext, ToolError, run_tool
+from gateway.tools import InMemoryNotes, ToolContext, run_tool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"
 ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x02\x00\x3e\x00" + bytes(48)
@@ -364,3 +364,31 @@ async def test_the_prompt_block_is_names_and_descriptions_sorted_and_stable(sqli
     ]
     assert "Group the changes" not in block  # the instructions stay out until skill_read
     assert await catalog.prompt_block(lambda name: True) == block
+
+
+# ---- the console --------------------------------------------------------------------------------
+
+
+async def test_the_console_lists_skills_and_their_state(sqlite_store, llm, tmp_path):
+    import aiohttp
+    from admin_support import admin_config, base_url, logged_in, serving
+
+    cfg = config(tmp_path)
+    await cli(sqlite_store, cfg, "add", str(FIXTURES / "release-notes"))
+    await cli(sqlite_store, cfg, "add", str(FIXTURES / "auto-deploy"), "--force")
+    (tmp_path / "skills" / "auto-deploy" / "notes.md").write_text("new")
+    copy_fixture("windows-optimizer", tmp_path / "skills")
+    console = admin_config(llm.base_url, str(tmp_path / "ws"), skills={"dirs": [str(tmp_path / "skills")]})
+    async with serving(sqlite_store, console) as h:
+        base = base_url(h)
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            await logged_in(http, base)
+            async with http.get(f"{base}/skills") as response:
+                page = await response.text()
+    assert response.status == 200
+    rows = {name: page.split(f'data-skill="{name}"', 1)[1].split("</tr>", 1)[0]
+            for name in ("release-notes", "auto-deploy", "windows-optimizer")}
+    assert "offered" in rows["release-notes"] and "Write release notes" in rows["release-notes"]
+    assert "changed (1 added)" in rows["auto-deploy"] and "added    notes.md" in rows["auto-deploy"]
+    assert "added over the checks with --force" in rows["auto-deploy"]
+    assert "not added" in rows["windows-optimizer"]

@@ -9,6 +9,7 @@ from aiohttp import web
 from gateway.admin import actions, queries
 from gateway.admin.auth import COOKIE, SESSION_TTL_S, token_matches
 from gateway.admin.keys import LIMITER, OPS, PREFIX, SESSIONS, USER, NotFound, client_of, record_id, render
+from gateway.admin.skills_page import skills
 from gateway.config.redaction import redacted_config
 
 
@@ -168,5 +169,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/access", access)
     app.router.add_get("/audit", audit)
     app.router.add_get("/memory", memory)
+    app.router.add_get("/skills", skills)
     app.router.add_post("/access/requests/{request_id:\\d+}/{action:approve|deny}", decide_pairing)
     app.router.add_post("/access/grants/{grant_id:\\d+}/revoke", revoke)
