@@ -387,11 +387,11 @@ async def cmd_access(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_budgets(args: argparse.Namespace, config: Config) -> int:
-    from gateway.budgets import budgets_report
+    from gateway.budgets.jobs import budgets_with_jobs
 
     store = await _store(config)
     try:
-        print("\n".join(await budgets_report(store, config)))
+        print("\n".join(await budgets_with_jobs(store, config)))
         return 0
     finally:
         await store.close()
@@ -428,6 +428,7 @@ async def cmd_skills(args: argparse.Namespace, config: Config) -> int:
 
 
 async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
+    from gateway.budgets.jobs import spend_table
     from gateway.inbox.inbox import event_item
     from scheduler.cli import run_jobs_command
 
@@ -439,7 +440,7 @@ async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
         return await store.inbox.add([event_item(e) for e in events], cursor=cursor)
 
     try:
-        return await run_jobs_command(args, store, config, submit)
+        return await run_jobs_command(args, store, config, submit, spend=spend_table(store, config))
     finally:
         await store.close()
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
 from gateway.config import Config, SchedulerConfig
 from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
 from gateway.store import Store
+from gateway.store.job_spend import Spend
 from gateway.store.schedules import JobRunRecord, ScheduleExists, ScheduleRecord
 from scheduler import control
 from scheduler.definitions import DefinitionError, check_not_past, job_config, to_schedule
@@ -23,6 +24,9 @@ from scheduler.jobs import Scheduler
 from scheduler.triggers import TriggerError, zone
 
 SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill")
+# A job's spend today, this week and this month with its forecast, as lines (the composition
+# root gives gateway/budgets/jobs.py's; the scheduler does not import the budgets).
+SpendLines = Callable[[ScheduleRecord, datetime], Awaitable[list[str]]]
 
 
 def add_parser(
@@ -91,16 +95,21 @@ async def run_jobs_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
     now: datetime | None = None,
+    spend: SpendLines | None = None,
 ) -> int:
     """Run one `gateway jobs ...` command; returns the process exit code."""
     section = config.scheduler if isinstance(config, Config) else config
     cli = _JobsCli(store, section, submit, out or sys.stdout, err or sys.stderr, now or utcnow())
+    cli.spend = spend
     return await cli.run(args)
 
 
 class _JobsCli:
+    spend: SpendLines | None = None
+
     def __init__(self, store: Store, config: SchedulerConfig, submit: Submit, out: TextIO, err: TextIO, now: datetime):
         self.config, self.out, self.err, self.now = config, out, err, now
+        self.store = store
         self.scheduler = Scheduler(store, config, submit=submit, deliver=_no_delivery, now=lambda: now)
         self.repo = self.scheduler.repo
 
@@ -171,10 +180,15 @@ class _JobsCli:
         if s.kind == "tick":
             self.say(f"  active:      {s.active_hours or 'always'}; quiet sentinel {s.quiet_sentinel}")
         self.say(f"  prompt:      {s.prompt}")
+        if self.spend is not None:
+            self.say("spend (every model call, quiet ones and sub-agents' included):")
+            for line in await self.spend(s, self.now):
+                self.say(line)
         runs = await self.repo.recent_runs(s.id, limit=limit)
+        spent = await self.store.job_spend.of_sessions([r.session_id for r in runs if r.session_id is not None])
         self.say("recent firings:" if runs else "no firings yet")
         for run in runs:
-            self.say("  " + _run_line(run, s.timezone))
+            self.say("  " + _run_line(run, s.timezone, spent.get(run.session_id or 0)))
         return 0
 
     async def add(self, args: argparse.Namespace) -> int:
@@ -237,15 +251,21 @@ def _local(moment: datetime, tz: str) -> str:
         return moment.isoformat(timespec="minutes")
 
 
-def _run_line(run: JobRunRecord, tz: str) -> str:
+def _run_line(run: JobRunRecord, tz: str, spent: Spend | None = None) -> str:
     took = ""
     if run.started_at and run.finished_at:
         took = f" {(run.finished_at - run.started_at).total_seconds():.0f}s"
     extras = [f"#{run.id}", run.origin if run.origin != "schedule" else ""]
-    if run.tokens:
-        extras.append(f"{run.tokens} tokens")
+    if spent is not None and spent.calls:  # the firing's runs, its sub-agents' included
+        extras.append(_spent_text(spent))
     if run.delivered:
         extras.append(f"delivered {len(run.delivered)}")
     if run.error:
         extras.append(run.error)
     return f"{_local(run.scheduled_for, tz):<22} {run.status:<9}{took:>6}  " + "  ".join(e for e in extras if e)
+
+
+def _spent_text(spent: Spend) -> str:
+    cost = "" if spent.cost_nano_usd is None else f", ${spent.cost_nano_usd / 1e9:.6f}".rstrip("0").rstrip(".")
+    calls = f"{spent.calls} call{'s' if spent.calls != 1 else ''}"
+    return f"{calls}, {spent.tokens:,} tokens ({spent.cached_tokens:,} cached){cost}"

@@ -42,13 +42,15 @@ async def budgets_report(store: Store, config: Config, now: datetime | None = No
     if not config.budgets.caps:
         return ["no spend caps (budgets.caps is empty)"]
     counters = await store.budgets.current({p: period_key(p, moment, caps.zone) for p in PERIOD_WORDS})
+    jobs = {str(s.id): s.name for s in await store.schedules.list()} if any(c.scope == "job" for c in counters) else {}
     lines = []
     for cap in config.budgets.caps:
         key = period_key(cap.period, moment, caps.zone)
         lines.append(f"{cap.scope} / {cap.period} ({key}, {config.scheduler.timezone}): {limit_text(cap)}")
         mine = [c for c in counters if c.scope == cap.scope and c.period == cap.period and c.period_key == key]
         for counter in mine:
-            lines.append(f"    {counter.subject or '(all)':<32} {used_text(cap, counter)}")
+            who = jobs.get(counter.subject, f"job #{counter.subject}") if cap.scope == "job" else counter.subject
+            lines.append(f"    {who or '(all)':<32} {used_text(cap, counter)}")
         if not mine:
             lines.append("    nothing spent yet")
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from gateway.access import TRUSTED_CHANNELS
 from gateway.access.claim import claimable, start_text
@@ -12,6 +13,7 @@ from gateway.agent.audit_trail import Decided, tool_call_entry
 from gateway.agent.messages import TurnOutcome, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
 from gateway.budgets import Payer, cost_lines, current_payer
+from gateway.budgets.jobs import chat_jobs_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
 from gateway.inbox.models import ModelCommand, model_line
@@ -24,7 +26,7 @@ COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
     "new": "start a new session in this chat",
     "status": "what the agent is doing, queued messages, pending requests, tokens and cost",
-    "cost": "tokens and cost of this session",
+    "cost": "tokens and cost of this session, and of the jobs that report here",
     "compact": "summarise older history now to free context",
     "memory": "what I remember here; /memory forget N, /memory clear, /memory share on|off",
     "model": "the models you may use; /model NAME switches this session, /model default goes back",
@@ -196,8 +198,9 @@ class Commands:
             if session is not None and self.services.delegation is not None:
                 text = "\n".join([text, *await self.services.delegation.control.status_lines(session.id)])
         elif name == "cost":
-            lines = [model, cost_text(totals)]
-            text = "\n".join([*lines, *await self._budget_lines(thread, item)])
+            lines = [model, cost_text(totals), *await self._budget_lines(thread, item)]
+            zone = ZoneInfo(self.config.scheduler.timezone)
+            text = "\n".join([*lines, *await chat_jobs_lines(self.store, zone, thread, utcnow())])
         elif name == "memory":
             said = Said.of(item)
             command = parse_command(said.text)

@@ -31,6 +31,7 @@ from gateway.store.gauges import GaugeRepo, Gauges
 from gateway.store.history import HistoryRepo
 from gateway.store.holds import HoldRepo
 from gateway.store.inbox import InboxRepo, NewItem
+from gateway.store.job_spend import JobSpendRepo
 from gateway.store.mcp_tokens import McpTokenRepo
 from gateway.store.memory import MemoryFull, MemoryRecord, MemoryRepo, OwnerSummary, Saved
 from gateway.store.outbox import OutboxRepo
@@ -40,8 +41,8 @@ from gateway.store.retention import RetentionDays, RetentionRepo
 from gateway.store.runs import RunRepo
 from gateway.store.schedules import ScheduleRepo
 from gateway.store.sessions import SessionRepo
-from gateway.store.tables import inbox
 from gateway.store.skills import SkillPin, SkillRepo
+from gateway.store.tables import inbox
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -144,6 +145,7 @@ class Store:
         self.prompts = PromptRepo(self.db)
         self.outbox = OutboxRepo(self.db)
         self.schedules = ScheduleRepo(self.db)
+        self.job_spend = JobSpendRepo(self.db)
         self.history = HistoryRepo(self.db)
         self.delegations = DelegationRepo(self.db)
         self.retention = RetentionRepo(self.db)
@@ -157,9 +159,9 @@ class Store:
         self.mcp_tokens = McpTokenRepo(self.db)
         self.memory = MemoryRepo(self.db)
         self.claims = ClaimRepo(self.db)
+        self.skills = SkillRepo(self.db)
 
     @property
-        self.skills = SkillRepo(self.db)
     def is_sqlite(self) -> bool:
         return self.db.is_sqlite
 
@@ -220,9 +222,9 @@ class Store:
         events: Sequence[tuple[str, dict, int | None]] = (),
         totals: dict | None = None,
         reply: tuple[str, str, dict] | None = None,
+        replay: dict | None = None,
     ) -> RecordedRound:
         """One LLM round in one transaction: the assistant message, the run's trace `events` and
-        replay: dict | None = None,
         `totals`, and, when the round has text to show, the intent to deliver it: `reply` is
         (key prefix, thread key, payload) and the key is the prefix plus the message id.
 
@@ -240,9 +242,9 @@ class Store:
                 run_id=run_id,
                 calls=calls,
                 fence=fence,
+                replay=replay,
             )
             seqs = _add_trace(conn, run_id, events, totals) if with_trace else None
-                replay=replay,
             record = None
             if reply is not None:
                 prefix, thread_key, payload = reply
@@ -350,6 +352,6 @@ __all__ = [
     "MemoryRepo",
     "OwnerSummary",
     "Saved",
-]
     "SkillPin",
     "SkillRepo",
+]
