@@ -430,6 +430,7 @@ async def cmd_skills(args: argparse.Namespace, config: Config) -> int:
 async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
     from gateway.budgets.jobs import spend_table
     from gateway.inbox.inbox import event_item
+    from gateway.job_checks import JobChecks
     from scheduler.cli import run_jobs_command
 
     store = await _store(config)
@@ -439,10 +440,28 @@ async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
         # instance picks them up (e.g. /stop for `jobs kill`).
         return await store.inbox.add([event_item(e) for e in events], cursor=cursor)
 
+    # `test` and `run-now` run a job's check here: an mcp check needs the MCP servers, for the while
+    mcp = await _mcp_for_checks(config) if args.jobs_command in ("test", "run-now") else None
+    checks = JobChecks(config.agent, mcp=mcp, config_source=config.source)
     try:
-        return await run_jobs_command(args, store, config, submit, spend=spend_table(store, config))
+        return await run_jobs_command(args, store, config, submit, checks=checks, spend=spend_table(store, config))
     finally:
+        if mcp is not None:
+            await mcp.stop()
         await store.close()
+
+
+async def _mcp_for_checks(config: Config) -> Any:
+    """The MCP servers an mcp check may call, started for one command (None: none configured)."""
+    if not any(server.enabled for server in config.mcp.servers.values()):
+        return None
+    from gateway.mcp import McpManager
+    from gateway.tools import ToolRegistry
+
+    manager = McpManager(config.mcp, ToolRegistry())
+    await manager.start()
+    await manager.first_listing()
+    return manager
 
 
 if __name__ == "__main__":

@@ -100,6 +100,11 @@ def platform_channels(config: Config, state: StoreChannelState) -> dict[str, Cha
     return channels
 
 
+def _channel_and_user(person: str) -> tuple[str, str]:
+    channel, _, user = person.partition(":")
+    return channel, user
+
+
 def build_registry(
     config: Config, store: Store, access: AccessPolicy | None = None, skills: SkillCatalog | None = None
 ) -> ToolRegistry:
@@ -271,7 +276,10 @@ class Gateway:
         self.services.tool_services["scheduler"] = self.scheduler
         self.store.schedules.on_status = _count_firings
         if matches_any("schedule", config.agent.tools):
-            spec = schedule_tool(self.store, config.scheduler, on_change=self.scheduler.reload)
+            spec = schedule_tool(
+                self.store, config.scheduler, on_change=self.scheduler.reload,
+                may_use=lambda person, tool: self.access.tool_allowed(*_channel_and_user(person), tool),
+            )
             # A scheduled session must not schedule more runs: never offered there.
             self.registry.register(replace(spec, classes=spec.classes | {"interactive_only"}))
         if any(job.checklist for job in config.scheduler.jobs) and matches_any("checklist", config.agent.tools):

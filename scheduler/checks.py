@@ -32,12 +32,18 @@ MAX_ERROR_CHARS = 300
 class Probed(Protocol):
     """What a probe found (gateway/job_checks.py's `Probed`)."""
 
-    output: str
-    exit_code: int | None  # a command's exit code (None for url and mcp)
-    not_modified: bool  # a url answered 304 to the validators sent
-    etag: str
-    last_modified: str
-    cut: bool  # the output was longer than max_output and was cut
+    @property
+    def output(self) -> str: ...
+    @property
+    def exit_code(self) -> int | None: ...  # a command's exit code (None for url and mcp)
+    @property
+    def not_modified(self) -> bool: ...  # a url answered 304 to the validators sent
+    @property
+    def etag(self) -> str: ...
+    @property
+    def last_modified(self) -> str: ...
+    @property
+    def cut(self) -> bool: ...  # the output was longer than max_output and was cut
 
 
 class Prober(Protocol):

@@ -8,22 +8,25 @@ runs the turn (or stops it) and delivers the result.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
 from gateway.config import Config, SchedulerConfig
+from gateway.config.redaction import redact_url
 from gateway.events import Delivered, Outbound, Prompt, Submit, utcnow
 from gateway.store import Store
 from gateway.store.job_spend import Spend
 from gateway.store.schedules import JobRunRecord, ScheduleExists, ScheduleRecord
 from scheduler import control
+from scheduler.checks import EMPTY_HASH, Prober, run_check
 from scheduler.definitions import DefinitionError, check_not_past, job_config, to_schedule
 from scheduler.jobs import Scheduler
 from scheduler.triggers import TriggerError, zone
 
-SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill")
+SUBCOMMANDS = ("list", "show", "add", "enable", "disable", "remove", "run-now", "kill", "test")
 # A job's spend today, this week and this month with its forecast, as lines (the composition
 # root gives gateway/budgets/jobs.py's; the scheduler does not import the budgets).
 SpendLines = Callable[[ScheduleRecord, datetime], Awaitable[list[str]]]
@@ -48,6 +51,11 @@ def add_parser(
     show.add_argument("name")
     show.add_argument("--limit", type=int, default=20, help="firings to list (default 20)")
     _add_add_parser(actions, common)
+    test = actions.add_parser(
+        "test", help="run the job's check once: what it finds and whether the model would wake (stores nothing)",
+        **common,
+    )
+    test.add_argument("name")
     for name, text in (
         ("enable", "switch a job on"),
         ("disable", "switch a job off (history is kept)"),
@@ -80,6 +88,19 @@ def _add_add_parser(actions: Any, common: dict[str, Any]) -> None:
     add.add_argument("--active-hours", help="ticks only: e.g. 08:00-22:00 in the job's zone")
     add.add_argument("--quiet-sentinel", help="ticks only: the reply that means nothing to report")
     add.add_argument("--disabled", action="store_true", help="create it switched off")
+    check = add.add_argument_group("check", "run before the model; the model wakes only when it finds something")
+    source = check.add_mutually_exclusive_group()
+    source.add_argument("--check-command", metavar="COMMAND", help="a command, run in the shell's sandbox")
+    source.add_argument("--check-url", metavar="URL", help="an http(s) URL to GET (web_fetch's rules, ETag)")
+    source.add_argument("--check-mcp", metavar="SERVER:TOOL", help="a read-only tool of a trusted MCP server")
+    check.add_argument("--check-args", metavar="JSON", help="the MCP tool's arguments, a JSON object")
+    check.add_argument("--wake-when", choices=("changed", "nonempty", "exit_zero"), help="default: changed")
+    check.add_argument("--check-timeout", metavar="DURATION", help="default 30s")
+    check.add_argument("--check-max-output", type=int, metavar="BYTES", help="output kept (default 16384)")
+    check.add_argument("--check-network", action="store_true", help="the command may reach the network")
+    check.add_argument("--check-failures-before-report", type=int, metavar="N", help="default 3")
+    add.add_argument("--checklist", metavar="FILE", help="ticks only: a checklist file the tick works through")
+    add.add_argument("--idle-max-every", metavar="INTERVAL", help="stretch an idle job's interval up to this")
 
 
 async def _no_delivery(message: Outbound | Prompt) -> Delivered:
@@ -95,11 +116,13 @@ async def run_jobs_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
     now: datetime | None = None,
+    checks: Prober | None = None,
     spend: SpendLines | None = None,
 ) -> int:
     """Run one `gateway jobs ...` command; returns the process exit code."""
     section = config.scheduler if isinstance(config, Config) else config
     cli = _JobsCli(store, section, submit, out or sys.stdout, err or sys.stderr, now or utcnow())
+    cli.scheduler.checks = checks  # `test`, and `run-now` of a job with a check
     cli.spend = spend
     return await cli.run(args)
 
@@ -139,6 +162,7 @@ class _JobsCli:
             "remove": lambda: self.remove(schedule),
             "run-now": lambda: self.run_now(schedule),
             "kill": lambda: self.kill(schedule),
+            "test": lambda: self.test(schedule),
         }[command]
         return await handler()
 
@@ -180,6 +204,10 @@ class _JobsCli:
         if s.kind == "tick":
             self.say(f"  active:      {s.active_hours or 'always'}; quiet sentinel {s.quiet_sentinel}")
         self.say(f"  prompt:      {s.prompt}")
+        if s.check_spec is not None:
+            failures = (await self.repo.state(s.id)).failures
+            failing = f"; failing {failures} in a row" if failures else ""
+            self.say(f"  check:       {_check_text(s.check_spec)}{failing}")
         if self.spend is not None:
             self.say("spend (every model call, quiet ones and sub-agents' included):")
             for line in await self.spend(s, self.now):
@@ -201,12 +229,49 @@ class _JobsCli:
             "active_hours": args.active_hours, "quiet_sentinel": args.quiet_sentinel,
         }
         try:
+            fields.update(_check_fields(args))
+        except ValueError as exc:
+            return self.fail(str(exc))
+        try:
             new = to_schedule(job_config(fields), self.config, source="cli", now=self.now, created_by="cli")
             check_not_past(new, self.now)
             created = await self.repo.create(new, now=self.now)
         except (DefinitionError, ScheduleExists) as exc:
             return self.fail(str(exc))
         self.say(f"added {created.name}: {created.kind} {_when(created)}; next {self._next(created)}")
+        return 0
+
+    async def test(self, schedule: ScheduleRecord) -> int:
+        """The job's check, run once against what the last firing left (its hash, a url's ETag),
+        storing nothing: the next firing still sees what this one saw."""
+        if schedule.check_spec is None:
+            return self.fail(f"{schedule.name} has no check: every firing wakes the model")
+        if self.scheduler.checks is None:
+            return self.fail("checks cannot run from here")
+        state = await self.repo.state(schedule.id)
+        self.say(f"check of {schedule.name}: {_check_text(schedule.check_spec)}")
+        found = await run_check(schedule, state, self.scheduler.checks)
+        if found.error is not None:
+            after = schedule.check_failures_before_report or self.config.check_failures_before_report
+            self.say(f"failed: {found.error}")
+            self.say(
+                f"a firing now would be recorded failed ({state.failures + 1} in a row; "
+                f"deliver_to is told once at {after})"
+            )
+            return 1
+        if found.hash is None:
+            self.say("not modified (HTTP 304 to the stored ETag / Last-Modified)")
+        else:
+            same = "the same as" if found.hash == (state.output_hash or EMPTY_HASH) else "different from"
+            cut = ", cut at max_output" if found.cut else ""
+            self.say(f"found: {found.bytes} bytes{cut} (sha256 {found.hash[:12]}), {same} the last check's")
+        if not found.wake:
+            self.say("the model would not wake: the firing would be recorded skipped (no change)")
+            return 0
+        self.say("the model would wake and be given:")
+        shown = found.output if len(found.output) <= 2000 else found.output[:2000] + "\n[...]"
+        for line in shown.rstrip().splitlines() or ["(empty)"]:
+            self.say(f"  | {line}")
         return 0
 
     async def switch(self, schedule: ScheduleRecord, enabled: bool) -> int:
@@ -233,6 +298,52 @@ class _JobsCli:
     async def kill(self, schedule: ScheduleRecord) -> int:
         self.say(await control.kill(self.scheduler, schedule))
         return 0
+
+
+def _check_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """`check`, `checklist` and `idle_backoff` of `jobs add` from its flags (ValueError: one line)."""
+    fields: dict[str, Any] = {
+        "checklist": args.checklist,
+        "idle_backoff": {"max_every": args.idle_max_every} if args.idle_max_every else None,
+        "check_failures_before_report": args.check_failures_before_report,
+    }
+    check: dict[str, Any] = {}
+    if args.check_command is not None:
+        check["command"] = args.check_command
+    elif args.check_url is not None:
+        check["url"] = args.check_url
+    elif args.check_mcp is not None:
+        server, colon, tool = args.check_mcp.partition(":")
+        if not colon:
+            raise ValueError(f"--check-mcp {args.check_mcp!r}: use SERVER:TOOL, e.g. --check-mcp mail:unread")
+        try:
+            arguments = json.loads(args.check_args) if args.check_args else {}
+        except json.JSONDecodeError as exc:
+            example = '{"folder": "inbox"}'
+            raise ValueError(f"--check-args is not JSON ({exc.msg}): give an object, e.g. {example}") from None
+        check["mcp"] = {"server": server, "tool": tool, "arguments": arguments}
+    options = {
+        "wake_when": args.wake_when, "timeout": args.check_timeout, "max_output": args.check_max_output,
+        "network": True if args.check_network else None,
+    }
+    given = {key: value for key, value in options.items() if value is not None}
+    if given and not check:
+        flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+        raise ValueError(f"{flags} without a check: add --check-command, --check-url or --check-mcp")
+    if check:
+        fields["check"] = {**check, **given}
+    return fields
+
+
+def _check_text(spec: dict[str, Any]) -> str:
+    if "command" in spec:
+        what = "command" + (" (network)" if spec.get("network") else "")
+    elif "url" in spec:
+        what = f"GET {redact_url(str(spec['url']))}"
+    else:
+        mcp = spec.get("mcp") or {}
+        what = f"MCP {mcp.get('server')}:{mcp.get('tool')}"
+    return f"{what}, wake when {spec.get('wake_when', 'changed')}, timeout {spec.get('timeout_s', 30)}s"
 
 
 def _when(schedule: ScheduleRecord) -> str:

@@ -15,7 +15,7 @@ from gateway.config import SchedulerConfig
 from gateway.events import utcnow
 from gateway.store import Store
 from gateway.store.schedules import ScheduleExists, ScheduleRecord
-from gateway.tools.registry import ToolContext, ToolError, ToolSpec
+from gateway.tools.registry import ToolContext, ToolError, ToolSpec, matches_any
 from scheduler.definitions import DefinitionError, check_not_past, deliver_to_text, job_config, to_schedule
 from scheduler.jobs import schedule_repo
 from scheduler.triggers import TriggerError, timetable, zone
@@ -29,8 +29,27 @@ DESCRIPTION = (
     "Create, list or cancel scheduled jobs whose results are posted in this conversation. A job runs the "
     "prompt later in a fresh, unattended session: tools that need approval are denied there, and the result "
     "offers a button to run it again with approval. Give exactly one of cron (5 fields, in `timezone`), "
-    "every (e.g. 30m, 2h), at (ISO time) or in (e.g. 20m, once)."
+    "every (e.g. 30m, 2h), at (ISO time) or in (e.g. 20m, once). A check (a command in the shell's sandbox, a "
+    "url, or a read-only MCP tool) runs first at each firing and wakes the job only when its output changed "
+    "(or is nonempty, or the command exits 0): a watch costs nothing while nothing happens."
 )
+CHECK_PARAMETER: dict[str, Any] = {
+    "type": "object",
+    "description": "optional: what runs before each firing; give exactly one of command, url or mcp",
+    "properties": {
+        "command": {"type": "string", "description": "a shell command, run sandboxed like the shell tool"},
+        "url": {"type": "string", "description": "an http(s) URL to GET"},
+        "mcp": {
+            "type": "object",
+            "properties": {"server": {"type": "string"}, "tool": {"type": "string"}, "arguments": {"type": "object"}},
+            "required": ["server", "tool"],
+            "additionalProperties": False,
+        },
+        "wake_when": {"type": "string", "enum": ["changed", "nonempty", "exit_zero"]},
+        "timeout": {"type": "string", "description": "e.g. 30s (the default)"},
+    },
+    "additionalProperties": False,
+}
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -43,12 +62,16 @@ PARAMETERS: dict[str, Any] = {
         "at": {"type": "string", "description": "one run at this ISO time, e.g. 2025-06-01T09:00"},
         "in": {"type": "string", "description": "one run after this long, e.g. 20m"},
         "timezone": {"type": "string", "description": "IANA zone for cron and at, e.g. Europe/Berlin"},
+        "check": CHECK_PARAMETER,
     },
     "required": ["action"],
     "additionalProperties": False,
 }
 
 OnChange = Callable[[], Awaitable[None]]
+# Whether the person ("<channel>:<user id>") may use the tool by name (their role); the composition
+# root gives the access policy's. None: no roles (everyone may use what the agent is offered).
+MayUse = Callable[[str, str], bool]
 
 
 def schedule_tool(
@@ -57,14 +80,18 @@ def schedule_tool(
     *,
     on_change: OnChange | None = None,
     now: Callable[[], datetime] | None = None,
+    may_use: MayUse | None = None,
 ) -> ToolSpec:
     """The `schedule` tool bound to the store; `on_change` (e.g. `Scheduler.reload`) runs after
-    a job is created or cancelled."""
+    a job is created or cancelled; `may_use` keeps a check within what its creator may run."""
     tool = _ScheduleTool(store, config, on_change, now or utcnow)
+    tool.may_use = may_use
     return ToolSpec(name="schedule", description=DESCRIPTION, parameters=PARAMETERS, func=tool, side_effects=True)
 
 
 class _ScheduleTool:
+    may_use: MayUse | None = None
+
     def __init__(self, store: Store, config: SchedulerConfig, on_change: OnChange | None, now: Callable[[], datetime]):
         self.repo = schedule_repo(store)
         self.config, self.on_change, self.now = config, on_change, now
@@ -93,6 +120,8 @@ class _ScheduleTool:
         fields["name"] = fields["name"] or ""
         fields["prompt"] = fields["prompt"] or ""
         fields["deliver_to"] = target
+        if args.get("check") is not None:
+            fields["check"] = self._check(ctx, args["check"])
         moment = self.now()
         try:
             # the person whose turn made it: its runs act for them (their role), not as the scheduler
@@ -109,6 +138,31 @@ class _ScheduleTool:
             f"Scheduled job {created.name!r} ({_when(created)}); next run {_next(created, moment)}. "
             "Results will be posted in this conversation."
         )
+
+    def _check(self, ctx: ToolContext, check: Any) -> dict[str, Any]:
+        """A check the agent asks for, kept within what its creator's turn may do: a command only
+        where the shell is offered (a sandbox that works, or one the operator turned off) and
+        their role may use it, with the shell's network setting (never more); a url only for a
+        person who may use web_fetch (under its address rules at every firing); an mcp tool
+        only one they may call (and read-only on a trusted server, checked at every firing)."""
+        if not isinstance(check, dict):
+            raise ToolError("check must be an object with command, url or mcp")
+        if "command" in check:
+            needed = "shell"
+            if not matches_any("shell", ctx.agent.tools):
+                raise ToolError("a command check needs the shell, which is not enabled (agent.tools); use a url check")
+        elif "url" in check:
+            needed = "web_fetch"
+        else:
+            given = check.get("mcp")
+            mcp = given if isinstance(given, dict) else {}
+            needed = f"mcp__{mcp.get('server', '')}__{mcp.get('tool', '')}"
+        if self.may_use is not None and ctx.person and not self.may_use(ctx.person, needed):
+            raise ToolError(f"the check needs {needed}, which your role may not use")
+        fields = {key: check[key] for key in ("command", "url", "mcp", "wake_when", "timeout") if key in check}
+        if "command" in fields:
+            fields["network"] = ctx.agent.shell_network  # the shell's own rule, whatever was asked
+        return fields
 
     async def list(self, target: str) -> str:
         jobs = await self.repo.list(deliver_to=target)
