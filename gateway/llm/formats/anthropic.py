@@ -33,7 +33,7 @@ from gateway.llm.errors import (
     parse_retry_after,
 )
 from gateway.llm.events import Finish, ReasoningDelta, Replay, StreamEvent, TextDelta, ToolCallDelta, Usage
-from gateway.llm.formats import Request, replay_of
+from gateway.llm.formats.base import Request, replay_of
 
 VERSION = "2023-06-01"
 # The reply's limit when none is configured: the API wants one on every request.

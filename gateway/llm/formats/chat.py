@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from gateway.llm.errors import LLMError, as_int, classify_error
 from gateway.llm.events import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
-from gateway.llm.formats import REPLAY_KEY, Request
+from gateway.llm.formats.base import REPLAY_KEY, Request
 
 OPENAI_HOST = "api.openai.com"
 # Chat Completions' `reasoning_effort` (OpenAI, vLLM, LM Studio, Ollama's OpenAI layer); "off"
