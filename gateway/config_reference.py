@@ -12,7 +12,17 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from gateway.config import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config, McpServerConfig, ModelEndpoint, ModelPrice
+from gateway.config import (
+    ENV_DEFAULTS,
+    ENV_OVERRIDES,
+    SECRETS,
+    CheckConfig,
+    Config,
+    JobConfig,
+    McpServerConfig,
+    ModelEndpoint,
+    ModelPrice,
+)
 
 INTRO = """# Configuration reference
 
@@ -93,6 +103,19 @@ def render() -> str:
         "comes back to `oauth_redirect`, a loopback address), the tokens are stored in the database encrypted",
         "with the `GATEWAY_SECRET_KEY` environment variable (`gateway mcp key` makes one) and refreshed by the",
         "gateway; without them the server is shown as `needs_login` ([mcp.md](mcp.md#servers-behind-oauth)).",
+        "",
+    ]
+    for title, fields_of in (("scheduler.jobs[]", JobConfig), ("scheduler.jobs[].check", CheckConfig)):
+        lines += [f"### `{title}`", "", "| key | type | default |", "|---|---|---|"]
+        for name, sub in fields_of.model_fields.items():
+            lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
+        lines.append("")
+    lines += [
+        "A job's `check` runs before the model at each firing: exactly one of `command` (in the shell's sandbox,",
+        "in `<agent.workspace>/jobs/<name>/`), `url` (web_fetch's address rules, ETag / Last-Modified) or `mcp`",
+        "(`{server, tool, arguments}`: a read-only tool of a trusted server); the model wakes when `wake_when`",
+        "holds, else the firing is recorded `skipped (no change)` ([scheduler.md](scheduler.md#checks)).",
+        "`idle_backoff` is `{max_every: 4h}`.",
         "",
     ]
     lines += [
