@@ -14,11 +14,11 @@ import logging
 from datetime import datetime, timedelta
 
 from gateway.store.schedules import JobRunRecord, ScheduleRecord, ScheduleRepo
+from scheduler.checks import NO_CHANGE
 from scheduler.triggers import ActiveHoursTimetable, IntervalTimetable, Timetable, parse_active_hours, parse_interval
 
 log = logging.getLogger(__name__)
 
-NO_CHANGE = "no change"  # the error of a firing whose check (or checklist) found nothing to wake for
 
 
 def backs_off(schedule: ScheduleRecord) -> bool:
@@ -69,7 +69,8 @@ class IdleBackoff:
         if run is None or run.origin != "schedule" or not backs_off(schedule):
             return
         if idle(run):
-            current = await self.current(schedule, run.scheduled_for)
+            # the interval that led to this firing: none when the job was defined again since the one before
+            current = await self.current(schedule, await self._firing_before(schedule.id, run.scheduled_for))
             every = parse_interval(schedule.spec)
             longer = stretched(every, current, parse_interval(schedule.idle_max_every or schedule.spec))
             if longer is not None and longer != current:
@@ -77,3 +78,11 @@ class IdleBackoff:
                 log.debug("job %s: idle, next firing in %s", schedule.name, longer)
         elif woke(run) and (await self.repo.state(schedule.id)).backoff_s:
             await self.repo.save_state(schedule.id, backoff_s=None)
+
+    async def _firing_before(self, schedule_id: int, moment: datetime) -> datetime | None:
+        earlier = [
+            r.scheduled_for
+            for r in await self.repo.recent_runs(schedule_id, limit=10)
+            if r.origin == "schedule" and r.scheduled_for < moment
+        ]
+        return max(earlier, default=None)

@@ -17,9 +17,17 @@ count as an answer, so the next firing tries again.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gateway.store.schedules import JobRunRecord, ScheduleRecord, ScheduleRepo
+from scheduler.checks import NO_CHANGE
+
+log = logging.getLogger(__name__)
 
 CHECKLISTS_DIR = "checklists"  # under agent.workspace, beside sessions/: no session's tools reach it
 MAX_CHECKLIST_CHARS = 8_000  # of open items given to the model; the rest is said to be cut
@@ -119,3 +127,55 @@ def checklist_block(reading: ChecklistReading) -> str:
         f"## Checklist ({CHECKLISTS_DIR}/{reading.name}: the open items to work through)\n"
         f"{body.rstrip()}{note}\n## End of the checklist"
     )
+
+
+class ChecklistGate:
+    """The checklist's part of a firing: read it, skip the firing when it has nothing new, note
+    on a woken run which checklist it answers, and remember that answer when the run succeeds."""
+
+    def __init__(self, repo: ScheduleRepo, read: ReadChecklist | None):
+        self.repo = repo
+        self.read = read
+
+    def reading(self, schedule: ScheduleRecord) -> ChecklistReading | None:
+        """The tick's checklist now; None when the job has none. A file that cannot be read is
+        taken as empty (and said in the log): the tick then does not wake for its checklist."""
+        if schedule.kind != "tick" or not schedule.checklist:
+            return None
+        try:
+            reading = read_checklist(schedule.checklist, self.read or (lambda name: None))
+        except (OSError, ValueError) as exc:
+            name = schedule.checklist
+            log.warning("job %s: checklist %s cannot be read (%s); taken as empty", schedule.name, name, exc)
+            return ChecklistReading(name, (), items_hash([]), True)
+        if reading.missing:
+            log.debug("job %s: no checklist file %s yet", schedule.name, schedule.checklist)
+        return reading
+
+    async def wakes(self, schedule: ScheduleRecord, run: JobRunRecord, reading: ChecklistReading | None) -> bool:
+        """Whether the checklist wakes the model for this firing (a run by hand always does)."""
+        if reading is None:
+            return False
+        if run.origin == "manual":
+            return True
+        return wakes(reading, (await self.repo.state(schedule.id)).checklist_hash)
+
+    async def skip(self, run: JobRunRecord, reading: ChecklistReading, now: datetime) -> JobRunRecord | None:
+        """Close the firing: `skipped`, "no change", no session."""
+        found = {"found": NO_CHANGE, "checklist": record(reading)}
+        return await self.repo.finish(run.id, status="skipped", error=NO_CHANGE, check_result=found, now=now)
+
+    async def note(self, run: JobRunRecord, reading: ChecklistReading, check: dict[str, Any] | None) -> None:
+        """Which checklist the woken run works on (its hash becomes the answered one on success)."""
+        await self.repo.set_check_result(run.id, {**(check or {}), "found": "woke", "checklist": record(reading)})
+
+    async def answered(self, run: JobRunRecord) -> None:
+        """A run that succeeded answered its checklist: the same open items do not wake again."""
+        noted = (run.check_result or {}).get("checklist") if run.status == "success" else None
+        if isinstance(noted, dict) and noted.get("hash"):
+            await self.repo.save_state(run.schedule_id, checklist_hash=str(noted["hash"]))
+
+
+def record(reading: ChecklistReading) -> dict[str, Any]:
+    """The checklist's part of the firing's `check_result`."""
+    return {"name": reading.name, "hash": reading.hash, "open_items": len(reading.items)}

@@ -21,14 +21,14 @@ from gateway.events import InboundMessage, Submit, TurnEnded, utcnow
 from gateway.store import Store
 from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
 from scheduler.backoff import IdleBackoff
-from scheduler.checklist import ReadChecklist
+from scheduler.checklist import ChecklistGate, ChecklistReading, ReadChecklist, checklist_block
 from scheduler.checks import CHECK_FAILED, NO_CHANGE, CheckOutcome, Prober, next_state, run_check, with_check_output
 from scheduler.clock import Clock, ManualClock
 from scheduler.delivery import BUDGET_PREFIX, job_text
 from scheduler.outcomes import Deliver, Outcomes
 from scheduler.supervision import ONE_SHOT_DONE, Supervision
 from scheduler.sync import SyncReport, sync_config
-from scheduler.threads import SCHEDULER, run_thread, session_kind
+from scheduler.threads import SCHEDULER, job_run_id_of, run_thread, session_kind
 from scheduler.triggers import LATE_OK, TriggerError, catch_up, timetable
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Scheduler:
         self._now = now or utcnow
         self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
         self.checks = checks  # runs the jobs' checks (gateway/job_checks.py); None: a check fails, saying so
-        self._read_checklist = read_checklist  # a tick's checklist file by name (None: every checklist is empty)
+        self.checklists = ChecklistGate(self.repo, read_checklist)  # read_checklist None: every checklist is empty
         # manual: the caller runs each planned firing itself (tests, benchmarks with their own time)
         self._clock: Clock | ManualClock = (
             ManualClock(self._on_due, self.housekeeping)
@@ -229,20 +229,41 @@ class Scheduler:
         if run.status != "running":
             log.info("job %s: firing at %s skipped (%s)", schedule.name, scheduled_for.isoformat(), run.error)
             return run
-        check: CheckOutcome | None = None
-        if schedule.check_spec is not None:  # claimed first: one instance checks, once per firing
-            check = await self.check_firing(schedule, run)
-            if check is None:
-                return await self.repo.get_run(run.id)
+        looked = await self._look_first(schedule, run)  # claimed first: one instance looks, once per firing
+        if looked is None:
+            return await self.repo.get_run(run.id)
+        check, checklist = looked
         full = await self._room_for_job(schedule.id) if self._room_for_job is not None else None
         if full:
             log.info("job %s: firing at %s skipped at a spend cap: %s", schedule.name, scheduled_for.isoformat(), full)
             closed = await self.repo.finish(run.id, status="skipped", error=f"{BUDGET_PREFIX}{full}", now=self._now())
             await self.outcomes.notify_skipped(schedule, run.id, closed)
             return closed
-        return await self._start_run(schedule, run, check)
+        return await self._start_run(schedule, run, check, checklist)
 
-    async def check_firing(self, schedule: ScheduleRecord, run: JobRunRecord) -> CheckOutcome | None:
+    async def _look_first(
+        self, schedule: ScheduleRecord, run: JobRunRecord
+    ) -> tuple[CheckOutcome | None, ChecklistReading | None] | None:
+        """The job's check and a tick's checklist, before any session: what the model is given,
+        or None when the firing was closed (nothing new, or the check failed). A checklist with
+        open items not yet answered wakes the model even when the check found nothing."""
+        checklist = self.checklists.reading(schedule)
+        fresh = await self.checklists.wakes(schedule, run, checklist)
+        check: CheckOutcome | None = None
+        if schedule.check_spec is not None:
+            check = await self.check_firing(schedule, run, checklist_wakes=fresh)
+            if check is None:
+                return None
+        elif checklist is not None and not fresh:
+            await self.checklists.skip(run, checklist, self._now())
+            return None
+        if checklist is not None:
+            await self.checklists.note(run, checklist, check.record() if check is not None else None)
+        return check, checklist
+
+    async def check_firing(
+        self, schedule: ScheduleRecord, run: JobRunRecord, *, checklist_wakes: bool = False
+    ) -> CheckOutcome | None:
         """Run the job's check for a claimed firing and remember what it found: the outcome when
         the model wakes, else None with the run closed (`skipped`, "no change"; or `failed`, the
         failure told to deliver_to once at the job's count of failures in a row)."""
@@ -255,12 +276,14 @@ class Scheduler:
             check = replace(check, wake=True)  # run-now: the person asked for the model
         after = schedule.check_failures_before_report or self.config.check_failures_before_report
         values, tell = next_state(state, check, report_after=after)
-        if check.wake:
+        if check.wake or (checklist_wakes and check.error is None):
             values["last_woke_at"] = self._now()
         state = await self.repo.save_state(schedule.id, now=self._now(), **values)
         if check.wake:
             await self.repo.set_check_result(run.id, check.record())
             return check
+        if checklist_wakes and check.error is None:
+            return check  # nothing new from the check, but new items on the checklist: the model wakes
         if check.error is None:
             log.debug("job %s: check found no change; no session", schedule.name)
             await self.repo.finish(
@@ -287,7 +310,11 @@ class Scheduler:
             await self.repo.set_enabled(schedule.id, False, reason=reason, now=self._now())
 
     async def _start_run(
-        self, schedule: ScheduleRecord, run: JobRunRecord, check: CheckOutcome | None = None
+        self,
+        schedule: ScheduleRecord,
+        run: JobRunRecord,
+        check: CheckOutcome | None = None,
+        checklist: ChecklistReading | None = None,
     ) -> JobRunRecord | None:
         thread = run_thread(schedule, run.id)
         kind = session_kind(schedule)
@@ -298,7 +325,9 @@ class Scheduler:
             )
             await self.repo.attach_session(run.id, session.id)
             text = job_text(schedule)
-            if check is not None:
+            if checklist is not None and not checklist.empty:  # after the job's words, before the check's output
+                text = f"{text}\n\n{checklist_block(checklist)}"
+            if check is not None and check.wake:
                 text = with_check_output(text, check, schedule.check_spec or {})
             message = InboundMessage(thread=thread, sender=SCHEDULER, text=text, event_id=f"job:{run.id}")
             await self._submit([message])
@@ -314,6 +343,11 @@ class Scheduler:
     async def on_turn_ended(self, event: TurnEnded) -> None:
         """Close the job run of a scheduled session's turn and deliver its outcome."""
         await self.outcomes.on_turn_ended(event)
+        job_run_id = job_run_id_of(event.thread)
+        if job_run_id is not None and event.stage == "SUCCESS":  # a tick's checklist is then answered
+            run = await self.repo.get_run(job_run_id)
+            if run is not None:
+                await self.checklists.answered(run)
 
     async def kill(self, name: str) -> list[JobRunRecord] | None:
         """Stop the job's running runs; None when there is no such job."""
