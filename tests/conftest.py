@@ -62,9 +62,10 @@ async def llm(request):
     `settings` are the `llm` section that speaks it."""
     from fakes.anthropic import FakeAnthropic
     from fakes.llm import FakeLLM
+    from fakes.llm_responses import FakeResponses
 
     api = getattr(request, "param", "chat")
-    fake = {"chat": FakeLLM, "anthropic": FakeAnthropic}[api]()
+    fake = {"chat": FakeLLM, "anthropic": FakeAnthropic, "responses": FakeResponses}[api]()
     async with fake as server:
         yield server
 

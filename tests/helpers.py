@@ -28,8 +28,10 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
-    """The tool results in a request to the model, in order (Chat Completions' tool messages or
-    Anthropic's tool_result blocks)."""
+    """The tool results in a request to the model, in order (Chat Completions' tool messages,
+    Anthropic's tool_result blocks or Responses' function_call_output items)."""
+    if "input" in request:
+        return [item["output"] for item in request["input"] if item.get("type") == "function_call_output"]
     found = []
     for m in request["messages"]:
         if m["role"] == "tool":
@@ -40,7 +42,7 @@ def tool_results(request: dict[str, Any]) -> list[str]:
 
 
 # The APIs a test marked so runs against, each through its own fake (the `llm` fixture).
-EVERY_API = ("chat", "anthropic")
+EVERY_API = ("chat", "anthropic", "responses")
 every_api = pytest.mark.parametrize("llm", EVERY_API, indirect=True)
 
 

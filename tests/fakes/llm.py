@@ -541,5 +541,9 @@ def _text(content: str | list[dict[str, Any]]) -> str:
 
 def user_texts(request: dict[str, Any]) -> list[str]:
     """What people said in a request to the model (not the gateway's own context notes)."""
+    if "input" in request:  # a Responses request
+        from fakes.responses_rules import user_texts as responses_user_texts
+
+        return responses_user_texts(request)
     said = (without_context(_text(m["content"])) for m in request["messages"] if m["role"] == "user")
     return [text for text in said if text]

@@ -39,6 +39,8 @@ ERROR_CODES = {429: "rate_limit_exceeded", 500: "server_error", 503: "server_is_
 class FakeResponses(FakeLLM):
     """The Chat Completions fake's scripting and discovery, speaking the Responses API."""
 
+    settings: dict[str, Any] = {"api": "responses"}  # noqa: RUF012
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.issued: dict[str, dict[str, Any]] = {}  # reasoning item id -> the item as sent

@@ -47,8 +47,9 @@ __all__ = ["REPLAY_KEY", "Request", "StreamParser", "WireFormat", "format_for", 
 def _formats() -> dict[str, WireFormat]:
     from gateway.llm.formats.anthropic import AnthropicFormat
     from gateway.llm.formats.chat import ChatFormat
+    from gateway.llm.formats.responses import ResponsesFormat
 
-    return {"chat": ChatFormat(), "anthropic": AnthropicFormat()}
+    return {"chat": ChatFormat(), "anthropic": AnthropicFormat(), "responses": ResponsesFormat()}
 
 
 _FORMATS: dict[str, WireFormat] = {}
