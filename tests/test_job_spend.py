@@ -28,6 +28,7 @@ from gateway.llm.pricing import usage_cost
 from gateway.store import CounterKey
 from gateway.store.tables import sessions
 from scheduler.cli import run_jobs_command
+from scheduler.definitions import job_config, to_schedule
 
 CHAT = ThreadKey("telegram", "900", "")
 UTC_ZONE = ZoneInfo("UTC")
@@ -86,8 +87,8 @@ async def test_a_quiet_tick_spends_and_every_report_counts_it(store, llm, tmp_pa
     assert "Job watch (every model call, quiet ones included):" in cost_reply
     assert "today: 3 model calls, 3,600 input tokens (3,000 cached), 12 output, $0.00288" in cost_reply
     assert "3 firings (3 woke the model)" in cost_reply
-    # The forecast: a job added moments ago is taken over an hour at least, not extrapolated from seconds.
-    assert "at the rate since it was added (1 h ago): 87 k tokens/day, $0.07/day" in cost_reply
+    # A job added moments ago: its rate is taken over an hour at least, not extrapolated from seconds.
+    assert "at the rate since it was added (under 1 h ago, taken as 1 h): 87 k tokens/day, $0.07/day" in cost_reply
 
     report = "\n".join(await budgets_with_jobs(store, config))
     assert "scheduled jobs (every model call, quiet ones included; periods in UTC):" in report
@@ -178,6 +179,19 @@ async def test_a_capped_tick_opens_no_session_and_asks_no_model(store, llm, tmp_
         spend = await job_spend(store, schedule, UTC_ZONE, datetime.now(UTC))
         today = spend.periods["today"]
         assert (today.firings.total, today.firings.woke, today.firings.capped, today.spend.calls) == (2, 1, 1, 1)
+
+
+async def test_a_job_older_than_a_week_is_forecast_at_the_last_7_days_rate(store, llm, tmp_path):
+    llm.reply("NOTHING_TO_REPORT", usage=QUIET_USAGE)
+    config = config_with(llm, tmp_path)
+    added = datetime.now(UTC) - timedelta(days=10)
+    fields = {**TICK, "name": "old-watch"}
+    await store.schedules.create(to_schedule(job_config(fields), config.scheduler, source="cli", now=added), now=added)
+    async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
+        schedule, _ = await fire(h, "old-watch")
+        spend = await job_spend(store, schedule, UTC_ZONE, datetime.now(UTC))
+    # one call of 1,204 tokens and $0.00096 in the last 7 days
+    assert spend.forecast.text() == "at the last 7 days' rate: 172 tokens/day, $0.000137/day"
 
 
 def test_periods_are_calendar_periods_in_the_jobs_zone():

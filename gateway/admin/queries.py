@@ -7,15 +7,20 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from gateway.access.cli import configured
 from gateway.access.policy import AccessPolicy
 from gateway.admin.operations import Operations
 from gateway.budgets import budgets_report
+from gateway.budgets.jobs import PERIODS, job_spend
+from gateway.budgets.jobs import cost_text as job_cost_text
 from gateway.cli.reports import event_summary, feedback_tally
 from gateway.config import parse_duration
 from gateway.config.redaction import redact_error, redact_url, scrub, secret_values
 from gateway.store import RunEventRecord, RunRecord, redact
+from gateway.store.job_spend import NO_CHANGE, PeriodSpend, Spend
+from gateway.store.schedules import JobRunRecord, ScheduleRecord
 from gateway.traces import format_nano_usd
 
 LEADER_LEASE = "leader"
@@ -233,18 +238,70 @@ async def session_detail(ops: Operations, session_id: int) -> dict[str, Any] | N
 
 
 async def jobs(ops: Operations) -> dict[str, Any]:
-    repo = ops.store.schedules
+    """Each job with its spend (today, this week, this month, the forecast) and its recent
+    firings: woken or skipped (no change), each with its model calls, tokens and cost. Errors
+    and check output are shown as every page shows them: URL credentials and secrets masked."""
+    store, repo = ops.store, ops.store.schedules
+    zone, now, secrets = ZoneInfo(ops.config.scheduler.timezone), datetime.now(UTC), secret_values(ops.config)
     rows = []
     for schedule in await repo.list():
+        history = await repo.recent_runs(schedule.id, limit=10)
+        spent = await store.job_spend.of_sessions([r.session_id for r in history if r.session_id is not None])
+        found = await job_spend(store, schedule, zone, now)
         rows.append(
             {
-                "schedule": schedule,
+                "schedule": shown_schedule(schedule, secrets),
                 "next_firing": ops.next_firing(schedule),
-                "history": await repo.recent_runs(schedule.id, limit=10),
+                "history": [_firing(run, spent.get(run.session_id or 0), secrets) for run in history],
                 "running": [run.id for run in await repo.running(schedule.id)],
+                "spend": [_period(name, found.periods[name]) for name in PERIODS],
+                "forecast": found.forecast.text(),
             }
         )
-    return {"jobs": rows}
+    return {"jobs": rows, "timezone": zone.key}
+
+
+def shown_schedule(schedule: ScheduleRecord, secrets: set[str]) -> ScheduleRecord:
+    """A job as the console shows it: its prompt and its check (a command line, a URL, an MCP
+    tool's arguments) may quote a password or a key."""
+    check = schedule.check_spec
+    return dataclasses.replace(
+        schedule,
+        prompt=redact_error(schedule.prompt, secrets),
+        check_spec=None if check is None else _masked(check, secrets),
+    )
+
+
+def _masked(value: Any, secrets: set[str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _masked(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item, secrets) for item in value]
+    return redact_error(value, secrets) if isinstance(value, str) else value
+
+
+def _firing(run: JobRunRecord, spent: Spend | None, secrets: set[str]) -> dict[str, Any]:
+    """A firing's row: its status in words ("skipped (no change)"), what its runs spent."""
+    skipped_no_change = run.status == "skipped" and (run.error or "").startswith(NO_CHANGE)
+    spent = spent or Spend()
+    return {
+        "id": run.id, "scheduled_for": run.scheduled_for, "origin": run.origin, "run_id": run.run_id,
+        "status": "skipped (no change)" if skipped_no_change else run.status,
+        "took_s": (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at else None,
+        "calls": spent.calls, "tokens": spent.tokens, "cached_tokens": spent.cached_tokens,
+        "cost": job_cost_text(spent) if spent.calls else "–",
+        "note": "" if skipped_no_change else redact_error(run.error or "", secrets),
+    }
+
+
+def _period(name: str, period: PeriodSpend) -> dict[str, Any]:
+    s, f = period.spend, period.firings
+    return {
+        "period": name, "since": period.since, "firings": f.total, "woke": f.woke, "skipped": f.no_change,
+        "calls_saved": f.calls_saved, "capped": f.capped, "calls": s.calls, "input_tokens": s.input_tokens,
+        "cached_tokens": s.cached_tokens, "output_tokens": s.output_tokens, "cost": job_cost_text(s),
+        "cost_nano_usd": s.cost_nano_usd,
+    }
 
 
 async def access(ops: Operations) -> dict[str, Any]:

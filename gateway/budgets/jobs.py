@@ -39,6 +39,8 @@ class Forecast:
         rate = f"{tokens_text(round(self.per_day_tokens))} tokens/day, {cost}"
         if self.whole_window:
             return f"at the last 7 days' rate: {rate}"
+        if self.days <= MIN_SPAN / timedelta(days=1):
+            return f"at the rate since it was added (under 1 h ago, taken as 1 h): {rate}"
         return f"at the rate since it was added ({span_text(self.days)} ago): {rate}"
 
 
@@ -70,7 +72,7 @@ async def job_spend(store: Store, schedule: ScheduleRecord, zone: ZoneInfo, now:
     forecast = Forecast(
         spend.tokens / days,
         spend.calls / days,
-        None if spend.cost_nano_usd is None else spend.cost_nano_usd / days,
+        None if spend.cost_nano_usd is None and spend.calls else (spend.cost_nano_usd or 0) / days,
         days,
         now - schedule.created_at >= timedelta(days=WINDOW_DAYS),
     )
