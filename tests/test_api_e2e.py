@@ -22,7 +22,9 @@ async def test_thinking_goes_back_unchanged_through_two_tool_rounds_in_telegram(
         llm.tool_call("clock", {}, id="toolu_1", reasoning="The clock first.", reasoning_field="redacted")
         llm.tool_call("clock", {}, id="toolu_2", reasoning="Once more, to be sure.")
         llm.reply("It is late.", reasoning="Both agree.")
-        config = tg_config(llm, tg, tmp_path, llm_settings={"reasoning": "low"})
+        price = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
+        settings = {"reasoning": "low", "prices": {"test-model": price}}
+        config = tg_config(llm, tg, tmp_path, llm_settings=settings, agent={"system_prompt": "Rules. " * 800})
         async with running(store, config) as gateway:
             tg.private_message(PRIVATE, "what time is it?")
             await settle(gateway, lambda: "It is late." in texts(tg, PRIVATE))
@@ -36,8 +38,16 @@ async def test_thinking_goes_back_unchanged_through_two_tool_rounds_in_telegram(
     assert thinking_blocks(third)[:2] == thinking_blocks(second)
     assert [b.get("thinking") for b in thinking_blocks(third)][2] == "Once more, to be sure."
     assert thinking_blocks(next_turn) == []  # a finished turn's thinking is left out, as the API allows
-    run = (await store.runs.list())[-1]
-    assert run.stage == "SUCCESS"
+    runs = sorted(await store.runs.list(), key=lambda r: r.id)
+    assert [r.stage for r in runs] == ["SUCCESS", "SUCCESS"]
+    # the tools and the system prompt were written to the cache by the first call and read by the others
+    assert runs[0].cache_write_tokens >= 1024 and runs[0].cached_tokens >= runs[0].cache_write_tokens
+    assert runs[1].cached_tokens >= 1024
+    fresh = runs[0].input_tokens - runs[0].cached_tokens - runs[0].cache_write_tokens
+    expected = fresh * 3.0 + runs[0].cached_tokens * 0.3 + runs[0].cache_write_tokens * 3.75
+    expected += runs[0].output_tokens * 15.0
+    assert runs[0].cost_nano_usd is not None  # USD per million tokens, in nano-USD, rounded per call (3 calls)
+    assert abs(runs[0].cost_nano_usd - expected * 1000) <= 3
 
 
 async def test_thinking_goes_back_unchanged_through_two_tool_rounds_in_slack(store, slack, tmp_path) -> None:
