@@ -14,6 +14,7 @@ from harness import make_config, running_gateway
 from gateway.checklist_files import ChecklistFiles
 from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import ThreadKey
+from gateway.store.schedules import JobRunRecord
 from gateway.tools.registry import InMemoryNotes, ToolContext, ToolError
 from scheduler.checklist import ChecklistNameError, check_name, checklist_block, open_items, read_checklist, wakes
 from scheduler.checklist_tool import checklist_tool
@@ -197,3 +198,34 @@ async def test_a_conversation_reaches_only_the_ticks_that_report_in_it(store, tm
     assert "elsewhere" in await spec.func(context(tmp_path, thread=OTHER_CHAT), {"action": "show"})
     assert spec.needs_approval is not None
     assert spec.needs_approval({"action": "show"}) is None and spec.needs_approval({"action": "add"})
+
+
+async def test_the_heartbeat_calls_the_model_only_for_what_the_chat_added(store, llm, tmp_path):
+    """End to end: an empty checklist costs nothing; an item added from the chat (approved) wakes the
+    tick once, the model reading it after the job's prompt; answered, it costs nothing again."""
+    async with running_gateway(store, config_with(llm, tmp_path), FakeChannel(name="telegram")) as h:
+        schedule = await h.store.schedules.by_name("heartbeat")
+
+        async def firing() -> JobRunRecord:
+            run = await h.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
+            await h.idle()
+            return await h.store.schedules.get_run(run.id)
+
+        assert (await firing()).error == "no change" and llm.requests == []
+        llm.tool_call("checklist", {"action": "add", "item": "tell me when the ACME invoice arrives"}, id="a1")
+        llm.reply("I will keep an eye on it.")
+        await h.say("watch for the ACME invoice", thread=CHAT)
+        await h.idle()
+        [approval] = [p for p in h.channel.prompts(CHAT) if p.kind == "approval"]
+        await h.tap(approval.buttons[0][0].token, thread=CHAT)
+        await h.idle()
+        asked = len(llm.requests)
+        llm.reply("NOTHING_TO_REPORT")
+        woke = await firing()
+        assert woke.status == "success" and len(llm.requests) == asked + 1
+        text = llm.requests[-1]["messages"][-1]["content"]
+        assert text.startswith("Work through the checklist.")
+        assert "## Checklist (checklists/heartbeat.md" in text and "- [ ] tell me when the ACME invoice arrives" in text
+        assert (await firing()).error == "no change" and len(llm.requests) == asked + 1
+        runs = await h.store.schedules.recent_runs(schedule.id)
+        assert [r.status for r in runs] == ["skipped", "success", "skipped"]

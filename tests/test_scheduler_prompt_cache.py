@@ -10,9 +10,13 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import Reply
 from harness import make_config, running_gateway
+
+from gateway.checklist_files import ChecklistFiles
+from gateway.tools.sandbox import sandbox_status
 
 CONTEXT_MARK = "[context] Current date and time:"
 
@@ -80,3 +84,38 @@ async def test_two_firings_send_the_same_prefix_and_only_the_context_differs(sto
     runs = sorted(await store.runs.list(), key=lambda r: r.id)
     assert [r.cached_tokens for r in runs] == cache.cached == [0, cache.cached[1]]
     assert runs[1].input_tokens > runs[1].cached_tokens > 0
+
+
+needs_bwrap = pytest.mark.skipif(
+    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
+)
+
+
+@needs_bwrap
+async def test_a_checks_output_and_the_checklist_come_after_the_prompt_and_only_they_vary(store, llm, tmp_path):
+    cache = PrefixCache("NOTHING_TO_REPORT")
+    llm.responder = cache.respond
+    config = tick_config(llm, tmp_path, check={"command": "cat news.txt"}, checklist="heartbeat.md")
+    news = tmp_path / "ws" / "jobs" / "watch" / "news.txt"
+    checklist = ChecklistFiles(tmp_path / "ws")
+    checklist.write("heartbeat.md", "- [ ] tell me about failed builds\n")
+    async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
+        schedule = await h.store.schedules.by_name("watch")
+        texts = []
+        for n in range(3):
+            news.parent.mkdir(parents=True, exist_ok=True)
+            news.write_text(f"build {n} failed\n")
+            await h.gateway.scheduler.fire(schedule.id, datetime.now(UTC))  # each woken by the new output
+            await h.idle()
+            texts.append(llm.requests[-1]["messages"][-1]["content"])
+    assert len(llm.requests) == 3
+    first, second, third = texts
+    head = first[: first.index("build 0 failed")]
+    assert head.startswith("Look at the build queue.")  # the job's words, then the checklist, then the output
+    assert head.index("NOTHING_TO_REPORT") < head.index("## Checklist") < head.index("Output of the job's check")
+    assert second.startswith(head) and third.startswith(head)  # byte for byte up to the check's output
+    # What the provider read from its cache reaches into the last message, past the checklist.
+    shared = os.path.commonprefix([PrefixCache.rendered(r) for r in llm.requests[:2]])
+    assert json.dumps(head)[1:-1] in shared and cache.cached[1] == len(shared) // 4
+    runs = sorted(await store.runs.list(), key=lambda r: r.id)
+    assert [r.cached_tokens for r in runs] == cache.cached and runs[2].cached_tokens > 0
