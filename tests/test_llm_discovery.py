@@ -111,3 +111,12 @@ async def test_openai_models_get_their_documented_windows_without_a_request():
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
         found = await ServerInfo(http, "https://api.openai.com/v1").window("gpt-4o-mini")
     assert (found.tokens, found.discovered) == (128_000, True)
+
+
+async def test_claude_models_get_anthropics_documented_window_without_a_request():
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"no request expected, got {request.url}")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
+        found = await ServerInfo(http, "https://api.anthropic.com/v1").window("claude-sonnet-4-5")
+    assert (found.tokens, found.discovered) == (200_000, True)

@@ -10,7 +10,8 @@
   is at most that even when the model's `<arch>.context_length` is larger;
 - llama-cpp-python (it has none of these): one prompt longer than any window, sent without
   streaming, which it refuses before evaluating with "maximum context length is N tokens".
-- OpenAI (api.openai.com says nothing): the documented windows of its model families.
+- OpenAI (api.openai.com says nothing): the documented windows of its model families;
+- Anthropic (api.anthropic.com says nothing either): the documented window of Claude models.
 When nothing answers, the window is `FALLBACK_WINDOW`, and a log line says so.
 
 Token counts without usage chunks use the server's own tokenizer where it has one
@@ -47,6 +48,7 @@ OPENAI_WINDOWS = (
     ("o1", 200_000),
     ("gpt-3.5-turbo", 16_385),
 )
+ANTHROPIC_WINDOW = 200_000  # every Claude model's documented window (1M only with a beta header)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class ServerInfo:
     async def window(self, model: str) -> Window:
         probes: list[Callable[[str], Awaitable[Window | None]]] = [
             self._openai,
+            self._anthropic,
             self._llamacpp_props,
             self._models_list,
             self._lmstudio,
@@ -139,6 +142,11 @@ class ServerInfo:
             if model.startswith(prefix):
                 return Window(tokens, f"OpenAI's documented window for {prefix}")
         return None
+
+    async def _anthropic(self, model: str) -> Window | None:
+        if httpx.URL(self.base).host != "api.anthropic.com" or not model.startswith("claude"):
+            return None
+        return Window(ANTHROPIC_WINDOW, "Anthropic's documented window for Claude models")
 
     async def _llamacpp_props(self, model: str) -> Window | None:
         props = await self._get(f"{self.root}/props")
