@@ -19,12 +19,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from gateway.store.provenance import CHECK_OUTPUT_OPEN
 from gateway.store.schedules import ScheduleRecord, ScheduleState
 
 Found = Literal["woke", "no change", "failed"]
 NO_CHANGE = "no change"  # the error of a firing skipped because its check found nothing to wake for
 CHECK_FAILED = "check failed: "  # the start of a failed check's run error
-OUTPUT_OPEN = "<check-output>"
+OUTPUT_OPEN = CHECK_OUTPUT_OPEN  # a memory save from a run that read it is a save from tool output
 OUTPUT_CLOSE = "</check-output>"
 MAX_ERROR_CHARS = 300
 

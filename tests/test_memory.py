@@ -270,6 +270,7 @@ def test_a_conversation_of_the_requesters_own_words_asks_nothing() -> None:
         (held(items=[SaidItem("ambient", "2", (), 0)]), "others"),
         (held(items=[SaidItem("message", "1", (), 1)]), "others"),
         (held(items=[SaidItem("report", "", (), 0)]), "tool"),
+        (held(items=[SaidItem("message", "scheduler", (), 0, checked=True)]), "tool"),  # a job's check output
         (held(items=[SaidItem("message", "1", ("document",), 0)]), "attachment"),
         (held(images=True), "attachment"),
         (held(days_old=40), "unknown"),

@@ -70,8 +70,8 @@ def sources_of(evidence: Evidence, requester: str, *, inbox_days: float = 0) -> 
     if evidence.images:
         kinds.add("attachment")
     for item in evidence.items:
-        if item.kind == "report":
-            kinds.add("tool")  # a background task's result
+        if item.kind == "report" or item.checked:
+            kinds.add("tool")  # a background task's result; a job's check output
         elif item.sender not in own or item.quotes:
             kinds.add("others")
         if any(kind not in SPOKEN for kind in item.attachments):

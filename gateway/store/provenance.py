@@ -18,6 +18,9 @@ from gateway.store.tables import inbox, messages, sessions, tool_calls
 # The inbox items that become words of a conversation (a message, kept chatter, an edit, a
 # background task's report); buttons, commands and resumes add none.
 SAID_KINDS = ("message", "ambient", "edit", "report")
+# Opens a job's check output inside the message that starts its run (scheduler/checks.py): what
+# follows is tool output, whoever the message is from.
+CHECK_OUTPUT_OPEN = "<check-output>"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class SaidItem:
     sender: str
     attachments: tuple[str, ...]  # the kinds the platform gave: photo, document, voice, ...
     quotes: int  # quoted or earlier messages that are not the agent's own
+    checked: bool = False  # it carries a job's check output (tool output)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,9 @@ def _said(kind: str, payload: Any) -> SaidItem:
     sender = payload.get("sender") or {}
     attachments = tuple(str((a or {}).get("kind") or "file") for a in payload.get("attachments") or ())
     quotes = sum(1 for q in payload.get("context") or () if isinstance(q, dict) and not q.get("from_bot"))
-    return SaidItem(kind, str(sender.get("id") or "") if isinstance(sender, dict) else str(sender), attachments, quotes)
+    checked = CHECK_OUTPUT_OPEN in str(payload.get("text") or "")
+    who = str(sender.get("id") or "") if isinstance(sender, dict) else str(sender)
+    return SaidItem(kind, who, attachments, quotes, checked)
 
 
 def _aware(value: Any) -> datetime | None:
