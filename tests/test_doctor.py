@@ -27,10 +27,13 @@ async def test_a_working_server_with_tool_calls_passes_every_check():
         "reachable": "ok",
         "auth": "ok",
         "model listed": "ok",
+        "api": "ok",
         "context window": "ok",
         "completion": "ok",
         "tools": "ok",
     }
+    api = next(c for c in report.checks if c.name == "api")
+    assert api.found == f"llm.api: chat; {llm.base_url} speaks it" and not api.fix
     window = next(c for c in report.checks if c.name == "context window")
     assert "32,768 tokens" in window.found and "max_model_len" in window.found
     assert llm.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "t1", "content": "12:00"}
@@ -104,4 +107,4 @@ async def test_the_command_without_a_config_file_checks_the_server_the_environme
     assert process.returncode == 0, out.decode() + err.decode()
     assert llm.base_url.split("//")[1].split("/")[0] in out.decode()  # the server it checked
     assert "✓ auth" in out.decode() and "✓ tools" in out.decode()
-    assert {r.get("model") for r in llm.requests} == {"env-model"}
+    assert {r.get("model") for r in llm.requests if r} == {"env-model"}  # {}: the probe of what it speaks

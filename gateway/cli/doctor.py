@@ -1,6 +1,13 @@
 """`gateway doctor`: check the configured model server the way a user would before connecting a chat
 (the database, the channels and the jobs are checked first: gateway/cli/doctor_parts.py).
 
+The model is checked in the API it is configured with (`llm.api`): which APIs its server speaks
+(gateway/llm/api_probe.py: the configured one must be among them; a Claude model on a server
+that speaks Anthropic's, or a model on OpenAI's own API, is told when Chat Completions loses what
+its own API keeps), a streamed answer, a tool round trip (what the answer asks to be sent back,
+Anthropic's thinking blocks or Responses' reasoning items, goes back with the tool's result), and
+for `api: anthropic` the same round trip with thinking on, when the model thinks.
+
 Each check prints one line (ok / warn / fail) with what was found and, when something is wrong,
 `-> ` what to change. The checks run in order and stop at the first failure that makes the rest
 meaningless (an unreachable server, refused credentials). The exit status is 0 when nothing
@@ -9,6 +16,7 @@ failed, 1 otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -19,7 +27,9 @@ import httpx
 
 from gateway.config import LLMConfig, McpConfig
 from gateway.config.redaction import redact_text
-from gateway.llm import AuthError, LLMClient, LLMError, Refused
+from gateway.llm import AuthError, Completion, LLMClient, LLMError, Refused, Replay, collect
+from gateway.llm.api_probe import judge, probe_apis
+from gateway.llm.formats import REPLAY_KEY
 from gateway.mcp.manager import doctor_checks
 
 Status = Literal["ok", "warn", "fail"]
@@ -37,6 +47,7 @@ PROBE_TOOL = {
     },
 }
 TOOL_PROMPT = "What time is it in Europe/Oslo? Use the get_time tool."
+THINKING_PROBE = "low"  # the level a thinking round trip asks for when llm.reasoning asks for none
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ async def diagnose(config: LLMConfig, *, on_check: Callable[[Check], None] | Non
     async with LLMClient(config) as client:
         if not await _models(client, config, add):
             return report
+        if not await _api(config, add):
+            return report
         window = await client.context_window()
         if window.discovered:
             add("context window", "ok", f"{window.tokens:,} tokens ({window.source})")
@@ -91,7 +104,33 @@ async def diagnose(config: LLMConfig, *, on_check: Callable[[Check], None] | Non
         if not await _completion(client, add):
             return report
         await _tool_round_trip(client, add)
+    if config.api == "anthropic":
+        await _thinking_round_trip(config, add)
+    await _named_apis(config, add)
     return report
+
+
+async def _named_apis(config: LLMConfig, add: Callable[..., bool]) -> None:
+    """Each of llm.models in its own API: whether its server speaks it (asked once a server)."""
+    asked: dict[tuple[str, str], Any] = {}
+    for name, named in config.models.items():
+        base_url = named.base_url or config.base_url
+        same_server = base_url.rstrip("/") == config.base_url.rstrip("/")
+        key = named.api_key or (config.api_key if same_server else "")
+        if (base_url, key) not in asked:
+            asked[base_url, key] = await probe_apis(base_url, key)
+        finding = judge(config.api_of(name), named.model, base_url, asked[base_url, key], f"llm.models.{name}.api")
+        if finding.status != "unknown":
+            add(f"api ({name})", finding.status, finding.found, finding.fix)
+
+
+async def _api(config: LLMConfig, add: Callable[..., bool]) -> bool:
+    """The configured API among those the server speaks (an empty request to each)."""
+    answers = await probe_apis(config.base_url, config.api_key)
+    finding = judge(config.api, config.model, config.base_url, answers, "llm.api")
+    if finding.status == "unknown":
+        return True  # a refused key or no answer: the auth and completion checks say what
+    return add("api", finding.status, finding.found, finding.fix)
 
 
 async def _models(client: LLMClient, config: LLMConfig, add: Callable[..., bool]) -> bool:
@@ -167,10 +206,27 @@ async def _completion(client: LLMClient, add: Callable[..., bool]) -> bool:
     return True
 
 
+async def _answer(
+    client: LLMClient, messages: list[dict[str, Any]], **options: Any
+) -> tuple[Completion, Replay | None]:
+    """One streamed answer, and what the API asks to have sent back with it in the next round."""
+    replays: list[Replay] = []
+
+    async def tapped() -> Any:
+        async with contextlib.aclosing(client.stream(messages, **options)) as events:  # type: ignore[type-var]
+            async for event in events:
+                if isinstance(event, Replay):
+                    replays.append(event)
+                yield event
+
+    completion = await collect(tapped())
+    return completion, (replays[-1] if replays else None)
+
+
 async def _tool_round_trip(client: LLMClient, add: Callable[..., bool]) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_PROMPT}]
     try:
-        first = await client.complete(messages, tools=[PROBE_TOOL], max_tokens=200)
+        first, replay = await _answer(client, messages, tools=[PROBE_TOOL], max_tokens=200)
     except LLMError as exc:
         add(
             "tools", "fail", f"the server refused a request with tools: {exc.message}",
@@ -189,17 +245,66 @@ async def _tool_round_trip(client: LLMClient, add: Callable[..., bool]) -> None:
     except ValueError:
         add("tools", "warn", f"the model called {call.name} with arguments that are not JSON: {call.arguments[:80]!r}")
         return
-    calls = [{"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]
-    messages += [
-        {"role": "assistant", "content": "", "tool_calls": calls},
-        {"role": "tool", "tool_call_id": call.id, "content": "12:00"},
-    ]
     try:
-        await client.complete(messages, tools=[PROBE_TOOL], max_tokens=50)
+        await client.complete(_with_result(messages, first, replay), tools=[PROBE_TOOL], max_tokens=50)
     except LLMError as exc:
         add("tools", "fail", f"the model called {call.name}, but its result was refused: {exc.message}")
         return
     add("tools", "ok", f"the model called {call.name} and the server accepted its result")
+
+
+def _with_result(messages: list[dict[str, Any]], answer: Completion, replay: Replay | None) -> list[dict[str, Any]]:
+    """The next round: the answer's tool calls (and its replay, as the turn loop carries it) and
+    a result for each."""
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in answer.tool_calls
+    ]
+    assistant: dict[str, Any] = {"role": "assistant", "content": answer.text, "tool_calls": calls}
+    if replay is not None:
+        assistant[REPLAY_KEY] = {"api": replay.api, "data": replay.data}
+    results = [{"role": "tool", "tool_call_id": c.id, "content": "12:00"} for c in answer.tool_calls]
+    return [*messages, assistant, *results]
+
+
+async def _thinking_round_trip(config: LLMConfig, add: Callable[..., bool]) -> None:
+    """Anthropic: a tool round trip with thinking on, its thinking blocks sent back unchanged
+    with the result, as the API requires. A model that does not think is said, not failed,
+    unless llm.reasoning asks it to."""
+    asked = config.reasoning in ("low", "medium", "high")
+    level = config.reasoning if asked else THINKING_PROBE
+    probe = config.model_copy(update={"reasoning": level, "max_retries": min(config.max_retries, 1)})
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_PROMPT}]
+    async with LLMClient(probe) as client:
+        try:
+            first, replay = await _answer(client, messages, tools=[PROBE_TOOL], max_tokens=2048)
+        except LLMError as exc:
+            if asked:
+                add("thinking", "fail", f"a request with thinking ({level}) was refused: {exc.message}",
+                    "set llm.reasoning: off, or use a model that thinks")
+            else:
+                add("thinking", "ok", f"{config.model} does not take thinking (refused: {exc.message})")
+            return
+        blocks = replay.data if replay is not None and isinstance(replay.data, list) else []
+        if not blocks:
+            said = f"{config.model} answered without thinking blocks"
+            if asked:
+                add("thinking", "warn", said, f"llm.reasoning is {level}: use a model that thinks, or set it to off")
+            else:
+                add("thinking", "ok", said)
+            return
+        if not first.tool_calls:
+            add("thinking", "ok", f"{config.model} thinks ({len(blocks)} block(s)); it called no tool to send them to")
+            return
+        try:
+            await client.complete(_with_result(messages, first, replay), tools=[PROBE_TOOL], max_tokens=2048)
+        except LLMError as exc:
+            add("thinking", "fail", f"the thinking blocks sent back with the tool's result were refused: {exc.message}",
+                "read the server's log; the gateway sends them back unchanged")
+            return
+    signed = sum(1 for b in blocks if isinstance(b, dict) and (b.get("signature") or b.get("data")))
+    add("thinking", "ok", f"{len(blocks)} thinking block(s), {signed} signed, went back unchanged with the tool's "
+        "result and were accepted")
 
 
 def model_ids(response: httpx.Response) -> list[str] | None:

@@ -46,7 +46,9 @@ def add_parser(sub: Any, *, parents: list[argparse.ArgumentParser], handler: Any
                         help="ask nothing: the flags and the current settings answer (for scripts)")
     parser.add_argument("--force", action="store_true", help="write changes to existing settings without asking")
     llm = parser.add_argument_group("model server")
-    llm.add_argument("--llm-base-url", metavar="URL", help="OpenAI-compatible address, e.g. https://api.openai.com/v1")
+    llm.add_argument("--llm-base-url", metavar="URL", help="the model server's address, e.g. https://api.openai.com/v1")
+    llm.add_argument("--llm-api", choices=("chat", "responses", "anthropic"),
+                     help="the API it speaks (default: found by asking the server)")
     llm.add_argument("--llm-api-key", metavar="KEY", help="its API key (default: LLM_API_KEY, .env)")
     llm.add_argument("--llm-model", metavar="NAME", help="the model (default: the one it serves, if only one)")
     llm.add_argument("--context-window", type=int, metavar="TOKENS", help="when the server does not say it")

@@ -21,8 +21,10 @@ from gateway.cli.doctor import MARKS, Check, Report, diagnose, model_ids
 from gateway.cli.setup_draft import Draft
 from gateway.cli.setup_prompts import Prompter, SetupAborted
 from gateway.config import LLMConfig
+from gateway.config.core import Api
 from gateway.config.redaction import redact_url
 from gateway.llm import LLMClient
+from gateway.llm.api_probe import ApiAnswer, probe_apis, spoken, suggest_api
 
 TELEGRAM_ID = re.compile(r"^\d{1,20}$")
 SLACK_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
@@ -43,33 +45,45 @@ class Outcome:
 
 # ---- the model server ------------------------------------------------------------------------
 async def model_server(args: argparse.Namespace, draft: Draft, ask: Prompter, outcome: Outcome) -> None:
-    ask.say("\nModel server (any OpenAI-compatible endpoint: OpenAI, OpenRouter, vLLM, llama.cpp, Ollama...)")
+    ask.say("\nModel server (OpenAI Chat Completions or Responses, or Anthropic Messages: OpenAI, Anthropic, "
+            "OpenRouter, vLLM, llama.cpp, Ollama, LiteLLM...)")
     current = draft.current.llm
     base_url, api_key = args.llm_base_url or current.base_url, current.api_key
     while True:
         base_url = args.llm_base_url or ask.ask("  Address (it usually ends in /v1)", base_url)
         api_key = _given(args.llm_api_key) or ask.secret("  API key (empty if it needs none)", bool(api_key)) or api_key
-        served = await _served_models(base_url, api_key)
+        answers = await probe_apis(base_url, api_key)  # which APIs it speaks, asked with an empty request each
+        listing: Api = args.llm_api or (current.api if answers[current.api].speaks else None) or _first(answers)
+        served = await _served_models(base_url, api_key, listing)
         if served is not None:
             model = _pick_model(args, ask, served, current.model)
+            api = args.llm_api or suggest_api(model, base_url, answers, current.api) or current.api
             window = args.context_window or current.context_window
-            llm = LLMConfig(base_url=base_url, api_key=api_key, model=model, context_window=window,
+            llm = LLMConfig(base_url=base_url, api_key=api_key, model=model, api=api, context_window=window,
                             max_retries=1, retry_budget_s=10)
-            report = await diagnose(llm, on_check=_indented)
+            report = await diagnose(llm, on_check=_indented)  # its "api" line says what the server speaks
             if not report.failed:
                 break
         _again(args, ask, "the model server")
-        args.llm_base_url = args.llm_api_key = args.llm_model = None  # a flag that failed is asked again
+        args.llm_base_url = args.llm_api_key = args.llm_model = args.llm_api = None  # a failed flag is asked again
     draft.set("llm", "base_url", base_url)
     draft.set("llm", "model", model)
+    if api != current.api:
+        draft.set("llm", "api", api)
     if api_key:
         draft.set_secret("llm", "api_key", "LLM_API_KEY", api_key)
     outcome.model = _window(args, draft, ask, report, model)
 
 
-async def _served_models(base_url: str, api_key: str) -> list[str] | None:
-    """The models the server lists (empty: it lists none), or None when it cannot be used."""
-    async with LLMClient(LLMConfig(base_url=base_url, api_key=api_key)) as client:
+def _first(answers: dict[Api, ApiAnswer]) -> Api:
+    """The API to list the models with before one is chosen: the first the server speaks."""
+    return next(iter(spoken(answers)), "chat")
+
+
+async def _served_models(base_url: str, api_key: str, api: Api = "chat") -> list[str] | None:
+    """The models the server lists (empty: it lists none), or None when it cannot be used; asked
+    with the headers of `api` (Anthropic's API wants its own key header)."""
+    async with LLMClient(LLMConfig(base_url=base_url, api_key=api_key, api=api)) as client:
         url = client.server.base + "/models"
         try:
             response = await client.server.http.get(url)  # the client's own connection and credentials

@@ -25,7 +25,12 @@ class DiscoveryEndpoints:
 
     async def _models(self, request: web.Request) -> web.Response:
         self.probes.append(request.path)
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        # Anthropic's API (its /v1/models too) takes the key as x-api-key, the others as a bearer token.
+        if getattr(self, "api", "") == "anthropic":
+            refused = request.headers.get("x-api-key") != self.api_key
+        else:
+            refused = request.headers.get("Authorization") != f"Bearer {self.api_key}"
+        if self.api_key is not None and refused:
             return web.json_response({"error": {"message": "Incorrect API key provided."}}, status=401)
         entries: list[dict[str, Any]] = []
         for model in self.served:
