@@ -285,3 +285,39 @@ def test_error_events_are_classified_by_their_code():
 def test_unknown_events_are_ignored():
     _, events = feed({"type": "response.web_search_call.searching"}, {"type": "keepalive"}, {"no": "type"})
     assert events == []
+
+
+def test_llama_servers_events_keyed_by_item_id_only():
+    # llama.cpp's llama-server (tools/server/server-task.cpp) sends no output_index: its events
+    # name their item by item_id, and its reasoning item has an empty encrypted_content.
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": [], "content": [], "encrypted_content": ""}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    call = {"id": "fc_7", "type": "function_call", "call_id": "call_7", "name": "get_time", "arguments": ""}
+    done_reasoning = {**reasoning, "content": [{"type": "reasoning_text", "text": "Checking."}]}
+    done_message = {**message, "content": [{"type": "output_text", "text": "Sure."}]}
+    done_call = {**call, "arguments": '{"timezone":"Europe/Oslo"}'}
+    _, events = feed(
+        {"type": "response.created", "response": {"id": "resp_1", "object": "response", "status": "in_progress"}},
+        {"type": "response.output_item.added", "item": reasoning},
+        {"type": "response.reasoning_text.delta", "delta": "Checking.", "item_id": "rs_1"},
+        {"type": "response.output_item.added", "item": message},
+        {"type": "response.content_part.added", "item_id": "msg_1", "part": {"type": "output_text", "text": ""}},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Sure."},
+        {"type": "response.output_item.added", "item": call},
+        {"type": "response.function_call_arguments.delta", "delta": '{"timezone":', "item_id": "fc_7"},
+        {"type": "response.function_call_arguments.delta", "delta": '"Europe/Oslo"}', "item_id": "fc_7"},
+        {"type": "response.output_item.done", "item": done_reasoning},
+        {"type": "response.output_text.done", "item_id": "msg_1", "text": "Sure."},
+        {"type": "response.output_item.done", "item": done_message},
+        {"type": "response.output_item.done", "item": done_call},
+        completed([done_reasoning, done_message, done_call], {"input_tokens": 40, "output_tokens": 9}),
+    )
+    assert events == [
+        ReasoningDelta("Checking."),
+        TextDelta("Sure."),
+        ToolCallDelta(0, id="call_7", name="get_time"),
+        ToolCallDelta(0, arguments='{"timezone":'),
+        ToolCallDelta(0, arguments='"Europe/Oslo"}'),
+        Finish("tool_calls"),  # no Replay: an empty encrypted_content cannot be sent back
+        Usage(prompt_tokens=40, completion_tokens=9),
+    ]

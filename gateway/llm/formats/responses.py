@@ -227,7 +227,7 @@ class ResponsesParser:
     def __init__(self) -> None:
         self.finished = False
         self.served = ""
-        self._items: dict[int, _Item] = {}
+        self._items: dict[str, _Item] = {}  # by item id (llama.cpp sends no output_index), else index
         self._calls = 0
         self._reasoning: list[dict[str, Any]] = []  # the output's reasoning items, as they came
 
@@ -249,7 +249,7 @@ class ResponsesParser:
         events: list[StreamEvent] = []
         for position, item in enumerate(response.get("output") or ()):
             if isinstance(item, Mapping):  # items no output_item.done announced (a terse server)
-                events.extend(self._whole_item(position, item))
+                events.extend(self._whole_item(_key({"output_index": position}, item), item))
         self.finished = True
         if self._reasoning:
             events.append(Replay(API, self._reasoning))
@@ -272,7 +272,10 @@ class ResponsesParser:
 
     def _item_added(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
         item = _mapping(payload.get("item"))
-        slot = self._slot(payload, str(item.get("type") or ""))
+        return self._announce(self._slot(_key(payload, item), str(item.get("type") or "")), item)
+
+    def _announce(self, slot: _Item, item: Mapping[str, Any]) -> list[StreamEvent]:
+        """A function call's first event: its index, call id and name (once)."""
         if slot.type != "function_call" or slot.index >= 0:
             return []
         slot.index = self._calls
@@ -283,19 +286,16 @@ class ResponsesParser:
 
     def _item_done(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
         item = _mapping(payload.get("item"))
-        return self._whole_item(as_int(payload.get("output_index")), item)
+        return self._whole_item(_key(payload, item), item)
 
-    def _whole_item(self, output_index: int | None, item: Mapping[str, Any]) -> list[StreamEvent]:
+    def _whole_item(self, key: tuple[str, ...], item: Mapping[str, Any]) -> list[StreamEvent]:
         kind = str(item.get("type") or "")
-        where = {"output_index": output_index}
-        known = self._items.get(-1 if output_index is None else output_index)
-        if known is not None and known.closed:
+        slot = self._slot(key, kind)
+        if slot.closed:
             return []
         events: list[StreamEvent] = []
-        slot = self._slot(where, kind)
         if kind == "function_call":
-            if slot.index < 0:
-                events.extend(self._item_added({**where, "item": item}))
+            events.extend(self._announce(slot, item))
             events.extend(self._rest(slot, str(item.get("arguments") or ""), "arguments"))
         elif kind == "message":
             events.extend(self._rest(slot, _message_text(item), "text"))
@@ -316,45 +316,39 @@ class ResponsesParser:
         delta = str(payload.get("delta") or "")
         if not delta:
             return []
-        self._slot(payload, "message").emitted.append(delta)
+        self._slot(_key(payload), "message").emitted.append(delta)
         return [TextDelta(delta)]
 
     def _text_done(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
         whole = payload.get("text", payload.get("refusal"))
-        return self._rest(self._slot(payload, "message"), str(whole or ""), "text")
+        return self._rest(self._slot(_key(payload), "message"), str(whole or ""), "text")
 
     def _reasoning_delta(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
         delta = str(payload.get("delta") or "")
         if not delta:
             return []
-        self._slot(payload, "reasoning").emitted.append(delta)
+        self._slot(_key(payload), "reasoning").emitted.append(delta)
         return [ReasoningDelta(delta)]
 
     def _reasoning_part_done(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
-        slot = self._slot(payload, "reasoning")
+        slot = self._slot(_key(payload), "reasoning")
         if not slot.emitted:
             return []
         slot.emitted.append("\n\n")  # summary parts are paragraphs; the next one starts apart
         return [ReasoningDelta("\n\n")]
 
     def _arguments_delta(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
-        slot = self._slot(payload, "function_call")
+        slot = self._slot(_key(payload), "function_call")
         delta = str(payload.get("delta") or "")
-        events = self._announce(payload, slot)
+        events = self._announce(slot, {})  # arguments before their item (a lax server): announced now
         if delta:
             slot.emitted.append(delta)
             events.append(ToolCallDelta(slot.index, arguments=delta))
         return events
 
     def _arguments_done(self, payload: Mapping[str, Any]) -> list[StreamEvent]:
-        slot = self._slot(payload, "function_call")
-        return self._announce(payload, slot) + self._rest(slot, str(payload.get("arguments") or ""), "arguments")
-
-    def _announce(self, payload: Mapping[str, Any], slot: _Item) -> list[StreamEvent]:
-        """A call's arguments before its item was announced (a lax server): announce it now."""
-        if slot.index >= 0:
-            return []
-        return self._item_added({"output_index": payload.get("output_index"), "item": {"type": "function_call"}})
+        slot = self._slot(_key(payload), "function_call")
+        return self._announce(slot, {}) + self._rest(slot, str(payload.get("arguments") or ""), "arguments")
 
     def _rest(self, slot: _Item, whole: str, what: str) -> list[StreamEvent]:
         """What `whole` has beyond what was already passed on (nothing when it differs)."""
@@ -367,13 +361,21 @@ class ResponsesParser:
             return [ToolCallDelta(slot.index, arguments=rest)]
         return [TextDelta(rest)]
 
-    def _slot(self, payload: Mapping[str, Any], kind: str) -> _Item:
-        index = as_int(payload.get("output_index"))
-        index = -1 if index is None else index
-        slot = self._items.get(index)
-        if slot is None:
-            slot = self._items[index] = _Item(kind)
+    def _slot(self, keys: tuple[str, ...], kind: str) -> _Item:
+        """The item the keys name (made on its first event), found by any of them from then on."""
+        slot = next((self._items[key] for key in keys if key in self._items), None) or _Item(kind)
+        for key in keys:
+            self._items.setdefault(key, slot)
         return slot
+
+
+def _key(payload: Mapping[str, Any], item: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """How an event names its output item: by id (OpenAI sends it with the position; llama.cpp
+    sends only the id), by its position in the output, or both."""
+    found = (item or {}).get("id") or payload.get("item_id")
+    index = as_int(payload.get("output_index"))
+    keys = ([f"id:{found}"] if found else []) + ([f"#{index}"] if index is not None else [])
+    return tuple(keys) or ("#?",)
 
 
 _HANDLERS = {
