@@ -26,6 +26,7 @@ from gateway.events import ThreadKey
 from gateway.llm import Usage
 from gateway.llm.pricing import usage_cost
 from gateway.store import CounterKey
+from gateway.store.job_spend import period_queries
 from gateway.store.tables import sessions
 from scheduler.cli import run_jobs_command
 from scheduler.definitions import job_config, to_schedule
@@ -192,6 +193,26 @@ async def test_a_job_older_than_a_week_is_forecast_at_the_last_7_days_rate(store
         spend = await job_spend(store, schedule, UTC_ZONE, datetime.now(UTC))
     # one call of 1,204 tokens and $0.00096 in the last 7 days
     assert spend.forecast.text() == "at the last 7 days' rate: 172 tokens/day, $0.000137/day"
+
+
+async def test_the_spend_reads_only_the_jobs_firings_in_the_period(sqlite_store):
+    """Bounded as history grows: both reads go through the index of (schedule, scheduled_for)
+    and the runs of those firings' sessions, never a scan of every run or firing."""
+    starts = period_starts(datetime.now(UTC), UTC_ZONE)
+
+    def plans(conn):  # noqa: ANN001, ANN202
+        found = []
+        for query in period_queries(1, starts):
+            compiled = query.compile(dialect=conn.dialect)
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), (None,) * len(compiled.positiontup))
+            found.append(" / ".join(row[-1] for row in rows))
+        return found
+
+    spend_plan, firings_plan = await sqlite_store.db.read(plans)
+    assert "SEARCH job_runs USING INDEX sqlite_autoindex_job_runs_1 (schedule_id=? AND scheduled_for>?)" in spend_plan
+    assert "SEARCH runs USING INDEX ix_runs_session_id (session_id=?)" in spend_plan
+    assert "SCAN" not in spend_plan and "SCAN" not in firings_plan
+    assert "(schedule_id=? AND scheduled_for>?)" in firings_plan
 
 
 def test_periods_are_calendar_periods_in_the_jobs_zone():

@@ -17,6 +17,8 @@ from admin_support import TOKEN, admin_config, base_url, logged_in, serving
 from fakes.channel import FakeChannel
 from test_admin_browser import browser, log_in  # noqa: F401 - the browser fixture
 
+from gateway.budgets.jobs import budgets_with_jobs
+from gateway.events import ThreadKey
 from gateway.job_checks import job_dir
 from gateway.tools.sandbox import sandbox_status
 
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.skipif(
     bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
 )
 
+CHAT = ThreadKey("telegram", "900", "")
 API_KEY = "sk-live-Vt8wQ2pLmZ"  # a configured secret a check's error quotes
 PRICE = {"input": 3, "output": 15, "cache_read": 0.3}
 USAGE = {"prompt_tokens": 1200, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1000}}
@@ -74,6 +77,10 @@ async def test_the_jobs_page_shows_wakes_skips_and_spend_with_secrets_masked(sto
         assert len(llm.requests) == 2
         failed = await fire(h, "leaky")
         assert failed.status == "failed" and "hunter2" in failed.error  # stored as it was: masked when shown
+        await h.say("/cost", thread=CHAT)
+        await h.idle()
+        cost_reply = h.channel.messages(CHAT)[-1]
+        report = await budgets_with_jobs(store, config)
 
         base = base_url(h)
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:  # 127.0.0.1
@@ -99,6 +106,12 @@ async def test_the_jobs_page_shows_wakes_skips_and_spend_with_secrets_masked(sto
     leaky = section(page, "leaky")
     assert "hunter2" not in page and API_KEY not in page
     assert "check failed: the command exited 3: fetch ••••" in leaky  # the failure, its secrets masked
+
+    # /cost in the chat the jobs report to, and `gateway budgets`: the same figures
+    assert "today: 2 model calls, 2,400 input tokens (2,000 cached), 8 output, $0.00192; 4 firings (2 woke the model)" \
+        "; 2 skipped (no change), 2 calls saved" in cost_reply
+    today_row = next(line for line in report[report.index("  inbox-watch"):] if line.strip().startswith("today"))
+    assert today_row.split() == ["today", "4", "2", "2", "2", "2", "2,400", "2,000", "8", "$0.00192"]
 
     (spend,) = [j["spend"] for j in api["jobs"] if j["schedule"]["name"] == "inbox-watch"]
     month = spend[2]
