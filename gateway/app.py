@@ -257,6 +257,8 @@ class Gateway:
         # MCP servers add their tools to the registry while they run (and remove them when down).
         self.mcp = McpManager(config.mcp, self.registry, vaults=lambda name: TokenVault.from_env(self.store, name))
         self.services.tool_services["mcp"] = self.mcp
+        if config.mcp.servers:  # the call an MCP prompt's chat command opens its turn with (never offered)
+            self.registry.register(self.mcp.prompt_spec())
         self.inbox = Inbox(self.store, self.services, instance_id=instance_id)
         # None while telemetry.otlp_endpoint is empty: OpenTelemetry is then never imported.
         self.telemetry = telemetry.build(config.telemetry, instance_id=self.inbox.instance_id)

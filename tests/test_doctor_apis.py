@@ -7,6 +7,7 @@ import yaml
 from aiohttp import web
 from fakes.anthropic import FakeAnthropic, thinking_blocks
 from fakes.llm import FakeLLM
+from fakes.llm_responses import FakeResponses
 from test_first_hour_setup import setup
 
 from gateway.cli.doctor import diagnose
@@ -168,3 +169,18 @@ async def test_each_named_model_is_checked_in_its_own_api():
     assert f"{claude.base_url}/chat/completions answered HTTP 404" in checks["api (claude)"].found
     assert checks["api (sonnet)"].status == "ok" and checks["api (small)"].status == "ok"
     assert claude.requests == [{}]  # its server asked once for both models, with an empty request: nothing generated
+
+
+async def test_a_responses_model_carries_its_reasoning_items_through_the_tool_round_trip():
+    """The fake refuses a function call sent back without the reasoning item it came with, as
+    OpenAI does: doctor's round trip passes only by carrying it."""
+    async with FakeResponses(server_kind="openai") as llm:
+        llm.reply("hi")
+        llm.tool_call("get_time", {"timezone": "Europe/Oslo"}, id="call_1", reasoning="Oslo: the clock tool.")
+        llm.reply("It is noon.")
+        report = await diagnose(LLMConfig(base_url=llm.base_url, model="o4-mini", api="responses", reasoning="low"))
+    checks = checks_of(report)
+    assert checks["api"].status == "ok" and checks["tools"].status == "ok", report.checks
+    assert checks["tools"].found == "the model called get_time and the server accepted its result"
+    sent_back = [item for item in llm.requests[-1]["input"] if item.get("type") == "reasoning"]
+    assert len(sent_back) == 1 and sent_back[0]["encrypted_content"] and not llm.rejections[1:]

@@ -149,6 +149,7 @@ class TurnRequest:
     fence: Fence | None = None
     turn_started_seq: int = 1
     continuing: bool = False  # a dead worker's turn, continued from the database
+    opens_with_calls: bool = False  # recorded with a call to make first (an MCP prompt command's mcp_prompt)
     continued_run: int | None = None  # the run it continues (its partial reply is adopted)
     child: ChildContext | None = None  # a sub-agent's turn (see delegation.py): shows nothing but its prompts
     # "<channel>:<user id>" the turn acts for when not its thread's person: a job made with the

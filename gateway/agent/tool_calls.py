@@ -120,7 +120,9 @@ class ToolCalls:
         return [
             s
             for s in specs
-            if s.name not in hidden and (self.session.interactive or "interactive_only" not in s.classes)
+            if s.name not in hidden
+            and (self.session.interactive or "interactive_only" not in s.classes)
+            and "command_only" not in s.classes  # opened by a chat command, never by the model
         ]
 
     def offered_names(self) -> list[str]:

@@ -220,7 +220,7 @@ class Turn:
         await self.services.registry.first_listing()  # MCP servers still starting: their tools too
         # A fresh turn starts from a new user row: nothing is open yet. A resumed or continued
         # one, and every round after the first, may have calls to finish.
-        calls_may_be_open = self.req.parked_run is not None or self.req.continuing
+        calls_may_be_open = self.req.parked_run is not None or self.req.continuing or self.req.opens_with_calls
         sessions = self.services.store.sessions
         while True:
             open_calls, self._declared = self._declared, None  # the last round's open calls: not read again

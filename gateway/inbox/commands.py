@@ -17,6 +17,8 @@ from gateway.budgets.jobs import chat_jobs_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
 from gateway.inbox.models import ModelCommand, model_line
+from gateway.mcp.prompts import PromptCall, PromptCommand, help_lines, parse_arguments
+from gateway.mcp.prompts import commands as prompt_commands
 from gateway.memory import memory_command
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
@@ -65,11 +67,14 @@ def parse_command(text: str) -> Command | None:
     return Command(name if name in COMMANDS else "", word, args.strip())
 
 
-def help_text(unknown: str = "") -> str:
+def help_text(unknown: str = "", prompts: Sequence[str] = ()) -> str:
+    """The commands, then the connected MCP servers' prompts (gateway/mcp/prompts.py)."""
     lines = [f"Unknown command {unknown}." if unknown else "Commands:"]
     if unknown:
         lines.append("Commands:")
     lines += [f"/{name} — {what}" for name, what in COMMANDS.items()]
+    if prompts:
+        lines += ["MCP prompts (their text is the server's):", *prompts]
     return "\n".join(lines)
 
 
@@ -209,9 +214,28 @@ class Commands:
                 command.args if command else "",
             )
         else:
-            text = help_text(unknown)
+            text = help_text(unknown, help_lines(self.prompt_commands()))
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
+
+    def prompt_commands(self) -> dict[str, PromptCommand]:
+        """The running MCP servers' prompts by command; the built-in commands keep their names."""
+        mcp = self.services.tool_services.get("mcp")
+        return prompt_commands(mcp.prompts, set(COMMANDS)) if mcp is not None else {}
+
+    def prompt_call(self, item: InboxItem) -> PromptCall | str | None:
+        """An MCP prompt's command with its arguments, the one line that says what to write
+        instead, or None when the item is no prompt's command."""
+        command = parse_command(Said.of(item).text)
+        if command is None or command.name:
+            return None
+        found = self.prompt_commands().get(command.word[1:].split("@", 1)[0].lower())
+        if found is None:
+            return None
+        try:
+            return PromptCall(found, parse_arguments(found, command.args))
+        except ValueError as exc:
+            return str(exc)
 
     async def refusal(self, thread: ThreadKey, item: InboxItem, name: str, *, running_for: str | None = None) -> str:
         """Why this person's role may not run the command here ("" when it may). `running_for`:

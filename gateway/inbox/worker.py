@@ -24,10 +24,22 @@ from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.inbox.surroundings import kept_lines, led_by
 from gateway.lifecycle import Stopper
-from gateway.store import Fence, InboxItem, Lease, LeaseLost, MessageRecord, PromptRecord, SessionRecord, Store
+from gateway.mcp.prompts import PROMPT_TOOL, PromptCall, call_arguments
+from gateway.store import (
+    Fence,
+    InboxItem,
+    Lease,
+    LeaseLost,
+    MessageRecord,
+    NewToolCall,
+    PromptRecord,
+    SessionRecord,
+    Store,
+)
 from gateway.store.items import ContinueRun, ResumePrompt, Said, Verdict, resumed, started_task
 
 log = logging.getLogger("gateway.inbox.inbox")
+PROMPT_WAITS = "⏳ Answer the request above first, then send the command again."
 PICK_A_BUTTON = "⏳ Please answer the question above with one of its buttons."
 NOT_YOUR_QUESTION = "⏳ The question above is waiting for the person it was asked of; your message comes after it."
 WAITING_FOR_ADMIN = "⏳ Waiting for an admin's decision on the request above; your message comes after it."
@@ -119,7 +131,7 @@ class Worker:
         if item.kind == "edit":  # of a message already answered (a queued one took the new text)
             await self._edited(thread, item, fence)
         elif item.kind == "command":
-            await self.commands.handle(thread, item, fence)
+            await self._command(thread, item, fence)
         elif item.kind == "resume":
             # Done only once acted on: killed in between, the item is still pending for the next
             # holder (a parked run whose decided resume was lost would wait for good).
@@ -222,6 +234,46 @@ class Worker:
             turn_started_seq=started.rows[0].seq,
             started_run=started.run,
             voices=others([v for _, p in ready for v in p.get("voices") or ()], said.sender.id),
+        )
+        await self.runner.run(request)
+
+    async def _command(self, thread: ThreadKey, item: InboxItem, fence: Fence) -> None:
+        prompt = self.commands.prompt_call(item)
+        if isinstance(prompt, PromptCall):
+            await self._prompt_turn(thread, item, fence, prompt)
+        elif prompt is not None:
+            await self.commands.refuse_now(thread, item, prompt)  # what to write instead, in one line
+        else:
+            await self.commands.handle(thread, item, fence)
+
+    async def _prompt_turn(self, thread: ThreadKey, item: InboxItem, fence: Fence, prompt: PromptCall) -> None:
+        """An MCP prompt's command starts a turn: the command as typed is the person's message,
+        and the turn opens with an `mcp_prompt` call whose result (the server's messages, or a
+        question for a missing argument first) the model then acts on."""
+        said = Said.of(item)
+        before = await self.store.before_message(str(thread))
+        if before.prompts or before.resume_waits:
+            await self.commands.refuse_now(thread, item, PROMPT_WAITS)
+            return
+        session = before.session or await self.store.sessions.open(
+            str(thread), source=thread.channel, started_by=said.sender.id, private=said.private
+        )
+        model = await self.commands.models.for_turn(thread, session, item, "")
+        ready = [(item.id, dict(item.payload))]
+        started = await self.store.start_turn(session.id, str(thread), ready, model=model.ref, fence=fence)
+        call = NewToolCall(f"cmd-{item.id}", PROMPT_TOOL, call_arguments(prompt), status="pending")
+        await self.store.record_round(session.id, "", run_id=started.run.id, calls=[call], fence=fence)
+        request = TurnRequest(
+            session,
+            thread,
+            requested_by=said.sender.id,
+            requester_name=said.sender.name or said.sender.username,
+            private=said.private,
+            reply_to=said.message_id,
+            fence=fence,
+            turn_started_seq=started.rows[0].seq,
+            started_run=started.run,
+            opens_with_calls=True,
         )
         await self.runner.run(request)
 

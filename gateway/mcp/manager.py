@@ -17,12 +17,13 @@ from typing import Any
 
 from gateway.config import McpConfig, McpServerConfig
 from gateway.config.redaction import mcp_secrets, redact_error, shown_target
-from gateway.mcp import calls, resources
+from gateway.mcp import calls, prompts, resources
 from gateway.mcp.naming import PREFIX, grant_key, schema_hash, tool_name
 from gateway.mcp.oauth import NoKey
 from gateway.mcp.results import READ_TOOL, render_contents, structured_text
 from gateway.mcp.sdk import (
     Answer,
+    CallFailed,
     CallResult,
     Connection,
     ElicitAnswer,
@@ -30,6 +31,7 @@ from gateway.mcp.sdk import (
     InputRequest,
     NeedsLogin,
     Refusal,
+    RemotePrompt,
     RemoteTool,
     StartFailed,
     Vault,
@@ -80,6 +82,7 @@ class McpManager:
         self.connections: dict[str, Connection] = {}
         self._offered: dict[str, list[str]] = {}  # server -> names in the registry
         self._readable: set[str] = set()  # running servers with resources (mcp_read_resource)
+        self.prompts: dict[str, list[RemotePrompt]] = {}  # running servers' prompts: chat commands (prompts.py)
         self._read_only: dict[str, set[str]] = {}  # server -> its offered tools that declare readOnlyHint
         self._tasks: list[asyncio.Task] = []
         self.changed = asyncio.Condition()  # notified whenever a server's state or tools change
@@ -245,6 +248,7 @@ class McpManager:
 
     async def _load(self, name: str, server: McpServerConfig, connection: Connection) -> None:
         tools = await connection.list_tools()
+        listed_prompts = await self._list_prompts(name, connection)  # before _unload: never absent meanwhile
         identity = f"{name}|{self.states[name].target}|{connection.server_version}"
         specs = [self._spec(name, server, identity, tool) for tool in tools if matches_any(tool.name, server.tools)]
         self._unload(name)
@@ -262,14 +266,32 @@ class McpManager:
         if connection.has_resources:
             self._readable.add(name)
         self._offer_reader()
+        self.prompts[name] = listed_prompts
 
     def _unload(self, name: str) -> None:
         for tool in self._offered.pop(name, []):
             self.registry.unregister(tool)
+        self.prompts.pop(name, None)
         self._read_only.pop(name, None)
         self.states[name].tools = 0
         self._readable.discard(name)
         self._offer_reader()
+
+    async def _list_prompts(self, name: str, connection: Connection) -> list[RemotePrompt]:
+        """A server's prompts, or none when it has none or listing them fails (its tools stay)."""
+        if not connection.has_prompts:
+            return []
+        try:
+            return await connection.list_prompts()
+        except (CallFailed, TimeoutError) as exc:
+            log.warning("MCP server %s: its prompts could not be listed: %s", name, self._shown_error(name, str(exc)))
+            return []
+
+    def prompt(self, server: str, name: str) -> RemotePrompt | None:
+        return next((p for p in self.prompts.get(server, ()) if p.name == name), None)
+
+    def prompt_spec(self) -> ToolSpec:
+        return prompts.prompt_spec(self._live, self.prompt)
 
     def _offer_reader(self) -> None:
         """`mcp_read_resource` is offered while a running server has resources to read."""

@@ -100,6 +100,28 @@ class RemoteTool:
 
 
 @dataclass(frozen=True)
+class PromptArgument:
+    name: str
+    description: str
+    required: bool
+
+
+@dataclass(frozen=True)
+class RemotePrompt:
+    """A prompt template a server offers (`prompts/list`): people pick it by name."""
+
+    name: str
+    description: str
+    arguments: tuple[PromptArgument, ...]
+
+
+@dataclass(frozen=True)
+class PromptMessage:
+    role: str  # user | assistant
+    content: Content
+
+
+@dataclass(frozen=True)
 class Content:
     kind: Literal["text", "image", "audio", "blob", "link", "resource"]
     text: str = ""  # text (of a text resource too), or the link's uri
@@ -364,6 +386,25 @@ class Connection:
                 return ElicitAnswer("cancel")
             return Refusal("the call was canceled")
 
+    @property
+    def has_prompts(self) -> bool:
+        return getattr(self.client.server_capabilities, "prompts", None) is not None
+
+    async def list_prompts(self) -> list[RemotePrompt]:
+        prompts: list[RemotePrompt] = []
+        cursor: str | None = None
+        for _ in range(100):  # a paginator that never ends cannot hang the listing
+            page = await self._guard(self.client.list_prompts(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            prompts += [_remote_prompt(prompt) for prompt in page.prompts]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return prompts
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> tuple[PromptMessage, ...]:
+        result = await self._guard(self.client.get_prompt(name, arguments), self.timeout_s)
+        return tuple(PromptMessage(str(m.role), _content(m.content)) for m in result.messages)
+
     async def read_resource(self, uri: str) -> Resource:
         result = await self._guard(self.client.read_resource(uri, cache_mode="bypass"), self.timeout_s)
         return Resource(tuple(_resource_content(item) for item in result.contents))
@@ -575,6 +616,14 @@ def _remote_tool(tool: Any) -> RemoteTool:
     hint = tool.annotations.read_only_hint if tool.annotations else None
     schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
     return RemoteTool(tool.name, tool.description or tool.title or "", dict(schema), hint, annotations)
+
+
+def _remote_prompt(prompt: Any) -> RemotePrompt:
+    arguments = tuple(
+        PromptArgument(arg.name, arg.description or arg.title or "", bool(arg.required))
+        for arg in prompt.arguments or ()
+    )
+    return RemotePrompt(prompt.name, prompt.description or prompt.title or "", arguments)
 
 
 def _content(block: Any) -> Content:

@@ -48,9 +48,22 @@ def build(state: Path, extra: bool = False) -> MCPServer:
     add_changing_tool(server, state)
     add_asking_tools(server)
     add_failing_tools(server, state)
+    add_prompts(server)
     if extra:
         add_extra_tools(server)
     return server
+
+
+def add_prompts(server: MCPServer) -> None:
+    """Prompts people pick by name (chat commands in the gateway)."""
+
+    @server.prompt(description="Review a piece of code for bugs and style.")
+    def code_review(code: str, language: str = "python") -> str:
+        return f"Review this {language} code for bugs and style, most serious first:\n\n{code}"
+
+    @server.prompt(description="A greeting for the team's standup.")
+    def standup() -> str:
+        return "Greet the team and ask each person for yesterday, today and blockers."
 
 
 def add_extra_tools(server: MCPServer) -> None:
