@@ -105,3 +105,13 @@ async def test_a_fallback_goes_to_a_model_on_another_api_inside_one_turn(store, 
             await settle(gateway, lambda: "answered by the other API" in texts(tg, PRIVATE))
     assert len(llm.requests) == 2 and len(other.requests) == 1
     assert len(tool_results(other.requests[0])) == 1  # the first model's round, in the other API's shape
+
+
+@every_api
+async def test_a_model_that_refuses_is_shown_its_refusal_and_the_turn_ends(store, llm, tg, tmp_path) -> None:
+    llm.reply("I can't help with that.", finish_reason="content_filter")
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "something out of bounds")
+        await settle(gateway, lambda: "I can't help with that." in texts(tg, PRIVATE))
+    (run,) = await store.runs.list()
+    assert run.stage == "SUCCESS" and len(llm.requests) == 1

@@ -254,7 +254,12 @@ class _MessageStream:
             call_id = await self._tool_use(call)
             self.fake.issued[call_id] = thinking
         reason = reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn")
-        reason = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}.get(reason, reason)
+        reason = {
+            "stop": "end_turn",
+            "length": "max_tokens",
+            "tool_calls": "tool_use",
+            "content_filter": "refusal",
+        }.get(reason, reason)
         output = (len(reply.text) + len(reply.reasoning)) // 4 + 1
         usage = {"output_tokens": output} if self.fake.usage_at_start else {**self.usage, "output_tokens": output}
         if reply.usage is not None:
