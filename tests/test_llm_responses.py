@@ -321,3 +321,30 @@ def test_llama_servers_events_keyed_by_item_id_only():
         Finish("tool_calls"),  # no Replay: an empty encrypted_content cannot be sent back
         Usage(prompt_tokens=40, completion_tokens=9),
     ]
+
+
+def test_two_items_at_one_position_stay_apart_when_their_ids_differ():
+    # LiteLLM's translation from Chat Completions reserves output_index 0 for the message, and
+    # may number a reasoning item the same: the ids tell them apart.
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    message = {"id": "msg_1", "type": "message", "content": []}
+    done = {**message, "content": [{"type": "output_text", "text": "Hi."}]}
+    _, events = feed(
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0, "delta": "Hm."},
+        {"type": "response.output_item.done", "output_index": 0, "item": {**reasoning, "summary": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": message},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "delta": "Hi"},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+    )
+    assert events == [ReasoningDelta("Hm."), TextDelta("Hi"), TextDelta(".")]
+
+
+def test_deltas_by_position_then_the_item_by_id_are_one_item():
+    done = {"id": "msg_9", "type": "message", "content": [{"type": "output_text", "text": "Hello"}]}
+    _, events = feed(
+        {"type": "response.output_text.delta", "output_index": 0, "delta": "Hel"},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        completed([done]),
+    )
+    assert events == [TextDelta("Hel"), TextDelta("lo"), Finish("stop")]

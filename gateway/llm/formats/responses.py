@@ -210,6 +210,7 @@ class _Item:
     index: int = -1  # the tool call's index among the response's calls
     emitted: list[str] = field(default_factory=list)
     closed: bool = False  # its output_item.done came: the final response's copy adds nothing
+    named: bool = False  # an event gave its id
 
     @property
     def text(self) -> str:
@@ -362,8 +363,14 @@ class ResponsesParser:
         return [TextDelta(rest)]
 
     def _slot(self, keys: tuple[str, ...], kind: str) -> _Item:
-        """The item the keys name (made on its first event), found by any of them from then on."""
-        slot = next((self._items[key] for key in keys if key in self._items), None) or _Item(kind)
+        """The item an event names: by its id when it gives one (LiteLLM puts two items at one
+        position), else by position; an item first seen by position only takes its id later."""
+        slot = self._items.get(keys[0])
+        if slot is None and keys[0].startswith("id:") and len(keys) > 1:
+            unnamed = self._items.get(keys[1])
+            slot = unnamed if unnamed is not None and not unnamed.named else None
+        slot = slot or _Item(kind)
+        slot.named = slot.named or keys[0].startswith("id:")
         for key in keys:
             self._items.setdefault(key, slot)
         return slot
