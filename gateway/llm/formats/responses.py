@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from gateway.llm.errors import LLMError, as_int, classify_error
 from gateway.llm.events import Finish, ReasoningDelta, Replay, StreamEvent, TextDelta, ToolCallDelta, Usage
-from gateway.llm.formats import Request, replay_of
+from gateway.llm.formats.base import Request, replay_of
 
 API = "responses"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -159,8 +159,9 @@ def replayed_items(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     """The round's reasoning items first (unchanged), then its text, then its calls: the order
-    the model produced them in."""
-    items = replayed_items(message)
+    the model produced them in. Reasoning with nothing after it is left out: OpenAI refuses a
+    reasoning item without the item that followed it."""
+    items: list[dict[str, Any]] = []
     if text := _text_of(message.get("content")):
         items.append({"type": "message", "role": "assistant", "content": text})
     for call in message.get("tool_calls") or ():
@@ -173,7 +174,7 @@ def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
                 "arguments": str(function.get("arguments") or "{}"),
             }
         )
-    return items
+    return replayed_items(message) + items if items else []
 
 
 def _input_parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
