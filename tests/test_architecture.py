@@ -214,6 +214,7 @@ ADMIN_ALLOWED = (
     "gateway.admin", "gateway.store", "gateway.config", "gateway.events", "gateway.approvals.prompts",
     "gateway.budgets", "gateway.cli.reports", "gateway.traces", "gateway.access.cli", "gateway.access.policy",
     "gateway.guesses",  # the limit on wrong admin tokens, shared with /metrics (standard library only)
+    "gateway.skills.catalog",  # the skills' pins and what changed on disk since (it only reads)
 )
 
 

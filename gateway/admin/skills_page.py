@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.admin.keys import OPS, render
-from gateway.skills import SkillCatalog
+from gateway.skills.catalog import SkillCatalog
 
 
 async def skills(request: web.Request) -> web.Response:
