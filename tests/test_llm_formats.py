@@ -68,3 +68,14 @@ async def test_another_apis_replay_is_left_out_of_a_chat_request_and_the_history
         await llm.complete(history)
     assert all(REPLAY_KEY not in m for m in fake.requests[0]["messages"]) and not fake.rejections
     assert REPLAY_KEY in message  # the turn's own copy keeps it for the rounds to come
+
+
+def test_a_replay_counts_in_the_context_it_is_sent_with() -> None:
+    """The thinking a turn's next rounds read again is part of their prompt: the window's budget
+    counts it."""
+    from gateway.context.budget import message_chars
+
+    plain = {"role": "assistant", "content": "", "tool_calls": []}
+    thought = "a long thought " * 100
+    carried = {**plain, REPLAY_KEY: {"api": "anthropic", "data": [{"type": "thinking", "thinking": thought}]}}
+    assert message_chars(carried) - message_chars(plain) > len(thought)

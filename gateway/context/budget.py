@@ -8,9 +8,12 @@ window. A window of 0 means unbudgeted: nothing is ever truncated or folded.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.llm.formats.base import REPLAY_KEY
 
 CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_CHARS = 12  # role, separators and template tokens around each message
@@ -34,6 +37,8 @@ def message_chars(message: dict[str, Any]) -> int:
         chars += len(call["id"]) + len(function["name"]) + len(function["arguments"]) + MESSAGE_OVERHEAD_CHARS
     if "tool_call_id" in message:
         chars += len(message["tool_call_id"])
+    if (replay := message.get(REPLAY_KEY)) is not None:  # a turn's thinking is read again by its next rounds
+        chars += len(json.dumps(replay, ensure_ascii=False))
     return chars
 
 
