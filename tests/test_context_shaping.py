@@ -319,3 +319,64 @@ async def test_the_context_built_round_after_round_equals_one_built_from_scratch
         built = await build(warm, session, turn=first)
         assert built.messages == (await build(builder(store, 0, hide_above=50), session, turn=first)).messages
         check_well_formed(built.messages)
+
+
+async def test_no_fold_between_the_tool_rounds_of_a_turn_while_the_request_fits(store):
+    """Over the target but within the budget between two tool rounds: the request goes as it
+    is (its prefix is what the provider cached a moment ago); the next turn's first round
+    folds, down to the low water, so the prefix then grows untouched for a while."""
+    session = await open_session(store)
+    await grow(store, session, 12)
+    started = (await user(store, session, "request 12: please look at every file")).seq
+    await exchange(store, session, ("read_file", "r" * 900))  # the turn's first tool round
+    mid = await full_estimate(store, session, started)
+    summariser, events = RecordingSummariser(), Events()
+    window, headroom = mid + 300, 600  # the target is under this request, the budget above it
+    b = builder(store, window, summarise=summariser, on_event=events, headroom_tokens=headroom, **TAIL)
+    first_round = await build(b, session, turn=started)
+    assert first_round.folded == 0 and summariser.requests == [] and events.seen == []
+    assert first_round.estimated_tokens > first_round.target  # shaped only where it would not fit
+    await reply(store, session, "answer 12: all fine")
+    next_turn = (await user(store, session, "request 13: and now?")).seq
+    built = await build(b, session, turn=next_turn)
+    assert built.folded > 0 and len(summariser.requests) >= 1
+    budget = make_budget(window, 0, headroom)
+    assert built.estimated_tokens <= budget.low_water < budget.target
+    (changed,) = [p for kind, p in events.seen if kind == "prefix_changed"]
+    assert changed["reason"] == "fold" and changed["tokens_after"] == built.estimated_tokens
+
+
+async def test_a_request_that_would_not_fit_is_shaped_even_between_tool_rounds(store):
+    session = await open_session(store)
+    await grow(store, session, 12)
+    started = (await user(store, session, "request 12: please look at every file")).seq
+    await exchange(store, session, ("read_file", "r" * 900))
+    mid = await full_estimate(store, session, started)
+    summariser = RecordingSummariser()
+    b = builder(store, mid - 100, summarise=summariser, headroom_tokens=600, **TAIL)
+    built = await build(b, session, turn=started)
+    assert built.folded > 0 and built.estimated_tokens <= mid - 100
+    check_well_formed(built.messages)
+
+
+async def test_stubs_change_only_when_shaping_starts(store):
+    """Level of detail moves with a reshaping only: rounds that fit keep the stubs they had."""
+    session = await open_session(store)
+    await grow(store, session, 10, result_chars=5_000)
+    first = (await user(store, session, "request 10: one more")).seq
+    estimate = await full_estimate(store, session, first)
+    events = Events()
+    b = builder(store, estimate + 2_000, headroom_tokens=2_500, on_event=events, **TAIL)  # over target: stubs
+    shaped = await build(b, session, turn=first)
+    stubbed = [r for r in tool_results(shaped.messages).values() if "[truncated" in r]
+    assert stubbed and [k for k, _ in events.seen] == ["prefix_changed"]
+    await exchange(store, session, ("read_file", "x" * 5_000))
+    mid = await build(b, session, turn=first)  # the next round: fits, nothing moves
+    await reply(store, session, "answer 10")
+    nxt = (await user(store, session, "request 11: and this")).seq
+    again = await build(b, session, turn=nxt)
+    assert len(events.seen) == 1  # no other change of the prefix
+    for earlier, later in ((shaped, mid), (mid, again)):
+        before, after = history_of(earlier.messages), history_of(later.messages)
+        assert after[: len(before) - 1] == before[:-1]  # the same stubs, the same bytes: only appended
+        assert after[len(before) - 1]["content"].startswith(before[-1]["content"])

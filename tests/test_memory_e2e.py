@@ -1,10 +1,11 @@
 """Memory across sessions end to end, through Telegram and Slack, on SQLite and PostgreSQL:
 saved in one session, in the model's request after /new and after a restart; one person's
-memory invisible to another and to a group (unless they share it, and then only in their own
-turns); /memory lists, forgets and clears; every change in the audit trail."""
+memory invisible to another and to a group (unless they share it, and then only at the end of
+their own turns); /memory lists, forgets and clears; every change in the audit trail."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fakes.llm import FakeLLM, FakeToolCall, Reply
@@ -99,11 +100,12 @@ async def test_telegram_one_persons_memory_is_invisible_to_another_and_to_a_grou
         llm.reply("Tangerine.")
         tg.group_message(GROUP, "@test_bot my locker hint?")
         await settle(gateway, lambda: "Tangerine." in texts(tg, GROUP))
-        assert HINT in system_of(llm.requests[-1])
+        # said at the end of her turn, labelled as hers; the system message stays the group's
+        assert HINT in llm.requests[-1]["messages"][-1]["content"] and HINT not in system_of(llm.requests[-1])
         llm.push(calling("memory_search", {"query": "tangerine"}, "s3"), Reply("No idea."))
         tg.group_message(GROUP, "@test_bot what is Ann's locker hint?", user_id=BOB, first_name="Bob", username="bob")
         await settle(gateway, lambda: "No idea." in texts(tg, GROUP))
-        assert "tangerine" not in system_of(llm.requests[-2]) and "tangerine" not in system_of(llm.requests[-1])
+        assert HINT not in json.dumps(llm.requests[-2]) and HINT not in json.dumps(llm.requests[-1])
         assert tool_results(llm.requests[-1])[-1] == "Nothing in memory matches 'tangerine'."
 
 

@@ -105,17 +105,17 @@ class ToolCalls:
 
     # ---- what the model is offered and may call ------------------------------------------
     def offered(self) -> list[ToolSpec]:
-        """The tools of this turn: the configured ones a child, the delegation depth, the
-        person's role and the approval rules leave it."""
+        """The tools of this session's requests: the configured ones a child, the delegation
+        depth and the approval rules leave it. The same whoever asks, so the array a provider
+        caches with the prompt does not change with the speaker: what the person's role (or
+        another voice's) does not allow is refused by name when called (`_gate`), and `refused`
+        names it for the model."""
         specs = self.services.registry.specs(self.services.config.agent.tools)
         if self.child is not None:
             specs = [s for s in specs if self.child.may_use(s.name)]
         if self.services.delegation is not None:
             names = set(self.services.delegation.offered(self.child, [s.name for s in specs]))
             specs = [s for s in specs if s.name in names]
-        if self.services.access is not None:  # the person's role: tools it does not allow are never offered
-            specs = self.services.access.offered(specs, *self.req.acting(self.thread.channel))
-            specs = [s for s in specs if self._voice_denial(s.name) is None]  # nor what others' words may not lead to
         hidden = self.services.policy.hidden_tools(specs, self.session.source)
         return [
             s
@@ -124,6 +124,12 @@ class ToolCalls:
             and (self.session.interactive or "interactive_only" not in s.classes)
             and "command_only" not in s.classes  # opened by a chat command, never by the model
         ]
+
+    def refused(self, names: list[str]) -> list[str]:
+        """Those of `names` the person's role, or another voice's, does not allow this turn."""
+        if self.services.access is None:
+            return []
+        return [n for n in names if self._role_denial(n) is not None or self._voice_denial(n) is not None]
 
     def offered_names(self) -> list[str]:
         return [s.name for s in self.offered()]

@@ -96,6 +96,8 @@ class Turn:
         self._declared: list[ToolCallRecord] | None = None  # open calls the last round recorded
         self._notes: dict[str, str] | None = dict(self.session.notes)
         self._memory: str | None = None  # the memory section of the system message, read once a round with tools
+        self._speaker_memory = ""  # a group speaker's shared memory: said in the tail of their turn
+        self._refused: list[str] = []  # tools offered that this turn's people may not use (refused when called)
         self._skills: str | None = None  # the skills' names and descriptions, read once a turn (a stable prefix)
         self._fallbacks: list[dict[str, Any]] = []  # the last LLM call's moves to another model
         self.spans: telemetry.RunSpans | None = None  # with telemetry on: this run's, current while it runs
@@ -417,9 +419,11 @@ class Turn:
         if self._memory is None:  # likewise: memory_forget takes an entry out at once
             book = self.services.memory
             room = await context.memory_tokens(self.model, self.cfg.memory.budget_tokens) if book is not None else 0
-            self._memory = await book.block(self.req.memory, self.session, room) if book is not None else ""
-        # The memory follows the static prompt, before the scratchpad and the summary: the front
-        # of the context stays byte-identical from round to round, so the provider's cache holds.
+            sections = await book.sections(self.req.memory, self.session, room) if book is not None else ("", "")
+            self._memory, self._speaker_memory = sections
+        # The session's memory follows the static prompt and is the same in every turn of the
+        # session; what changes (the scratchpad, the speaker's shared memory, the tools this
+        # turn's people may not use) is said in the tail, so the provider's cache holds.
         return await context.build(
             self.session,
             system_prompt=await self._system_prompt(tools),
@@ -430,8 +434,20 @@ class Turn:
             now=datetime.now(UTC),
             timezone=self.cfg.agent.timezone,
             workspace=self._working_directory(await self.calls.files_dir()),
+            reminder=self._reminder(),
             model=self.model,
         )
+
+    def _reminder(self) -> str | None:
+        parts = []
+        if self._refused:
+            parts.append(
+                "Tools refused in this turn (the role of the person asking, or of someone whose words it "
+                f"holds, does not allow them): {', '.join(self._refused)}."
+            )
+        if self._speaker_memory:
+            parts.append(self._speaker_memory)
+        return "\n".join(parts) or None
 
     async def _system_prompt(self, tools: list[dict[str, Any]]) -> str:
         """The configured prompt, then the skills this turn's person is offered (names and
@@ -456,8 +472,11 @@ class Turn:
         self._memory = None
 
     def _offered_tools(self) -> list[dict[str, Any]]:
-        offered = self.calls.offered()
+        """The same array in every request of the session, whoever asks (a provider caches it
+        with the prompt): the built-ins in their order, then the MCP tools sorted by name."""
+        offered = sorted(self.calls.offered(), key=lambda s: ("mcp" in s.classes, s.name if "mcp" in s.classes else ""))
         self._mcp_tools = {s.name for s in offered if "mcp" in s.classes}
+        self._refused = self.calls.refused([s.name for s in offered])
         return [s.openai() for s in offered]
 
     def _count_mcp_schemas(self, tools: list[dict[str, Any]]) -> None:

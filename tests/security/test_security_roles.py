@@ -27,6 +27,17 @@ def offered(request: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in request.get("tools") or []}
 
 
+def refused(request: dict[str, Any]) -> set[str]:
+    """The tools the request's tail says this turn's people may not use. The tools array is the
+    same whoever asks (a provider caches it with the prompt); a call of one of these is refused
+    by name at the gate."""
+    tail = str(request["messages"][-1]["content"])
+    marker = "does not allow them): "
+    if marker not in tail:
+        return set()
+    return set(tail.split(marker, 1)[1].split(".\n")[0].rstrip(".").split(", "))
+
+
 async def test_a_job_made_with_schedule_runs_with_its_creators_role(store, tmp_path) -> None:
     agents = Agents()
     agents.script("plan it", Reply(tool_calls=(FakeToolCall("schedule", {
@@ -41,13 +52,13 @@ async def test_a_job_made_with_schedule_runs_with_its_creators_role(store, tmp_p
         async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
             await h.say("plan it", thread=ALICE_DM)
             await h.idle()
-            assert "shell" not in offered(llm.requests[0])  # a member's own turn
+            assert "shell" in refused(llm.requests[0])  # a member's own turn
             schedule = await store.schedules.by_name("later")
             assert schedule is not None and schedule.created_by == f"telegram:{ALICE.id}"
             await h.gateway.scheduler.fire(schedule.id, datetime.now(UTC))
             await h.idle()
             job_request = next(r for r in llm.requests if user_texts(r)[0].startswith("Later"))
-            assert "shell" not in offered(job_request)  # not the trusted scheduler's everything
+            assert "shell" in refused(job_request)  # not the trusted scheduler's everything
 
 
 async def test_a_forced_shell_call_in_a_members_job_is_refused_by_the_role(store, tmp_path) -> None:
@@ -81,7 +92,7 @@ async def test_a_turn_continued_after_a_restart_keeps_the_askers_identity(store,
         async with running_gateway(store, config) as h:
             await h.say("hi", thread=group, sender=CAROL)  # the admin starts the session
             await h.idle()
-            assert "shell" in offered(llm.requests[0])
+            assert "shell" in offered(llm.requests[0]) and not refused(llm.requests[0])
             llm.stall()
             await h.say("now me", thread=group, sender=BOB)  # a member's turn, cut by the shutdown
             await h.wait_for(lambda: llm.stalled.is_set())
@@ -89,7 +100,7 @@ async def test_a_turn_continued_after_a_restart_keeps_the_askers_identity(store,
         llm.reply("continued")
         async with running_gateway(store, config) as h:
             await h.wait_for(lambda: "continued" in h.channel.messages(group))
-        assert len(llm.requests) == 3 and "shell" not in offered(llm.requests[-1])  # Bob's role, not Carol's
+        assert len(llm.requests) == 3 and "shell" in refused(llm.requests[-1])  # Bob's role, not Carol's
 
 
 async def test_delegate_goes_through_the_roles_and_the_rules(store, tmp_path) -> None:
@@ -103,7 +114,7 @@ async def test_delegate_goes_through_the_roles_and_the_rules(store, tmp_path) ->
         async with running_gateway(store, config) as h:
             await h.say("hand it off")
             await h.idle()
-        assert "delegate" not in offered(llm.requests[0])
+        assert "delegate" in refused(llm.requests[0])
         assert tool_results(llm.requests[-1]) == ["Tool call denied: the role 'member' may not use 'delegate'."]
         assert not [r for r in llm.requests if user_texts(r)[0].startswith("Child")]
 
@@ -163,3 +174,31 @@ async def test_children_count_against_max_concurrent_turns(store, tmp_path) -> N
             await h.say("/stop")
             await h.idle()
         assert [user_texts(r)[0][:5] for r in llm.requests] == ["split", "First"]
+
+
+async def test_a_tool_in_the_array_that_the_members_role_denies_is_refused_by_name(store, tmp_path) -> None:
+    """The tools array is the same whoever asks (a provider caches it with the prompt), so a
+    member's request carries tools their role denies: a call of one is refused at the gate,
+    by name, however the model was led to it, and nothing runs."""
+    group = ThreadKey("fake", "group1", "")
+    no_writes = {"roles": {"member": {"deny_tools": ["write_file"]}}}
+    async with FakeLLM() as llm:
+        config = make_config(
+            llm.base_url, str(tmp_path / "ws"), access=no_writes, approvals={
+                "admins": {"fake": [CAROL.id]}, "rules": [{"tool": "write_file", "action": "allow"}]},
+        )
+        async with running_gateway(store, config) as h:
+            llm.reply("hello")
+            await h.say("hi", thread=group, sender=CAROL)  # the admin: write_file is hers to use
+            await h.idle()
+            llm.tool_call("write_file", {"path": "pwned.txt", "content": "x"}, id="w1")
+            llm.reply("tried")
+            await h.say("write it", thread=group, sender=BOB)  # a member
+            await h.idle()
+    admins, members = llm.requests[0], llm.requests[1]
+    assert offered(admins) == offered(members) and "write_file" in offered(members)  # the same array
+    assert "write_file" in refused(members) and not refused(admins)  # the model is told, in the tail
+    assert tool_results(llm.requests[-1]) == ["Tool call denied: the role 'member' may not use 'write_file'."]
+    assert not written(tmp_path, "pwned.txt")
+    (denied,) = [a for a in await store.audit.list_audit(tool="write_file") if a.action == "denied"]
+    assert denied.actor == f"fake:{BOB.id}"
