@@ -154,8 +154,8 @@ class ChecklistGate:
 
     async def wakes(self, schedule: ScheduleRecord, run: JobRunRecord, reading: ChecklistReading | None) -> bool:
         """Whether the checklist wakes the model for this firing (a run by hand always does)."""
-        if reading is None:
-            return False
+        if reading is None or (reading.empty and run.origin != "manual"):
+            return False  # an empty checklist needs no look at what was answered
         if run.origin == "manual":
             return True
         return wakes(reading, (await self.repo.state(schedule.id)).checklist_hash)
