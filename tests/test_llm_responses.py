@@ -348,3 +348,12 @@ def test_deltas_by_position_then_the_item_by_id_are_one_item():
         completed([done]),
     )
     assert events == [TextDelta("Hel"), TextDelta("lo"), Finish("stop")]
+
+
+def test_reasoning_with_nothing_after_it_is_not_sent():
+    # OpenAI refuses a reasoning item without the item it preceded (an answer cut in its reasoning).
+    cut = {"role": "assistant", "content": "", REPLAY_KEY: {"api": "responses", "data": [REASONING_ITEM]}}
+    assert body([TURN[1], cut, {"role": "user", "content": "go on"}], tools=None)["input"] == [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What time is it?"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+    ]

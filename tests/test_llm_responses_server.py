@@ -320,3 +320,14 @@ async def test_events_come_in_the_documented_order_with_usage_only_at_the_end(fa
     assert events[-1]["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] >= 1
     items = [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"]
     assert items == ["reasoning", "message", "function_call"]
+
+
+async def test_the_fake_refuses_reasoning_without_the_item_that_followed_it(fake, make_client):
+    fake.tool_call("clock", {}, id="call_a", reasoning="Look at the clock.")
+    one = assistant_round(await events_of(make_client(reasoning="low")))
+    [item] = one[REPLAY_KEY]["data"]
+    body = {"model": "m", **ResponsesFormat.body(Request(USER, TOOLS, reasoning="low"))}
+    body["input"].append(item)  # last, with nothing after it
+    answer = await _post(fake, body)
+    assert answer.status_code == 400
+    assert "of type 'reasoning' was provided without its required following item" in answer.json()["error"]["message"]

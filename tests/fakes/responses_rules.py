@@ -121,6 +121,8 @@ class _Items:
                 return f"Invalid value: '{kind}'. Supported values are: {', '.join(ITEM_TYPES)} ({where}.type)."
             if problem := getattr(self, f"_{kind}")(i, where, item):
                 return problem
+            if kind == "reasoning" and not _followed(items, i):
+                return f"Item '{item['id']}' of type 'reasoning' was provided without its required following item."
         return f"No tool output found for function call {self.open[0]}." if self.open else None
 
     def _message(self, i: int, where: str, item: dict[str, Any]) -> str | None:
@@ -160,6 +162,17 @@ class _Items:
         self.open.remove(call_id)
         self.answered.add(call_id)
         return None
+
+
+def _followed(items: list[Any], i: int) -> bool:
+    """A reasoning item is followed by what the model produced after it: more reasoning, then a
+    function call or an assistant message."""
+    for item in items[i + 1 :]:
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "reasoning":
+            continue
+        return kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
+    return False
 
 
 def _turn_start(items: list[Any]) -> int:
