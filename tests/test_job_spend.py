@@ -11,6 +11,7 @@ import io
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import Reply
 from harness import make_config, running_gateway
@@ -28,10 +29,14 @@ from gateway.llm.pricing import usage_cost
 from gateway.store import CounterKey
 from gateway.store.job_spend import period_queries
 from gateway.store.tables import sessions
+from gateway.tools.sandbox import sandbox_status
 from scheduler.cli import run_jobs_command
 from scheduler.definitions import job_config, to_schedule
 
 CHAT = ThreadKey("telegram", "900", "")
+needs_bwrap = pytest.mark.skipif(
+    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
+)
 UTC_ZONE = ZoneInfo("UTC")
 PRICE = {"input": 3, "output": 15, "cache_read": 0.3}  # USD per million tokens
 QUIET_USAGE = {"prompt_tokens": 1200, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1000}}
@@ -180,6 +185,26 @@ async def test_a_capped_tick_opens_no_session_and_asks_no_model(store, llm, tmp_
         spend = await job_spend(store, schedule, UTC_ZONE, datetime.now(UTC))
         today = spend.periods["today"]
         assert (today.firings.total, today.firings.woke, today.firings.capped, today.spend.calls) == (2, 1, 1, 1)
+
+
+@needs_bwrap
+async def test_a_checked_firing_at_its_cap_opens_no_session_either(store, llm, tmp_path):
+    """The check runs first (it is what saves calls); a firing it wakes still meets the job's
+    cap before any session is opened."""
+    llm.reply("Ann wrote.", usage={"prompt_tokens": 250, "completion_tokens": 250})
+    job = {**TICK, "check": {"command": "echo mail from Ann", "wake_when": "nonempty"}}
+    config = config_with(llm, tmp_path, job, caps=[{"scope": "job", "period": "day", "tokens": 500}],
+                         agent={"tools": []})
+    async with running_gateway(store, config, FakeChannel(name="telegram")) as h:
+        schedule, first = await fire(h, "watch")
+        await h.wait_for(lambda: bool(h.channel.messages(CHAT)))
+        assert first.session_id is not None and len(llm.requests) == 1
+        _, second = await fire(h, "watch")
+        assert second.status == "skipped" and second.error.startswith("budget: Daily budget for this job reached")
+        assert second.session_id is None and len(llm.requests) == 1
+        assert (await store.schedules.get_run(second.id)).check_result["found"] == "woke"  # it was checked
+        today = (await job_spend(store, schedule, UTC_ZONE, datetime.now(UTC))).periods["today"]
+        assert (today.firings.woke, today.firings.capped, today.spend.calls) == (1, 1, 1)
 
 
 async def test_a_job_older_than_a_week_is_forecast_at_the_last_7_days_rate(store, llm, tmp_path):
