@@ -115,3 +115,25 @@ async def test_a_model_that_refuses_is_shown_its_refusal_and_the_turn_ends(store
         await settle(gateway, lambda: "I can't help with that." in texts(tg, PRIVATE))
     (run,) = await store.runs.list()
     assert run.stage == "SUCCESS" and len(llm.requests) == 1
+
+
+async def test_thinking_survives_an_approval_and_a_restart_between_two_rounds(store, tg, tmp_path) -> None:
+    """The round that asked for approval is parked with its thinking; another gateway process
+    resumes the turn when the button is pressed, and sends that thinking back unchanged."""
+    from fakes.anthropic import FakeAnthropic
+    from test_telegram_e2e import button, has_prompt, prompt_message
+
+    async with FakeAnthropic() as llm:
+        llm.tool_call("write_file", {"path": "n.txt", "content": "hi"}, id="toolu_w", reasoning="Write it down.")
+        llm.reply("Written.", reasoning="Done it.")
+        config = tg_config(llm, tg, tmp_path, llm_settings={"reasoning": "high"})
+        async with running(store, config) as gateway:
+            tg.private_message(PRIVATE, "write a note")
+            await settle(gateway, lambda: has_prompt(tg, PRIVATE))
+            prompt = prompt_message(tg, PRIVATE)
+        async with running(store, config) as gateway:
+            tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+            await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+    assert llm.accepted == 2 and not llm.rejections
+    assert thinking_blocks(llm.requests[1]) == llm.issued["toolu_w"]
+    assert llm.requests[1]["thinking"]["budget_tokens"] == 24576
