@@ -237,6 +237,10 @@ async def test_disable_enable_remove_and_a_folder_not_added(sqlite_store, tmp_pa
     assert [s.name for s in await catalog.offered(lambda name: True)] == ["release-notes"]
     assert (await cli(sqlite_store, cfg, "disable", "release-notes"))[0] == 0
     assert await catalog.offered(lambda name: True) == []
+    (tmp_path / "skills" / "release-notes" / "references" / "more.md").write_text("More.")
+    code, out = await cli(sqlite_store, cfg, "approve", "release-notes")
+    assert "(still disabled: gateway skills enable offers it)" in out  # approving content does not enable it
+    assert await catalog.offered(lambda name: True) == []
     assert (await cli(sqlite_store, cfg, "enable", "release-notes"))[0] == 0
     assert len(await catalog.offered(lambda name: True)) == 1
     code, out = await cli(sqlite_store, cfg, "remove", "release-notes")

@@ -126,8 +126,9 @@ async def approve(catalog: SkillCatalog, name: str, *, force: bool, out: TextIO)
         return 1
     files = manifest(folder)
     await catalog.store.skills.pin(name, origin=pin.origin, path=pin.path, files=files, digest=digest_of(files),
-                                   approved_by=CLI, forced=[str(f) for f in inspect(folder)])
-    print(f"approved {name}: {len(files)} files pinned, sha256 {digest_of(files)[:16]}", file=out)
+                                   approved_by=CLI, forced=[str(f) for f in inspect(folder)], status=pin.status)
+    still = " (still disabled: gateway skills enable offers it)" if pin.status == DISABLED else ""
+    print(f"approved {name}: {len(files)} files pinned, sha256 {digest_of(files)[:16]}{still}", file=out)
     return 0
 
 

@@ -48,13 +48,15 @@ class SkillRepo(Repo):
         digest: str,
         approved_by: str,
         forced: list[str] | None = None,
+        status: str = "approved",
     ) -> None:
-        """Record (or replace) the approved content of a skill; it is offered from now on."""
+        """Record (or replace) the approved content of a skill; offered from now on unless `status`
+        is "disabled" (a disabled skill's new content is approved without enabling it)."""
 
         def work(conn: Connection) -> None:
             now = utcnow()
             values: dict[str, Any] = {
-                "origin": origin, "path": path, "files": files, "digest": digest, "status": "approved",
+                "origin": origin, "path": path, "files": files, "digest": digest, "status": status,
                 "forced": forced or None, "approved_by": approved_by, "approved_at": now,
             }
             changed = conn.execute(update(skills).where(skills.c.name == name).values(**values))
