@@ -113,7 +113,9 @@ class Supervision:
     async def _still_alive(self, schedule: ScheduleRecord, run: JobRunRecord) -> bool:
         run = await self.repo.get_run(run.id) or run  # the claimer may have moved it on meanwhile
         item = await self.store.inbox.get_by_event(f"job:{run.id}")
-        young = run.started_at is not None and self._now() - run.started_at < HANDOFF_GRACE
+        # a check runs between the claim and the prompt: its timeout is part of the hand-off
+        handoff = HANDOFF_GRACE + timedelta(seconds=int((schedule.check_spec or {}).get("timeout_s") or 0))
+        young = run.started_at is not None and self._now() - run.started_at < handoff
         if item is None and young:
             return True  # just claimed (by this or another instance): its prompt is on its way
         if item is not None and item.status in ("pending", "held"):

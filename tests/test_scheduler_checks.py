@@ -283,3 +283,14 @@ async def test_checked_firings_run_once_across_two_instances(store, tmp_path):
         assert len(core_a.submitted) + len(core_b.submitted) == 1  # the first woke; the same output after
     finally:
         await other.close()
+
+
+async def test_a_run_whose_check_is_still_running_is_not_taken_for_a_crashed_one(store, tmp_path):
+    scheduler, core, now = await setup(store, tmp_path)
+    job = await add_job(scheduler, name="long", every="1h", check={"url": "http://127.0.0.1:9/", "timeout": "5m"})
+    claimed = await scheduler.repo.claim(job.id, T0, now=T0)  # its check runs: no prompt yet
+    now.set(T0 + timedelta(minutes=3))  # past the hand-off grace, within the check's timeout
+    assert await scheduler.close_abandoned_runs() == []
+    now.set(T0 + timedelta(minutes=7))  # past both: the instance that claimed it is gone
+    [closed] = await scheduler.close_abandoned_runs()  # and within the grace, fired again
+    assert closed.id == claimed.id and closed.status == "failed"
