@@ -19,7 +19,7 @@ from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import TurnEnded
 from gateway.job_checks import JobChecks, job_dir
 from gateway.tools.sandbox import sandbox_status
-from scheduler.checks import OUTPUT_CLOSE, OUTPUT_OPEN
+from scheduler.checks import OUTPUT_CLOSE, OUTPUT_OPEN, output_hash
 from scheduler.jobs import Scheduler
 
 T0 = datetime(2025, 5, 1, 8, 0, tzinfo=UTC)
@@ -294,3 +294,28 @@ async def test_a_run_whose_check_is_still_running_is_not_taken_for_a_crashed_one
     now.set(T0 + timedelta(minutes=7))  # past both: the instance that claimed it is gone
     [closed] = await scheduler.close_abandoned_runs()  # and within the grace, fired again
     assert closed.id == claimed.id and closed.status == "failed"
+
+
+async def test_a_spend_cap_is_asked_only_when_the_check_wakes_and_still_stops_the_run(store, tmp_path):
+    feed = Feed()
+    asked: list[int] = []
+
+    async def room_for_job(schedule_id: int) -> str | None:
+        asked.append(schedule_id)
+        return "job cap 1000 tokens/day reached"
+
+    async with serving(feed.app()) as base:
+        now, core = Now(T0), Core(store)
+        scheduler = Scheduler(
+            store, SchedulerConfig(), submit=core.submit, deliver=core.deliver, now=now, room_for_job=room_for_job,
+            checks=JobChecks(agent(tmp_path, http_fetch_allow_private=True)),
+        )
+        job = await add_job(scheduler, name="capped", every="1h", deliver_to=TARGET, check={"url": f"{base}/feed"})
+        await scheduler.repo.save_state(job.id, output_hash=output_hash("first news"), etag='"v1"')
+        quiet = await fire_at(scheduler, now, job.id, 0)  # 304: nothing new, the cap is not even asked
+        assert (quiet.status, quiet.error, asked, core.delivered) == ("skipped", "no change", [], [])
+
+        feed.body, feed.version = "second news", 2
+        capped = await fire_at(scheduler, now, job.id, 60)
+        assert (capped.status, capped.error) == ("skipped", "budget: job cap 1000 tokens/day reached")
+        assert asked == [job.id] and core.submitted == [] and len(core.delivered) == 1
