@@ -142,7 +142,7 @@ def completed(output=(), usage=None, kind="response.completed", **extra):
 
 USAGE = {
     "input_tokens": 2000,
-    "input_tokens_details": {"cached_tokens": 1536},
+    "input_tokens_details": {"cached_tokens": 1536, "cache_write_tokens": 256},
     "output_tokens": 300,
     "output_tokens_details": {"reasoning_tokens": 200},
     "total_tokens": 2300,
@@ -167,7 +167,9 @@ def test_text_deltas_finish_and_usage_with_cached_and_reasoning_tokens():
         TextDelta("Hel"),
         TextDelta("lo!"),
         Finish("stop"),
-        Usage(prompt_tokens=2000, completion_tokens=300, cached_tokens=1536, reasoning_tokens=200),
+        Usage(
+            prompt_tokens=2000, completion_tokens=300, cached_tokens=1536, reasoning_tokens=200, cache_write_tokens=256
+        ),
     ]
     assert parser.finished and parser.served == "gpt-5-mini"
 

@@ -172,9 +172,11 @@ async def test_the_session_is_the_prompt_cache_key_and_the_cached_prefix_is_coun
         cache_key="session-1",
     )
     assert [r["prompt_cache_key"] for r in fake.requests] == ["session-1", "session-1"]
-    assert first[-1].cached_tokens == 0
+    assert first[-1].cached_tokens == 0 and first[-1].cache_write_tokens >= 1024  # the prefix written
     usage = second[-1]
     assert isinstance(usage, Usage) and 1024 <= usage.cached_tokens < usage.prompt_tokens
+    written = first[-1].cache_write_tokens
+    assert written - 128 <= usage.cached_tokens <= written  # read back (to the step the prefix reaches)
 
 
 async def test_the_cache_key_goes_only_where_the_setting_allows(fake, make_client):

@@ -104,19 +104,20 @@ class FakeResponses(FakeLLM):
         size = max(1, self.chunk_chars)
         return [text[i : i + size] for i in range(0, len(text), size)]
 
-    def cached_tokens(self, body: dict[str, Any], prompt: str) -> int:
-        """The prefix this prompt shares with the last one of its cache key, as a provider bills it."""
+    def cache_tokens(self, body: dict[str, Any], prompt: str) -> tuple[int, int]:
+        """(read, written): the prefix this prompt shares with the last one of its cache key, and
+        what it adds to the cache, as a provider bills them (in steps of 128 tokens from 1,024)."""
         key = body.get("prompt_cache_key")
         if not isinstance(key, str):
-            return 0
+            return 0, 0
         before, self._cache_prefix[key] = self._cache_prefix.get(key, ""), prompt
         shared = 0
         for a, b in zip(before, prompt, strict=False):
             if a != b:
                 break
             shared += 1
-        tokens = shared // 4
-        return tokens - tokens % CACHE_STEP_TOKENS if tokens >= CACHE_MIN_TOKENS else 0
+        read, whole = _cacheable(shared // 4), _cacheable(len(prompt) // 4)
+        return read, max(0, whole - read)
 
 
 class _ResponseStream:
@@ -146,6 +147,10 @@ class _ResponseStream:
             "created_at": 0,
             "status": status,
             "model": self.model,
+            "instructions": self.body.get("instructions"),
+            "tools": self.body.get("tools") or [],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
             "output": list(self.output),
             "usage": None,
             "error": None,
@@ -162,7 +167,9 @@ class _ResponseStream:
         if text:
             await self._message_start()
             for piece in self.fake._pieces_of(text):
-                await self.send("response.output_text.delta", **self._where(), content_index=0, delta=piece)
+                await self.send(
+                    "response.output_text.delta", **self._where(), content_index=0, delta=piece, logprobs=[]
+                )
 
     async def error(self, error: dict[str, Any]) -> None:
         code = error.get("code")
@@ -238,8 +245,8 @@ class _ResponseStream:
     async def _message(self, text: str) -> None:
         await self._message_start()
         for piece in self.fake._pieces_of(text):
-            await self.send("response.output_text.delta", **self._where(), content_index=0, delta=piece)
-        await self.send("response.output_text.done", **self._where(), content_index=0, text=text)
+            await self.send("response.output_text.delta", **self._where(), content_index=0, delta=piece, logprobs=[])
+        await self.send("response.output_text.done", **self._where(), content_index=0, text=text, logprobs=[])
         part = {"type": "output_text", "text": text, "annotations": []}
         await self.send("response.content_part.done", **self._where(), content_index=0, part=part)
         await self._done({**self.output[-1], "status": "completed", "content": [part]})
@@ -266,13 +273,18 @@ class _ResponseStream:
         """4 characters a token; the cached part as the provider would bill it."""
         prompt_text = json.dumps([self.body.get("instructions"), self.body.get("tools"), self.body.get("input")])
         prompt = len(prompt_text) // 4 + 1
+        read, written = self.fake.cache_tokens(self.body, prompt_text)
         reasoning = len(reply.reasoning) // 4
         arguments = sum(len(json.dumps(c.arguments)) for c in reply.tool_calls)
         output = (len(reply.text) + arguments) // 4 + reasoning + 1
         return {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": self.fake.cached_tokens(self.body, prompt_text)},
+            "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": prompt + output,
         }
+
+
+def _cacheable(tokens: int) -> int:
+    return tokens - tokens % CACHE_STEP_TOKENS if tokens >= CACHE_MIN_TOKENS else 0

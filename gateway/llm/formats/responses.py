@@ -407,8 +407,9 @@ _HANDLERS = {
 
 
 def usage_of(usage: Mapping[str, Any]) -> Usage:
-    """The Responses usage object: `input_tokens` is the whole prompt, cache reads included
-    (`input_tokens_details.cached_tokens`); `output_tokens` the whole reply, reasoning included."""
+    """The Responses usage object: `input_tokens` is the whole prompt, cache reads and writes
+    included (`input_tokens_details.cached_tokens`, `.cache_write_tokens`); `output_tokens` the
+    whole reply, reasoning included."""
     inputs = _mapping(usage.get("input_tokens_details"))
     outputs = _mapping(usage.get("output_tokens_details"))
     return Usage(
@@ -416,6 +417,7 @@ def usage_of(usage: Mapping[str, Any]) -> Usage:
         completion_tokens=as_int(usage.get("output_tokens")) or 0,
         cached_tokens=as_int(inputs.get("cached_tokens")) or 0,
         reasoning_tokens=as_int(outputs.get("reasoning_tokens")) or 0,
+        cache_write_tokens=as_int(inputs.get("cache_write_tokens")) or 0,
     )
 
 
