@@ -105,9 +105,13 @@ def render() -> str:
         "gateway; without them the server is shown as `needs_login` ([mcp.md](mcp.md#servers-behind-oauth)).",
         "",
     ]
-    for title, fields_of in (("scheduler.jobs[]", JobConfig), ("scheduler.jobs[].check", CheckConfig)):
+    jobs: tuple[tuple[str, type[BaseModel]], ...] = (
+        ("scheduler.jobs[]", JobConfig),
+        ("scheduler.jobs[].check", CheckConfig),
+    )
+    for title, job_model in jobs:
         lines += [f"### `{title}`", "", "| key | type | default |", "|---|---|---|"]
-        for name, sub in fields_of.model_fields.items():
+        for name, sub in job_model.model_fields.items():
             lines.append(f"| `{sub.alias or name}` | {_type_name(sub.annotation)} | {_default(sub.default)} |")
         lines.append("")
     lines += [
