@@ -276,6 +276,15 @@ def test_a_failed_response_is_classified_by_its_code():
 def test_error_events_are_classified_by_their_code():
     error = {"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": None}
     assert isinstance(ResponsesFormat.classify(None, error), RateLimited)
+    nested = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+            "message": "Your input exceeds the context window of this model.",
+        },
+    }
+    assert isinstance(ResponsesFormat.classify(None, nested), ContextTooLong)
     invalid = ResponsesFormat.classify(None, {"type": "error", "code": "invalid_prompt", "message": "no"})
     assert invalid.kind == "bad_request" and not invalid.retryable
     http = ResponsesFormat.classify(

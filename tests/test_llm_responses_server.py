@@ -15,7 +15,7 @@ from fakes.responses_rules import user_texts
 
 from gateway.config import LLMConfig
 from gateway.llm import Finish, LLMClient, ReasoningDelta, StreamInterrupted, TextDelta, Usage, collect
-from gateway.llm.errors import LLMError
+from gateway.llm.errors import ContextTooLong, LLMError
 from gateway.llm.events import Replay
 from gateway.llm.formats import REPLAY_KEY, Request
 from gateway.llm.formats.responses import ResponsesFormat
@@ -333,3 +333,15 @@ async def test_the_fake_refuses_reasoning_without_the_item_that_followed_it(fake
     answer = await _post(fake, body)
     assert answer.status_code == 400
     assert "of type 'reasoning' was provided without its required following item" in answer.json()["error"]["message"]
+
+
+async def test_an_error_event_with_an_error_object_is_read_by_its_code(fake, make_client):
+    error = {
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+        "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+    }
+    fake.raw("event: error", f"data: {json.dumps({'type': 'error', 'sequence_number': 2, 'error': error})}", "")
+    with pytest.raises(ContextTooLong):
+        await events_of(make_client())
+    assert len(fake.requests) == 1  # a prompt over the context is not retried

@@ -72,9 +72,9 @@ class ResponsesFormat:
     @staticmethod
     def classify(status: int | None, body: Any, headers: Mapping[str, str] | None = None) -> LLMError:
         """An HTTP error body is OpenAI's shape; a mid-stream `error` event has its code (a
-        string) at the top level, read as the status it stands for."""
+        string) at the top level, or in an `error` object, read as the status it stands for."""
         if status is None and isinstance(body, Mapping) and body.get("type") == "error":
-            return stream_error(body)
+            return stream_error(_mapping(body.get("error")) or body)
         return classify_error(status, body, headers)
 
 
