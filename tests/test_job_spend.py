@@ -21,13 +21,13 @@ from test_scheduler_cli import parse
 from test_scheduler_support import Core
 
 from gateway.budgets.caps import period_key
-from gateway.budgets.jobs import budgets_with_jobs, job_spend, period_starts, spend_table, tokens_text
+from gateway.budgets.jobs import budgets_with_jobs, cost_text, job_spend, period_starts, spend_table, tokens_text
 from gateway.config import ModelPrice
 from gateway.events import ThreadKey
 from gateway.llm import Usage
 from gateway.llm.pricing import usage_cost
 from gateway.store import CounterKey
-from gateway.store.job_spend import period_queries
+from gateway.store.job_spend import Spend, period_queries
 from gateway.store.tables import sessions
 from gateway.tools.sandbox import sandbox_status
 from scheduler.cli import run_jobs_command
@@ -238,6 +238,13 @@ async def test_the_spend_reads_only_the_jobs_firings_in_the_period(sqlite_store)
     assert "SEARCH runs USING INDEX ix_runs_session_id (session_id=?)" in spend_plan
     assert "SCAN" not in spend_plan and "SCAN" not in firings_plan
     assert "(schedule_id=? AND scheduled_for>?)" in firings_plan
+
+
+def test_a_cost_says_when_it_is_unpriced_or_estimated():
+    assert cost_text(Spend()) == "$0.00"  # no call, nothing spent
+    assert cost_text(Spend(calls=2, input_tokens=10)) == "unpriced"  # calls the model has no price for
+    assert cost_text(Spend(calls=2, cost_nano_usd=960_000, unpriced=True)) == "$0.00096 (+ unpriced calls)"
+    assert cost_text(Spend(calls=1, cost_nano_usd=960_000, estimated=True)) == "~$0.00096"
 
 
 def test_periods_are_calendar_periods_in_the_jobs_zone():
