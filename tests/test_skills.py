@@ -396,3 +396,36 @@ async def test_the_console_lists_skills_and_their_state(sqlite_store, llm, tmp_p
     assert "changed (1 added)" in rows["auto-deploy"] and "added    notes.md" in rows["auto-deploy"]
     assert "added over the checks with --force" in rows["auto-deploy"]
     assert "not added" in rows["windows-optimizer"]
+
+
+# ---- skills an MCP server serves (skill:// resources) ------------------------------------------
+
+
+def mcp_config(tmp_path: Path) -> Config:
+    import sys
+
+    from mcp_support import SERVER
+
+    server = {"command": [sys.executable, str(SERVER), "--state", str(tmp_path / "state"), "--skills"],
+              "timeout_s": 20}
+    return Config.model_validate({"skills": {"dirs": [str(tmp_path / "skills")]}, "mcp": {"servers": {"t": server}}})
+
+
+async def test_a_skill_an_mcp_server_serves_is_downloaded_checked_and_pinned(sqlite_store, tmp_path):
+    cfg = mcp_config(tmp_path)
+    code, out = await cli(sqlite_store, cfg, "add", "mcp:t/release-helper")
+    assert code == 0, out
+    pin = await sqlite_store.skills.get("release-helper")
+    assert pin.origin == "mcp:t/release-helper" and sorted(pin.files) == ["SKILL.md", "references/steps.md"]
+    assert (tmp_path / "skills" / "release-helper" / "references" / "steps.md").read_text().startswith("# Steps")
+    catalog = SkillCatalog(cfg.skills, sqlite_store)
+    assert [s.name for s in await catalog.offered(lambda name: True)] == ["release-helper"]
+    code, out = await cli(sqlite_store, cfg, "add", "mcp:t/setup-wizard")
+    assert code == 1 and "refused: SKILL.md:6: a download piped to a shell" in out
+    assert await sqlite_store.skills.get("setup-wizard") is None
+    code, out = await cli(sqlite_store, cfg, "add", "mcp:t/nothing")
+    assert (code, out.strip()) == (
+        1, "not added: MCP server 't' serves no skill 'nothing' (its skills: release-helper, setup-wizard)"
+    )
+    code, out = await cli(sqlite_store, cfg, "add", "mcp:x/release-helper")
+    assert (code, out.strip()) == (1, "not added: write mcp:<server>/<skill> with a server of mcp.servers (t)")

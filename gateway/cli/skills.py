@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,9 +20,11 @@ from typing import Any, TextIO
 from gateway.config import Config
 from gateway.skills import SkillCatalog, SkillFormatError, SkillState, digest_of, inspect, manifest, read_meta
 from gateway.skills.catalog import CHANGED, DISABLED, INVALID, MISSING, NOT_ADDED, OFFERED, OUTSIDE
+from gateway.skills.mcp_source import SkillSourceError, download
 from gateway.store import Store
 
 CLI = "cli"  # approved_by of a pin made here: the operator at the terminal
+MCP_ORIGIN = "mcp:"  # `add mcp:<server>/<name>`: a skill an MCP server serves (gateway/skills/mcp_source.py)
 
 
 def add_parser(subparsers: Any, *, parents: Sequence[argparse.ArgumentParser], handler: Callable[..., Any]) -> None:
@@ -33,7 +36,7 @@ def add_parser(subparsers: Any, *, parents: Sequence[argparse.ArgumentParser], h
     skills.set_defaults(handler=handler)
     actions = skills.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
     add = actions.add_parser("add", parents=list(parents), help="check a skill folder and pin its files")
-    add.add_argument("path", help="a skill folder (with a SKILL.md)")
+    add.add_argument("path", help="a skill folder (with a SKILL.md), or mcp:<server>/<name>: one an MCP server serves")
     add.add_argument("--force", action="store_true", help="add it although the checks found something (shown)")
     actions.add_parser("list", parents=list(parents), help="every skill: name, status, origin, hash")
     approve = actions.add_parser("approve", parents=list(parents), help="show what changed, then pin it as it is now")
@@ -47,6 +50,8 @@ def add_parser(subparsers: Any, *, parents: Sequence[argparse.ArgumentParser], h
 async def run(args: argparse.Namespace, store: Store, config: Config, out: TextIO = sys.stdout) -> int:
     catalog = SkillCatalog(config.skills, store)
     command = args.skills_command
+    if command == "add" and args.path.startswith(MCP_ORIGIN):
+        return await add_from_mcp(catalog, config, args.path, force=args.force, out=out)
     if command == "add":
         return await add(catalog, Path(args.path), force=args.force, out=out)
     if command == "list":
@@ -66,7 +71,26 @@ async def run(args: argparse.Namespace, store: Store, config: Config, out: TextI
     return 0
 
 
-async def add(catalog: SkillCatalog, path: Path, *, force: bool, out: TextIO) -> int:
+async def add_from_mcp(catalog: SkillCatalog, config: Config, source: str, *, force: bool, out: TextIO) -> int:
+    """`mcp:<server>/<name>`: the skill a configured MCP server serves, downloaded, then added
+    like a folder (checked, copied into skills.dirs, pinned)."""
+    server, _, name = source[len(MCP_ORIGIN):].partition("/")
+    settings = config.mcp.servers.get(server)
+    if settings is None or not name:
+        known = ", ".join(sorted(config.mcp.servers)) or "none in mcp.servers"
+        print(f"not added: write mcp:<server>/<skill> with a server of mcp.servers ({known})", file=out)
+        return 1
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / name
+        try:
+            await download(server, settings, name, folder)
+        except SkillSourceError as exc:
+            print(f"not added: {exc}", file=out)
+            return 1
+        return await add(catalog, folder, force=force, out=out, origin=source)
+
+
+async def add(catalog: SkillCatalog, path: Path, *, force: bool, out: TextIO, origin: str = "") -> int:
     folder = path.expanduser().resolve()
     try:
         meta = read_meta(folder)
@@ -94,10 +118,10 @@ async def add(catalog: SkillCatalog, path: Path, *, force: bool, out: TextIO) ->
             return 1
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(folder, target, symlinks=True)
-        print(f"copied {folder} to {target}", file=out)
-        origin, folder = str(path), target
+        print(f"copied {origin or folder} to {target}", file=out)
+        origin, folder = origin or str(path), target
     else:
-        origin = str(folder)
+        origin = origin or str(folder)
     files = manifest(folder)
     forced = [str(f) for f in inspect(folder)]
     await catalog.store.skills.pin(meta.name, origin=origin, path=str(folder), files=files,

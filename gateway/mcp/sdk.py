@@ -386,6 +386,18 @@ class Connection:
                 return ElicitAnswer("cancel")
             return Refusal("the call was canceled")
 
+    async def list_resources(self) -> list[str]:
+        """The uris of the server's resources (`resources/list`), in its order."""
+        uris: list[str] = []
+        cursor: str | None = None
+        for _ in range(100):  # a paginator that never ends cannot hang the listing
+            page = await self._guard(self.client.list_resources(cursor=cursor, cache_mode="bypass"), self.timeout_s)
+            uris += [str(resource.uri) for resource in page.resources]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return uris
+
     @property
     def has_prompts(self) -> bool:
         return getattr(self.client.server_capabilities, "prompts", None) is not None
