@@ -74,8 +74,9 @@ async def test_the_fold_happens_exactly_when_the_estimate_crosses_the_target(sto
     at_target = await build(builder(store, estimate, summarise=summariser, **TAIL), session, turn=first)
     assert at_target.folded == 0 and summariser.requests == [] and at_target.estimated_tokens == estimate
     over = await build(builder(store, estimate - 1, summarise=summariser, **TAIL), session, turn=first)
-    assert over.folded > 0 and len(summariser.requests) == 1
-    assert over.estimated_tokens <= estimate - 1
+    assert over.folded > 0 and len(summariser.requests) >= 1
+    # once shaping starts it goes down to the low water, however many folds that takes
+    assert over.estimated_tokens <= make_budget(estimate - 1, 0, 0).low_water
 
 
 async def test_pristine_tail_and_pinned_first_request_survive_folds(store):

@@ -66,14 +66,20 @@ async def test_a_reasoning_turn_of_two_tool_rounds_carries_its_reasoning_in_slac
     assert_carried_through_the_turn(llm)
 
 
-async def test_reasoning_waits_with_an_approval_and_the_next_turn_starts_without_it(store, tg, tmp_path) -> None:
+async def test_reasoning_waits_with_an_approval_across_a_restart_and_the_next_turn_starts_without_it(
+    store, tg, tmp_path
+) -> None:
+    """The round that asked for approval is parked with its reasoning item; another gateway
+    process resumes the turn when the button is pressed and sends the item back unchanged."""
     async with FakeResponses() as llm:
         llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1", reasoning="Write it down.")
         llm.reply("Written.")
-        async with running(store, tg_config(llm, tg, tmp_path, llm_settings=REASONING)) as gateway:
+        config = tg_config(llm, tg, tmp_path, llm_settings=REASONING)
+        async with running(store, config) as gateway:
             tg.private_message(PRIVATE, "write a note")
             await settle(gateway, lambda: has_prompt(tg, PRIVATE))
             prompt = prompt_message(tg, PRIVATE)
+        async with running(store, config) as gateway:
             tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
             await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
             assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
@@ -82,7 +88,7 @@ async def test_reasoning_waits_with_an_approval_and_the_next_turn_starts_without
             tg.private_message(PRIVATE, "thanks")
             await settle(gateway, lambda: "You are welcome." in texts(tg, PRIVATE))
     [issued] = llm.issued.values()
-    assert reasoning_items(llm.requests[1]) == [issued]  # kept while the turn waited for the tap
+    assert reasoning_items(llm.requests[1]) == [issued]  # kept while the turn waited for the tap, restart and all
     assert reasoning_items(llm.requests[2]) == []  # a finished turn's reasoning is not sent again
     assert llm.rejections == [] and llm.accepted == 3
 

@@ -21,7 +21,7 @@ IMAGE_PART_CHARS = (85 + 170 * 6) * CHARS_PER_TOKEN  # 6 tiles (a 3:2 photo, 115
 REFUSAL_SHRINK = 1.2  # a refusal that gave no numbers still means "smaller next time"
 # Shaping goes down to this share of the conversation's room when it has to start (at the
 # target): the prefix then grows untouched for a while before the next change (hysteresis).
-LOW_WATER = 0.6
+LOW_WATER = 0.5
 
 
 def estimate_tokens(chars: int) -> int:

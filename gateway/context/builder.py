@@ -1,11 +1,14 @@
 """The context builder: history -> chat messages that fit the model's window.
 
-Each round: refresh the session cache (only what changed), drop orphaned requests, then shape:
-0. render as before (same LOD boundary); if it fits the target, the prefix is untouched;
-1. otherwise move the LOD boundary forward, to a multiple of `lod_step` rows before the
+Each round: refresh the session cache (only what changed), drop orphaned requests, then:
+0. render as before (same LOD boundary, same summary); if it fits, the prefix is untouched:
+   the target in a turn's first round, the whole budget between its tool rounds;
+1. otherwise shape, once, down to the low water (hysteresis, so the prefix then stays put for
+   a while): move the LOD boundary forward, to a multiple of `lod_step` rows before the
    pristine tail, then to the tail's edge, stubbing older tool results as their tools declare;
 2. still over: fold the oldest rows before the tail into a summary (at most
-   `max_folds_per_build` times), recording a marker, and shape again.
+   `max_folds_per_build` times), recording a marker, and stub again. The change is said as
+   `prefix_changed`.
 A window of 0 is unbudgeted: no caps, no stubs, no folds.
 Before any of it, the fixed part (the system prompt, the memory and the tools' schemas) is
 fitted to the window (`fitting.py`); the tools are counted in every fit after that.
