@@ -329,13 +329,13 @@ class ScheduleRepo(Repo):
             values["cost_nano_usd"] = cost_nano_usd
 
         def work(conn: Connection) -> JobRunRecord | None:
-            changed = conn.execute(
-                update(job_runs).where(job_runs.c.id == job_run_id, job_runs.c.status == "running").values(**values)
-            )
-            if changed.rowcount != 1:
-                return None
-            row = conn.execute(select(job_runs).where(job_runs.c.id == job_run_id)).first()
-            return to_record(JobRunRecord, row)
+            row = conn.execute(  # one statement: a 1-minute tick closes a run every minute
+                update(job_runs)
+                .where(job_runs.c.id == job_run_id, job_runs.c.status == "running")
+                .values(**values)
+                .returning(*job_runs.c)
+            ).first()
+            return to_record(JobRunRecord, row) if row is not None else None
 
         finished = await self.db.write(work)
         if finished is not None:
@@ -362,15 +362,21 @@ class ScheduleRepo(Repo):
         stamp = {**values, "updated_at": now or utcnow()}
 
         def work(conn: Connection) -> ScheduleState:
-            where = schedule_states.c.schedule_id == schedule_id
-            if conn.execute(update(schedule_states).where(where).values(**stamp)).rowcount == 0:
+            change = (
+                update(schedule_states)
+                .where(schedule_states.c.schedule_id == schedule_id)
+                .values(**stamp)
+                .returning(*schedule_states.c)
+            )
+            row = conn.execute(change).first()  # one statement once the row exists
+            if row is None:
                 conn.execute(  # the first write (two instances at once: one inserts, both update)
                     insert_ignoring(conn, schedule_states, ["schedule_id"]).values(
                         schedule_id=schedule_id, failures=0, failure_reported=False, updated_at=stamp["updated_at"]
                     )
                 )
-                conn.execute(update(schedule_states).where(where).values(**stamp))
-            return to_record(ScheduleState, conn.execute(select(schedule_states).where(where)).first())
+                row = conn.execute(change).first()
+            return to_record(ScheduleState, row)
 
         return await self.db.write(work)
 
