@@ -12,7 +12,7 @@ from test_first_hour_setup import setup
 
 from gateway.cli.doctor import diagnose
 from gateway.config import LLMConfig
-from gateway.llm.api_probe import judge, probe_apis, spoken, suggest_api
+from gateway.llm.api_probe import APIS, PATHS, ApiAnswer, judge, probe_apis, spoken, suggest_api
 from gateway.llm.formats.anthropic import THINKING_BUDGET
 
 
@@ -52,6 +52,17 @@ async def test_the_suggestion_is_the_models_own_api_then_the_configured_then_the
     assert suggest_api("qwen3", both.base_url, answers, "chat") == "chat"
     assert suggest_api("qwen3", both.base_url, answers, "anthropic") == "anthropic"
     assert suggest_api("qwen3", both.base_url, answers, "responses") == "chat"  # not spoken there
+
+
+def test_an_openai_reasoning_model_on_openais_api_is_suggested_responses():
+    """What OpenAI's API answers the probe (its Chat Completions and Responses refuse an empty
+    request, it has no /messages), as answers: the suggestion for each model there."""
+    openai = "https://api.openai.com/v1"
+    answers = {api: ApiAnswer(api, openai + PATHS[api], api != "anthropic", "HTTP 400") for api in APIS}
+    assert suggest_api("o4-mini", openai, answers) == "responses"
+    assert suggest_api("gpt-5-mini", openai, answers) == "responses"
+    assert suggest_api("gpt-4o-mini", openai, answers) == "chat"  # no reasoning items to lose
+    assert suggest_api("o4-mini", "http://127.0.0.1:8000/v1", answers) == "chat"  # another server: as configured
 
 
 async def test_an_api_the_server_does_not_speak_fails_with_the_setting_and_the_fix():

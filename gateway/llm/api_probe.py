@@ -27,6 +27,7 @@ from gateway.llm.formats import format_for
 APIS: tuple[Api, ...] = get_args(Api)  # chat, responses, anthropic: the order a suggestion prefers
 PATHS: dict[Api, str] = {"chat": "/chat/completions", "responses": "/responses", "anthropic": "/messages"}
 PROBE_TIMEOUT_S = 10.0
+OPENAI_REASONING = ("o1", "o3", "o4", "gpt-5")  # OpenAI's reasoning model families
 NOT_THERE = (404, 405, 501)
 # What a server says of a route it does not have when it answers with another status (LM Studio
 # answers 200 with "Unexpected endpoint or method").
@@ -92,12 +93,13 @@ def spoken(answers: dict[Api, ApiAnswer]) -> list[Api]:
 
 def native_api(model: str, base_url: str, answers: dict[Api, ApiAnswer]) -> Api | None:
     """The model's own API when its server speaks it: Anthropic's for a Claude model (Chat
-    Completions drops its thinking and cache breakpoints), Responses on OpenAI's API (Chat
-    Completions drops the reasoning items between tool calls)."""
+    Completions drops its thinking and cache breakpoints), Responses for an OpenAI reasoning
+    model on OpenAI's API (Chat Completions drops its reasoning items between tool calls)."""
     name = model.lower().rsplit("/", 1)[-1]
     if "claude" in name and answers["anthropic"].speaks:
         return "anthropic"
-    if httpx.URL(base_url).host == "api.openai.com" and answers["responses"].speaks:
+    openai = httpx.URL(base_url).host == "api.openai.com"
+    if openai and name.startswith(OPENAI_REASONING) and answers["responses"].speaks:
         return "responses"
     return None
 
