@@ -33,7 +33,8 @@ gives it back on that message under `REPLAY_KEY` while the turn lasts, as `{"api
 ...}`. An adapter uses the replay of its own `api` and ignores (drops) the others; every adapter
 must leave `REPLAY_KEY` out of what it sends.
 
-To add a format: a module here with the class, and its line in `_formats` below.
+To add a format: a module here with the class (taking `Request`, `REPLAY_KEY` and `replay_of` from
+`gateway.llm.formats.base`, since this registry imports the adapters), and its line in `_formats`.
 """
 
 from __future__ import annotations
