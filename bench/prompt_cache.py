@@ -43,9 +43,9 @@ from fakes.telegram import FakeTelegram  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
 from gateway.config import Config  # noqa: E402
 from gateway.context.compaction import SUMMARY_SYSTEM  # noqa: E402
+from gateway.events import ThreadKey  # noqa: E402
 from gateway.llm import LLMClient  # noqa: E402
 from gateway.memory.scope import chat_owner, person_owner  # noqa: E402
-from gateway.events import ThreadKey  # noqa: E402
 from gateway.store import Store  # noqa: E402
 
 CHARS_PER_TOKEN = 4
@@ -114,8 +114,8 @@ class RecordingLLM(FakeLLM):
 
 
 # ---- the conversation ---------------------------------------------------------------------------
-def script(turns: int, shared: Path) -> list[tuple[int, str]]:
-    """(speaker, message) for each turn: most turns use tools, some several rounds."""
+def script(turns: int, shared: Path) -> list[str]:
+    """Each turn's message: most use tools, some several rounds."""
     plans = [
         f"read {shared}/report.txt",
         "clock",
@@ -131,7 +131,7 @@ def script(turns: int, shared: Path) -> list[tuple[int, str]]:
         plan = plans[n % len(plans)]
         words = f"Question {n}: please look into item {n} and tell me what you see."
         said.append(f"{words}\n{PLAN} {plan}" if plan else words)
-    return [(0, text) for text in said]
+    return said
 
 
 @dataclass
@@ -283,7 +283,7 @@ async def converse(turns: int, window: int, gap: float, group: bool, verbose: bo
             await gateway.start()
             try:
                 speakers = (ADA, BOB, MEL)
-                for turn, (_, text) in enumerate(script(turns, tmp / "shared")):
+                for turn, text in enumerate(script(turns, tmp / "shared")):
                     first = len(llm.bodies)
                     chat = GROUP if group else PRIVATE
                     replies = len(fake.bot_messages(chat))
