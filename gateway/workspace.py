@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 SESSIONS = "sessions"
 CHECKLISTS = "checklists"  # ticks' checklists (gateway/checklist_files.py), outside every session's directory
+JOBS = "jobs"  # the directories jobs' command checks run in (gateway/job_checks.py)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -164,7 +165,7 @@ def adopt_legacy_layout(workspace: Path | str, attachments_dir: str, shared: Pat
             )
         if not any(old.iterdir()):
             old.rmdir()
-    kept = {SESSIONS, CHECKLISTS} | (
+    kept = {SESSIONS, CHECKLISTS, JOBS} | (
         {shared.relative_to(base).parts[0]} if shared and shared.is_relative_to(base) and shared != base else set()
     )
     left = sorted(e.name for e in base.iterdir() if e.name not in kept) if base.is_dir() else []
