@@ -9,6 +9,8 @@ usage, message_stop), cut into 4 KiB network reads, decoded:
 
 - "ours": the SSE decoder and `MessageParser` (gateway/llm/formats/anthropic.py), as the client
   reads a stream;
+- "ours, client": the whole `LLMClient.stream` in `api: anthropic` through httpx (a mock
+  transport, no socket), as a turn reads it;
 - "sdk raw": `AsyncAnthropic().messages.create(stream=True)` over the same bytes (a mock transport
   of its HTTP library, no socket), iterating its typed events;
 - "sdk stream": the SDK's `messages.stream()` helper, which also accumulates the message.
@@ -34,6 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
+
+from gateway.config import LLMConfig  # noqa: E402
+from gateway.llm import LLMClient  # noqa: E402
 from gateway.llm.formats.anthropic import AnthropicFormat  # noqa: E402
 from gateway.llm.stream import SSEDecoder  # noqa: E402
 
@@ -112,6 +118,18 @@ async def ours(chunks: list[bytes]) -> int:
     return events
 
 
+async def ours_client(chunks: list[bytes]) -> int:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunks_of(chunks))
+
+    config = LLMConfig(base_url="http://bench.invalid/v1", model="m", api="anthropic", api_key="k")
+    async with LLMClient(config, transport=httpx.MockTransport(handler)) as client:
+        events = 0
+        async for _ in client.stream([{"role": "user", "content": "hi"}]):
+            events += 1
+        return events
+
+
 def sdk_client(chunks: list[bytes]) -> Any:
     import anthropic
     import httpx2
@@ -162,7 +180,7 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=4000)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    ways: list[tuple[str, Callable[[list[bytes]], Awaitable[int]]]] = [("ours", ours)]
+    ways: list[tuple[str, Callable[[list[bytes]], Awaitable[int]]]] = [("ours", ours), ("ours, client", ours_client)]
     try:
         import anthropic
 
