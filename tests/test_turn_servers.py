@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from fakes.llm import FakeLLM, user_texts
 from harness import make_config, running_gateway
+from helpers import every_api
 
 from gateway.agent.refusals import CUT_OFF
 from gateway.inbox.commands import cost_text
 
 
+@every_api
 async def test_an_empty_answer_twice_far_from_the_window_ends_the_turn_saying_so(store, llm, tmp_path):
     llm.empty_stream()
     llm.empty_stream()
-    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path), llm=llm.settings)) as h:
         await h.say("hello")
         await h.idle()
         said = h.channel.messages()[-1]
@@ -42,9 +44,10 @@ async def test_an_over_long_message_is_set_aside_and_the_next_turn_works(store, 
     assert llm.rejections == []
 
 
+@every_api
 async def test_a_stream_cut_after_text_is_finished_honestly_not_repeated(store, llm, tmp_path):
     llm.truncate("The answer is forty")
-    async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
+    async with running_gateway(store, make_config(llm.base_url, str(tmp_path), llm=llm.settings)) as h:
         await h.say("what is the answer?")
         await h.idle()
         said = h.channel.messages()
