@@ -113,6 +113,7 @@ def test_options_map_to_the_responses_names():
     assert sent["include"] == ["reasoning.encrypted_content"]
     assert sent["prompt_cache_key"] == "session-7"
     assert body(reasoning="off")["reasoning"] == {"effort": "minimal"}
+    assert body(max_tokens=3)["max_output_tokens"] == 16  # the least OpenAI accepts
 
 
 def test_reasoning_auto_sends_neither_effort_nor_the_encrypted_include():

@@ -187,10 +187,13 @@ async def test_the_cache_key_goes_only_where_the_setting_allows(fake, make_clien
 
 async def test_max_output_tokens_cuts_the_reply_and_finishes_by_length(fake, make_client):
     fake.reply("x" * 200)
-    events = await events_of(make_client(max_tokens=10))
-    assert fake.requests[0]["max_output_tokens"] == 10
+    fake.reply("y" * 200)
+    events = await events_of(make_client(max_tokens=20))
+    assert fake.requests[0]["max_output_tokens"] == 20
     assert [e.reason for e in events if isinstance(e, Finish)] == ["length"]
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "x" * 40
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "x" * 80  # the fake: 4 characters a token
+    await events_of(make_client(max_tokens=3))  # what a spend cap leaves may be less than OpenAI takes
+    assert fake.requests[1]["max_output_tokens"] == 16 and fake.rejections == []
 
 
 # ---- failures -------------------------------------------------------------------------------
@@ -281,6 +284,7 @@ async def test_rate_limit_code_in_a_failed_response(fake, make_client, clock):
         (lambda b: b.update(tools=TOOLS), "Unknown parameter: 'tools[0].function'"),
         (lambda b: b.update(messages=[]), "Unknown parameter: 'messages'"),
         (lambda b: b.update(store=True), "store"),
+        (lambda b: b.update(max_output_tokens=8), "Invalid 'max_output_tokens': integer below minimum value"),
         (
             lambda b: b["input"].insert(
                 0, {"type": "reasoning", "id": "rs_x", "summary": [], "encrypted_content": "e"}

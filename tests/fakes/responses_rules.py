@@ -65,6 +65,9 @@ def request_problem(body: Any, issued: dict[str, dict[str, Any]], reasoned: dict
         return "store: this server keeps nothing; send store: false and carry reasoning items yourself"
     if body.get("previous_response_id") is not None:
         return "Previous response cannot be used with store: false."
+    limit = body.get("max_output_tokens")
+    if limit is not None and (not isinstance(limit, int) or limit < 16):
+        return f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {limit}."
     if problem := _include_problem(body.get("include")) or _tools_problem(body.get("tools")):
         return problem
     items = body.get("input")

@@ -22,6 +22,7 @@ from gateway.llm.formats.base import Request, replay_of
 
 API = "responses"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+MIN_OUTPUT_TOKENS = 16  # the least max_output_tokens OpenAI accepts
 
 # `response.failed` and `error` events carry a string code, not a status: the status it stands
 # for, so the classifier treats it like the HTTP error it names (a rate limit waits and retries).
@@ -108,7 +109,8 @@ def request_body(
         body["reasoning"] = {"effort": EFFORT.get(reasoning, reasoning)}
         body["include"] = [ENCRYPTED_REASONING]
     if max_tokens is not None:
-        body["max_output_tokens"] = max_tokens
+        # OpenAI refuses fewer than 16 (a spend cap's last few tokens): the least it takes.
+        body["max_output_tokens"] = max(MIN_OUTPUT_TOKENS, max_tokens)
     if temperature is not None:
         body["temperature"] = temperature
     if cache_key:
