@@ -119,7 +119,10 @@ def render() -> str:
         "in `<agent.workspace>/jobs/<name>/`), `url` (web_fetch's address rules, ETag / Last-Modified) or `mcp`",
         "(`{server, tool, arguments}`: a read-only tool of a trusted server); the model wakes when `wake_when`",
         "holds, else the firing is recorded `skipped (no change)` ([scheduler.md](scheduler.md#checks)).",
-        "`idle_backoff` is `{max_every: 4h}`.",
+        "`checklist` names a file of `<agent.workspace>/checklists/` a tick works through: the model is called only",
+        "for open items not answered yet ([scheduler.md](scheduler.md#the-checklist-tick)). `idle_backoff` is",
+        "`{max_every: 4h}`: each firing skipped for no change doubles the interval, up to `max_every`, until one",
+        "wakes ([scheduler.md](scheduler.md#backing-off-when-idle)).",
         "",
     ]
     lines += [

@@ -3,6 +3,7 @@ conversation with a person, with an approval; never from a scheduled run)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import ThreadKey
 from gateway.store.schedules import JobRunRecord
 from gateway.tools.registry import InMemoryNotes, ToolContext, ToolError
+from gateway.workspace import adopt_legacy_layout
 from scheduler.checklist import ChecklistNameError, check_name, checklist_block, open_items, read_checklist, wakes
 from scheduler.checklist_tool import checklist_tool
 from scheduler.definitions import job_config, to_schedule
@@ -229,3 +231,16 @@ async def test_the_heartbeat_calls_the_model_only_for_what_the_chat_added(store,
         assert (await firing()).error == "no change" and len(llm.requests) == asked + 1
         runs = await h.store.schedules.recent_runs(schedule.id)
         assert [r.status for r in runs] == ["skipped", "success", "skipped"]
+
+
+def test_the_start_does_not_take_checklists_or_jobs_for_leftovers(tmp_path, caplog):
+    workspace = tmp_path / "ws"
+    for directory in ("sessions", "checklists", "jobs"):
+        (workspace / directory).mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        adopt_legacy_layout(workspace, "attachments")
+    assert "from before per-session directories" not in caplog.text
+    (workspace / "notes.txt").write_text("left at the top")
+    with caplog.at_level(logging.WARNING):
+        adopt_legacy_layout(workspace, "attachments")
+    assert "from before per-session directories (notes.txt)" in caplog.text
