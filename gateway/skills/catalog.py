@@ -9,6 +9,7 @@ file's size, time or inode moved, so the check costs a few stat calls per turn.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from gateway.skills.folder import (
 )
 from gateway.store import SkillPin, Store
 
+log = logging.getLogger(__name__)
 REFERENCES = "references/"
 Allowed = Callable[[str], bool]  # a skill's name -> whether the person's role lists it
 
@@ -58,6 +60,7 @@ class SkillCatalog:
         self.store = store
         self._allowed_for = allowed_for  # (person "<channel>:<id>", skill name) -> the role lists it
         self._hashes: dict[str, tuple[tuple[int, int, int], str]] = {}
+        self._told: set[tuple[str, Change]] = set()  # changes already logged (once each)
 
     @property
     def dirs(self) -> list[Path]:
@@ -115,6 +118,7 @@ class SkillCatalog:
         change = changes(pin.files, now)
         if change or meta.name != pin.name:
             status = CHANGED
+            self._tell(pin.name, change)
         elif pin.status == DISABLED:
             status = DISABLED
         elif not self.in_dirs(folder):
@@ -122,6 +126,16 @@ class SkillCatalog:
         else:
             status = OFFERED
         return SkillState(pin.name, status, description=meta.description, change=change, **base)  # type: ignore[arg-type]
+
+    def _tell(self, name: str, change: Change) -> None:
+        """The operator learns once per change that a skill left the agent, and how to bring it back."""
+        if (name, change) in self._told:
+            return
+        self._told.add((name, change))
+        log.warning(
+            "skill %s changed on disk since it was approved (%s): not offered until `gateway skills approve %s`",
+            name, change.summary(), name,
+        )
 
     async def offered(self, allowed: Allowed) -> list[SkillState]:
         """The skills a turn may see and read, sorted by name."""
