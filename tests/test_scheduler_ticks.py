@@ -9,11 +9,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_scheduler_support import Core, Now, add_job, ended
 
 from gateway.checklist_files import ChecklistFiles
-from gateway.config import SchedulerConfig
+from gateway.config import AgentConfig, SchedulerConfig
+from gateway.job_checks import JobChecks, job_dir
 from gateway.store.schedules import JobRunRecord
+from gateway.tools.sandbox import sandbox_status
 from scheduler.jobs import Scheduler
 
 T0 = datetime(2025, 5, 1, 8, 0, tzinfo=UTC)
@@ -168,3 +171,26 @@ async def test_a_job_defined_again_starts_from_its_every(store, tmp_path):
     first, _ = await step(scheduler, now)
     second, _ = await step(scheduler, now)
     assert second - first == timedelta(minutes=2)  # the backoff starts over from `every`
+
+
+@pytest.mark.skipif(
+    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
+)
+async def test_an_every_job_backs_off_while_its_check_finds_nothing_and_comes_back_when_it_does(store, tmp_path):
+    now, core = Now(T0), Core(store)
+    agent = AgentConfig(workspace=str(tmp_path / "ws"))
+    scheduler = Scheduler(
+        store, SchedulerConfig(), submit=core.submit, deliver=core.deliver, now=now, manual_clock=True,
+        checks=JobChecks(agent),
+    )
+    await add_job(
+        scheduler, name="feed", every="1m", check={"command": "cat news.txt"}, idle_backoff={"max_every": "4m"},
+    )
+    (job_dir(agent, "feed") / "news.txt").write_text("")
+    await scheduler.start()
+    times = [(await step(scheduler, now))[0] for _ in range(4)]
+    assert [int((b - a).total_seconds() // 60) for a, b in zip([T0, *times], times, strict=False)] == [1, 2, 4, 4]
+    (job_dir(agent, "feed") / "news.txt").write_text("the invoice arrived\n")
+    woke_at, woke = await step(scheduler, now)
+    assert woke.status == "running" and "the invoice arrived" in core.submitted[0].text
+    assert (await step(scheduler, now))[0] - woke_at == timedelta(minutes=1)  # back to `every`
