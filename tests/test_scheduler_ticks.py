@@ -5,6 +5,7 @@ wake it with the checklist after the job's prompt; an idle job's interval double
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,20 @@ async def test_an_every_job_backs_off_while_its_check_finds_nothing_and_comes_ba
     woke_at, woke = await step(scheduler, now)
     assert woke.status == "running" and "the invoice arrived" in core.submitted[0].text
     assert (await step(scheduler, now))[0] - woke_at == timedelta(minutes=1)  # back to `every`
+
+
+async def test_two_schedulers_firing_the_same_checklist_tick_record_it_once_and_wake_once(store, tmp_path):
+    now, core = Now(T0), Core(store)
+    a, files = make(store, tmp_path, now, core)
+    b, _ = make(store, tmp_path, now, core)
+    job = await heartbeat(a)
+    when = T0 + timedelta(minutes=1)
+    now.set(when)
+    await asyncio.gather(a.fire(job.id, when), b.fire(job.id, when))  # empty: skipped, once
+    files.write("heartbeat.md", "- [ ] water the plants\n")
+    later = when + timedelta(minutes=1)
+    now.set(later)
+    await asyncio.gather(a.fire(job.id, later), b.fire(job.id, later))  # new item: one wake
+    rows = sorted(await a.repo.recent_runs(job.id), key=lambda r: r.scheduled_for)
+    assert [(r.scheduled_for, r.status) for r in rows] == [(when, "skipped"), (later, "running")]
+    assert len(core.submitted) == 1
