@@ -381,3 +381,15 @@ async def test_stubs_change_only_when_shaping_starts(store):
         before, after = history_of(earlier.messages), history_of(later.messages)
         assert after[: len(before) - 1] == before[:-1]  # the same stubs, the same bytes: only appended
         assert after[len(before) - 1]["content"].startswith(before[-1]["content"])
+
+
+async def test_a_tail_too_large_for_the_low_water_has_its_earlier_turns_stubbed_never_the_current(store):
+    session = await open_session(store)
+    await grow(store, session, 6, result_chars=5_000)
+    started = (await user(store, session, "request 6: and this one")).seq
+    await exchange(store, session, ("read_file", "CURRENT" + "c" * 5_000))
+    window = await full_estimate(store, session, started) - 100  # over the budget, even mid-turn
+    built = await build(builder(store, window, keep_messages=8, keep_tool_exchanges=4), session, turn=started)
+    results = list(tool_results(built.messages).values())
+    assert results[-1] == "CURRENT" + "c" * 5_000  # the current turn's result, whole
+    assert all("[truncated" in r for r in results[:-1])  # the earlier turns' ones, tail included

@@ -7,7 +7,8 @@ Each round: refresh the session cache (only what changed), drop orphaned request
    a while): move the LOD boundary forward, to a multiple of `lod_step` rows before the
    pristine tail, then to the tail's edge, stubbing older tool results as their tools declare;
 2. still over: fold the oldest rows before the tail into a summary (at most
-   `max_folds_per_build` times), recording a marker, and stub again. The change is said as
+   `max_folds_per_build` times), recording a marker, and stub again; still over (the pristine
+   tail alone is): stub the tail's results of earlier turns too. The change is said as
    `prefix_changed`.
 A window of 0 is unbudgeted: no caps, no stubs, no folds.
 Before any of it, the fixed part (the system prompt, the memory and the tools' schemas) is
@@ -255,6 +256,9 @@ class ContextBuilder:
             if result is None:
                 break
             folds.append(result)
+        if not budget.within(view.chars, low):  # the pristine tail alone is over: its earlier turns' results
+            frame = Frame(system, tail, summary_message(cache.summary))
+            view = self._stub(cache, budget, frame, turn_seq, low, deep=True)
         stubbed_from = lod_before if cache.lod_seq > lod_before and not folds else None
         if folds or stubbed_from is not None:
             await self.folding.emit(
@@ -347,12 +351,18 @@ class ContextBuilder:
                 return True
         return False
 
-    def _stub(self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int, low: int) -> View:
+    def _stub(
+        self, cache: SessionCache, budget: Budget, frame: Frame, turn_seq: int, low: int, *, deep: bool = False
+    ) -> View:
         """Level of detail: the LOD boundary moved forward (never back) until the request is
-        down to `low` or stands at the pristine tail."""
+        down to `low` or stands at the pristine tail (`deep`: at the current turn's first row,
+        so the tail's results of earlier turns are stubbed too, never the current turn's)."""
         entries = cache.visible()
         view = self.assembler.assemble(cache, entries, frame, turn_seq, cache.lod_seq, cap=True)
-        for seq in self._lod_moves(cache, entries):
+        moves = self._lod_moves(cache, entries)
+        if deep and turn_seq > cache.lod_seq:
+            moves = sorted({*moves, min(turn_seq, cache.max_seq + 1)})
+        for seq in moves:
             if budget.within(view.chars, low):
                 break
             cache.lod_seq = seq
