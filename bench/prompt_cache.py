@@ -335,7 +335,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=30)
-    parser.add_argument("--window", type=int, default=24_576, help="the model's window in tokens")
+    parser.add_argument("--window", type=int, default=32_768, help="the model's window in tokens")
     parser.add_argument("--gap", type=float, default=60.0, help="seconds between turns on the conversation's clock")
     parser.add_argument("--only", choices=["private", "group"])
     parser.add_argument("--verbose", action="store_true", help="each turn's requests and what each read from the cache")
