@@ -48,8 +48,8 @@ from gateway.mcp.oauth import TokenVault
 from gateway.memory import MemoryBook, memory_specs
 from gateway.outbox import Outbox
 from gateway.pacing import ChatPacer, RetryPolicy
-from gateway.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
 from gateway.skills import SkillCatalog, skill_specs
+from gateway.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
 from gateway.store import Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL
@@ -111,8 +111,8 @@ def build_registry(
     """The built-ins offered by `agent.tools`, plus the tools of the gateway's own features."""
     registry = default_registry(config.agent)
     extra = [ask_user_spec(), history_search_spec(store)] + ([delegate_spec()] if config.agent.max_depth > 0 else [])
-    extra += search_specs(config.search)  # web_search, when search.provider names one
     extra += skill_specs(skills, write=config.skills.write) if skills is not None and config.skills.dirs else []
+    extra += search_specs(config.search)  # web_search, when search.provider names one
     admins = access.admin_ids if access is not None else None  # claimed admins count too
     extra += memory_specs(store, config, admins=admins) if config.memory.enabled else []
     for spec in extra:
@@ -246,8 +246,8 @@ class Gateway:
                 "file_target": self._file_target,
                 "llm": self.llm,
                 "prompts": self.prompts,  # an MCP server's question asked in the middle of a call
-            },
                 "skills": self.skills,  # the system prompt's list of skills (gateway/agent/turn.py)
+            },
             attachments=self._attachments(),
             access=self.access,
             gatekeeper=self.gatekeeper,
