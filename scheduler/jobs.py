@@ -135,13 +135,15 @@ class Scheduler:
                     self._clock.unplan(schedule_id)
                 else:
                     await self.backoff.after_firing(schedule, run)
-                    await self._plan(schedule)
+                    # the firing just recorded is the latest: no need to read it back
+                    await self._plan(schedule, last=when if run is not None and run.origin == "schedule" else None)
             except Exception:  # not handled here: marked, then raised to the clock's catch
                 self._dirty = True  # re-plan everything at the next housekeeping
                 raise
 
-    async def _plan(self, schedule: ScheduleRecord) -> None:
-        """Record what was missed, run what is due, and wait for the next firing."""
+    async def _plan(self, schedule: ScheduleRecord, *, last: datetime | None = None) -> None:
+        """Record what was missed, run what is due, and wait for the next firing (`last`: the
+        latest firing recorded, when the caller knows it)."""
         if not schedule.enabled:
             self._clock.unplan(schedule.id)
             return
@@ -158,7 +160,7 @@ class Scheduler:
             log.error("job %s cannot be scheduled: %s", schedule.name, exc)
             self._clock.unplan(schedule.id)
             return
-        last = await self.repo.last_firing(schedule.id)
+        last = last or await self.repo.last_firing(schedule.id)
         since = max(last, schedule.updated_at) if last else schedule.updated_at
         idle_interval = await self.backoff.current(schedule, last)
         if idle_interval is not None and last is not None:  # an idle job's stretched pace, from its last firing
