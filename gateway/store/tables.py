@@ -598,9 +598,6 @@ memory_sharing = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
-
-def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
-    """For autogenerate and schema checks: objects made by hand in migrations (history search's
 # Agent Skills pinned by content (gateway/skills/): each file's SHA-256 as approved. A skill whose
 # files on disk differ from `files` (one added counts) is not offered until approved again.
 skills = Table(
@@ -618,5 +615,8 @@ skills = Table(
     Column("approved_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
+
+def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
+    """For autogenerate and schema checks: objects made by hand in migrations (history search's
     SQLite FTS5 tables and PostgreSQL GIN index) are not in this metadata and are left alone."""
     return not (name or "").startswith("compactions_fts") and name != "ix_compactions_search"
