@@ -141,7 +141,7 @@ CHATML_TEMPLATE = """\
 # Tools
 <tools>
 {% for tool in tools -%}
-{{ tool | tojson }}
+{{ tool.function.name if tool.function is defined else tool.name }}: {{ tool | tojson }}
 {% endfor -%}
 </tools>
 Call a tool like this:
