@@ -244,7 +244,14 @@ def offered(request: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in request.get("tools") or []}
 
 
-async def test_a_member_is_never_offered_a_denied_tool_and_a_forced_call_is_refused(store, llm, tg, tmp_path) -> None:
+def told_refused(request: dict[str, Any], tool: str) -> bool:
+    """Whether the request's tail names `tool` among those this turn's people may not use (the
+    tools array is the same whoever asks: a provider caches it with the prompt)."""
+    tail = str(request["messages"][-1]["content"])
+    return "does not allow them): " in tail and tool in tail.split("does not allow them): ", 1)[1].split("\n")[0]
+
+
+async def test_a_member_is_told_a_denied_tool_is_refused_and_a_forced_call_is(store, llm, tg, tmp_path) -> None:
     config = tg_config(llm, tg, tmp_path, access=ROLES, approvals={"admins": {"telegram": [ADMIN]}})
     llm.tool_call("shell", {"command": "echo pwned > pwned.txt"}, id="s1")
     llm.responder = lambda request: Reply(
@@ -253,13 +260,14 @@ async def test_a_member_is_never_offered_a_denied_tool_and_a_forced_call_is_refu
     async with running(store, config) as gateway:
         tg.private_message(STRANGER, "run it", user_id=STRANGER)
         await settle(gateway, lambda: any(t.startswith("tool said") for t in texts(tg, STRANGER)))
-        assert "shell" not in offered(llm.requests[0]) and "read_file" in offered(llm.requests[0])
+        assert told_refused(llm.requests[0], "shell") and not told_refused(llm.requests[0], "read_file")
         assert texts(tg, STRANGER)[-1] == "tool said: Tool call denied: the role 'member' may not use 'shell'."
         assert not session_file(tmp_path / "ws", "pwned.txt").exists() and not has_prompt(tg, STRANGER)
         llm.responder = echo
         tg.private_message(ADMIN, "and me?", user_id=ADMIN)
         await settle(gateway, lambda: bool(texts(tg, ADMIN)))
-        assert "shell" in offered(llm.requests[-1])  # an admin's turn is offered it
+        assert offered(llm.requests[-1]) == offered(llm.requests[0])  # the same array for both
+        assert not told_refused(llm.requests[-1], "shell")  # an admin's turn may use it
 
 
 async def test_separate_requester_and_approving_roles(store, llm, tg, tmp_path) -> None:
@@ -353,7 +361,7 @@ async def test_slack_a_member_whose_role_denies_shell(store, llm, slack, tmp_pat
     async with slack_running(store, config, slack) as side:
         await side.mention("run it")
         await side.settle(lambda: len(llm.requests) == 2)
-        assert "shell" not in offered(llm.requests[0])
+        assert told_refused(llm.requests[0], "shell")
         tool_result = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"][-1]
         assert tool_result == "Tool call denied: the role 'member' may not use 'shell'."
         assert not session_file(tmp_path / "ws", "pwned.txt").exists()
