@@ -248,8 +248,10 @@ class ScheduleRepo(Repo):
 
         def work(conn: Connection) -> JobRunRecord | None:
             # Claims of one schedule queue on its row, so the running check below sees the
-            # other claimer's committed run (SQLite: the write transaction already serialises).
-            conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
+            # other claimer's committed run (SQLite: BEGIN IMMEDIATE already serialises writes,
+            # and FOR UPDATE would be a plain SELECT there: one statement a firing saved).
+            if conn.dialect.name != "sqlite":
+                conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
             busy = conn.execute(
                 select(job_runs.c.id)
                 .where(job_runs.c.schedule_id == schedule_id, job_runs.c.status == "running")
