@@ -105,3 +105,26 @@ async def test_reasoning_waits_with_an_approval_in_slack(store, slack, tmp_path)
     [issued] = llm.issued.values()
     assert reasoning_items(llm.requests[1]) == [issued]
     assert llm.rejections == [] and llm.accepted == 2
+
+
+async def test_a_fallback_to_another_responses_server_gets_no_reasoning_it_did_not_produce(
+    store, tg, tmp_path
+) -> None:
+    """Encrypted reasoning is sealed for the model that produced it: when the turn's second round
+    falls back to a model on another Responses server, that server is sent the first round's call
+    and output but not the other model's reasoning items (which it would refuse as forged)."""
+    async with FakeResponses() as llm, FakeResponses() as other:
+        llm.tool_call("clock", {}, id="call_1", reasoning="The clock knows the time.")
+        llm.error(500, message="down")
+        other.reply("answered by the spare")
+        models = {"spare": {"model": "spare-model", "base_url": other.base_url, "api": "responses", **REASONING}}
+        settings = {**REASONING, "max_retries": 0, "models": models, "fallback": ["spare"]}
+        async with running(store, tg_config(llm, tg, tmp_path, llm_settings=settings)) as gateway:
+            tg.private_message(PRIVATE, "what time is it?")
+            await settle(gateway, lambda: "answered by the spare" in texts(tg, PRIVATE))
+    assert other.rejections == [] and other.accepted == 1
+    sent = other.requests[0]["input"]
+    assert reasoning_items(other.requests[0]) == []
+    assert [item["type"] for item in sent if item["type"].startswith("function_call")] == [
+        "function_call", "function_call_output"
+    ]

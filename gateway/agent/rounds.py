@@ -115,7 +115,8 @@ class RoundBuilder:
             self._model = event.model
             return None
         if isinstance(event, Replay):
-            self._replay = {"api": event.api, "data": event.data}
+            # the model that produced it: a fallback to another model of the same API must not get it
+            self._replay = {"api": event.api, "model": self._model, "data": event.data}
             return None
         if self._cut is not None:
             return None  # the stream is being abandoned; nothing after the loop is kept

@@ -395,6 +395,7 @@ class Turn:
         ):
             if isinstance(event, ModelInfo):
                 model = event
+                builder.feed(event)  # the round knows its model: what it must replay goes to that model only
                 continue
             if isinstance(event, Usage):
                 usage = event

@@ -29,7 +29,7 @@ from gateway.llm.errors import (
     classify_error,
 )
 from gateway.llm.events import Completion, ModelInfo, StreamEvent, Usage
-from gateway.llm.formats import Request, StreamParser, WireFormat, format_for
+from gateway.llm.formats import REPLAY_KEY, Request, StreamParser, WireFormat, format_for
 from gateway.llm.gate import CallGate, Ticket
 from gateway.llm.health import ServerHealth
 from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
@@ -528,18 +528,33 @@ class _Bodies:
     def __init__(self, request: Request, cache_key: str | None) -> None:
         self.request = request
         self.cache_key = cache_key
-        self._built: dict[tuple[str, Reasoning, bool, int | None], dict[str, Any]] = {}
+        self._built: dict[tuple[str, Reasoning, bool, int | None, str], dict[str, Any]] = {}
 
     def of(self, target: _Target, reply_tokens: int | None = None) -> dict[str, Any]:
         cache_key = bool(self.cache_key) and target.cache_key
-        key = (target.server.format.name, target.reasoning, cache_key, reply_tokens)
+        key = (target.server.format.name, target.reasoning, cache_key, reply_tokens, target.name)
         body = self._built.get(key)
         if body is None:
             request = replace(
                 self.request,
+                messages=_replays_for(self.request.messages, target.name),
                 reasoning=target.reasoning,
                 cache_key=self.cache_key if cache_key else None,
                 max_tokens=reply_tokens if reply_tokens is not None else self.request.max_tokens,
             )
             body = self._built[key] = target.server.format.body(request)
         return {"model": target.model, **body}
+
+
+def _replays_for(messages: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    """The messages as `model` may receive them: what another model produced for its own API
+    (Anthropic's signed thinking, OpenAI's encrypted reasoning) stays with that model; another
+    server would refuse it or could not read it (a fallback inside one turn)."""
+    if not any(_foreign_replay(m, model) for m in messages):
+        return messages
+    return [{k: v for k, v in m.items() if k != REPLAY_KEY} if _foreign_replay(m, model) else m for m in messages]
+
+
+def _foreign_replay(message: dict[str, Any], model: str) -> bool:
+    carried = message.get(REPLAY_KEY)
+    return isinstance(carried, dict) and carried.get("model", model) != model
