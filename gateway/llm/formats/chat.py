@@ -34,13 +34,12 @@ class ChatFormat:
 
     @staticmethod
     def body(request: Request) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "messages": _without_replay(request.messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            body["tools"] = request.tools
+        # tools before messages: the bytes that never change come first, for the servers that
+        # cache a request's prefix as sent (and for people reading a captured request)
+        body: dict[str, Any] = {"tools": request.tools} if request.tools else {}
+        body["messages"] = _without_replay(request.messages)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         if request.temperature is not None:
