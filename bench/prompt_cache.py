@@ -1,35 +1,46 @@
 """How much of what the gateway sends a provider could be read from its prompt cache (issue 41).
 
     .venv/bin/python bench/prompt_cache.py                    # private chat and a group of three
-    .venv/bin/python bench/prompt_cache.py --window 16384 --turns 30 --gap 60 --verbose
+    .venv/bin/python bench/prompt_cache.py --api anthropic --only group --verbose
 
 A 30-turn conversation with tools, driven through the real gateway: python-telegram-bot against
-the fake Bot API, the fake model server (tests/fakes/llm.py) answering by a plan written in each
-message (read a file, list a directory, take a note in the scratchpad, ask the clock, then
+the fake Bot API, the fake model server of each API (Chat Completions: tests/fakes/llm.py,
+Responses: tests/fakes/llm_responses.py, Anthropic Messages: tests/fakes/anthropic.py) answering
+by a plan written in each message (read a file, list a directory, take a note in the scratchpad, ask the clock, then
 answer), with a window small enough that the history is folded and stubbed along the way. Once
 in a private chat, once in a group of three people of different roles, each with memory saved
 before the session (the group's speakers share theirs with groups).
 
-Every request is kept as the provider receives it (the raw body; the tools put first, where a
-provider's template renders them) and billed as the providers bill prompt caching: a request
-reads from the cache the longest byte prefix it shares with an earlier request still alive
-(written or read in the last 5 minutes of the conversation's clock: turns `--gap` seconds
-apart), when that prefix is at least 1,024 tokens; the rest is written to the cache at 1.25x;
-reads cost 0.1x. Tokens are characters / 4. The summariser's requests (a fold) are billed too
-but are not part of the share.
+Every request is kept as the provider receives it (the raw body) and billed as its provider
+bills prompt caching. A cache entry lives 5 minutes of the conversation's clock (turns `--gap`
+seconds apart) from when it was last written or read; reads cost 0.1x, writes 1.25x; a prefix
+shorter than 1,024 tokens is not cached; tokens are characters / 4.
+- Chat Completions and Responses (automatic prefix caching, as OpenAI): the tools put first
+  (where a template renders them), a request reads the longest byte prefix it shares with an
+  earlier request still alive, rounded down to a step of 128 tokens beyond 1,024; the rest is
+  written.
+- Anthropic Messages: only at `cache_control` breakpoints. A request reads the longest prefix
+  ending at one of its breakpoints that an earlier request wrote (the API looks back 20 blocks
+  from each breakpoint; here a breakpoint's prefix hits when the same prefix up to a breakpoint
+  was written before), and writes from there to its last breakpoint; what follows the last
+  breakpoint is neither.
+The summariser's requests (a fold) are billed too but are not part of the share.
 
-Prints per chat: the share of input tokens read from the cache from turn 3 on, the folds and
-the requests, and the input cost of the 30 turns with caching and without.
+Prints per API and chat: the share of input tokens read from the cache from turn 3 on, the
+folds and the requests, and the input cost of the 30 turns with caching and without; then a
+table of them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +48,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from aiohttp import web  # noqa: E402
+from fakes.anthropic import FakeAnthropic, _breakpoint_prefixes  # noqa: E402
 from fakes.llm import FakeLLM, FakeToolCall, Reply  # noqa: E402
+from fakes.llm_responses import FakeResponses  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 
 from gateway.app import Gateway  # noqa: E402
@@ -50,6 +63,7 @@ from gateway.store import Store  # noqa: E402
 
 CHARS_PER_TOKEN = 4
 MIN_CACHED_TOKENS = 1024
+STEP_TOKENS = 128  # OpenAI caches a prefix in steps of 128 tokens beyond the first 1,024
 WRITE_RATE, READ_RATE = 1.25, 0.1
 LIFETIME_S = 300.0
 PRICE_PER_MTOK = 3.0  # USD per million input tokens (a mid-size hosted model); the ratios are what matter
@@ -64,28 +78,69 @@ PLAN = "plan:"
 
 
 # ---- the model ----------------------------------------------------------------------------------
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content") or ""
+def _text(content: Any) -> str:
     if isinstance(content, list):
-        return " ".join(str(p.get("text") or "") for p in content)
-    return str(content)
+        return " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+@dataclass(frozen=True)
+class Said:
+    """One entry of a request's conversation, whatever the API: who, the words, a tool call?"""
+
+    role: str
+    text: str = ""
+    call: bool = False
+
+
+def system_of(request: dict[str, Any]) -> str:
+    if "instructions" in request or "input" in request:  # Responses
+        return str(request.get("instructions") or "")
+    if "system" in request:  # Anthropic
+        return _text(request["system"])
+    messages = request.get("messages") or []
+    return _text(messages[0].get("content")) if messages and messages[0].get("role") == "system" else ""
+
+
+def conversation(request: dict[str, Any]) -> Iterator[Said]:
+    """The request's conversation as entries, from Chat Completions messages, Responses input
+    items or Anthropic content blocks."""
+    for item in request.get("input") or []:
+        kind = item.get("type")
+        if kind == "function_call":
+            yield Said("assistant", call=True)
+        elif kind == "message":
+            yield Said(item.get("role", ""), _text(item.get("content")))
+    for message in request.get("messages") or []:
+        role, content = message.get("role", ""), message.get("content")
+        if not isinstance(content, list) or role == "system":
+            yield Said(role, _text(content), bool(message.get("tool_calls")))
+            continue
+        for block in content:
+            kind = block.get("type")
+            if kind in ("tool_use", "tool_result"):
+                yield Said("assistant" if kind == "tool_use" else "tool", call=kind == "tool_use")
+            elif kind == "text":
+                yield Said(role, str(block.get("text") or ""))
+
+
+CALL_IDS = itertools.count()  # tool call ids unique in the run (a fold may shorten the history)
 
 
 def answer(request: dict[str, Any]) -> Reply:
     """The fake model: a summary for the summariser, else the next step of the plan in the
     newest message that holds one (one step per tool round), then a text answer."""
-    messages = request.get("messages") or []
-    if messages and messages[0].get("role") == "system" and _text(messages[0]) == SUMMARY_SYSTEM:
+    if system_of(request) == SUMMARY_SYSTEM:
         return Reply("Summary: " + "the people asked for files, notes and listings; decisions kept. " * 24)
-    start = max((i for i, m in enumerate(messages) if m.get("role") == "user" and PLAN in _text(m)), default=-1)
+    said = list(conversation(request))
+    start = max((i for i, s in enumerate(said) if s.role == "user" and PLAN in s.text), default=-1)
     if start < 0:
         return Reply("I am here.")
-    said = _text(messages[start])
-    steps = [s.strip() for s in said.rsplit(PLAN, 1)[1].split("\n")[0].split("|") if s.strip()]
-    done = sum(1 for m in messages[start + 1 :] if m.get("role") == "assistant" and m.get("tool_calls"))
-    n = len(messages)
+    plan = said[start].text.rsplit(PLAN, 1)[1].split("\n")[0]
+    steps = [s.strip() for s in plan.split("|") if s.strip()]
+    done = sum(1 for s in said[start + 1 :] if s.call)
     if done < len(steps):
-        return Reply(tool_calls=(step_call(steps[done], f"c{n}_{done}"),))
+        return Reply(tool_calls=(step_call(steps[done], f"call_{next(CALL_IDS)}"),))
     return Reply(("Done. Here is what I found, in a few sentences the person can use. " * 6).strip())
 
 
@@ -101,8 +156,9 @@ def step_call(step: str, call_id: str) -> FakeToolCall:
     return FakeToolCall("clock", {}, call_id)
 
 
-class RecordingLLM(FakeLLM):
-    """The fake model server, keeping each request's body as it arrived (its bytes)."""
+class Recording(FakeLLM):
+    """A fake model server keeping each request's body as it arrived (its bytes); mixed into
+    the fake of each API."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -111,6 +167,18 @@ class RecordingLLM(FakeLLM):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(await request.read())
         return await super()._handle(request)
+
+
+class RecordingChat(Recording):
+    pass
+
+
+class RecordingResponses(Recording, FakeResponses):
+    pass
+
+
+class RecordingAnthropic(Recording, FakeAnthropic):
+    pass
 
 
 # ---- the conversation ---------------------------------------------------------------------------
@@ -163,6 +231,7 @@ class Bill:
 
 @dataclass
 class Figures:
+    api: str
     label: str
     sent: list[Sent] = field(default_factory=list)
     folds: int = 0
@@ -193,38 +262,104 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
-def bill(figures: Figures) -> tuple[Bill, Bill, Bill]:
-    """(conversation from turn 3, every conversation request, summariser requests)."""
-    alive: list[tuple[bytes, float]] = []  # cached prompts and when they were last written or read
-    from_turn, total, summaries = Bill(), Bill(), Bill()
-    for sent in figures.sent:
-        view = provider_view(sent.body)
+def cacheable(tokens: int, step: int = 1) -> int:
+    """The tokens of a prefix a provider caches: none under 1,024, else down to a step beyond."""
+    return 0 if tokens < MIN_CACHED_TOKENS else tokens - (tokens - MIN_CACHED_TOKENS) % step
+
+
+@dataclass
+class Charge:
+    tokens: int
+    read: int
+    written: int
+    where: str = ""  # where the cached prefix ends (for --verbose)
+
+
+class PrefixCache:
+    """Automatic prefix caching (OpenAI's Chat Completions and Responses): the longest prefix
+    shared with a prompt still alive, in steps of 128 tokens."""
+
+    def __init__(self) -> None:
+        self.alive: list[tuple[bytes, float]] = []  # prompts and when they were last written or read
+
+    def charge(self, body: bytes, at: float) -> Charge:
+        view = provider_view(body)
         tokens = len(view) // CHARS_PER_TOKEN
-        alive = [(b, t) for b, t in alive if sent.at - t <= LIFETIME_S]
+        self.alive = [(b, t) for b, t in self.alive if at - t <= LIFETIME_S]
         best, best_index = 0, -1
-        for index, (earlier, _) in enumerate(alive):
+        for index, (earlier, _) in enumerate(self.alive):
             shared = common_prefix(view, earlier)
             if shared > best:
                 best, best_index = shared, index
-        read = best // CHARS_PER_TOKEN if best // CHARS_PER_TOKEN >= MIN_CACHED_TOKENS else 0
-        if read and best_index >= 0:
-            alive[best_index] = (alive[best_index][0], sent.at)  # a read keeps it alive
-        written = tokens - read if tokens >= MIN_CACHED_TOKENS else 0
-        alive.append((view, sent.at))
+        read = cacheable(best // CHARS_PER_TOKEN, STEP_TOKENS)
+        if read:
+            self.alive[best_index] = (self.alive[best_index][0], at)  # a read keeps it alive
+        self.alive.append((view, at))
+        where = f"breaks at byte {best:,}: ...{view[max(0, best - 60) : best + 60]!r}" if best < len(view) else ""
+        return Charge(tokens, read, cacheable(tokens, STEP_TOKENS) - read if tokens >= MIN_CACHED_TOKENS else 0, where)
+
+
+class BreakpointCache:
+    """Anthropic's caching at `cache_control` breakpoints: the longest breakpoint prefix an
+    earlier request wrote (still alive) is read, the rest up to the last breakpoint written."""
+
+    def __init__(self) -> None:
+        self.alive: dict[str, float] = {}  # a breakpoint's prefix -> when last written or read
+
+    def charge(self, body: bytes, at: float) -> Charge:
+        request = json.loads(body)
+        prefixes = _breakpoint_prefixes(request)
+        tokens = len(whole_text(request)) // CHARS_PER_TOKEN
+        self.alive = {p: t for p, t in self.alive.items() if at - t <= LIFETIME_S}
+        hits = [p for p in prefixes if p in self.alive and len(p) // CHARS_PER_TOKEN >= MIN_CACHED_TOKENS]
+        read = max((len(p) // CHARS_PER_TOKEN for p in hits), default=0)
+        for p in hits:
+            self.alive[p] = at
+        last = cacheable(len(prefixes[-1]) // CHARS_PER_TOKEN) if prefixes else 0
+        written = max(0, last - read)
+        self.alive.update((p, at) for p in prefixes if len(p) // CHARS_PER_TOKEN >= MIN_CACHED_TOKENS)
+        marks = ", ".join(f"{len(p) // CHARS_PER_TOKEN:,}{' hit' if p in hits else ''}" for p in prefixes)
+        return Charge(tokens, read, written, f"breakpoints at tokens [{marks}] of {tokens:,}")
+
+
+def whole_text(request: dict[str, Any]) -> str:
+    """The request's text as the breakpoint prefixes measure it, to its very end."""
+    messages = [dict(m) for m in request.get("messages") or []]
+    if messages and isinstance(messages[-1].get("content"), list) and messages[-1]["content"]:
+        blocks = list(messages[-1]["content"])
+        blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+        messages[-1]["content"] = blocks
+    prefixes = _breakpoint_prefixes({**request, "messages": messages})
+    return prefixes[-1] if prefixes else ""
+
+
+CACHES: dict[str, type[PrefixCache | BreakpointCache]] = {
+    "chat": PrefixCache, "responses": PrefixCache, "anthropic": BreakpointCache,
+}
+FAKES: dict[str, type[Recording]] = {"chat": RecordingChat, "responses": RecordingResponses,
+                                     "anthropic": RecordingAnthropic}
+
+
+def bill(figures: Figures) -> tuple[Bill, Bill, Bill]:
+    """(conversation from turn 3, every conversation request, summariser requests)."""
+    cache = CACHES[figures.api]()
+    from_turn, total, summaries = Bill(), Bill(), Bill()
+    for sent in figures.sent:
+        charge = cache.charge(sent.body, sent.at)
         if figures.verbose:
-            print(f"    turn {sent.turn:2} at {sent.at:6.0f}s: {tokens:6,} tokens, read {read:6,}"
-                  f"{' (summary)' if sent.summary else ''}")
+            print(f"    turn {sent.turn:2} at {sent.at:6.0f}s: {charge.tokens:6,} tokens, read {charge.read:6,}"
+                  f"{' (summary)' if sent.summary else ''}  {charge.where}")
         for account in (summaries,) if sent.summary else (total, *((from_turn,) if sent.turn >= FROM_TURN else ())):
-            account.tokens += tokens
-            account.read += read
-            account.written += written
+            account.tokens += charge.tokens
+            account.read += charge.read
+            account.written += charge.written
             account.requests += 1
     return from_turn, total, summaries
 
 
 def config(fake: FakeTelegram, llm: FakeLLM, tmp: Path, window: int) -> Config:
     data: dict[str, Any] = {
-        "llm": {"base_url": llm.base_url, "model": "bench-model", "context_window": window},
+        "llm": {"base_url": llm.base_url, "model": "bench-model", "context_window": window, **llm.settings},
         "agent": {"workspace": str(tmp / "ws"), "shared_dir": str(tmp / "shared"),
                   "system_prompt": "You are the team's assistant. " * 40},
         "memory": {"scope": "person"},
@@ -269,12 +404,12 @@ async def remember(store: Store, group: bool) -> None:
                                     source="user", author_name="Ada")
 
 
-async def converse(turns: int, window: int, gap: float, group: bool, verbose: bool) -> Figures:
-    figures = Figures("group of three" if group else "private chat", verbose=verbose)
+async def converse(api: str, turns: int, window: int, gap: float, group: bool, verbose: bool) -> Figures:
+    figures = Figures(api, "group of three" if group else "private chat", verbose=verbose)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         files(tmp / "shared")
-        async with FakeTelegram() as fake, RecordingLLM(responder=answer, pings=False) as llm:
+        async with FakeTelegram() as fake, FAKES[api](responder=answer, pings=False) as llm:
             store = Store(f"sqlite+aiosqlite:///{tmp}/bench.db")
             await store.migrate()
             await remember(store, group)
@@ -298,7 +433,7 @@ async def converse(turns: int, window: int, gap: float, group: bool, verbose: bo
                     await gateway.inbox.wait_until_idle(10)
                     rounds = 0
                     for body in llm.bodies[first:]:
-                        summary = SUMMARY_SYSTEM.encode() in body[:4000] and b'"tools"' not in body
+                        summary = system_of(json.loads(body)) == SUMMARY_SYSTEM
                         figures.sent.append(Sent(turn, turn * gap + rounds * ROUND_S, body, summary))
                         if summary:
                             figures.folds += 1
@@ -313,23 +448,50 @@ async def converse(turns: int, window: int, gap: float, group: bool, verbose: bo
     return figures
 
 
-def report(figures: Figures) -> None:
-    from_turn, total, summaries = bill(figures)
-    saved = 1 - (total.cost() + summaries.cost()) / ((total.uncached() + summaries.uncached()) or 1)
-    print(f"{figures.label}: {total.requests} requests, {figures.folds} folds (turns {figures.fold_turns})")
+@dataclass
+class Result:
+    figures: Figures
+    from_turn: Bill
+    total: Bill
+    summaries: Bill
+
+    def cost(self) -> float:
+        return self.total.cost() + self.summaries.cost()
+
+    def uncached(self) -> float:
+        return self.total.uncached() + self.summaries.uncached()
+
+
+def report(figures: Figures) -> Result:
+    result = Result(figures, *bill(figures))
+    from_turn, total, summaries = result.from_turn, result.total, result.summaries
+    saved = 1 - result.cost() / (result.uncached() or 1)
+    print(f"{figures.api}, {figures.label}: {total.requests} requests, {figures.folds} folds "
+          f"(turns {figures.fold_turns})")
     print(f"  cache share from turn {FROM_TURN}: {from_turn.share:6.1%} of {from_turn.tokens:,} input tokens "
           f"(written {from_turn.written:,}); all turns {total.share:.1%}")
-    print(f"  input cost of the turns: ${total.cost() + summaries.cost():.4f} with caching, "
-          f"${total.uncached() + summaries.uncached():.4f} without ({saved:.1%} saved; summaries "
-          f"${summaries.cost():.4f}, {summaries.requests} requests)")
+    print(f"  input cost of the turns: ${result.cost():.4f} with caching, ${result.uncached():.4f} without "
+          f"({saved:.1%} saved; summaries ${summaries.cost():.4f}, {summaries.requests} requests)", flush=True)
+    return result
+
+
+def table(results: list[Result]) -> None:
+    print(f"\n| API | chat | share from turn {FROM_TURN} | folds | cost cached | cost uncached |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r.figures.api} | {r.figures.label} | {r.from_turn.share:.1%} | {r.figures.folds} "
+              f"| ${r.cost():.3f} | ${r.uncached():.3f} |")
 
 
 async def main(args: argparse.Namespace) -> None:
     print(f"{args.turns} turns, a {args.window:,}-token window, turns {args.gap:.0f} s apart; "
           f"cache: >= {MIN_CACHED_TOKENS} tokens, write {WRITE_RATE}x, read {READ_RATE}x, {LIFETIME_S:.0f} s; "
           f"${PRICE_PER_MTOK}/M input tokens")
-    for group in (False, True) if args.only is None else (args.only == "group",):
-        report(await converse(args.turns, args.window, args.gap, group, args.verbose))
+    apis = list(CACHES) if args.api == "all" else [args.api]
+    chats = (False, True) if args.only is None else (args.only == "group",)
+    results = [report(await converse(api, args.turns, args.window, args.gap, group, args.verbose))
+               for api in apis for group in chats]
+    table(results)
 
 
 if __name__ == "__main__":
@@ -337,6 +499,7 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--window", type=int, default=32_768, help="the model's window in tokens")
     parser.add_argument("--gap", type=float, default=60.0, help="seconds between turns on the conversation's clock")
+    parser.add_argument("--api", choices=[*CACHES, "all"], default="all", help="the API the gateway speaks")
     parser.add_argument("--only", choices=["private", "group"])
     parser.add_argument("--verbose", action="store_true", help="each turn's requests and what each read from the cache")
     asyncio.run(main(parser.parse_args()))
