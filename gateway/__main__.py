@@ -1,4 +1,4 @@
-"""Command line: `gateway serve | chat | doctor | migrate | jobs | runs | sessions | approvals`, and
+"""Command line: `gateway serve | chat | doctor | migrate | backup | restore | jobs | runs | sessions | approvals`, and
 `gateway pairing | access | budgets | audit | memory | skills`."""
 
 from __future__ import annotations
@@ -90,10 +90,27 @@ def build_parser() -> argparse.ArgumentParser:
         "chat", parents=[common], help="talk to the agent in this terminal",
         description="Talk to the agent in this terminal, with the same tools, approvals and database as serve.",
     ).set_defaults(handler=cmd_chat)
-    sub.add_parser(
+    migrate = sub.add_parser(
         "migrate", parents=[common], help="create the database or bring its schema up to date",
-        description="Create the database, or apply the migrations it lacks; says which it did.",
-    ).set_defaults(handler=cmd_migrate)
+        description="Create the database, or apply the migrations it lacks; says which it did. On SQLite a "
+        "backup is taken first (beside the database); a migration that fails leaves the database as it was.",
+    )
+    migrate.add_argument("--no-backup", action="store_true", help="skip the backup taken first on SQLite")
+    migrate.set_defaults(handler=cmd_migrate)
+    backup = sub.add_parser(
+        "backup", parents=[common], help="a consistent copy of the database, taken while serving",
+        description="SQLite: copy the database while the gateway serves, named after its schema and this version "
+        "(beside the database unless PATH names a file or directory). PostgreSQL: print the pg_dump to run.",
+    )
+    backup.add_argument("path", nargs="?", default=None, metavar="PATH")
+    backup.set_defaults(handler=cmd_backup)
+    restore = sub.add_parser(
+        "restore", parents=[common], help="put a backup in place of the database (no instance serving)",
+        description="Check the backup (integrity, a schema this gateway knows), refuse while an instance serves, "
+        "and put it in place of the SQLite database, keeping the file it replaces beside it.",
+    )
+    restore.add_argument("path", metavar="PATH")
+    restore.set_defaults(handler=cmd_restore)
     sub.add_parser(
         "doctor",
         parents=[common],
@@ -207,17 +224,29 @@ async def _store(config: Config) -> Store:
     return store
 
 
+async def cmd_backup(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.backup import run_backup
+
+    print(await run_backup(config.database.url, args.path))
+    return 0
+
+
+async def cmd_restore(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.backup import run_restore
+
+    print(await run_restore(config.database.url, args.path))
+    return 0
+
+
 async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    from gateway.cli.migrate import migrate
     from gateway.startup import database_place
-    from gateway.store import Store
     from gateway.store.db import SCHEMA_REVISION
 
-    store = Store(config.database.url)
-    try:
-        found = await store.migrate(auto=True)
-    finally:
-        await store.close()
     where = database_place(config)
+    found, lines = await migrate(config.database.url, take_backup=not args.no_backup, where=where)
+    for line in lines:
+        print(line)
     if found is None:
         print(f"created the database at {where} (schema {SCHEMA_REVISION})")
     elif found != SCHEMA_REVISION:

@@ -276,7 +276,7 @@ class ChannelError(Exception):
 # What failed, for the command line's exit code (gateway/cli/toplevel.py, docs/operations.md).
 FailureKind = Literal[
     "database_url", "database_unreachable", "database_missing", "database_login", "database_schema",
-    "http_bind", "token_rejected", "platform_unreachable", "channel_settings", "path",
+    "http_bind", "token_rejected", "platform_unreachable", "channel_settings", "path", "backup", "migration",
 ]
 
 

@@ -30,6 +30,8 @@ EXIT_CODES: dict[str, int] = {
     "platform_unreachable": 11,  # the Bot API or Slack cannot be reached
     "channel_settings": 12,  # a channel's settings are incomplete or refused (webhook mode...)
     "path": 13,  # agent.workspace cannot be created
+    "backup": 14,  # a backup cannot be taken, or restored (unsound, too new, an instance serving)
+    "migration": 15,  # a migration failed (the database is left as it was)
 }
 USAGE = 2  # argparse's own: the command line itself is wrong
 INTERRUPTED = 130  # Ctrl-C

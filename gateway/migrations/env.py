@@ -17,6 +17,7 @@ def _run(connection) -> None:  # noqa: ANN001
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         include_object=include_object,
+        on_version_apply=config.attributes.get("on_version_apply", ()),
     )
     with context.begin_transaction():
         context.run_migrations()

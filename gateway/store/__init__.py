@@ -294,12 +294,12 @@ class Store:
             )
             return await self.db.write(lambda conn: work(conn, False))
 
-    async def migrate(self, *, auto: bool = True) -> str | None:
+    async def migrate(self, *, auto: bool = True, applied: list[str] | None = None) -> str | None:
         """Open the database (the first connection) and bring its schema up to date; returns the
         revision it was at, None for a new database. A failure to connect is one line naming
         database.url (`StoreError`)."""
         try:
-            return await ensure_migrated(self.db, auto_migrate=auto)
+            return await ensure_migrated(self.db, auto_migrate=auto, applied=applied)
         except (SQLAlchemyError, OSError) as exc:
             if (failure := connection_failure(exc, self.db.parsed_url)) is None:
                 raise

@@ -165,7 +165,7 @@ class Database:
     async def migrate(self, run: Work[None]) -> None:
         """Run a migration step (alembic) in one transaction, off the event loop."""
         if self.is_sqlite:
-            await self._sqlite.in_writer_thread(run)
+            await self._sqlite.migrate(run)
         else:
             await self.write(run)
 
@@ -197,6 +197,13 @@ def private_sqlite(database: Path) -> None:
             "closed the database to other users of this machine (they could read it): %s now 0600/0700",
             ", ".join(str(path) for path in closed),
         )
+
+
+class MigrationBrokeReferences(RuntimeError):
+    """A migration left rows that refer to rows that are not there (it is rolled back)."""
+
+    def __init__(self, count: int, first: str):
+        super().__init__(f"a migration left {count} rows referring to missing rows (first: {first}); nothing changed")
 
 
 class _SQLite:
@@ -252,6 +259,27 @@ class _SQLite:
             return _LOCKED
         with transaction:
             return work(conn)
+
+    async def migrate(self, work: Work[None]) -> None:
+        await self._in_thread(self._writer_thread, lambda: self._migrate_pooled(work))
+
+    def _migrate_pooled(self, work: Work[None]) -> None:
+        """A migration that rebuilds a table (alembic's batch mode: copy, DROP, rename) runs with
+        foreign keys off, as SQLite's own procedure for it says: with them on, the DROP deletes
+        every row first and cascades to the rows that refer to them (a session's messages).
+        The references are checked before the commit instead."""
+        with self.writer_engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA foreign_keys=OFF")  # only outside a transaction does it take
+            try:
+                with conn.begin():
+                    work(conn)
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise MigrationBrokeReferences(len(broken), str(tuple(broken[0])))
+            finally:
+                driver.execute("PRAGMA foreign_keys=ON")
 
     def _write_pooled(self, work: Work[T]) -> T:
         with self.writer_engine.begin() as conn:
@@ -385,8 +413,10 @@ async def migrations_current(db: Database) -> bool:
 MIGRATION_LOCK_KEY = int.from_bytes(b"gwmigrat", "big") >> 1
 
 
-async def upgrade(db: Database) -> None:
-    """Apply pending migrations (alembic upgrade head) over our own connection."""
+async def upgrade(db: Database, applied: list[str] | None = None) -> None:
+    """Apply pending migrations (alembic upgrade head) over our own connection, in one
+    transaction (SQLite's DDL is transactional too: a failure leaves the schema as it was).
+    `applied` is appended each migration's revision as it is applied (before the commit)."""
 
     def run(conn: Connection) -> None:
         from alembic import command
@@ -397,12 +427,14 @@ async def upgrade(db: Database) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg = _alembic_config(db.url)
         cfg.attributes["connection"] = conn
+        if applied is not None:
+            cfg.attributes["on_version_apply"] = [lambda step, **_: applied.append(step.up_revision_id)]
         command.upgrade(cfg, "head")
 
     await db.migrate(run)
 
 
-async def ensure_migrated(db: Database, *, auto_migrate: bool) -> str | None:
+async def ensure_migrated(db: Database, *, auto_migrate: bool, applied: list[str] | None = None) -> str | None:
     """Bring the schema to SCHEMA_REVISION; returns the revision the database was at (None: it
     was new). A schema newer than ours is refused: migrating it down is not ours to do."""
     found = await current_revision(db)
@@ -412,7 +444,7 @@ async def ensure_migrated(db: Database, *, auto_migrate: bool) -> str | None:
         raise schema_newer(db.parsed_url, found, SCHEMA_REVISION)
     if not auto_migrate:
         raise schema_behind(db.parsed_url, found, SCHEMA_REVISION)
-    await upgrade(db)
+    await upgrade(db, applied)
     return found
 
 

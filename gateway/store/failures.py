@@ -129,8 +129,10 @@ def _causes(exc: BaseException | None) -> Iterator[BaseException]:
 
 
 def schema_newer(url: URL, found: str, ours: str) -> StoreError:
+    """Old code, new schema: the line names both, and the gateway's own version."""
     return StoreError(
-        f"the database {shown(url)} is at schema {found}, newer than this gateway's {ours}: run the gateway "
+        f"the database {shown(url)} is at schema {found}, newer than this gateway's {ours} "
+        f"(gateway {_product_version()}): run the gateway "
         f"version that wrote it (or restore a backup), or point {SETTING} at another database",
         kind="database_schema",
     )
@@ -142,3 +144,12 @@ def schema_behind(url: URL, found: str | None, ours: str) -> StoreError:
         f"the database {shown(url)} {state}, and database.auto_migrate is false: run `gateway migrate` first",
         kind="database_schema",
     )
+
+
+def _product_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("chat-gateway")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "not installed"
