@@ -92,20 +92,16 @@ async def test_tool_calls_and_results_become_paired_blocks_in_alternating_messag
     (body,) = fake.requests
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     use = body["messages"][1]["content"][1]
-    assert use == {
-        "type": "tool_use",
-        "id": "toolu_2",
-        "name": "read",
-        "input": {"path": "x"},
-        "cache_control": EPHEMERAL,
-    }
+    assert use == {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "x"}}
     results = body["messages"][2]["content"]
     assert [b["type"] for b in results] == ["tool_result", "tool_result", "text"]
-    assert results[1] == {"type": "tool_result", "tool_use_id": "toolu_2"}  # an empty result, no empty text
+    # an empty result, no empty text; the last result is where the next request goes on
+    assert results[1] == {"type": "tool_result", "tool_use_id": "toolu_2", "cache_control": EPHEMERAL}
     assert body["tools"][0] == {"name": "clock", "input_schema": {"type": "object"}, "description": "The time."}
 
 
-async def test_cache_breakpoints_sit_on_the_tools_the_system_and_the_stable_history(fake) -> None:
+async def test_cache_breakpoints_sit_on_the_system_and_the_stable_history(fake) -> None:
+    fake.reply("fine")
     fake.reply("fine")
     history = [
         {"role": "system", "content": "sys"},
@@ -114,17 +110,58 @@ async def test_cache_breakpoints_sit_on_the_tools_the_system_and_the_stable_hist
         {"role": "user", "content": "new question"},
         assistant("", ("toolu_1", "clock", "{}")),
         {"role": "tool", "tool_call_id": "toolu_1", "content": "noon"},
+        {"role": "user", "content": "[context] the tail"},
     ]
     async with client(fake) as llm:
         await llm.complete(history, tools=[CLOCK, READ])
-    (body,) = fake.requests
-    marked = [t["name"] for t in body["tools"] if "cache_control" in t]
-    assert marked == ["read"]  # the last tool
-    assert "cache_control" in body["system"][-1]
-    ends = [(i, m["content"][-1].get("cache_control")) for i, m in enumerate(body["messages"])]
-    # the old answer (the history before the newest words) and the turn's newest round
-    assert [i for i, mark in ends if mark] == [1, 3]
-    assert body["messages"][1]["content"][-1]["text"] == "old answer"
+        await llm.complete(history[1:], tools=[CLOCK, READ])
+    with_system, without = fake.requests
+    assert not any("cache_control" in t for t in with_system["tools"])  # the system's prefix holds them
+    assert "cache_control" in with_system["system"][-1]
+    marks = [(i, b["type"]) for i, b in marked_blocks(with_system)]
+    # the old answer (the history before the newest words and what the request before sent,
+    # which had the tail joined to the new question) and the newest result, not the tail after it
+    assert marks == [(1, "text"), (4, "tool_result")]
+    assert with_system["messages"][1]["content"][-1]["text"] == "old answer"
+    assert [t["name"] for t in without["tools"] if "cache_control" in t] == ["read"]  # no system: the last tool
+
+
+async def test_each_request_of_a_conversation_reads_all_the_one_before_sent_but_its_tail(fake) -> None:
+    """Two tool rounds, a turn without tools and the turn after it, each request with the tail
+    (the clock) at its end, as the gateway sends them: each reads from the cache the prefix the
+    request before wrote, up to where the tail began, a longer one each time."""
+    for _ in range(2):
+        fake.tool_call("read", {"path": "a"})
+    for _ in range(3):
+        fake.reply("Done.")
+    system = {"role": "system", "content": "You are the team's assistant. " * 200}
+    result = "log line " * 300
+    history: list[dict[str, Any]] = [system, {"role": "user", "content": "first question"}]
+    tails = iter(f"[context] It is 10:0{n}." for n in range(9))
+
+    def request() -> list[dict[str, Any]]:
+        last = history[-1]
+        if last["role"] == "user":  # the tail joins the newest words, as the gateway sends it
+            return [*history[:-1], {"role": "user", "content": f"{last['content']}\n\n{next(tails)}"}]
+        return [*history, {"role": "user", "content": next(tails)}]
+
+    async with client(fake) as llm:
+        for n in range(5):
+            done = await llm.complete(request(), tools=[CLOCK, READ])
+            calls = [(c.id, c.name, c.arguments) for c in done.tool_calls]
+            history.append(assistant(done.text, *calls))
+            history += [{"role": "tool", "tool_call_id": c[0], "content": f"{result} {n}"} for c in calls]
+            if not calls:
+                history.append({"role": "user", "content": f"question {n}"})
+    assert fake.accepted == 5
+    assert fake.cache_reads[0] == 0
+    assert all(a < b for a, b in zip(fake.cache_reads, fake.cache_reads[1:], strict=False)), fake.cache_reads
+    assert all(len(marked_blocks(r)) <= 3 for r in fake.requests)  # with the system's: the API's four
+
+
+def marked_blocks(body: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(message index, block) of each message block with a cache breakpoint."""
+    return [(i, b) for i, m in enumerate(body["messages"]) for b in m["content"] if "cache_control" in b]
 
 
 async def test_thinking_goes_back_unchanged_through_two_tool_rounds_and_every_request_is_accepted(fake) -> None:

@@ -11,9 +11,13 @@ an assistant message's tool calls become `tool_use` blocks and the tool results 
 message in the turn's next rounds, as the API requires with tools (they travel as the message's
 replay; a turn's later turns leave them out, as the API allows).
 
-Prompt caching: `cache_control` breakpoints (the API takes four) on the last tool, the system
-prompt, the end of the history before the newest turn's words, and the newest assistant message
-of a turn in its tool rounds, so a turn's next round reads what the last one wrote.
+Prompt caching: `cache_control` breakpoints (the API takes four), each where a later request
+repeats the prefix up to it: the system prompt (its prefix holds the tools; the last tool when
+there is no system), the end of the history before the newest turn's words, the end of what the
+request before this one sent (the message before the newest assistant message), and this
+request's last tool result (its end but for the tail, which the next request no longer has). A
+request reads the longest of them an earlier one wrote: a turn's next round what the last one
+sent, a turn's first request what the last round of the turn before sent.
 """
 
 from __future__ import annotations
@@ -91,12 +95,13 @@ class AnthropicFormat:
         body: dict[str, Any] = {}
         if request.tools:  # tools first: the prefix the cache keys on starts with them
             tools = [_tool(t) for t in request.tools]
-            tools[-1] = {**tools[-1], "cache_control": EPHEMERAL}
+            if not system:  # else the system's breakpoint covers them, and the four go further
+                tools[-1] = {**tools[-1], "cache_control": EPHEMERAL}
             body["tools"] = tools
         if system:
             body["system"] = [{"type": "text", "text": system, "cache_control": EPHEMERAL}]
-        for position in marks:
-            messages[position] = _marked(messages[position])
+        for position, block in marks:
+            messages[position] = _marked(messages[position], block)
         body["messages"] = messages
         reply = request.max_tokens or DEFAULT_MAX_TOKENS
         budget = THINKING_BUDGET.get(request.reasoning)
@@ -130,8 +135,8 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return made
 
 
-def _translate(chat: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[int]]:
-    """(system text, messages with block contents, positions of the messages to mark for the cache)."""
+def _translate(chat: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[tuple[int, int]]]:
+    """(system text, messages with block contents, the blocks to mark for the cache: (message, block))."""
     system: list[str] = []
     messages: list[dict[str, Any]] = []
     newest_words = -1  # the message holding the newest turn's words (a user message without results)
@@ -163,14 +168,28 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return _user_blocks(message.get("content"))
 
 
-def _breakpoints(messages: list[dict[str, Any]], newest_words: int) -> list[int]:
-    """The history before the newest turn's words, and the turn's rounds so far (its newest
-    assistant message): what the next request starts with."""
-    marks = [newest_words - 1] if newest_words > 0 else []
+def _breakpoints(messages: list[dict[str, Any]], newest_words: int) -> list[tuple[int, int]]:
+    """(message, block) of the prefixes a request repeats from an earlier one, three at most: the
+    history before the newest turn's words (what a turn's first request wrote, read by its
+    rounds), the end of what the request before this one wrote (the message before the newest
+    assistant message, the reply to it; the one before that when it is words, which that
+    request sent with the tail joined to them), and the last tool result of the last message
+    (the end of this request but for the tail, which the next request no longer has)."""
+    marks: set[tuple[int, int]] = set()
+    if newest_words > 0:
+        marks.add((newest_words - 1, -1))
     last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-    if last_assistant > newest_words >= 0:
-        marks.append(last_assistant)
-    return marks
+    sent_before = last_assistant - 1
+    if sent_before >= 0 and not _has_results(messages[sent_before]):
+        sent_before -= 1
+    if sent_before >= 0:
+        marks.add((sent_before, -1))
+    if messages and messages[-1]["role"] == "user":
+        blocks = messages[-1]["content"]
+        results = [i for i, b in enumerate(blocks) if b["type"] == "tool_result"]
+        if results:
+            marks.add((len(messages) - 1, results[-1]))
+    return sorted(marks)
 
 
 def _join(blocks: list[dict[str, Any]], more: list[dict[str, Any]]) -> None:
@@ -189,10 +208,10 @@ def _has_results(message: dict[str, Any]) -> bool:
     return any(b["type"] == "tool_result" for b in message["content"])
 
 
-def _marked(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with a cache breakpoint on its last block (a copy: the blocks may be shared)."""
+def _marked(message: dict[str, Any], block: int) -> dict[str, Any]:
+    """The message with a cache breakpoint on one of its blocks (a copy: the blocks may be shared)."""
     blocks = list(message["content"])
-    blocks[-1] = {**blocks[-1], "cache_control": EPHEMERAL}
+    blocks[block] = {**blocks[block], "cache_control": EPHEMERAL}
     return {**message, "content": blocks}
 
 
