@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -67,6 +68,7 @@ class Proxy:
     process: subprocess.Popen[bytes]
     base_url: str
     log: Path
+    key: str  # its master key: it refuses to start without one
 
     def stop(self) -> None:
         self.process.terminate()
@@ -98,12 +100,13 @@ def litellm(llama_cpp: LlamaServer, tmp_path_factory) -> Iterator[Proxy]:  # noq
     )
     port = free_port()
     log = directory / "litellm.log"
+    key = "sk-" + secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_PROXY": "127.0.0.1,localhost"}  # nothing fetched at start
+    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": key}  # nothing fetched at start
     command = [str(litellm_tier.litellm_binary()), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=directory, env=env)
-    proxy = Proxy(process, f"http://127.0.0.1:{port}/v1", log)
+    proxy = Proxy(process, f"http://127.0.0.1:{port}/v1", log, key)
     try:
         _wait_for(proxy)
     except BaseException:
@@ -125,10 +128,8 @@ def _wait_for(proxy: Proxy) -> None:
     raise RuntimeError(f"LiteLLM did not start in {LITELLM_START_S:.0f}s:\n{proxy.log.read_text()[-4000:]}")
 
 
-def config_for(base_url: str, api: str, **more: Any) -> LLMConfig:
-    return LLMConfig(
-        base_url=base_url, model=MODEL_ALIAS, api=api, api_key="none", temperature=0, max_retries=1, **more
-    )
+def config_for(base_url: str, api: str, key: str = "none", **more: Any) -> LLMConfig:
+    return LLMConfig(base_url=base_url, model=MODEL_ALIAS, api=api, api_key=key, temperature=0, max_retries=1, **more)
 
 
 async def answer(
@@ -221,7 +222,7 @@ async def test_the_probe_finds_every_api_llama_server_speaks(llama_cpp):
 # ---- LiteLLM's proxy in front of llama-server's Chat Completions --------------------------------
 @pytest.mark.parametrize("api", ["responses", "anthropic"])
 async def test_litellm_streams_an_answer(litellm, api):
-    async with LLMClient(config_for(litellm.base_url, api)) as client:
+    async with LLMClient(config_for(litellm.base_url, api, litellm.key)) as client:
         done, events = await answer(client, HELLO)
     assert done.text == REPLY and done.finish_reason == "stop" and not done.tool_calls
     assert len([e for e in events if isinstance(e, TextDelta)]) > 1, "streamed in pieces, not in one"
@@ -232,7 +233,7 @@ async def test_litellm_tool_round_trip(litellm, api):
     """The call llama-server parsed, through LiteLLM's translation into the API's stream, and
     its result back through the translation into a Chat Completions history the template
     accepts only with the result right after its call."""
-    async with LLMClient(config_for(litellm.base_url, api)) as client:
+    async with LLMClient(config_for(litellm.base_url, api, litellm.key)) as client:
         first, events = await answer(client, ASK_TIME, tools=[PROBE_TOOL])
         assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [(TOOL, ARGUMENTS)], first
         assert first.finish_reason == "tool_calls"
@@ -242,12 +243,12 @@ async def test_litellm_tool_round_trip(litellm, api):
 
 @pytest.mark.parametrize("api", ["responses", "anthropic"])
 async def test_doctor_checks_each_api_of_litellm(litellm, api):
-    report = await diagnose(config_for(litellm.base_url, api))
+    report = await diagnose(config_for(litellm.base_url, api, litellm.key))
     checks = {c.name: c.status for c in report.checks}
     assert not report.failed, report.checks
     assert checks["api"] == "ok" and checks["completion"] == "ok" and checks["tools"] == "ok", report.checks
 
 
 async def test_the_probe_finds_every_api_litellm_speaks(litellm):
-    answers = await probe_apis(litellm.base_url, "none")
+    answers = await probe_apis(litellm.base_url, litellm.key)
     assert spoken(answers) == ["chat", "responses", "anthropic"], answers

@@ -11,8 +11,9 @@ reused while the pins stay the same: `$GATEWAY_TEST_LLAMA_SERVER`, default
     py/bin/python           a venv with `gguf`, which writes the tiny test model (tiny_model.py)
 
 `.ci/run` builds it (`python3 tests/llamacpp/server_tier.py build`, standard library only, so the
-system Python runs it before the project is installed): about 15 minutes of two shared cores, at
-nice 10. Tests call `unavailable_reason()` and skip with it when the tier is missing.
+system Python runs it before the project is installed): about 18 minutes of CPU (unoptimised, 192
+objects), so ~10 minutes on two free cores, at nice 10. Tests call `unavailable_reason()` and skip
+with it when the tier is missing.
 """
 
 from __future__ import annotations
