@@ -18,6 +18,7 @@ from test_chat_cli import ChatProcess, gateway_command
 
 from gateway.config import LLMConfig
 from gateway.llm import LLMClient, LLMError, Refused
+from gateway.llm.api_probe import probe_apis, spoken
 
 REPLY = "Sure thing."  # what the tiny model always answers
 
@@ -154,9 +155,18 @@ async def test_doctor_reports_what_this_server_does(llama_server, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert f"✓ model listed: '{MODEL_ALIAS}' is served" in out
+    assert f"✓ api: llm.api: chat; {llama_server.base_url} speaks it\n" in out  # and nothing else
     assert f"✓ context window: {N_CTX:,} tokens (llama-cpp-python" in out
     assert "without usage chunks" in out
     assert "! tools: the server accepted tools but the model returned text" in out
+
+
+async def test_the_probe_finds_it_speaks_chat_completions_only(llama_server):
+    """What `gateway setup` and `gateway doctor` ask: its validation refuses an empty Chat
+    Completions request; it has no Responses or Anthropic Messages route."""
+    answers = await probe_apis(llama_server.base_url)
+    assert spoken(answers) == ["chat"], answers
+    assert (answers["responses"].detail, answers["anthropic"].detail) == ("HTTP 404", "HTTP 404")
 
 
 async def test_the_real_server_refuses_as_the_fake_does(llama_server):
