@@ -5,6 +5,7 @@ today's code; a downgrade to the released revision and back up keeps it too."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 from conftest import NO_POSTGRES, POSTGRES_URL, on_postgres
-from helpers import ManualClock
+from fakes.channel import FakeChannel
+from harness import make_config, running_gateway
+from helpers import ManualClock, session_file
 from migration_fixtures import (
     FIXTURES,
     OWNER,
@@ -89,6 +92,36 @@ async def test_a_downgrade_to_a_released_revision_and_back_keeps_its_data(empty_
     assert await empty_store.migrate() == revision
     await still_there(empty_store, expected)
     await still_works(empty_store, expected)
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_a_turn_parked_before_the_upgrade_is_approved_by_a_tap_after_it(empty_store, llm, tmp_path, revision):
+    """The gateway of the new version starts on the old database (its start migrates it), the
+    requester taps Approve on the prompt sent before the upgrade: the tool runs and the parked turn
+    gets its reply, with the message typed while it waited."""
+    await loaded(empty_store, revision)
+    llm.reply("Written.")
+    workspace = tmp_path / "ws"
+    channel = FakeChannel(name="telegram")
+    thread = ThreadKey.parse(TG_THREAD)
+    config = make_config(llm.base_url, str(workspace))
+    # the gateway's clock an hour after the fixture's last write: the approval has not expired
+    async with running_gateway(empty_store, config, channel, clock=ManualClock(at(1))) as h:
+        assert await current_revision(empty_store.db) == SCHEMA_REVISION
+        answer = await h.tap(button_token(PARKED_TOKEN, Action.APPROVE), thread=thread, sender=ADA)
+        assert not answer.alert and "Approved by Ada" in answer.answer
+        await h.wait_for(lambda: "Written." in channel.messages(thread))
+        await h.idle()
+        assert session_file(workspace, "note.txt").read_text() == "hi"
+        assert channel.closes() == ["✅ Approved by Ada"]
+        parked = await empty_store.runs.get(1)
+        assert parked is not None and (parked.stage, parked.end_reason) == ("SUCCESS", "reply")
+        # the model read the turn from before the upgrade, the tool's result and the held message
+        asked = json.dumps(llm.requests[-1]["messages"])
+        assert "note.txt" in asked and "and tell me when done" in asked
+        assert await empty_store.inbox.pending(TG_THREAD) == []
+        # what was sent, or given up on, before the upgrade is not sent again
+        assert not {"Two alerts, both resolved.", "Sorry, that failed."} & set(channel.messages())
 
 
 # ---- the fixture, and what it must still be ----------------------------------------------------
