@@ -33,12 +33,13 @@ from migration_fixtures import (
 )
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from gateway.approvals.prompts import PromptService, button_token
 from gateway.config import Config, SchedulerConfig
 from gateway.events import ButtonPress, Delivered, Sender, ThreadKey
 from gateway.store import Action, Saved, Store
-from gateway.store.db import SCHEMA_REVISION, current_revision
+from gateway.store.db import SCHEMA_REVISION, MigrationBrokeReferences, current_revision
 from gateway.store.tables import metadata
 from scheduler.jobs import Scheduler
 
@@ -122,6 +123,26 @@ async def test_a_turn_parked_before_the_upgrade_is_approved_by_a_tap_after_it(em
         assert await empty_store.inbox.pending(TG_THREAD) == []
         # what was sent, or given up on, before the upgrade is not sent again
         assert not {"Two alerts, both resolved.", "Sorry, that failed."} & set(channel.messages())
+
+
+async def test_a_sqlite_migration_that_breaks_references_is_rolled_back(sqlite_store):
+    """Migrations run with SQLite's foreign keys off (a rebuilt table's DROP would cascade), so
+    the references are checked before the commit: a step leaving a message without its session
+    fails in one line and leaves nothing behind."""
+
+    def orphan(conn: Connection) -> None:
+        conn.exec_driver_sql(
+            "INSERT INTO messages (session_id, seq, role, content, status, synthetic, created_at) "
+            "VALUES (999, 1, 'user', 'orphan', 'ok', 0, '2026-12-01 12:00:00.000000')"
+        )
+
+    with pytest.raises(MigrationBrokeReferences, match="1 rows referring to missing rows"):
+        await sqlite_store.db.migrate(orphan)
+    count = await sqlite_store.db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM messages").scalar())
+    assert count == 0
+    # and the store's own connections still enforce them
+    with pytest.raises(IntegrityError):
+        await sqlite_store.db.write(orphan)
 
 
 # ---- the fixture, and what it must still be ----------------------------------------------------
