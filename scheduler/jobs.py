@@ -15,11 +15,12 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from gateway.config import SchedulerConfig
 from gateway.events import InboundMessage, Submit, TurnEnded, utcnow
 from gateway.store import Store
-from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo
+from gateway.store.schedules import JobRunRecord, RunOrigin, ScheduleRecord, ScheduleRepo, ScheduleState, closing
 from scheduler.backoff import IdleBackoff
 from scheduler.checklist import ChecklistGate, ChecklistReading, ReadChecklist, checklist_block
 from scheduler.checks import CHECK_FAILED, NO_CHANGE, CheckOutcome, Prober, next_state, run_check, with_check_output
@@ -129,8 +130,10 @@ class Scheduler:
     async def _on_due(self, schedule_id: int, when: datetime) -> None:
         async with self._locks[schedule_id]:
             try:
-                run = await self.fire(schedule_id, when)
-                schedule = await self.repo.get(schedule_id)
+                async with self._firing:
+                    schedule, run = await self._fire(schedule_id, when, "schedule")
+                if schedule is None or schedule.kind == "at":  # gone, or a one-shot its firing switched off
+                    schedule = await self.repo.get(schedule_id)
                 if schedule is None:
                     self._clock.unplan(schedule_id)
                 else:
@@ -209,67 +212,83 @@ class Scheduler:
         """Claim the firing once and start its run; None when there is nothing to do
         (claimed elsewhere, job gone or disabled, or too late: then it is recorded `missed`)."""
         async with self._firing:
-            return await self._fire(schedule_id, scheduled_for, origin)
+            return (await self._fire(schedule_id, scheduled_for, origin))[1]
 
-    async def _fire(self, schedule_id: int, scheduled_for: datetime, origin: RunOrigin) -> JobRunRecord | None:
+    async def _fire(
+        self, schedule_id: int, scheduled_for: datetime, origin: RunOrigin
+    ) -> tuple[ScheduleRecord | None, JobRunRecord | None]:
+        """`fire`, with the job as read at its start (None: gone)."""
         now = self._now()
         schedule = await self.repo.get(schedule_id)
         if schedule is None or (origin == "schedule" and not schedule.enabled):
-            return None
+            return schedule, None
         if origin == "schedule" and now - scheduled_for > self._allowed_lateness(schedule):
             late = int((now - scheduled_for).total_seconds())
             await self.repo.record_missed(
                 schedule.id, [scheduled_for], error=f"missed: due {late}s ago, beyond the misfire allowance", now=now
             )
             await self._close_one_shot(schedule, "one-shot missed")
-            return None
-        run = await self.repo.claim(schedule.id, scheduled_for, origin=origin, now=now)
+            return schedule, None
+        state: ScheduleState | None = None
+        if schedule.check_spec is not None:  # its check needs what the last one found: read with the claim
+            run, state = await self.repo.claim_checked(schedule.id, scheduled_for, origin=origin, now=now)
+        else:
+            run = await self.repo.claim(schedule.id, scheduled_for, origin=origin, now=now)
         if run is None:
-            return None
+            return schedule, None
         if origin == "schedule":
             await self._close_one_shot(schedule, ONE_SHOT_DONE)
         if run.status != "running":
             log.info("job %s: firing at %s skipped (%s)", schedule.name, scheduled_for.isoformat(), run.error)
-            return run
-        looked = await self._look_first(schedule, run)  # claimed first: one instance looks, once per firing
-        if looked is None:
-            return await self.repo.get_run(run.id)
+            return schedule, run
+        looked = await self._look_first(schedule, run, state)  # claimed first: one instance looks, once per firing
+        if isinstance(looked, JobRunRecord) or looked is None:  # closed (None: by someone else meanwhile)
+            return schedule, looked if looked is not None else await self.repo.get_run(run.id)
         check, checklist = looked
         full = await self._room_for_job(schedule.id) if self._room_for_job is not None else None
         if full:
             log.info("job %s: firing at %s skipped at a spend cap: %s", schedule.name, scheduled_for.isoformat(), full)
             closed = await self.repo.finish(run.id, status="skipped", error=f"{BUDGET_PREFIX}{full}", now=self._now())
             await self.outcomes.notify_skipped(schedule, run.id, closed)
-            return closed
-        return await self._start_run(schedule, run, check, checklist)
+            return schedule, closed
+        return schedule, await self._start_run(schedule, run, check, checklist)
 
     async def _look_first(
-        self, schedule: ScheduleRecord, run: JobRunRecord
-    ) -> tuple[CheckOutcome | None, ChecklistReading | None] | None:
+        self, schedule: ScheduleRecord, run: JobRunRecord, state: ScheduleState | None = None
+    ) -> tuple[CheckOutcome | None, ChecklistReading | None] | JobRunRecord | None:
         """The job's check and a tick's checklist, before any session: what the model is given,
-        or None when the firing was closed (nothing new, or the check failed). A checklist with
-        open items not yet answered wakes the model even when the check found nothing."""
+        or the firing's run closed (nothing new, or the check failed; None when it was no longer
+        running). A checklist with open items not yet answered wakes the model even when the
+        check found nothing. `state`: the job's check state, when the caller read it."""
         checklist = self.checklists.reading(schedule)
         fresh = await self.checklists.wakes(schedule, run, checklist)
         check: CheckOutcome | None = None
         if schedule.check_spec is not None:
-            check = await self.check_firing(schedule, run, checklist_wakes=fresh)
-            if check is None:
-                return None
+            found = await self.check_firing(schedule, run, checklist_wakes=fresh, state=state)
+            if not isinstance(found, CheckOutcome):
+                return found
+            check = found
         elif checklist is not None and not fresh:
-            await self.checklists.skip(run, checklist, self._now())
-            return None
+            return await self.checklists.skip(run, checklist, self._now())
         if checklist is not None:
             await self.checklists.note(run, checklist, check.record() if check is not None else None)
         return check, checklist
 
     async def check_firing(
-        self, schedule: ScheduleRecord, run: JobRunRecord, *, checklist_wakes: bool = False
-    ) -> CheckOutcome | None:
-        """Run the job's check for a claimed firing and remember what it found: the outcome when
-        the model wakes, else None with the run closed (`skipped`, "no change"; or `failed`, the
-        failure told to deliver_to once at the job's count of failures in a row)."""
-        state = await self.repo.state(schedule.id)
+        self,
+        schedule: ScheduleRecord,
+        run: JobRunRecord,
+        *,
+        checklist_wakes: bool = False,
+        state: ScheduleState | None = None,
+    ) -> CheckOutcome | JobRunRecord | None:
+        """Run the job's check for a claimed firing and remember what it found (the state and
+        the run in one transaction): the outcome when the model wakes, else the run closed
+        (`skipped`, "no change"; or `failed`, the failure told to deliver_to once at the job's
+        count of failures in a row), None when it was no longer running. `state`: the job's
+        check state, when the caller read it with the claim."""
+        if state is None:
+            state = await self.repo.state(schedule.id)
         if self.checks is None:
             check = CheckOutcome(wake=False, error="checks do not run in this process")
         else:
@@ -278,27 +297,27 @@ class Scheduler:
             check = replace(check, wake=True)  # run-now: the person asked for the model
         after = schedule.check_failures_before_report or self.config.check_failures_before_report
         values, tell = next_state(state, check, report_after=after)
+        now = self._now()
         if check.wake or (checklist_wakes and check.error is None):
-            values["last_woke_at"] = self._now()
-        state = await self.repo.save_state(schedule.id, now=self._now(), **values)
-        if check.wake:
-            await self.repo.set_check_result(run.id, check.record())
+            values["last_woke_at"] = now
+        close = run_closing(check, checklist_wakes, now)
+        # nothing new from the check but new items on the checklist: the model wakes (no
+        # check_result on the run then: the checklist's note records the firing)
+        if close is None and not check.wake:
+            await self.repo.save_state(schedule.id, now=now, **values)
             return check
-        if checklist_wakes and check.error is None:
-            return check  # nothing new from the check, but new items on the checklist: the model wakes
+        state, closed = await self.repo.record_check(
+            schedule.id, run.id, values, close=close, check_result=check.record(), now=now
+        )
+        if close is None:
+            return check
         if check.error is None:
             log.debug("job %s: check found no change; no session", schedule.name)
-            await self.repo.finish(
-                run.id, status="skipped", error=NO_CHANGE, check_result=check.record(), now=self._now()
-            )
-            return None
+            return closed
         log.warning("job %s: check failed (%d in a row): %s", schedule.name, state.failures, check.error)
-        closed = await self.repo.finish(
-            run.id, status="failed", error=CHECK_FAILED + check.error, check_result=check.record(), now=self._now()
-        )
         if closed is not None and tell:
             await self.outcomes.notify_check_failure(schedule, closed, state.failures, check.error or "")
-        return None
+        return closed
 
     async def run_now(self, name: str) -> JobRunRecord | None:
         """A manual firing (its own scheduled_for: now). None when there is no such job."""
@@ -365,3 +384,12 @@ class Scheduler:
     async def close_abandoned_runs(self) -> list[JobRunRecord]:
         """Runs a crash left `running` become `failed`, and run once more within the grace."""
         return await self.supervision.close_abandoned_runs()
+
+
+def run_closing(check: CheckOutcome, checklist_wakes: bool, now: datetime) -> dict[str, Any] | None:
+    """How a checked firing's run closes (`closing` values), or None when the model wakes."""
+    if check.error is not None:
+        return closing(status="failed", error=CHECK_FAILED + check.error, now=now)
+    if not check.wake and not checklist_wakes:
+        return closing(status="skipped", error=NO_CHANGE, now=now)
+    return None

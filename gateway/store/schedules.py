@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
-from gateway.store.inbox import insert_ignoring
+from gateway.store.inbox import InsertIgnoring, insert_ignoring
 from gateway.store.tables import job_runs, schedule_states, schedules
 
 ScheduleKind = Literal["cron", "every", "at", "tick"]
@@ -141,6 +141,33 @@ class ScheduleState:
 
 STATE_FIELDS = frozenset(f for f in ScheduleState.__dataclass_fields__ if f not in ("schedule_id", "updated_at"))
 
+# The statements of a firing, built once (building one costs more than running it on SQLite;
+# a 1-minute tick runs them every minute). Bound names avoid column names, which update()
+# reserves for the SET values that come with each execute.
+_SCHEDULE_BY_ID = select(schedules).where(schedules.c.id == bindparam("schedule_key"))
+_LOCK_SCHEDULE = select(schedules.c.id).where(schedules.c.id == bindparam("schedule_key")).with_for_update()
+_RUNNING_OF = (
+    select(job_runs.c.id)
+    .where(job_runs.c.schedule_id == bindparam("schedule_key"), job_runs.c.status == "running")
+    .order_by(job_runs.c.id)
+    .limit(1)
+)
+_ADD_RUN = InsertIgnoring(job_runs, ["schedule_id", "scheduled_for"], returning=tuple(job_runs.c))
+_RUN_BY_ID = select(job_runs).where(job_runs.c.id == bindparam("run_key"))
+_CLOSE_RUN = (
+    update(job_runs)
+    .where(job_runs.c.id == bindparam("run_key"), job_runs.c.status == "running")
+    .returning(*job_runs.c)
+)
+_SET_RUN = update(job_runs).where(job_runs.c.id == bindparam("run_key"))
+_STATE_OF = select(schedule_states).where(schedule_states.c.schedule_id == bindparam("schedule_key"))
+_SAVE_STATE = (
+    update(schedule_states)
+    .where(schedule_states.c.schedule_id == bindparam("schedule_key"))
+    .returning(*schedule_states.c)
+)
+_ADD_STATE = InsertIgnoring(schedule_states, ["schedule_id"])
+
 
 class ScheduleRepo(Repo):
     # Told (status, how many) after a job run is written with a status: the composition root
@@ -203,7 +230,11 @@ class ScheduleRepo(Repo):
         return await self.db.write(work)
 
     async def get(self, schedule_id: int) -> ScheduleRecord | None:
-        return await self._one_schedule(schedules.c.id == schedule_id)
+        def work(conn: Connection) -> ScheduleRecord | None:
+            row = conn.execute(_SCHEDULE_BY_ID, {"schedule_key": schedule_id}).first()
+            return to_record(ScheduleRecord, row) if row else None
+
+        return await self.db.read(work)
 
     async def by_name(self, name: str) -> ScheduleRecord | None:
         return await self._one_schedule(schedules.c.name == name)
@@ -245,38 +276,25 @@ class ScheduleRepo(Repo):
 
         None when the firing was already claimed (by this or another scheduler)."""
         now = now or utcnow()
-
-        def work(conn: Connection) -> JobRunRecord | None:
-            # Claims of one schedule queue on its row, so the running check below sees the
-            # other claimer's committed run (SQLite: BEGIN IMMEDIATE already serialises writes,
-            # and FOR UPDATE would be a plain SELECT there: one statement a firing saved).
-            if conn.dialect.name != "sqlite":
-                conn.execute(select(schedules.c.id).where(schedules.c.id == schedule_id).with_for_update())
-            busy = conn.execute(
-                select(job_runs.c.id)
-                .where(job_runs.c.schedule_id == schedule_id, job_runs.c.status == "running")
-                .order_by(job_runs.c.id)
-                .limit(1)
-            ).scalar()
-            values: dict[str, Any] = dict(
-                schedule_id=schedule_id, scheduled_for=scheduled_for, origin=origin, interactive=False,
-                delivered=[], tokens=0,
-            )
-            if busy is None:
-                values.update(status="running", started_at=now)
-            else:
-                values.update(status="skipped", finished_at=now, error=f"still running (job run #{busy})")
-            row = conn.execute(
-                insert_ignoring(conn, job_runs, ["schedule_id", "scheduled_for"])
-                .values(**values)
-                .returning(*job_runs.c)
-            ).first()
-            return to_record(JobRunRecord, row) if row is not None else None
-
-        claimed = await self.db.write(work)
+        claimed = await self.db.write(lambda conn: _claim(conn, schedule_id, scheduled_for, origin, now))
         if claimed is not None:
             self._told(claimed.status)
         return claimed
+
+    async def claim_checked(
+        self, schedule_id: int, scheduled_for: datetime, *, origin: RunOrigin = "schedule", now: datetime | None = None
+    ) -> tuple[JobRunRecord | None, ScheduleState]:
+        """`claim`, and what the job's checks remember, in the same transaction (a checked
+        firing needs both before its check runs)."""
+        now = now or utcnow()
+
+        def work(conn: Connection) -> tuple[JobRunRecord | None, ScheduleState]:
+            return _claim(conn, schedule_id, scheduled_for, origin, now), _state(conn, schedule_id)
+
+        claimed, state = await self.db.write(work)
+        if claimed is not None:
+            self._told(claimed.status)
+        return claimed, state
 
     async def record_missed(
         self, schedule_id: int, times: Sequence[datetime], *, error: str, now: datetime | None = None
@@ -320,67 +338,56 @@ class ScheduleRepo(Repo):
         now: datetime | None = None,
     ) -> JobRunRecord | None:
         """Close a running job run (compare-and-set): None when it was no longer running."""
-        values: dict[str, Any] = {"status": status, "finished_at": now or utcnow(), "tokens": tokens}
-        if check_result is not None:
-            values["check_result"] = check_result
-        if error is not None:
-            values["error"] = error
-        if run_id is not None:
-            values["run_id"] = run_id
-        if cost_nano_usd is not None:
-            values["cost_nano_usd"] = cost_nano_usd
-
-        def work(conn: Connection) -> JobRunRecord | None:
-            row = conn.execute(  # one statement: a 1-minute tick closes a run every minute
-                update(job_runs)
-                .where(job_runs.c.id == job_run_id, job_runs.c.status == "running")
-                .values(**values)
-                .returning(*job_runs.c)
-            ).first()
-            return to_record(JobRunRecord, row) if row is not None else None
-
-        finished = await self.db.write(work)
+        values = closing(
+            status=status, error=error, run_id=run_id, tokens=tokens, cost_nano_usd=cost_nano_usd,
+            check_result=check_result, now=now,
+        )
+        finished = await self.db.write(lambda conn: _close(conn, job_run_id, values))
         if finished is not None:
             self._told(finished.status)
         return finished
 
     async def set_check_result(self, job_run_id: int, check_result: dict[str, Any]) -> None:
         """Record what the firing's check found on a run that goes on (it woke the model)."""
-        statement = update(job_runs).where(job_runs.c.id == job_run_id).values(check_result=check_result)
-        await self.db.write(lambda conn: conn.execute(statement))
+        await self.db.write(lambda conn: conn.execute(_SET_RUN, {"run_key": job_run_id, "check_result": check_result}))
+
+    async def record_check(
+        self,
+        schedule_id: int,
+        job_run_id: int,
+        state: dict[str, Any],
+        *,
+        close: dict[str, Any] | None,
+        check_result: dict[str, Any],
+        now: datetime | None = None,
+    ) -> tuple[ScheduleState, JobRunRecord | None]:
+        """What a firing's check found, in one transaction: the job's check `state` saved (as
+        `save_state`), and the run closed with `close` (`closing(...)`'s values, compare-and-set
+        as `finish`) or, when the run goes on (the model wakes), `check_result` set on it.
+        Returns the whole state and the closed run (None when not closed)."""
+        stamp = _state_stamp(state, now)
+
+        def work(conn: Connection) -> tuple[ScheduleState, JobRunRecord | None]:
+            saved = _save_state(conn, schedule_id, stamp)
+            if close is None:
+                conn.execute(_SET_RUN, {"run_key": job_run_id, "check_result": check_result})
+                return saved, None
+            return saved, _close(conn, job_run_id, {**close, "check_result": check_result})
+
+        saved, closed = await self.db.write(work)
+        if closed is not None:
+            self._told(closed.status)
+        return saved, closed
 
     # ---- what checks remember between firings ------------------------------------------------
     async def state(self, schedule_id: int) -> ScheduleState:
         """The job's check state; an empty one before its first check."""
-        query = select(schedule_states).where(schedule_states.c.schedule_id == schedule_id)
-        row = await self.db.read(lambda conn: conn.execute(query).first())
-        return to_record(ScheduleState, row) if row else ScheduleState(schedule_id=schedule_id)
+        return await self.db.read(lambda conn: _state(conn, schedule_id))
 
     async def save_state(self, schedule_id: int, *, now: datetime | None = None, **values: Any) -> ScheduleState:
         """Set some of the job's state fields (the rest keep their values); returns the whole state."""
-        unknown = set(values) - STATE_FIELDS
-        if unknown:
-            raise TypeError(f"not schedule state fields: {sorted(unknown)}")
-        stamp = {**values, "updated_at": now or utcnow()}
-
-        def work(conn: Connection) -> ScheduleState:
-            change = (
-                update(schedule_states)
-                .where(schedule_states.c.schedule_id == schedule_id)
-                .values(**stamp)
-                .returning(*schedule_states.c)
-            )
-            row = conn.execute(change).first()  # one statement once the row exists
-            if row is None:
-                conn.execute(  # the first write (two instances at once: one inserts, both update)
-                    insert_ignoring(conn, schedule_states, ["schedule_id"]).values(
-                        schedule_id=schedule_id, failures=0, failure_reported=False, updated_at=stamp["updated_at"]
-                    )
-                )
-                row = conn.execute(change).first()
-            return to_record(ScheduleState, row)
-
-        return await self.db.write(work)
+        stamp = _state_stamp(values, now)
+        return await self.db.write(lambda conn: _save_state(conn, schedule_id, stamp))
 
     async def note(self, job_run_id: int, error: str) -> None:
         """Remember something about a run (a kill request, a failed delivery) without closing it."""
@@ -398,7 +405,7 @@ class ScheduleRepo(Repo):
 
     async def get_run(self, job_run_id: int) -> JobRunRecord | None:
         def work(conn: Connection) -> JobRunRecord | None:
-            row = conn.execute(select(job_runs).where(job_runs.c.id == job_run_id)).first()
+            row = conn.execute(_RUN_BY_ID, {"run_key": job_run_id}).first()
             return to_record(JobRunRecord, row) if row else None
 
         return await self.db.read(work)
@@ -442,3 +449,76 @@ class ScheduleRepo(Repo):
         if status is not None:
             query = query.where(job_runs.c.status == status)
         return await self.db.read(lambda conn: int(conn.execute(query).scalar_one()))
+
+
+def closing(
+    *,
+    status: JobStatus,
+    error: str | None = None,
+    run_id: int | None = None,
+    tokens: int = 0,
+    cost_nano_usd: int | None = None,
+    check_result: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The values that close a job run (`finish`, `record_check`)."""
+    values: dict[str, Any] = {"status": status, "finished_at": now or utcnow(), "tokens": tokens}
+    if check_result is not None:
+        values["check_result"] = check_result
+    if error is not None:
+        values["error"] = error
+    if run_id is not None:
+        values["run_id"] = run_id
+    if cost_nano_usd is not None:
+        values["cost_nano_usd"] = cost_nano_usd
+    return values
+
+
+def _claim(
+    conn: Connection, schedule_id: int, scheduled_for: datetime, origin: RunOrigin, now: datetime
+) -> JobRunRecord | None:
+    # Claims of one schedule queue on its row, so the running check below sees the other
+    # claimer's committed run (SQLite: BEGIN IMMEDIATE already serialises writes, and FOR
+    # UPDATE would be a plain SELECT there: one statement a firing saved). The unique
+    # (schedule_id, scheduled_for) decides which claim of a firing inserts.
+    if conn.dialect.name != "sqlite":
+        conn.execute(_LOCK_SCHEDULE, {"schedule_key": schedule_id})
+    busy = conn.execute(_RUNNING_OF, {"schedule_key": schedule_id}).scalar()
+    values: dict[str, Any] = dict(
+        schedule_id=schedule_id, scheduled_for=scheduled_for, origin=origin, interactive=False, delivered=[], tokens=0,
+        status="running", started_at=now, finished_at=None, error=None,
+    )
+    if busy is not None:
+        values.update(status="skipped", started_at=None, finished_at=now, error=f"still running (job run #{busy})")
+    row = conn.execute(_ADD_RUN.for_conn(conn), values).first()
+    return to_record(JobRunRecord, row) if row is not None else None
+
+
+def _close(conn: Connection, job_run_id: int, values: dict[str, Any]) -> JobRunRecord | None:
+    # one statement: a 1-minute tick closes a run every minute
+    row = conn.execute(_CLOSE_RUN, {**values, "run_key": job_run_id}).first()
+    return to_record(JobRunRecord, row) if row is not None else None
+
+
+def _state(conn: Connection, schedule_id: int) -> ScheduleState:
+    row = conn.execute(_STATE_OF, {"schedule_key": schedule_id}).first()
+    return to_record(ScheduleState, row) if row else ScheduleState(schedule_id=schedule_id)
+
+
+def _state_stamp(values: dict[str, Any], now: datetime | None) -> dict[str, Any]:
+    unknown = set(values) - STATE_FIELDS
+    if unknown:
+        raise TypeError(f"not schedule state fields: {sorted(unknown)}")
+    return {**values, "updated_at": now or utcnow()}
+
+
+def _save_state(conn: Connection, schedule_id: int, stamp: dict[str, Any]) -> ScheduleState:
+    change = {**stamp, "schedule_key": schedule_id}
+    row = conn.execute(_SAVE_STATE, change).first()  # one statement once the row exists
+    if row is None:  # the first write (two instances at once: one inserts, both update)
+        conn.execute(
+            _ADD_STATE.for_conn(conn),
+            {"schedule_id": schedule_id, "failures": 0, "failure_reported": False, "updated_at": stamp["updated_at"]},
+        )
+        row = conn.execute(_SAVE_STATE, change).first()
+    return to_record(ScheduleState, row)
