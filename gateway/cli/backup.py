@@ -20,14 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
 from gateway.cli.toplevel import installed_version
 from gateway.config.redaction import redact_url
 from gateway.events import OperatorError
 from gateway.store import db as store_db
 from gateway.store.db import SCHEMA_REVISION
-from gateway.store.failures import SETTING
+from gateway.store.failures import SETTING, sqlite_file
 
 STAMP = "%Y%m%dT%H%M%SZ"
 
@@ -35,14 +33,6 @@ STAMP = "%Y%m%dT%H%M%SZ"
 def known_revisions() -> set[str]:
     """The schema revisions this gateway's migrations know (their files' four-digit prefixes)."""
     return {path.name[:4] for path in (Path(store_db.MIGRATIONS_DIR) / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")}
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The SQLite database's file; None for PostgreSQL (or a database in memory)."""
-    parsed = make_url(url)
-    if not parsed.get_backend_name().startswith("sqlite") or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
 
 
 def backup_name(revision: str | None, now: datetime, *, suffix: str = ".db") -> str:
@@ -109,7 +99,8 @@ def pg_dump_line(url: str, revision: str | None, now: datetime) -> str:
         )
     shown = redact_url(url.replace("+asyncpg", "").replace("+psycopg", ""))
     name = backup_name(revision, now, suffix=".dump")
-    return f"run: pg_dump --format=custom --file={name} '{shown}' (the password masked: give it in PGPASSWORD)"
+    masked = " (with database.url's user and password in place of ••••)" if "••••" in shown else ""
+    return f"run: pg_dump --format=custom --file={name} --dbname='{shown}'{masked}"
 
 
 @dataclass(frozen=True)

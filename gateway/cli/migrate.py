@@ -7,10 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.cli.backup import backup_sqlite, file_revision, sqlite_file
+from gateway.cli.backup import backup_sqlite, file_revision
 from gateway.events import OperatorError
 from gateway.store import Store, StoreError
 from gateway.store import db as store_db
+from gateway.store.failures import sqlite_file
 
 
 async def migrate(url: str, *, take_backup: bool, where: str) -> tuple[str | None, list[str]]:

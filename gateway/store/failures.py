@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -33,6 +34,14 @@ def shown(url: URL) -> str:
     if url.get_backend_name() == "sqlite":
         return url.database or ":memory:"
     return url.render_as_string(hide_password=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The SQLite database's file; None for PostgreSQL (or a database in memory)."""
+    parsed = make_url(url)
+    if not parsed.get_backend_name().startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def parse_database_url(url: str) -> URL:
