@@ -15,6 +15,12 @@ from aiohttp import web
 from fakes.llm import Reply, user_texts
 
 from gateway.events import utcnow
+from gateway.tools.sandbox import sandbox_status
+
+# A test that runs commands in the shell sandbox: skipped, with the reason, where bubblewrap cannot run.
+needs_bwrap = pytest.mark.skipif(
+    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
+)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

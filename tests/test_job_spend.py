@@ -11,10 +11,10 @@ import io
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-import pytest
 from fakes.channel import FakeChannel
 from fakes.llm import Reply
 from harness import make_config, running_gateway
+from helpers import needs_bwrap
 from sqlalchemy import func, select
 from subagent_chat import Agents, delegate
 from test_scheduler_cli import parse
@@ -29,14 +29,10 @@ from gateway.llm.pricing import usage_cost
 from gateway.store import CounterKey
 from gateway.store.job_spend import Spend, period_queries
 from gateway.store.tables import sessions
-from gateway.tools.sandbox import sandbox_status
 from scheduler.cli import run_jobs_command
 from scheduler.definitions import job_config, to_schedule
 
 CHAT = ThreadKey("telegram", "900", "")
-needs_bwrap = pytest.mark.skipif(
-    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
-)
 UTC_ZONE = ZoneInfo("UTC")
 PRICE = {"input": 3, "output": 15, "cache_read": 0.3}  # USD per million tokens
 QUIET_USAGE = {"prompt_tokens": 1200, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1000}}

@@ -12,19 +12,16 @@ from aiohttp import web
 from fakes.channel import FakeChannel
 from fakes.llm import FakeToolCall, Reply
 from harness import make_config, running_gateway
-from helpers import serving, tool_results
+from helpers import needs_bwrap, serving, tool_results
 from mcp_support import mcp_section, notes, stdio_server, until_running
 from sqlalchemy import select
 
 from gateway.events import ThreadKey
 from gateway.job_checks import job_dir
 from gateway.store.tables import memories
-from gateway.tools.sandbox import sandbox_status
 from scheduler.checks import OUTPUT_OPEN
 
 CHAT = ThreadKey("telegram", "900", "")
-needs_bwrap = pytest.mark.skipif(bool(sandbox_status("auto").problem), reason="bubblewrap cannot sandbox here")
-
 
 def config(llm, tmp_path, job, **sections):  # noqa: ANN001, ANN003, ANN201
     job = {"name": "watch", "kind": "tick", "every": "30m", "deliver_to": "telegram:900",

@@ -9,19 +9,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from helpers import needs_bwrap
 from test_scheduler_cli import CHAT, parse
 from test_scheduler_support import Core
 
 from gateway.config import AgentConfig, Config, JobConfig, SchedulerConfig
 from gateway.job_checks import JobChecks, job_dir
 from gateway.tools import InMemoryNotes, ToolContext, run_tool
-from gateway.tools.sandbox import sandbox_status
 from scheduler.cli import run_jobs_command
 from scheduler.definitions import DefinitionError, to_schedule
 from scheduler.jobs import schedule_repo
 from scheduler.tools import schedule_tool
-
-needs_bwrap = pytest.mark.skipif(bool(sandbox_status("auto").problem), reason="bubblewrap cannot sandbox here")
 
 
 async def jobs(store, tmp_path: Path, *argv: str) -> tuple[int, str, str, Core]:  # noqa: ANN001

@@ -9,25 +9,20 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from aiohttp import web
-from helpers import serving
+from helpers import needs_bwrap, serving
 from test_scheduler_claims import second_store
 from test_scheduler_support import Core, Now, add_job, ended
 
 from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import TurnEnded
 from gateway.job_checks import JobChecks, job_dir
-from gateway.tools.sandbox import sandbox_status
 from scheduler.checks import OUTPUT_CLOSE, OUTPUT_OPEN, output_hash
 from scheduler.jobs import Scheduler
 
 T0 = datetime(2025, 5, 1, 8, 0, tzinfo=UTC)
 TARGET = "telegram:-1001"
 
-needs_bwrap = pytest.mark.skipif(
-    bool(sandbox_status("auto").problem), reason=f"bubblewrap cannot sandbox here: {sandbox_status('auto').problem}"
-)
 
 
 def agent(tmp_path: Path, **settings) -> AgentConfig:  # noqa: ANN003

@@ -270,17 +270,17 @@ async def test_add_without_skills_dirs_says_what_to_set(sqlite_store, tmp_path):
 # ---- skill_read: progressive disclosure, confined ----------------------------------------------
 
 
-def ctx(tmp_path: Path, catalog: SkillCatalog, person: str = "") -> ToolContext:
+def ctx(tmp_path: Path, catalog: SkillCatalog, person: str = "", chat: str = "1") -> ToolContext:
     return ToolContext(
-        session_id=1, thread=ThreadKey("telegram", "1", ""), source="telegram", interactive=True,
+        session_id=1, thread=ThreadKey("telegram", chat, ""), source="telegram", interactive=True,
         workspace=tmp_path / "ws", agent=Config().agent, notes=InMemoryNotes(), services={"skills": catalog},
         person=person,
     )
 
 
-async def read(catalog: SkillCatalog, tmp_path: Path, person: str = "", **args):  # noqa: ANN003, ANN201
+async def read(catalog: SkillCatalog, tmp_path: Path, person: str = "", chat: str = "1", **args):  # noqa: ANN003, ANN201
     (spec,) = [s for s in skill_specs(catalog, write=False) if s.name == "skill_read"]
-    return await run_tool(spec, args, ctx(tmp_path, catalog, person))
+    return await run_tool(spec, args, ctx(tmp_path, catalog, person, chat))
 
 
 async def test_skill_read_loads_skill_md_then_a_reference_in_parts(sqlite_store, tmp_path):
@@ -360,6 +360,26 @@ async def test_a_role_without_the_skill_neither_sees_nor_reads_it(sqlite_store, 
     assert not (await read(catalog, tmp_path, "telegram:1", name="release-notes")).failed
     everyone = await catalog.prompt_block(catalog.allowed("cron:job"))  # the scheduler's own: every pinned skill
     assert "auto-deploy" in everyone and "release-notes" in everyone
+
+
+async def test_a_chat_listed_in_skills_chats_is_offered_only_its_skills_within_the_role(sqlite_store, tmp_path):
+    cfg = Config.model_validate({
+        "skills": {"dirs": [str(tmp_path / "skills")], "chats": {"telegram:-100": ["release-*"]}},
+        "access": {"roles": {"writer": {"skills": ["auto-*"]}}, "users": {"telegram:1": "writer"}},
+    })
+    access = AccessPolicy(cfg)
+    catalog = SkillCatalog(cfg.skills, sqlite_store, allowed_for=access.skill_allowed_for)
+    await cli(sqlite_store, cfg, "add", str(FIXTURES / "release-notes"))
+    await cli(sqlite_store, cfg, "add", str(FIXTURES / "auto-deploy"), "--force")
+    in_group = await catalog.prompt_block(catalog.allowed("cron:job", "telegram:-100"))
+    assert "- release-notes:" in in_group and "auto-deploy" not in in_group
+    elsewhere = await catalog.prompt_block(catalog.allowed("cron:job", "telegram:-200"))
+    assert "- release-notes:" in elsewhere and "- auto-deploy:" in elsewhere
+    # the writer's role lists only auto-*, the group only release-*: nothing is left in the group
+    assert await catalog.prompt_block(catalog.allowed("telegram:1", "telegram:-100")) == ""
+    outcome = await read(catalog, tmp_path, "telegram:1", chat="-100", name="auto-deploy")
+    assert outcome.failed and "No skill named 'auto-deploy' is offered here" in outcome.text
+    assert not (await read(catalog, tmp_path, "telegram:1", chat="7", name="auto-deploy")).failed
 
 
 async def test_the_prompt_block_is_names_and_descriptions_sorted_and_stable(sqlite_store, tmp_path):

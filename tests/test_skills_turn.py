@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
-from helpers import tool_results
+from helpers import needs_bwrap, tool_results
 
 from gateway.approvals.policy import AUTO_DENIED
 from gateway.config import Config
@@ -44,6 +44,7 @@ def system_text(request: dict) -> str:
     return request["messages"][0]["content"]
 
 
+@needs_bwrap
 async def test_a_skill_is_offered_by_name_read_on_demand_and_its_script_runs_in_the_sandbox(store, llm, tmp_path):
     folder = await pinned(store, tmp_path)
     (tmp_path / "secret.txt").write_text("TOP-SECRET")  # beside the skills directory, never bound
@@ -73,6 +74,7 @@ async def test_a_skill_is_offered_by_name_read_on_demand_and_its_script_runs_in_
     assert h.channel.messages()[-1] == "3 changes."
 
 
+@needs_bwrap
 async def test_a_changed_skill_leaves_the_prompt_and_the_sandbox_until_approved(store, llm, tmp_path):
     folder = await pinned(store, tmp_path)
     (folder / "scripts" / "count.sh").write_text("#!/bin/sh\necho pwned\n")

@@ -458,7 +458,9 @@ class Turn:
             return self.cfg.agent.system_prompt
         if self._skills is None:
             channel, user = self.req.acting(self.thread.channel)
-            self._skills = await catalog.prompt_block(catalog.allowed(f"{channel}:{user}" if user else ""))
+            self._skills = await catalog.prompt_block(
+                catalog.allowed(f"{channel}:{user}" if user else "", f"{self.thread.channel}:{self.thread.chat}")
+            )
         return "\n\n".join(part for part in (self.cfg.agent.system_prompt, self._skills) if part)
 
     def _working_directory(self, files: Path) -> str:

@@ -70,7 +70,7 @@ SHOWN = _paths(
     retention.inbox_days retention.outbox_days retention.prompts_days retention.run_events_days
     retention.audit_days retention.files_days retention.every_s retention.batch retention.memory_days
     memory.enabled memory.budget_tokens memory.scope memory.max_entries memory.max_chars
-    skills.dirs skills.read_max_chars skills.write
+    skills.dirs skills.read_max_chars skills.write skills.chats
     approvals.rules.*.tool approvals.rules.*.action approvals.rules.*.args approvals.rules.*.source
     approvals.rules.*.priority
     approvals.approvers approvals.admins approvals.separate_requester approvals.self_approve approvals.expire_after

@@ -8,6 +8,7 @@ file's size, time or inode moved, so the check costs a few stat calls per turn.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 import os
@@ -66,11 +67,15 @@ class SkillCatalog:
     def dirs(self) -> list[Path]:
         return [Path(d).expanduser() for d in self.config.dirs if d]
 
-    def allowed(self, person: str) -> Allowed:
-        """Whether `person`'s role lists a skill (everyone's, when no access policy applies)."""
-        if self._allowed_for is None:
-            return lambda name: True
-        return lambda name: self._allowed_for(person, name)  # type: ignore[misc]
+    def allowed(self, person: str, chat: str = "") -> Allowed:
+        """Whether a skill is offered to `person` ("<channel>:<id>") in `chat` ("<channel>:<chat id>"):
+        their role lists it (everyone's, when no access policy applies) and, where `skills.chats`
+        names the chat, the chat's list does too."""
+        by_role = self._allowed_for
+        in_chat = self.config.chats.get(chat)
+        return lambda name: (by_role is None or by_role(person, name)) and (
+            in_chat is None or any(fnmatch.fnmatchcase(name, pattern) for pattern in in_chat)
+        )
 
     def current_files(self, folder: Path) -> dict[str, str]:
         """Each file's SHA-256 now, read again only for files whose stat moved."""

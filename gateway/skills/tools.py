@@ -42,7 +42,8 @@ class SkillTools:
             offset: where to continue a long file (the previous result says)
         """
         try:
-            return await self.catalog.read(name, file, self.catalog.allowed(ctx.person), offset=offset)
+            allowed = self.catalog.allowed(ctx.person, f"{ctx.thread.channel}:{ctx.thread.chat}")
+            return await self.catalog.read(name, file, allowed, offset=offset)
         except LookupError as exc:
             raise ToolError(str(exc)) from None
 

@@ -95,7 +95,8 @@ async def _with_skills(ctx: ToolContext) -> AgentConfig:
     skills = ctx.services.get("skills")
     if skills is None:
         return ctx.agent
-    folders = [state.path for state in await skills.offered(skills.allowed(ctx.person))]
+    allowed = skills.allowed(ctx.person, f"{ctx.thread.channel}:{ctx.thread.chat}")
+    folders = [state.path for state in await skills.offered(allowed)]
     if not folders:
         return ctx.agent
     return ctx.agent.model_copy(update={"shell_ro_paths": [*ctx.agent.shell_ro_paths, *folders]})
