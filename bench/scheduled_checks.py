@@ -38,6 +38,7 @@ from support import LLMProcess, bench_store, database_kinds  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
 from gateway.config import Config, SchedulerConfig  # noqa: E402
 from gateway.job_checks import JobChecks, job_dir  # noqa: E402
+from gateway.lifecycle import run_main  # noqa: E402
 from gateway.llm import LLMClient  # noqa: E402
 from gateway.store import Store  # noqa: E402
 from scheduler.definitions import job_config, to_schedule  # noqa: E402
@@ -322,4 +323,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(run_main(main()))

@@ -36,6 +36,7 @@ def _run(argv: list[str] | None) -> int:
     from gateway.cli.toplevel import INTERRUPTED, USAGE, reader_gone, report
     from gateway.config import ConfigError, load_config
     from gateway.events import OperatorError
+    from gateway.lifecycle import run_main
     from gateway.logs import configure as configure_logging
 
     args = argparse.Namespace(debug=False, log_level=None)
@@ -47,11 +48,11 @@ def _run(argv: list[str] | None) -> int:
             parser.print_help()
             return USAGE
         if getattr(args, "without_config", False):  # `setup` writes the config: it need not load yet
-            return asyncio.run(args.handler(args, None)) or 0
+            return run_main(args.handler(args, None)) or 0
         config = load_config(args.config)
         # Other libraries' chatter (and URLs that can carry a bot token) only when debugging.
         configure_logging(args.log_level or config.logging.level)
-        code = asyncio.run(args.handler(args, config)) or 0
+        code = run_main(args.handler(args, config)) or 0
         sys.stdout.flush()  # a reader that left is found here, not by the interpreter at exit
         return code
     except ConfigError as exc:

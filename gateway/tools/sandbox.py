@@ -19,6 +19,7 @@ import fnmatch
 import functools
 import logging
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -42,7 +43,13 @@ _PACKAGES = {"bwrap": "bubblewrap", "unshare": "util-linux"}
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return _globs(tuple(patterns)).match(name) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """The globs as one compiled expression (a command's environment is filtered at every start)."""
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
 
 
 def command_environment(agent: AgentConfig, home: Path) -> dict[str, str]:
