@@ -80,7 +80,7 @@ def run_main(main: Coroutine[Any, Any, T]) -> T:
         try:
             return runner.run(main)
         finally:
-            asyncio.set_child_watcher(None)
+            asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None: back to the default
 
 
 def _pidfd_works() -> bool:
