@@ -10,6 +10,7 @@ table is the truth, and the clock is rebuilt from it at start and on every chang
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -91,6 +92,11 @@ class Clock:
             await self._on_due(schedule_id, when)
         except Exception:  # the clock must keep ticking for the other jobs
             log.exception("firing schedule %s at %s failed", schedule_id, when.isoformat())
+        except asyncio.CancelledError:
+            # The gateway stopping mid-firing (its loop cancels what runs): one line, not
+            # APScheduler's traceback of a "failed" job. A run it claimed is closed as abandoned
+            # by the next start (Scheduler.close_abandoned_runs); its prompt, once submitted, stays.
+            log.info("firing schedule %s at %s interrupted by the gateway stopping", schedule_id, when.isoformat())
 
     async def _housekeeping(self) -> None:
         try:

@@ -7,6 +7,7 @@ time: the next firings it plans lie well in the future and never fire during a t
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 import pytest
@@ -261,6 +262,31 @@ async def test_the_clock_calls_back_with_the_planned_firing_time():
         assert clock.planned() == {}
     finally:
         clock.stop()
+
+
+async def test_a_firing_cut_short_by_the_gateway_stopping_is_one_line_not_a_traceback(caplog):
+    caplog.set_level(logging.INFO, logger="scheduler.clock")
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def on_due(schedule_id, when):  # noqa: ANN001, ANN202
+        started.set()
+        await never.wait()
+
+    async def nothing():
+        return None
+
+    clock = Clock(on_due, nothing, housekeeping_s=3600)
+    clock.start()
+    try:
+        clock.plan(7, real_now())
+        await asyncio.wait_for(started.wait(), timeout=10)
+        [firing] = [t for t in asyncio.all_tasks() if "run_coroutine_job" in repr(t)]
+        firing.cancel()  # what the loop does to the tasks still running when the gateway stops
+        await asyncio.wait({firing}, timeout=10)
+    finally:
+        clock.stop()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert "firing schedule 7 at" in caplog.text and "interrupted by the gateway stopping" in caplog.text
 
 
 async def test_a_started_scheduler_fires_a_one_shot_through_the_clock(sqlite_store):
