@@ -82,6 +82,24 @@ async def test_a_flood_wait_is_handed_back_at_once_for_the_outbox_to_wait(make, 
     assert len(fake.calls_to("sendMessage")) == 1
 
 
+async def test_sends_queued_behind_a_flood_wait_are_handed_back_not_sent_into_it(make, fake) -> None:
+    """Three replies to one chat at once, paced one a second: the first meets a 429, and the two
+    waiting their turn behind it must not reach Telegram before its retry_after is over."""
+    fake.keep_flood_waits()
+    channel = await make(rate_private_per_s=1)
+    await channel.send(reply(PRIVATE, "warm-up"))  # the chat's burst spent: the next ones are paced
+    await channel.send(reply(PRIVATE, "warm-up 2"))
+    await channel.send(reply(PRIVATE, "warm-up 3"))
+    fake.fail_next("sendMessage", "429", retry_after=30)
+    outcomes = await asyncio.gather(
+        *(channel.send(Outbound(thread=PRIVATE, text=f"reply {n}", key=f"r{n}")) for n in range(3)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, ChannelError) and o.retry_after and o.retry_after > 25 for o in outcomes), outcomes
+    assert fake.flood_violations == []
+    assert len(fake.calls_to("sendMessage")) == 4  # the warm-ups and the one that met the 429
+
+
 async def test_a_failure_part_way_carries_the_parts_posted_and_a_retry_skips_them(make, fake) -> None:
     channel = await make()
     text = "\n\n".join(f"Paragraph {n} " + "lorem ipsum " * 40 for n in range(30))

@@ -130,18 +130,30 @@ class BotCaller:
     async def call(self, what: str, chat_id: int, request: Callable[[], Awaitable[T]], *, paced: bool = True) -> T:
         """Raises ChannelError: `Rejected` for a 400 (not logged here: callers decide on parse
         errors and "not modified"), else logged with the chat id."""
+        queued_at = self._pacer.now()
         if paced:
             await self._pacer.wait_chat(chat_id)
         try:
             async with self._slots:
                 # With a connection in hand the send follows at once, not after a queue that bunches them.
                 with await self._pacer.wait_overall() if paced else FREE:
+                    self._refuse_if_held(what, chat_id, queued_at)
                     return await request()
         except TelegramError as exc:
             error = translate(f"{what} to chat {chat_id}", exc, posting=what in POSTING)
+            if error.retry_after:
+                self._pacer.hold(chat_id, error.retry_after)
             if not isinstance(error, Rejected):
                 log.warning("telegram %s to chat %s failed: %s", what, chat_id, exc)
             raise error from exc
+
+    def _refuse_if_held(self, what: str, chat_id: int, queued_at: float) -> None:
+        """A send that waited its turn while a 429 for its chat came back does not go: Telegram
+        would refuse it too and hold the chat longer. It is handed back with the time left."""
+        left = self._pacer.held_for(chat_id, queued_at=queued_at)
+        if left > 0:
+            message = f"telegram {what} to chat {chat_id}: held by a flood wait for {left:.0f}s more"
+            raise ChannelError(message, retry_after=left)
 
 
 def log_rejection(what: str, chat_id: int, exc: Rejected) -> None:

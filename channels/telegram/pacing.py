@@ -165,6 +165,8 @@ class Pacer:
         self._group_per_s = group_per_min / 60
         self._chats: dict[int, TokenBucket] = {}
         self._sweep_at = SWEEP_FROM
+        # chat -> (when a 429 came, until when its retry_after holds the chat)
+        self._held: dict[int, tuple[float, float]] = {}
 
     def share_among(self, instances: int) -> None:
         """`instances` processes send for this bot: Telegram counts the bot's messages, so each
@@ -188,6 +190,29 @@ class Pacer:
         self._chats = {chat: bucket for chat, bucket in self._chats.items() if not bucket.rested()}
         self._sweep_at = max(SWEEP_FROM, 2 * len(self._chats))
 
+    def now(self) -> float:
+        return self._clock()
+
+    def hold(self, chat_id: int, seconds: float) -> None:
+        """Telegram answered 429 for this chat: the sends already queued behind that one are held
+        too. (A send asked for after it comes from the outbox, which waits out the hold itself.)"""
+        now = self._clock()
+        _, until = self._held.get(chat_id, (now, 0.0))
+        self._held[chat_id] = (now, max(until, now + seconds))
+
+    def held_for(self, chat_id: int, *, queued_at: float = float("-inf")) -> float:
+        """Seconds the chat's flood wait still holds a send queued at `queued_at` (0: none, or
+        the 429 came before that send was asked for)."""
+        held = self._held.get(chat_id)
+        if held is None:
+            return 0.0
+        received, until = held
+        left = until - self._clock()
+        if left <= 0:
+            del self._held[chat_id]
+            return 0.0
+        return left if received >= queued_at else 0.0
+
     async def wait_chat(self, chat_id: int) -> None:
         await self._bucket(chat_id).take()
 
@@ -199,7 +224,7 @@ class Pacer:
         """A token from the chat's bucket and a slot of the bot's overall budget if both are
         free now; never waits (progress edits)."""
         chat = self._bucket(chat_id)
-        if not (chat.ready() and self._overall.ready()):
+        if not (chat.ready() and self._overall.ready()) or self.held_for(chat_id):
             return None
         chat.try_take()
         return self._overall.try_take()
