@@ -39,6 +39,7 @@ import random
 import re
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +64,7 @@ POSTGRES_ENV = "GATEWAY_TEST_POSTGRES_URL"
 MARKER = re.compile(r"\bM\d{5}\b")
 PAIRING_REQUEST = re.compile(r"Access request from .*\(telegram:(\d+)\)")
 GATEWAY = str(ROOT / ".venv" / "bin" / "gateway")
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
 LEASE_TTL_S = 6.0
 # A 429 reaches the other instances through the database (a write, then a NOTIFY, then their
 # read): a send another instance had under way within this long of the 429 could not have
@@ -160,22 +162,43 @@ class Instance:
     log: Path
     proc: asyncio.subprocess.Process | None = None
     starts: int = 0
+    release: Path | None = None  # a released gateway's source tree it runs instead of this checkout
+
+    def command(self, *args: str) -> tuple[list[str], dict[str, str], str | None]:
+        """The gateway's command line, environment and directory: this checkout's, or the release's
+        (its packages first on the path, the same installed dependencies)."""
+        if self.release is None:
+            return [GATEWAY, *args], self.env, None
+        return [PYTHON, "-m", "gateway", *args], {**self.env, "PYTHONPATH": str(self.release)}, str(self.release)
 
     async def start(self) -> None:
         self.starts += 1
         log = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
+        argv, env, cwd = self.command("serve")
         self.proc = await asyncio.create_subprocess_exec(
-            GATEWAY,
-            "serve",
+            *argv,
             "--config",
             str(self.config),
             "--log-level",
             "warning",
-            env=self.env,
+            env=env,
+            cwd=cwd,
             stdout=log,
             stderr=log,
             start_new_session=True,
         )
+
+    async def migrate(self) -> float:
+        """`gateway migrate` with this instance's code and settings, as an operator runs it; its seconds."""
+        argv, env, cwd = self.command("migrate", "--config", str(self.config))
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {out.decode(errors='replace').strip()}")
+        return time.monotonic() - started
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -301,6 +324,8 @@ class Drill:
         self.timers: list[asyncio.Task[None]] = []  # takeover and failover timings under way
         self.attachments = 0
         self.paired_at: dict[int, float] = {}  # person -> when the admin tapped Approve
+        self.migration_s: float | None = None  # the rolling upgrade's `gateway migrate`
+        self.upgrades: list[float] = []  # per instance replaced: seconds from its stop to ready again
 
     # -- users --
     def build(self) -> None:
@@ -377,8 +402,10 @@ class Drill:
 
     def planned_s(self) -> float:
         """How long the users keep talking: as long as the killer needs for its kills (its
-        first after 8 s, then one every ~12 s), so that every kill lands on a busy gateway."""
-        return 10 + 12 * self.args.kills
+        first after 8 s, then one every ~12 s), so that every kill lands on a busy gateway;
+        a rolling upgrade needs at least 100 s (an instance replaced every fifth of it)."""
+        kills = 10 + 12 * self.args.kills
+        return max(kills, 100) if self.args.upgrade_from else kills
 
     async def user(self, conversation: Conversation, count: int, started: float) -> None:
         """Bursts of 1-3 messages, each burst after the answers to the previous one and not
@@ -518,6 +545,26 @@ class Drill:
                         asyncio.get_running_loop().create_task(
                             self.post_to_any(body, "application/x-www-form-urlencoded")
                         )
+
+    # -- the rolling upgrade --
+    async def upgrade_in_place(self) -> None:
+        """The instances, started on the release, replaced one at a time as an operator does it:
+        stopped (SIGTERM), the schema migrated by this checkout's `gateway migrate` before the
+        first starts again, started on this checkout's code; the others serve meanwhile, the
+        released ones on a schema newer than their code."""
+        await asyncio.sleep(self.planned_s() / 5)
+        for n, instance in enumerate(self.instances):
+            at = time.monotonic()
+            self.events.append((at, "upgrade-stop", instance.name))
+            await instance.stop()
+            instance.release = None
+            if n == 0:
+                self.migration_s = await instance.migrate()
+            await instance.start()
+            await wait_ready([instance])
+            self.upgrades.append(time.monotonic() - at)
+            self.events.append((time.monotonic(), "upgraded", instance.name))
+            await asyncio.sleep(self.planned_s() / 5)
 
     # -- the killer --
     async def leader(self, store) -> str | None:  # noqa: ANN001
@@ -730,6 +777,12 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
         "threads a killed instance held that nobody had to pick up": drill.not_taken_over,
         "thread wait from kill to answer s (p50, max)": thread_waits(drill),
         "slack deliveries refused by a dead instance (retried elsewhere)": drill.slack_refused,
+        "rolling upgrade": {
+            "from": drill.args.upgrade_from,
+            "instances replaced": len(drill.upgrades),
+            "gateway migrate s (the others serving)": round(drill.migration_s or 0, 2),
+            "each instance from its stop to ready on the new code s": [round(u, 2) for u in drill.upgrades],
+        } if drill.args.upgrade_from else None,
         "wall s": round(time.monotonic() - started, 1),
         "lost markers": lost[:20],
         "unrecorded timeouts": unrecorded[:10],
@@ -765,6 +818,9 @@ def verdict(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
             sum(1 for f in figures["faults"] if f.startswith("db-down")) < args.db_restarts
         ),
         "no LLM faults injected": not any(n for k, n in figures["llm faults injected"].items() if k != "requests"),
+        "an instance left on the release": bool(
+            args.upgrade_from and figures["rolling upgrade"]["instances replaced"] < 3
+        ),
     }
     return [what for what, bad in failed.items() if bad]
 
@@ -823,9 +879,11 @@ async def run(args: argparse.Namespace) -> int:
 
     url, dbname = await fresh_database(base)
     store = Store(url)
-    await upgrade(store.db)
-    llm_proc, llm_url = await start_llm()
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
+    release = release_tree(args.upgrade_from, tmp / "release") if args.upgrade_from else None
+    if release is None:
+        await upgrade(store.db)
+    llm_proc, llm_url = await start_llm()
     (tmp / "ws").mkdir()
     instances: list[Instance] = []
     keep_db = False
@@ -853,10 +911,8 @@ async def run(args: argparse.Namespace) -> int:
                 name = f"gw{n + 1}"
                 port = free_port()
                 config = instance_config(tmp, name, port, llm_url, tg, slack, users)
-                instances.append(Instance(name, port, config, env, tmp / f"{name}.log"))
-            for instance in instances:
-                await instance.start()
-            await wait_ready(instances)
+                instances.append(Instance(name, port, config, env, tmp / f"{name}.log", release=release))
+            await start_all(instances)
             drill = Drill(args, tg, slack, instances)
             drill.build()
             for sender in drill.senders:
@@ -871,6 +927,8 @@ async def run(args: argparse.Namespace) -> int:
                         drill.rng, drill.done),
                 database_restarter(args.db_restarts, 10.0, drill.events, drill.rng, drill.done),
             ]
+            if release is not None:
+                faults.append(drill.upgrade_in_place())
             faulting = [asyncio.create_task(f) for f in faults]
             talks = [drill.user(c, per_thread if c.role == "admitted" else 3, started) for c in drill.conversations]
             await asyncio.gather(*talks)
@@ -926,6 +984,26 @@ async def quiescent(store, strangers: list[str], limit_s: float = 120) -> None: 
     print(f"the gateway still had work after {limit_s:.0f} s", file=sys.stderr, flush=True)
 
 
+async def start_all(instances: list[Instance]) -> None:
+    """The three instances, ready; on a release, its own `gateway migrate` makes the database first."""
+    if instances[0].release is not None:
+        await instances[0].migrate()
+    for instance in instances:
+        await instance.start()
+    await wait_ready(instances)
+
+
+def release_tree(rev: str, into: Path) -> Path:
+    """The released gateway's packages at `rev` of this repository, unpacked into `into`."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "gateway", "channels", "scheduler"],
+        capture_output=True, check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 async def wait_ready(instances: list[Instance]) -> None:
     import httpx
 
@@ -955,8 +1033,15 @@ def main() -> int:
         "--keep-db-on-failure", action="store_true", help="keep the drill's database when a promise breaks"
     )
     parser.add_argument("--verbose", action="store_true", help="show the last messages of a few chats as it runs")
+    parser.add_argument(
+        "--upgrade-from", metavar="REV", default="",
+        help="a rolling upgrade: the instances start on this released commit (its schema) and are replaced one "
+        "by one by this checkout's code, the schema migrated while the others serve",
+    )
     parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.upgrade_from and (args.kills or args.stops):
+        parser.error("--upgrade-from replaces the instances itself: give it with --kills 0 --stops 0")
     if args.serve_llm:
         asyncio.run(serve_llm())
         return 0
