@@ -222,6 +222,30 @@ async def test_approve_button_runs_the_tool_and_closes_the_prompt(store, llm, tg
         assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
 
 
+async def test_a_tap_reported_by_inline_message_id_approves(store, llm, tg, tmp_path) -> None:
+    """Bot API 10.5 `callback_query_mode`: the tap names the prompt by inline_message_id and no
+    chat; its token finds the prompt, the tool runs, and the prompt closes where it was asked."""
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg)
+        tg.inline_press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert session_file(tmp_path / "ws", "note.txt").read_text() == "hello"
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "✅ Approved by Ann" in closed.text
+        tg.inline_press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
+        tg.inline_press(PRIVATE, prompt.message_id, "ap:forged.a", user_id=PRIVATE)
+        await until(lambda: len(answers(tg)) == 3)
+        await gateway.inbox.wait_until_idle(10)
+        assert answers(tg) == [
+            ("✅ Approved by Ann", False),
+            ("This request is no longer pending.", True),
+            ("This button is no longer valid.", True),
+        ]
+        assert len(llm.requests) == 2
+        run = (await store.runs.list())[0]
+        assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
+
+
 async def test_deny_button_skips_the_tool_and_tells_the_model(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_for_write(gateway, llm, tg)

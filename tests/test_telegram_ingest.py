@@ -259,6 +259,43 @@ async def test_button_press_is_submitted_then_answered(make, fake, core) -> None
     assert answer.params["show_alert"] == "true"
 
 
+async def test_a_press_reported_by_inline_message_id_is_submitted_without_a_chat(make, fake, core) -> None:
+    """Bot API 10.5 `callback_query_mode`: the query names the message by inline_message_id and
+    carries no chat; the core finds the thread by the token."""
+    channel = await make(allowed_users=["7"])
+    prompt = await channel.bot.send_message(-100, "Approve?")
+    core.answers["tok-1"] = ("✅ Approved by Bob", False)
+    update = fake.inline_press(-100, prompt.message_id, "tok-1", user_id=7, first_name="Bob")
+    fake.inline_press(-100, prompt.message_id, "tok-1", user_id=555)  # not on allowed_users
+    (event,) = await ingest(channel, core, fake)
+    assert isinstance(event, ButtonPress)
+    assert (event.token, event.sender.id, event.message_id) == ("tok-1", "7", "")
+    assert event.thread == ThreadKey("telegram", "", "")
+    first, second = fake.calls_to("answerCallbackQuery")
+    assert first.params["callback_query_id"] == update["callback_query"]["id"]
+    assert first.params["text"] == "✅ Approved by Bob" and first.params.get("show_alert") != "true"
+    assert second.params["show_alert"] == "true" and "not allowed" in second.params["text"]
+
+
+async def test_a_press_without_chat_is_refused_when_only_chats_are_listed(make, fake, core) -> None:
+    channel = await make(allowed_chats=["-100"])  # the tap's chat is unknown: fail closed
+    prompt = await channel.bot.send_message(-100, "Approve?")
+    fake.inline_press(-100, prompt.message_id, "tok", user_id=7)
+    assert await ingest(channel, core, fake) == []
+    (answer,) = fake.calls_to("answerCallbackQuery")
+    assert answer.params["show_alert"] == "true" and "not allowed" in answer.params["text"]
+
+
+async def test_start_reads_the_full_bot_info_whatever_fields_it_has(make, fake, core, caplog) -> None:
+    """getMe returns BotFullInfo since Bot API 10.5, and may grow: the channel starts and
+    reads its own name from it."""
+    fake.bot_settings = {"callback_query_mode": "inline", "a_field_of_a_later_version": {"nested": [1, 2]}}
+    channel = await make()
+    fake.group_message(-100, "@test_bot hi")
+    (event,) = await ingest(channel, core, fake)
+    assert event.text == "hi"
+
+
 # --- access -----------------------------------------------------------------------------
 
 
@@ -322,6 +359,19 @@ async def test_webhook_rejects_bad_secrets_and_bodies(webhook, fake, core) -> No
     assert await post(url, "{not json", SECRET) == 400
     assert await post(url, json.dumps({"hello": "world"}), SECRET) == 400
     assert core.events == []
+
+
+async def test_updates_the_gateway_does_not_read_are_ignored_with_their_kind(webhook, fake, core, caplog) -> None:
+    caplog.set_level(logging.DEBUG, "channels.telegram")
+    _, url = webhook
+    chat = {"id": -100, "type": "supergroup", "title": "G"}
+    guest = {"message_id": 1, "date": 0, "chat": chat, "text": "@test_bot x", "guest_query_id": "gq-7"}
+    assert await post(url, json.dumps({"update_id": 1, "guest_message": guest}), SECRET) == 200
+    assert await post(url, json.dumps({"update_id": 2, "a_kind_of_a_later_version": {"chat": chat}}), SECRET) == 200
+    assert core.events == []
+    said = [r.getMessage() for r in caplog.records]
+    assert "telegram: update 1 ignored: guest_message (not read by the gateway)" in said
+    assert "telegram: update 2 ignored: a_kind_of_a_later_version (not read by the gateway)" in said
 
 
 async def test_webhook_answers_200_only_after_submit(webhook, fake, core) -> None:

@@ -92,7 +92,7 @@ class UpdateReader:
             return Reading("ignore", update.update_id, text="channel post (channels are not read)")
         if update.my_chat_member is not None:
             return Reading("ignore", update.update_id, text="membership change")
-        return Reading("ignore", update.update_id, text="channel post or unsupported update")
+        return Reading("ignore", update.update_id, text=f"{kind_of(update)} (not read by the gateway)")
 
     # --- access ------------------------------------------------------------------
 
@@ -226,6 +226,8 @@ class UpdateReader:
 
     def _read_callback(self, update_id: int, query: CallbackQuery) -> Reading:
         message = query.message
+        if message is None and query.inline_message_id and query.data:
+            return self._read_inline_callback(update_id, query)
         if message is None:
             return Reading("answer", update_id, callback_id=query.id, text="This button has expired.")
         if not self.allowed(query.from_user, message.chat):
@@ -243,6 +245,36 @@ class UpdateReader:
             message_id=str(message.message_id),
         )
         return Reading("event", update_id, event=event, callback_id=query.id)
+
+    def _read_inline_callback(self, update_id: int, query: CallbackQuery) -> Reading:
+        """A tap that names its message by `inline_message_id` instead of carrying it (Bot API
+        10.5 `callback_query_mode`): the chat is unknown here, so the core finds the thread by
+        the button's token (`UNKNOWN_CHAT`). Only `allowed_users` can admit such a tap: with
+        `allowed_chats` alone it is refused (fail closed)."""
+        user = query.from_user
+        listed = not self._user_ids and not self._usernames and not self._chats
+        listed = listed or self._pair_unlisted or str(user.id) in self._user_ids
+        listed = listed or (user.username is not None and user.username.lower() in self._usernames)
+        if not listed:
+            return Reading("answer", update_id, callback_id=query.id, text=NOT_ALLOWED_ALERT, user_id=str(user.id))
+        event = ButtonPress(
+            thread=UNKNOWN_CHAT,
+            sender=sender_of(user),
+            token=query.data or "",
+            event_id=self.event_id(update_id),
+        )
+        return Reading("event", update_id, event=event, callback_id=query.id)
+
+
+# A button press whose chat Telegram did not say: the core finds its prompt's thread by the token.
+UNKNOWN_CHAT = ThreadKey("telegram", "", "")
+
+
+def kind_of(update: Update) -> str:
+    """The update's kind (its one field besides update_id), known to the library or not."""
+    fields = update.to_dict(recursive=False)  # api_kwargs (fields the library does not know) included
+    kinds = [k for k, v in fields.items() if k != "update_id" and v is not None]
+    return kinds[0] if kinds else "an empty update"
 
 
 def _thumbs(reactions: object) -> set[str]:

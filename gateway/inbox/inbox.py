@@ -16,11 +16,13 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gateway import metrics
 from gateway.agent.services import TurnServices
 from gateway.agent.turn import Turn
-from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult
+from gateway.approvals.prompts import UNKNOWN_BUTTON
+from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult, ThreadKey
 from gateway.inbox.commands import parse_command
 from gateway.inbox.revisions import Revisions, revises
 from gateway.inbox.running import TurnListener, apply_poll
@@ -107,8 +109,9 @@ class Inbox:
                 messages.append(event)
         await self._add_messages(messages, cursor, results)
         for event in events:
-            self._poke(str(event.thread))
-        presses = {str(e.thread) for e in events if isinstance(e, ButtonPress)}
+            if event.thread.chat:  # a tap without its chat woke its prompt's thread itself
+                self._poke(str(event.thread))
+        presses = {str(e.thread) for e in events if isinstance(e, ButtonPress) and e.thread.chat}
         await notify.publish(self.store.db, presses)  # a decided prompt's resume item (messages: in `add`)
         return [results[e.event_id] for e in events]
 
@@ -133,6 +136,8 @@ class Inbox:
     async def _press(self, press: ButtonPress) -> SubmitResult:
         if await self.store.inbox.get_by_event(press.event_id) is not None:
             return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap (prompt or pairing)
+        if not press.thread.chat:  # the platform named the button's message, not its chat
+            return await self._press_without_chat(press)
         gatekeeper = self.services.gatekeeper
         if gatekeeper is None or not gatekeeper.handles(press):
             result = await self.services.prompts.press(press)
@@ -144,6 +149,18 @@ class Inbox:
         result, woken = await gatekeeper.press(press)
         if woken is not None:
             self._poke(woken)  # its held messages are queued again
+        return result
+
+    async def _press_without_chat(self, press: ButtonPress) -> SubmitResult:
+        """A tap that came without its chat (Telegram's `inline_message_id`): the thread is the
+        one its prompt was asked in, found by the token; an unknown token is answered as such."""
+        asked_in = await self.services.prompts.thread_of(press.token)
+        if asked_in is None or ThreadKey.channel_of(asked_in) != press.thread.channel:
+            return SubmitResult(press.event_id, answer=UNKNOWN_BUTTON, alert=True)
+        result = await self.services.prompts.press(replace(press, thread=ThreadKey.parse(asked_in)))
+        if not result.alert:
+            self._poke(asked_in)
+            await notify.publish(self.store.db, {asked_in})
         return result
 
     def _poke(self, thread_key: str) -> None:

@@ -126,6 +126,9 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.files = FakeFiles(token)
+        self.bot_settings: dict[str, Any] = {}  # getMe fields to add or override
+        self.inline_ids: dict[str, tuple[int, int]] = {}  # inline_message_id -> (chat, message)
+        self.draft_params: list[dict[str, Any]] = []  # every sendMessageDraft's parameters
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -358,6 +361,33 @@ class FakeTelegram:
     def press(self, chat_id: int, message_id: int, data: str, **kw: Any) -> dict[str, Any]:
         return self.enqueue(self.callback_update(chat_id, message_id, data, **kw))
 
+    def inline_press(
+        self, chat_id: int, message_id: int, data: str, *, user_id: int = 42, first_name: str = "Ann"
+    ) -> dict[str, Any]:
+        """A tap on a button of the bot's own message that Telegram reports by
+        `inline_message_id` instead of `message` (Bot API 10.5, `callback_query_mode`): the
+        query carries no chat; `chat_instance` stays opaque."""
+        inline_id = f"AgAAA{chat_id}x{message_id}"
+        self.inline_ids[inline_id] = (chat_id, message_id)
+        query = {
+            "id": f"cq{next(self._update_ids)}",
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "username": first_name.lower()},
+            "inline_message_id": inline_id,
+            "chat_instance": f"ci{chat_id}",
+            "data": data,
+        }
+        return self.enqueue({"update_id": next(self._update_ids), "callback_query": query})
+
+    def stop_generation(self, chat_id: int, draft_id: int, *, thread_id: int | None = None) -> dict[str, Any]:
+        """The person pressed Stop on a draft (Bot API 10.3 MessageGenerationStopped: chat,
+        message_thread_id, draft_id). Telegram shows Stop only on a draft sent with can_stop."""
+        shown = [p for p in self.draft_params if int(p["chat_id"]) == chat_id and int(p["draft_id"]) == draft_id]
+        assert shown and _true(shown[-1].get("can_stop")), "this draft has no Stop button"
+        stopped: dict[str, Any] = {"chat": self._chat_json(chat_id), "draft_id": draft_id}
+        if thread_id is not None:
+            stopped["message_thread_id"] = thread_id
+        return self.enqueue({"update_id": next(self._update_ids), "stopped_message_generation": stopped})
+
     # --- HTTP ----------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -482,7 +512,13 @@ class FakeTelegram:
         return message
 
     def _stored(self, params: dict[str, Any]) -> StoredMessage:
-        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        inline_id = params.get("inline_message_id")
+        if inline_id is not None:  # Telegram: either inline_message_id, or chat_id and message_id
+            if "chat_id" in params or "message_id" in params or inline_id not in self.inline_ids:
+                raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")
+            chat_id, message_id = self.inline_ids[inline_id]
+        else:
+            chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
         stored = self.messages.get(chat_id, {}).get(message_id)
         if stored is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
@@ -507,14 +543,26 @@ class FakeTelegram:
     # --- methods -------------------------------------------------------------------
 
     async def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
+        """BotFullInfo as Bot API 10.5 returns it: the User fields and every bot setting."""
         return {
             "id": BOT_ID,
             "is_bot": True,
             "first_name": "Test Bot",
             "username": BOT_USERNAME,
+            "active_usernames": [BOT_USERNAME],
             "can_join_groups": True,
             "can_read_all_group_messages": False,
+            "supports_guest_queries": False,
             "supports_inline_queries": False,
+            "needs_inline_query_location": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+            "has_topics_enabled": True,
+            "allows_users_to_create_topics": True,
+            "has_topic_sidebar": False,
+            "can_manage_bots": False,
+            "supports_join_request_queries": False,
+            **self.bot_settings,
         }
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -555,11 +603,13 @@ class FakeTelegram:
         return self._updates[:limit]
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        _check_keyboard(params.get("reply_markup"))
         text, entities = self._checked_text(params)
         stored = self._new_message(params, text=text, entities=entities, reply_markup=params.get("reply_markup"))
         return self._message_json(stored)
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        _check_keyboard(params.get("reply_markup"))
         stored = self._stored(params)
         text, entities = self._checked_text(params)
         markup = params.get("reply_markup")
@@ -569,6 +619,7 @@ class FakeTelegram:
         return self._message_json(stored)
 
     async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        _check_keyboard(params.get("reply_markup"))
         stored = self._stored(params)
         markup = params.get("reply_markup") or None
         if markup == stored.reply_markup:
@@ -588,6 +639,11 @@ class FakeTelegram:
         return True
 
     async def _api_sendMessageDraft(self, params: dict[str, Any]) -> bool:
+        _known(params, DRAFT_PARAMS)
+        for flag in ("can_stop", "keep_on_stop"):
+            if flag in params and str(params[flag]).lower() not in ("true", "false"):
+                raise _ApiError(400, f"Bad Request: {flag} must be a Boolean")
+        self.draft_params.append(params)
         chat_id = int(params["chat_id"])
         if chat_id < 0:
             raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
@@ -675,6 +731,44 @@ class FakeTelegram:
             if entity["offset"] < 0 or entity["length"] <= 0 or entity["offset"] + entity["length"] > size:
                 raise _ApiError(400, "Bad Request: can't parse entities: entity beyond the end of the text")
         return text, entities
+
+
+DRAFT_PARAMS = frozenset(
+    {"chat_id", "message_thread_id", "draft_id", "text", "parse_mode", "entities", "can_stop", "keep_on_stop"}
+)
+# InlineKeyboardButton: exactly one of these says what the button does (Bot API; `disabled` 10.3)
+BUTTON_KINDS = frozenset({
+    "url", "callback_data", "web_app", "login_url", "switch_inline_query", "switch_inline_query_current_chat",
+    "switch_inline_query_chosen_chat", "copy_text", "callback_game", "pay", "disabled",
+})
+BUTTON_STYLES = frozenset({"danger", "success", "primary"})
+
+
+def _true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def _known(params: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise _ApiError(400, f"Bad Request: unknown parameter {unknown[0]}")
+
+
+def _check_keyboard(markup: Any) -> None:
+    """What Telegram refuses in an inline keyboard: a button that does nothing or several things,
+    a style it does not know, callback data outside 1-64 bytes."""
+    for row in (markup or {}).get("inline_keyboard", []):
+        for button in row:
+            kinds = set(button) & BUTTON_KINDS
+            if not button.get("text") or len(kinds) != 1:
+                raise _ApiError(400, "Bad Request: can't parse inline keyboard button: Text buttons are unallowed "
+                                     "in the inline keyboard")
+            if "style" in button and button["style"] not in BUTTON_STYLES:
+                raise _ApiError(400, "Bad Request: can't parse inline keyboard button: invalid style")
+            if "disabled" in button and button["disabled"] != {}:
+                raise _ApiError(400, "Bad Request: can't parse inline keyboard button: DisabledButton holds no fields")
+            if "callback_data" in button and not 1 <= len(str(button["callback_data"]).encode()) <= 64:
+                raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
 
 
 # Sent only when asked for by allowed_updates (Bot API getUpdates).
