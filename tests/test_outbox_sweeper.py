@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
 
-from gateway.events import ChannelError, Delivered, Outbound, ThreadKey
+from gateway.events import ChannelError, Delivered, Outbound, ThreadKey, utcnow
 from gateway.outbox import Outbox
+from gateway.store import Fence
 
 T1 = ThreadKey("fake", "chat1", "")
 SWEEP_FAST = {"sweep_after_s": 0.2, "backoff_s": 0.01, "backoff_max_s": 0.02}
@@ -180,3 +182,30 @@ async def test_the_sweeper_never_frees_a_thread_its_own_instance_is_working_on(s
     holder = await store.inbox.lease_holder(f"thread:{T1}")
     assert holder is not None and (holder.owner, holder.fence) == ("gw1", worker.fence)
     assert channel.messages(T1) == []  # the worker delivers what its turn recorded
+
+
+async def test_a_reply_left_in_a_flood_wait_by_an_earlier_holder_goes_before_the_next_answer(store, llm, tmp_path):
+    """An instance stopped while its reply waited out the chat's flood wait left the row pending;
+    the next message is answered by another holder of the thread. Both wait for the same hold,
+    and the earlier reply arrives first (the sweeper would take it only long after)."""
+    earlier = await store.inbox.acquire(f"thread:{T1}", "stopped-instance", 30)
+    fence = Fence(earlier.name, earlier.owner, earlier.fence)
+    await store.outbox.record("reply:earlier", str(T1), "message", {"text": "the first answer", "reply_to": ""},
+                              fence=fence)
+    elsewhere = ThreadKey("fake", "admin-dm", "")  # an approval card into another chat, under that lease
+    await store.outbox.record("prompt:elsewhere", str(elsewhere), "message", {"text": "card", "reply_to": ""},
+                              fence=fence)
+    await store.inbox.release(earlier)  # a graceful stop hands the thread back
+    held_until = utcnow() + timedelta(seconds=1)
+    await store.holds.hold("fake:chat1", held_until)
+    llm.reply("the second answer")
+    config = make_config(llm.base_url, str(tmp_path), outbox={"sweep_after_s": 3600})
+    async with running_gateway(store, config) as h:
+        await h.say("and then?")
+        await h.wait_for(lambda: len(h.channel.messages(T1)) == 2, timeout=20)
+        await h.idle()
+        assert utcnow() >= held_until
+    assert h.channel.messages(T1) == ["the first answer", "the second answer"]
+    assert (await store.outbox.get("reply:earlier")).status == "sent"
+    assert h.channel.messages(elsewhere) == []  # not this thread's to send
+    assert (await store.outbox.get("prompt:elsewhere")).status == "pending"

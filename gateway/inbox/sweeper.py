@@ -103,34 +103,45 @@ class OutboxSweeper:
         return bool(await self.store.runs.list(stage="RUNNING", thread_key=thread_key, limit=1))
 
     async def _sweep_row(self, thread: ThreadKey, row: OutboxRecord) -> bool:
-        current = await self.store.outbox.get(row.key)
-        if current is None or current.status != "pending":
-            return True
-        age = utcnow() - row.created_at if row.created_at else timedelta(0)
-        if age > timedelta(seconds=self.config.give_up_after_s):
-            return await self._give_up(row, GAVE_UP.format(age=_age(age), error=row.error or "never sent"))
-        unsendable = _unsendable_file(row)
-        if unsendable:
-            return await self._give_up(row, f"{unsendable}, so it was not sent")
-        if _outcome_unknown(current, self.outbox.policy.max_attempts):
-            await self.store.outbox.note_uncertain(current.key, current.thread_key, current.kind, ORPHANED, ())
-            current = replace(current, uncertain=ORPHANED)  # a timeout of this resend is not sent a third time
-        try:
-            delivered = await self.outbox.deliver_recorded(current, thread, _action(row))
-        except ChannelError as exc:
-            if exc.permanent or (exc.ambiguous and current.uncertain is not None):
-                return False  # with_retries marked the row failed, with the reason
-            log.warning("outbox row %s (%s) still not delivered: %s", row.id, row.key, exc)
-            return False
-        if row.kind == "prompt" and row.key.startswith("prompt:"):
-            await self.store.prompts.set_message_ids(int(row.key.split(":", 1)[1]), list(delivered.message_ids))
-        log.info("delivered outbox row %s (%s) that was left undelivered", row.id, row.key)
-        return True
+        return await deliver_left(self.store, self.outbox, self.config, thread, row)
 
-    async def _give_up(self, row: OutboxRecord, reason: str) -> bool:
-        log.error("outbox row %s (%s): %s", row.id, row.key, reason)
-        await self.store.outbox.attempt_failed(row.id, reason, final=True)
+
+async def deliver_left(
+    store: Store, outbox: Outbox, config: OutboxConfig, thread: ThreadKey, row: OutboxRecord
+) -> bool:
+    """Deliver a row its sender left pending, under the thread's lease (the caller holds it):
+    by the sweeper, or by a worker taking the thread over before its own replies. A row whose
+    first send may have been cut mid-request is noted uncertain first; one too old, or whose
+    file is gone, is given up with the reason. False when it is still not delivered."""
+    current = await store.outbox.get(row.key)
+    if current is None or current.status != "pending":
+        return True
+    age = utcnow() - row.created_at if row.created_at else timedelta(0)
+    if age > timedelta(seconds=config.give_up_after_s):
+        return await _give_up(store, row, GAVE_UP.format(age=_age(age), error=row.error or "never sent"))
+    unsendable = _unsendable_file(row)
+    if unsendable:
+        return await _give_up(store, row, f"{unsendable}, so it was not sent")
+    if _outcome_unknown(current, outbox.policy.max_attempts):
+        await store.outbox.note_uncertain(current.key, current.thread_key, current.kind, ORPHANED, ())
+        current = replace(current, uncertain=ORPHANED)  # a timeout of this resend is not sent a third time
+    try:
+        delivered = await outbox.deliver_recorded(current, thread, _action(row))
+    except ChannelError as exc:
+        if exc.permanent or (exc.ambiguous and current.uncertain is not None):
+            return False  # with_retries marked the row failed, with the reason
+        log.warning("outbox row %s (%s) still not delivered: %s", row.id, row.key, exc)
         return False
+    if row.kind == "prompt" and row.key.startswith("prompt:"):
+        await store.prompts.set_message_ids(int(row.key.split(":", 1)[1]), list(delivered.message_ids))
+    log.info("delivered outbox row %s (%s) that was left undelivered", row.id, row.key)
+    return True
+
+
+async def _give_up(store: Store, row: OutboxRecord, reason: str) -> bool:
+    log.error("outbox row %s (%s): %s", row.id, row.key, reason)
+    await store.outbox.attempt_failed(row.id, reason, final=True)
+    return False
 
 
 def _outcome_unknown(row: OutboxRecord, max_attempts: int) -> bool:

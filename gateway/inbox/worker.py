@@ -23,6 +23,7 @@ from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.inbox.surroundings import kept_lines, led_by
+from gateway.inbox.sweeper import deliver_left
 from gateway.lifecycle import Stopper
 from gateway.mcp.prompts import PROMPT_TOOL, PromptCall, call_arguments
 from gateway.store import (
@@ -88,6 +89,7 @@ class Worker:
                 state = self.runner.state(thread_key)
                 if lease.unreleased:
                     await self._continue_left_runs(thread_key)
+                await self._deliver_left_behind(ThreadKey.parse(thread_key), holder.fence)
                 while not self.stopper.stopped and holder.valid:
                     before = state.pokes
                     items = await self.store.inbox.pending(thread_key, limit=50)
@@ -108,6 +110,17 @@ class Worker:
             if holder.valid:
                 await self.store.inbox.release(holder.lease)
             self.runner.forget(thread_key)
+
+    async def _deliver_left_behind(self, thread: ThreadKey, fence: Fence) -> None:
+        """While the chat is held by a flood wait, what an earlier holder of the thread left
+        pending (stopped or killed while its reply waited the hold out) goes before this
+        holder's replies: both wait for the same hold, and the sweeper would take the row only
+        `outbox.sweep_after_s` after it, once the thread is idle, so the newer answer would
+        arrive first. (A row left without a hold is the sweeper's, as before: no read here.)"""
+        if self.services.outbox.pacer.held_for(thread) <= 0:
+            return
+        for row in await self.store.outbox.left_behind(str(thread), fence):
+            await deliver_left(self.store, self.services.outbox, self.config.outbox, thread, row)
 
     async def _continue_left_runs(self, thread_key: str) -> None:
         """Runs that a holder of this thread which never released it (killed) left RUNNING

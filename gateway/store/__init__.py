@@ -248,7 +248,9 @@ class Store:
             record = None
             if reply is not None:
                 prefix, thread_key, payload = reply
-                record = OutboxRepo.record_in(conn, f"{prefix}{message.id}", thread_key, "message", payload)
+                record = OutboxRepo.record_in(
+                    conn, f"{prefix}{message.id}", thread_key, "message", payload, fence=fence
+                )
             return RecordedRound(message, seqs, record)
 
         return await self._write_traced(work, run_id, events)

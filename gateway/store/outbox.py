@@ -42,12 +42,14 @@ class OutboxRepo(Repo):
 
         def work(conn: Connection) -> OutboxRecord:
             check_fence(conn, fence)
-            return self.record_in(conn, key, thread_key, kind, payload)
+            return self.record_in(conn, key, thread_key, kind, payload, fence=fence)
 
         return await self.db.write(work)
 
     @staticmethod
-    def record_in(conn: Connection, key: str, thread_key: str, kind: str, payload: dict[str, Any]) -> OutboxRecord:
+    def record_in(
+        conn: Connection, key: str, thread_key: str, kind: str, payload: dict[str, Any], *, fence: Fence | None = None
+    ) -> OutboxRecord:
         row = conn.execute(
             _RECORD.for_conn(conn),
             {
@@ -59,6 +61,8 @@ class OutboxRepo(Repo):
                 "message_ids": [],
                 "attempts": 0,
                 "created_at": utcnow(),
+                "sender_lease": fence.name if fence is not None else None,
+                "sender_fence": fence.token if fence is not None else None,
             },
         ).first()
         if row is None:  # the key was recorded before: what happened to it then
@@ -197,6 +201,29 @@ class OutboxRepo(Repo):
             conn.execute(update(outbox).where(outbox.c.id == record_id).values(**values))
 
         await self.db.write(work)
+
+    async def left_behind(self, thread_key: str, fence: Fence, *, limit: int = 20) -> list[OutboxRecord]:
+        """Sends into the thread that an earlier holder of its lease (`fence`) recorded and left
+        pending (stopped or killed while a send waited out a flood wait, or mid-send), oldest
+        first. Rows recorded under other leases (another thread's approval card or job delivery
+        into the same chat) are their own senders' business."""
+
+        def work(conn: Connection) -> list[OutboxRecord]:
+            query = (
+                select(outbox)
+                .where(
+                    outbox.c.status == "pending",
+                    outbox.c.kind.in_(SENDABLE),
+                    outbox.c.thread_key == thread_key,
+                    outbox.c.sender_lease == fence.name,
+                    outbox.c.sender_fence < fence.token,
+                )
+                .order_by(outbox.c.id)
+                .limit(limit)
+            )
+            return [to_record(OutboxRecord, r) for r in conn.execute(query).all()]
+
+        return await self.db.read(work)
 
     async def undelivered(self, thread_key: str | None = None, *, limit: int = 100) -> list[OutboxRecord]:
         """Sends not done yet (waiting for the platform, being retried or stuck), oldest first."""

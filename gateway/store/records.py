@@ -223,3 +223,5 @@ class OutboxRecord:
     created_at: datetime | None = None
     retry_at: datetime | None = None
     uncertain: str | None = None
+    sender_lease: str | None = None
+    sender_fence: int | None = None

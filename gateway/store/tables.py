@@ -303,6 +303,10 @@ outbox = Table(
     Column("retry_at", UTCDateTime, nullable=True),  # the platform asked to wait until then
     # A new message whose send failed ambiguously (timed out: it may be in the chat): what was decided.
     Column("uncertain", String(255), nullable=True),
+    # The lease its sender held when it was recorded ("thread:<key>") and that lease's fencing
+    # token: a later holder of the thread delivers what an earlier one left pending first.
+    Column("sender_lease", String(255), nullable=True),
+    Column("sender_fence", Integer, nullable=True),
     Index("ix_outbox_status_id", "status", "id"),
 )
 
