@@ -559,6 +559,30 @@ async def test_a_restart_mid_reply_leaves_one_complete_reply_in_the_group(store,
         assert texts(tg, GROUP) == ["The whole answer, from the start."]
 
 
+async def test_the_stop_button_cancels_a_stalled_stream(store, llm, tg, tmp_path) -> None:
+    """Stop on the draft (Bot API 10.3) stops the turn as /stop does: the LLM request is
+    cancelled, no call follows, and (stop_button: keep) the text so far stays as a message."""
+    llm.stall("The first half of the ans")
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "explain")
+        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await until(lambda: bool(tg.draft_params))
+        shown = tg.draft_params[-1]
+        assert (shown["can_stop"], shown["keep_on_stop"]) == ("true", "true")
+        assert "The first half of the ans".startswith(shown["text"])
+        tg.stop_generation(PRIVATE, int(shown["draft_id"]))
+        await llm.wait_disconnect()
+        await settle(gateway, lambda: "Stopped." in texts(tg, PRIVATE))
+        kept, stopped = texts(tg, PRIVATE)  # what had arrived when the request was cancelled
+        assert kept and "The first half of the ans".startswith(kept) and stopped == "Stopped."
+        assert len(llm.requests) == 1
+        run = (await store.runs.list())[0]
+        assert run.stage == "CANCELED"
+        tg.private_message(PRIVATE, "/status")  # the thread is free: the next message is answered
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 3)
+        assert len(llm.requests) == 1
+
+
 async def crash(gateway: Gateway) -> None:
     """As close to kill -9 as one process allows: the gateway's tasks are cancelled where they
     stand (no shutdown path, no suspension, nothing recorded on the way out)."""

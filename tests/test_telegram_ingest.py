@@ -296,6 +296,36 @@ async def test_start_reads_the_full_bot_info_whatever_fields_it_has(make, fake, 
     assert event.text == "hi"
 
 
+async def test_stop_pressed_on_a_draft_is_the_persons_stop_in_its_thread(make, fake, core) -> None:
+    """Bot API 10.3 stopped_message_generation (chat, message_thread_id, draft_id)."""
+    channel = await make(edit_interval_s=0, allowed_users=["42"])
+    stream = channel.open_stream(ThreadKey("telegram", "42", "3"))
+    await stream.update("half an ans")
+    draft = int(fake.calls_to("sendMessageDraft")[0].params["draft_id"])
+    update = fake.stop_generation(42, draft, thread_id=3)
+    (event,) = await ingest(channel, core, fake)
+    assert isinstance(event, InboundMessage) and event.text == "/stop" and event.private
+    assert event.thread == ThreadKey("telegram", "42", "3")
+    assert (event.sender.id, event.sender.name) == ("42", "Ann")
+    assert event.event_id == f"tg:{BOT_ID}:{update['update_id']}"
+
+
+async def test_stop_pressed_on_a_reply_already_sent_or_by_a_stranger_stops_nothing(make, fake, core, caplog) -> None:
+    caplog.set_level(logging.DEBUG, "channels.telegram")
+    channel = await make(edit_interval_s=0, allowed_users=["42"])
+    sent = channel.open_stream(ThreadKey("telegram", "42", ""))
+    await sent.update("the whole")
+    await sent.finish("the whole answer")
+    stranger = channel.open_stream(ThreadKey("telegram", "555", ""))
+    await stranger.update("hi")
+    first, second = (int(c.params["draft_id"]) for c in fake.calls_to("sendMessageDraft"))
+    fake.stop_generation(42, first)
+    fake.stop_generation(555, second)
+    assert await ingest(channel, core, fake) == []
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "Stop pressed on a reply already sent" in said and "a stop by someone not allowed" in said
+
+
 # --- access -----------------------------------------------------------------------------
 
 
@@ -347,7 +377,8 @@ async def test_webhook_mode_registers_the_secret_and_update_types(webhook, fake)
     assert call.params["secret_token"] == SECRET
     assert call.params["url"] == "https://gw.example/telegram/webhook"
     assert set(call.params["allowed_updates"]) == {
-        "message", "edited_message", "callback_query", "my_chat_member", "message_reaction"
+        "message", "edited_message", "callback_query", "my_chat_member", "message_reaction",
+        "stopped_message_generation",
     }
 
 

@@ -252,6 +252,39 @@ async def test_private_chats_stream_with_drafts_then_send_the_final_message(make
     assert fake.calls_to("editMessageText") == []
 
 
+@pytest.mark.parametrize("setting, sent", [
+    ("keep", {"can_stop": "true", "keep_on_stop": "true"}),
+    ("discard", {"can_stop": "true", "keep_on_stop": "false"}),
+    ("off", {}),
+])
+async def test_drafts_carry_the_stop_button_as_set(make, fake, setting, sent) -> None:
+    channel = await make(edit_interval_s=0, stop_button=setting)
+    stream = channel.open_stream(PRIVATE)
+    await stream.update("Hello")
+    (call,) = fake.calls_to("sendMessageDraft")
+    assert {k: str(v).lower() for k, v in call.params.items() if k in ("can_stop", "keep_on_stop")} == sent
+
+
+@pytest.mark.parametrize("setting, kept", [("keep", ["Hello wor"]), ("discard", [])])  # the latest, rendered
+async def test_a_stopped_draft_is_posted_only_with_keep(make, fake, setting, kept) -> None:
+    """Stop pressed on the draft (its update marks it), then the turn lets go of the stream."""
+    channel = await make(edit_interval_s=0, stop_button=setting)
+    stream = channel.open_stream(PRIVATE)
+    await stream.update("Hello *wor")
+    channel._drafts.stop(stream.draft_id)  # what ingesting its stopped_message_generation does
+    stream.note("Hello **wor**")
+    await stream.abort()
+    assert [m.text for m in fake.bot_messages(42)] == kept
+
+
+async def test_a_draft_aborted_without_a_stop_leaves_nothing(make, fake) -> None:
+    channel = await make(edit_interval_s=0)
+    stream = channel.open_stream(PRIVATE)
+    await stream.update("Calling a tool")
+    await stream.abort()  # a round that ends in tool calls, or /stop typed
+    assert fake.bot_messages(42) == []
+
+
 async def test_group_edits_are_throttled_per_chat(make, fake) -> None:
     channel = await make(edit_interval_s=0.3)
     stream = channel.open_stream(GROUP, reply_to="5")

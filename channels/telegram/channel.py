@@ -24,7 +24,7 @@ from channels.telegram.inbound import ALLOWED_UPDATES, BOT_API_DOWNLOAD_LIMIT, B
 from channels.telegram.ingest import SECRET_FORMAT, UpdateIngest
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from channels.telegram.pacing import Pacer
-from channels.telegram.streams import DraftStream, EditStream, FinalOnlyStream, UpdateInterval
+from channels.telegram.streams import DraftBook, DraftStream, EditStream, FinalOnlyStream, UpdateInterval
 from gateway.config import TelegramConfig
 from gateway.events import (
     Attachment,
@@ -94,6 +94,7 @@ class TelegramChannel:
         self._caller = BotCaller(self._pacer)
         self._sharing = 1  # instances sending for this bot (share_rate_limits)
         self._update_interval = UpdateInterval(config.edit_interval_s)
+        self._drafts = DraftBook()  # what a Stop pressed on a draft means
         self._bot: Bot | None = None
         self._outlet: Outlet | None = None
         self._ingest: UpdateIngest | None = None
@@ -150,7 +151,7 @@ class TelegramChannel:
             max_download_bytes=self._max_download,
             pair_unlisted=self.pair_unlisted,
         )
-        self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit)
+        self._ingest = UpdateIngest(self.config, self.state, bot, self._outlet, reader, submit, drafts=self._drafts)
 
     def _unreachable(self, exc: ChannelError) -> ChannelStartError:
         reason = str(exc).removeprefix("telegram getMe: ").replace(self.config.token, "<token>")
@@ -294,7 +295,10 @@ class TelegramChannel:
             return FinalOnlyStream(outlet, target, anchor)
         if mode == "edit" or not target.is_private:
             return EditStream(outlet, target, anchor, self._update_interval, self._pacer)
-        return DraftStream(outlet, target, anchor, self._update_interval, self._pacer)
+        return DraftStream(
+            outlet, target, anchor, self._update_interval, self._pacer,
+            book=self._drafts, stop_button=self.config.stop_button,
+        )
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         if not busy:

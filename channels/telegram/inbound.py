@@ -34,7 +34,10 @@ from gateway.events import (
 )
 
 # message_reaction is sent only when asked for (and, in groups, only to an administrator bot).
-ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "my_chat_member", "message_reaction"]
+# stopped_message_generation (Bot API 10.3): Stop pressed on a draft sent with can_stop.
+ALLOWED_UPDATES = [
+    "message", "edited_message", "callback_query", "my_chat_member", "message_reaction", "stopped_message_generation"
+]
 FEEDBACK = {"👍": "up", "👎": "down"}
 QUOTED_MAX = 2000  # characters of a replied-to message carried with the event (the core clips further)
 NOT_ALLOWED_ALERT = "You are not allowed to use this bot."
@@ -52,6 +55,7 @@ class Reading:
     day: str = ""  # "refuse": the UTC day the refusal is counted in
     text: str = ""  # "answer": the alert text; "ignore": why
     user_id: str = ""
+    draft_id: int = 0  # a Stop pressed on this draft (the event is the /stop it amounts to)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,9 @@ class UpdateReader:
             return Reading("ignore", update.update_id, text="channel post (channels are not read)")
         if update.my_chat_member is not None:
             return Reading("ignore", update.update_id, text="membership change")
+        stopped = update.api_kwargs.get("stopped_message_generation")  # newer than the library
+        if stopped is not None:
+            return self._read_stop(update.update_id, stopped)
         return Reading("ignore", update.update_id, text=f"{kind_of(update)} (not read by the gateway)")
 
     # --- access ------------------------------------------------------------------
@@ -221,6 +228,32 @@ class UpdateReader:
         if message.sticker is not None:  # a sticker says what its emoji says
             text = "\n".join(part for part in (text, message.sticker.emoji or "[a sticker]") if part)
         return text, attachments_of(message, self._max_download)
+
+    # --- Stop pressed on a draft ------------------------------------------------------
+
+    def _read_stop(self, update_id: int, stopped: object) -> Reading:
+        """MessageGenerationStopped (Bot API 10.3: chat, message_thread_id, draft_id): the /stop
+        of the private chat's person, in the chat's topic when it has one. Drafts are only
+        shown in private chats, so the person is the chat (its id is theirs)."""
+        if not isinstance(stopped, dict):
+            return Reading("ignore", update_id, text="stopped_message_generation without its fields")
+        chat, draft_id, topic = stopped.get("chat"), stopped.get("draft_id"), stopped.get("message_thread_id")
+        if not isinstance(chat, dict) or chat.get("type") != Chat.PRIVATE or not isinstance(chat.get("id"), int):
+            return Reading("ignore", update_id, text="stopped_message_generation outside a private chat")
+        if not isinstance(draft_id, int) or (topic is not None and not isinstance(topic, int)):
+            return Reading("ignore", update_id, text="stopped_message_generation without a draft id")
+        person = User(chat["id"], str(chat.get("first_name") or ""), False,
+                      last_name=chat.get("last_name"), username=chat.get("username"))
+        if not self.allowed(person, Chat(chat["id"], Chat.PRIVATE)):
+            return Reading("ignore", update_id, text="a stop by someone not allowed", user_id=str(person.id))
+        event = InboundMessage(
+            thread=ThreadKey("telegram", str(chat["id"]), str(topic) if topic else ""),
+            sender=sender_of(person),
+            text="/stop",
+            event_id=self.event_id(update_id),
+            private=True,
+        )
+        return Reading("event", update_id, event=event, draft_id=draft_id)
 
     # --- callbacks ---------------------------------------------------------------
 

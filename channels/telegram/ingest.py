@@ -23,6 +23,7 @@ from telegram import Bot, Update
 from channels.telegram.api import Conflicted, translated
 from channels.telegram.inbound import ALLOWED_UPDATES, Reading, UpdateReader
 from channels.telegram.outlet import Outlet, Target, chunks_of
+from channels.telegram.streams import DraftBook
 from gateway.config import TelegramConfig
 from gateway.events import ChannelError, ChannelState, Submit, SubmitResult
 
@@ -56,6 +57,8 @@ class UpdateIngest:
         outlet: Outlet,
         reader: UpdateReader,
         submit: Submit,
+        *,
+        drafts: DraftBook | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -63,6 +66,7 @@ class UpdateIngest:
         self.outlet = outlet
         self._reader = reader
         self._submit = submit
+        self._drafts = drafts or DraftBook()
 
     # --- polling -------------------------------------------------------------------
 
@@ -190,6 +194,11 @@ class UpdateIngest:
         except Exception:
             log.exception("telegram: update %s could not be read; skipped", update.update_id)
             return Reading("ignore", update.update_id, text="unreadable")
+        if reading.draft_id and reading.kind == "event":  # Stop pressed on a draft
+            if self._drafts.already_sent(reading.draft_id):
+                reading = Reading("ignore", update.update_id, text="Stop pressed on a reply already sent")
+            else:
+                self._drafts.stop(reading.draft_id)  # before the /stop it becomes is stored and read
         if reading.kind == "ignore":
             log.debug("telegram: update %s ignored: %s", update.update_id, reading.text)
         return reading

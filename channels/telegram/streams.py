@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from channels.telegram.api import Rejected, ptb_entities
@@ -44,6 +45,39 @@ class UpdateInterval:
         self._last[chat_id] = self.clock()
 
 
+class DraftBook:
+    """The drafts this channel streamed, for what a Stop pressed on one means (Bot API 10.3): a
+    stop of a reply already sent is stale; a stop of one still generating stops its turn, and
+    (`stop_button: keep`) its text so far is posted when the turn lets go of the stream. Drafts
+    of other instances or from before a restart are unknown here: their stop stops the turn."""
+
+    REMEMBERED = 1024
+
+    def __init__(self) -> None:
+        self._sent: OrderedDict[int, None] = OrderedDict()
+        self._stopped: set[int] = set()
+
+    def sent(self, draft_id: int) -> None:
+        self._sent[draft_id] = None
+        while len(self._sent) > self.REMEMBERED:
+            self._sent.popitem(last=False)
+        self._stopped.discard(draft_id)
+
+    def already_sent(self, draft_id: int) -> bool:
+        return draft_id in self._sent
+
+    def stop(self, draft_id: int) -> None:
+        if len(self._stopped) < self.REMEMBERED:
+            self._stopped.add(draft_id)
+
+    def take_stop(self, draft_id: int) -> bool:
+        """Whether Stop was pressed on this draft (asked once, when its stream is let go of)."""
+        if draft_id in self._stopped:
+            self._stopped.discard(draft_id)
+            return True
+        return False
+
+
 class FinalOnlyStream:
     """`streaming: off`: nothing until the end."""
 
@@ -72,13 +106,44 @@ class DraftStream(FinalOnlyStream):
     """Private chats: drafts while generating, real messages at the end."""
 
     def __init__(
-        self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer
+        self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer,
+        *, book: DraftBook | None = None, stop_button: str = "off",
     ) -> None:
         super().__init__(outlet, target, reply_to)
         self._interval, self._pacer = interval, pacer
         self._opened = interval.clock()
         self._draft_id = random.randint(1, 2**31 - 1)
         self._enabled = True
+        self._book = book or DraftBook()
+        # Bot API 10.3: the draft shows Stop; with keep_on_stop Telegram leaves it on screen a while
+        self._stop_kwargs = (
+            {"can_stop": True, "keep_on_stop": stop_button == "keep"} if stop_button != "off" else None
+        )
+        self._keep = stop_button == "keep"
+        self._latest = ""
+        self._drafted = False
+
+    @property
+    def draft_id(self) -> int:
+        return self._draft_id
+
+    def note(self, text: str) -> None:
+        self._latest = text
+
+    async def finish(self, text: str) -> Delivered:
+        delivered = await super().finish(text)
+        self._book.sent(self._draft_id)
+        return delivered
+
+    async def abort(self) -> None:
+        """Stop pressed on this draft, with `stop_button: keep`: what was generated so far is
+        posted as a message (Telegram keeps a stopped draft only a short while)."""
+        if not (self._book.take_stop(self._draft_id) and self._keep and self._drafted and self._latest.strip()):
+            return
+        try:
+            await self._outlet.send_chunks(self._target, chunks_of(self._latest), reply_to=self._reply_to)
+        except ChannelError as exc:
+            log.warning("telegram chat %s: could not keep the stopped reply: %s", self._target.chat_id, exc)
 
     def wants_update(self) -> bool:
         return self._enabled and self._interval.due(self._target.chat_id, self._opened) and self._pacer.has_spare()
@@ -91,9 +156,11 @@ class DraftStream(FinalOnlyStream):
         if not chunks or slot is None:
             return
         self._interval.mark(self._target.chat_id)
+        self._latest = text
         with slot:
             try:
                 await self._draft(chunks[-1], formatted=True)
+                self._drafted = True
             except Rejected as exc:
                 if exc.parse_error:
                     await self._quietly(chunks[-1])
@@ -110,7 +177,7 @@ class DraftStream(FinalOnlyStream):
             "sendMessageDraft", chat,
             lambda: self._outlet.bot.send_message_draft(
                 chat, self._draft_id, chunk.text, message_thread_id=self._target.thread_id,
-                entities=ptb_entities(chunk) if formatted else None,
+                entities=ptb_entities(chunk) if formatted else None, api_kwargs=self._stop_kwargs,
             ),
             paced=False,
         )
@@ -118,6 +185,7 @@ class DraftStream(FinalOnlyStream):
     async def _quietly(self, chunk: Rendered) -> None:
         try:
             await self._draft(chunk, formatted=False)
+            self._drafted = True
         except ChannelError as exc:
             self._disable(exc)
 

@@ -125,6 +125,9 @@ class TelegramConfig(Section):
     request_timeout_s: float = Field(10.0, gt=0)  # a send unanswered this long may still have been delivered
     # Link previews fetch the link: "own" shows them only for links the person sent (docs/security.md).
     link_previews: Literal["own", "all", "none"] = "own"
+    # Drafts carry Telegram's Stop button (Bot API 10.3), which stops the turn as /stop does:
+    # "keep" posts what was generated so far as a message, "discard" lets it vanish, "off": no button.
+    stop_button: Literal["keep", "discard", "off"] = "keep"
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
 

@@ -136,10 +136,11 @@ class Inbox:
     async def _press(self, press: ButtonPress) -> SubmitResult:
         if await self.store.inbox.get_by_event(press.event_id) is not None:
             return SubmitResult(press.event_id, duplicate=True)  # a redelivered tap (prompt or pairing)
-        if not press.thread.chat:  # the platform named the button's message, not its chat
-            return await self._press_without_chat(press)
         gatekeeper = self.services.gatekeeper
-        if gatekeeper is None or not gatekeeper.handles(press):
+        pairing = gatekeeper is not None and gatekeeper.handles(press)  # its token says which request
+        if not press.thread.chat and not pairing:  # the platform named the button's message, not its chat
+            return await self._press_without_chat(press)
+        if gatekeeper is None or not pairing:
             result = await self.services.prompts.press(press)
             asked_in = await self.services.prompts.thread_of(press.token) if not result.alert else None
             if asked_in is not None and asked_in != str(press.thread):  # a copy in a decider's DM

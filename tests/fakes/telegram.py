@@ -749,6 +749,8 @@ def _true(value: Any) -> bool:
 
 
 def _known(params: dict[str, Any], known: frozenset[str]) -> None:
+    """Stricter than Telegram, which passes over parameters it does not know: here a misspelt
+    or invented parameter of a method newer than the library fails instead of doing nothing."""
     unknown = sorted(set(params) - known)
     if unknown:
         raise _ApiError(400, f"Bad Request: unknown parameter {unknown[0]}")
