@@ -350,7 +350,9 @@ class Channel(Protocol):
     chosen by typing its number (the terminal: the core's notices then say what to type,
     not what to tap), `fetch_file` (a `FetchFile`) when its messages can carry attachments,
     and `share_rate_limits(instances: int)` when the platform's limits are the bot's as a
-    whole (told how many instances send for it)."""
+    whole (told how many instances send for it), and `show_task(thread, task_id, title,
+    status, details)` to show a tool call as a task card while it runs (status `in_progress`,
+    then `complete` or `error`; `pending` while it waits for an answer)."""
 
     name: str  # "telegram", "slack", "console"
 

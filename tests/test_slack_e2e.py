@@ -154,6 +154,11 @@ def ephemerals(slack: FakeSlack) -> list[tuple[str, str]]:
     return [(e["user"], e["text"]) for e in slack.ephemerals]
 
 
+def answered(slack: FakeSlack, text: str) -> bool:
+    """A bot message holding `text` whose stream (if any) has stopped."""
+    return any(m.get("text") == text and not m.get("streaming") for m in bot_messages(slack))
+
+
 def assert_threaded(slack: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> None:
     """Nothing the gateway posted into the channel went to its top level."""
     posted = [c for c in slack.calls if c.method in POSTS and c.params.get("channel") == channel]
@@ -615,3 +620,58 @@ async def test_a_scheduled_job_delivers_its_result_into_a_slack_thread(store, ll
         await s.settle(lambda: any("three deploys" in t for t in texts(slack)))
         delivered = next(m for m in bot_messages(slack) if "three deploys" in m.get("text", ""))
         assert "standup" in delivered["text"] and delivered.get("thread_ts") == "1700000000.000100"
+
+
+# ---- task cards, feedback, status --------------------------------------------------------
+
+
+@every_api
+async def test_tool_calls_show_as_task_cards_above_the_streamed_answer(store, llm, slack, tmp_path) -> None:
+    llm.tool_call("clock", {}, id="c1")
+    llm.tool_call("no_such_tool", {"x": 1}, id="c2")
+    llm.reply("It is late.")
+    async with running(store, slack_config(llm, slack, tmp_path, {"streaming": "native"}), slack) as s:
+        mention = await s.mention("what time is it?")
+        await s.settle(lambda: answered(slack, "It is late."))
+        (start,) = [c.params for c in slack.calls_to("chat.startStream")]  # one stream: cards, then the answer
+        assert start["task_display_mode"] == "timeline" and start["thread_ts"] == mention["ts"]
+        assert start["chunks"] == [
+            {"type": "task_update", "id": "c1", "title": "clock", "status": "in_progress", "details": "{}"}
+        ]
+        (message,) = bot_messages(slack)
+        assert message["tasks"]["c1"]["status"] == "complete"
+        assert "c2" not in message["tasks"]  # an unknown tool never ran: no card
+        assert message["text"] == "It is late."
+        assert not slack.calls_to("chat.postMessage")
+        assert_threaded(slack, mention["ts"])
+
+
+async def test_task_cards_of_a_turn_that_parks_are_stopped_and_plan_mode_groups_them(
+    store, llm, slack, tmp_path
+) -> None:
+    config = slack_config(llm, slack, tmp_path, {"streaming": "native", "task_cards": "plan"})
+    llm.tool_call("clock", {}, id="c1")
+    llm.tool_call("write_file", {"path": "note.txt", "content": "hello"}, id="w1")
+    llm.reply("Written.")
+    async with running(store, config, slack) as s:
+        await s.mention("note the time")
+        await s.settle(lambda: has_prompt(slack))
+        cards = next(m for m in bot_messages(slack) if m.get("tasks"))
+        assert cards["streaming"] is False  # stopped when the turn parked on the approval
+        assert cards["task_display_mode"] == "plan" and cards["plan_title"]
+        assert cards["tasks"]["c1"]["status"] == "complete"
+        await s.click(prompt_message(slack), "Approve")
+        await s.settle(lambda: answered(slack, "Written."))
+        written = next(m for m in bot_messages(slack) if m.get("text") == "Written.")
+        assert written["tasks"]["w1"]["status"] == "complete" and written["ts"] != cards["ts"]
+
+
+async def test_no_task_cards_when_off_or_editing(store, llm, slack, tmp_path) -> None:
+    for settings in ({"streaming": "native", "task_cards": "off"}, {"streaming": "edit"}):
+        llm.tool_call("clock", {}, id="c1")
+        llm.reply("It is late.")
+        async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+            await s.mention("what time is it?")
+            await s.settle(lambda: any(m.get("text") == "It is late." for m in bot_messages(slack)))
+        assert not [c for c in slack.calls if c.params.get("chunks")]
+        slack.messages.clear()

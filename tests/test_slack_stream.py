@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from fakes.slack import Harness, channel_harness
 
+from channels.slack.stream import SlackCallError
 from gateway.events import ThreadKey
 
 STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
@@ -195,3 +197,50 @@ async def test_busy_in_a_top_level_dm_uses_a_reaction_and_never_raises() -> None
         h.fake.fail_always("reactions.remove", "channel_not_found")
         await h.channel.set_busy(ThreadKey("slack", "D1", ""), False, reply_to=message["ts"])  # logged only
         assert h.fake.calls_to("assistant.threads.setStatus") == []
+
+
+async def test_task_cards_start_a_stream_update_in_place_and_the_reply_continues_it() -> None:
+    async with channel_harness(streaming="native") as h:
+        thread = await _mention(h)
+        await h.channel.show_task(thread, "c1", "shell", "in_progress", '{"command": "ls -la"}')
+        await h.channel.show_task(thread, "c1", "shell", "error", '{"command": "ls -la"}')
+        stream = h.channel.open_stream(thread, reply_to=thread.thread)
+        await stream.update("It failed")
+        await stream.finish("It failed: no such file.")
+        await h.channel.set_busy(thread, False, reply_to=thread.thread)
+
+        assert [c.method for c in h.fake.calls if c.method in STREAM_METHODS] == [
+            "chat.startStream", "chat.appendStream", "chat.appendStream", "chat.stopStream"
+        ]
+        start = h.fake.calls_to("chat.startStream")[0].params
+        assert (start["recipient_user_id"], start["task_display_mode"]) == ("U1", "timeline")
+        [message] = h.fake.thread("C1", thread.thread)
+        assert message["tasks"]["c1"]["status"] == "error" and message["text"] == "It failed: no such file."
+        assert message["streaming"] is False
+        assert all("markdown_text" not in c.params for c in h.fake.calls if c.method in STREAM_METHODS)
+
+
+async def test_task_cards_stop_for_the_turn_after_a_failure_and_for_the_team_when_refused() -> None:
+    async with channel_harness() as h:
+        thread = await _mention(h)
+        h.fake.fail_always("chat.startStream", "unknown_method")
+        await h.channel.show_task(thread, "c1", "clock", "in_progress")
+        await h.channel.show_task(thread, "c1", "clock", "complete")
+        assert len(h.fake.calls_to("chat.startStream")) == 1
+        await h.channel.set_busy(thread, False, reply_to=thread.thread)
+        await h.channel.show_task(thread, "c2", "clock", "in_progress")  # the workspace cannot stream
+        assert len(h.fake.calls_to("chat.startStream")) == 1
+        stream = h.channel.open_stream(thread, reply_to=thread.thread)
+        await stream.finish("ok")
+        assert h.fake.calls_to("chat.postMessage")  # and replies are edited from now on
+
+
+async def test_the_fake_refuses_a_malformed_task_chunk() -> None:
+    async with channel_harness(streaming="native") as h:
+        thread = await _mention(h)
+        await h.channel.show_task(thread, "c1", "clock", "in_progress")
+        ts = h.fake.thread("C1", thread.thread)[0]["ts"]
+        bad = {"type": "task_update", "id": "c1", "title": "clock", "status": "done"}
+        with pytest.raises(SlackCallError) as refused:
+            await h.channel._web("chat_appendStream", channel="C1", ts=ts, chunks=[bad])
+        assert refused.value.code == "invalid_chunks"

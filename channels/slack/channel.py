@@ -48,6 +48,7 @@ from .stream import (
     Unfurls,
     post_chunks,
 )
+from .tasks import TaskCards
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,13 @@ class SlackChannel:
         self._dms: dict[str, str] = {}  # user id -> their DM channel with the bot
         self._socket: AsyncSocketModeHandler | None = None
         self._no_native_stream: set[str] = set()  # teams that refused chat.startStream
+        self._tasks = TaskCards(
+            Unfurls(self._web, config.link_previews),
+            config.task_cards,
+            self._task_recipient,
+            self._stream_refused,
+            lambda: config.streaming in ("auto", "native") and self._team() not in self._no_native_stream,
+        )
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -264,6 +272,7 @@ class SlackChannel:
             self._clock,
             interval,
             find_recipient=lambda: self._recipient_of(thread, reply_to),
+            continues=self._tasks.take(thread),
         )
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
 
@@ -297,6 +306,13 @@ class SlackChannel:
                 return found
         return None
 
+    async def _task_recipient(self, thread: ThreadKey) -> tuple[str, str] | None:
+        return self._recipients.get(thread) or await self._recipient_of(thread, "")
+
+    async def show_task(self, thread: ThreadKey, task_id: str, title: str, status: str, details: str = "") -> None:
+        """A tool call as a task card in the thread's native stream (`slack.task_cards`)."""
+        await self._tasks.show(thread, task_id, title, status, details)
+
     def _team(self) -> str:
         return self._me.team_id if self._me else ""
 
@@ -305,7 +321,10 @@ class SlackChannel:
             self._no_native_stream.add(self._team())
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
-        """A status line in the thread where the app may set one, else 👀 on the message."""
+        """A status line in the thread where the app may set one, else 👀 on the message; at
+        the end, task cards no reply took are stopped."""
+        if not busy:
+            await self._tasks.close(thread)
         await self._presence.set_busy(thread, busy, reply_to)
 
 

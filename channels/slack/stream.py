@@ -183,6 +183,7 @@ class NativeStream:
         clock: Callable[[], float],
         interval: float = 1.0,
         find_recipient: Callable[[], Awaitable[tuple[str, str] | None]] | None = None,
+        continues: str = "",
     ):
         self._api = api
         self._thread = thread
@@ -190,7 +191,10 @@ class NativeStream:
         self._find_recipient = find_recipient  # when this process did not see who asked
         self._clock = clock
         self._interval = interval
-        self._ts = ""
+        # A stream already open in the thread (its tool calls' task cards): the text goes under
+        # them, as markdown_text chunks like the cards.
+        self._ts = continues
+        self._as_chunks = bool(continues)
         self._sent = ""
         self._last = float("-inf")
         self._broken = False
@@ -226,7 +230,7 @@ class NativeStream:
             return  # a rewrite or an overflow shows at finish
         try:
             await self._api("chat_appendStream", channel=self._thread.chat, ts=self._ts,
-                            markdown_text=text[len(self._sent):])
+                            **self._text(text[len(self._sent):]))
         except ChannelError as exc:
             log.warning("slack: appendStream failed, the rest shows at the end: %s", exc)
             self._broken = True
@@ -251,13 +255,18 @@ class NativeStream:
     async def _stop(self, delta: str) -> bool:
         params: dict[str, Any] = {"channel": self._thread.chat, "ts": self._ts}
         if delta:
-            params["markdown_text"] = delta
+            params.update(self._text(delta))
         try:
             await self._api("chat_stopStream", **params)
         except ChannelError as exc:
             log.warning("slack: stopStream failed: %s", exc)
             return False
         return True
+
+    def _text(self, delta: str) -> dict[str, Any]:
+        if self._as_chunks:
+            return {"chunks": [{"type": "markdown_text", "text": delta}]}
+        return {"markdown_text": delta}
 
     async def _lay_out(self, text: str) -> Delivered:
         """The final text as mrkdwn chunks: the streamed message holds the first one."""

@@ -407,10 +407,16 @@ class ToolCalls:
         )
         started = time.monotonic()
         self.tool_ran()
-        outcome = await interruptible(run_tool(call.spec, call.args, ctx), self.stopper)
+        try:
+            outcome = await interruptible(run_tool(call.spec, call.args, ctx), self.stopper)
+        except Exception:  # stopped, or the tool broke: its card does not spin on
+            await self._show_task(record, "error")
+            raise
         if outcome.ask is not None:
+            await self._show_task(record, "pending")
             await self._park_on_tool_question(record, outcome.ask)
         status = "failed" if outcome.failed else "done"
+        await self._show_task(record, "error" if outcome.failed else "complete")
         traced = self.trace.tool_call_trace(
             name=record.name, call_id=record.call_id, status=status, duration_ms=(time.monotonic() - started) * 1000,
             parent_seq=self.parent_seq, detail={"arguments": record.arguments, "result": outcome.text},
@@ -427,9 +433,21 @@ class ToolCalls:
         )
         await self._park(prompt)
 
+    async def _show_task(self, call: ToolCallRecord, status: str) -> None:
+        """The call as a task card (Slack's native stream), for channels that show them."""
+        channel = self.services.outbox.channels.get(self.thread.channel)
+        show = getattr(channel, "show_task", None)
+        if not self.session.interactive or show is None or self.child is not None:
+            return
+        try:
+            await show(self.thread, call.call_id or str(call.id), call.name, status, shorten(call.arguments, 120))
+        except Exception as exc:  # noqa: BLE001 - progress is cosmetic
+            log.info("%s: task card not shown: %s", self.thread, exc)
+
     async def _show_progress(self, call: ToolCallRecord) -> None:
         """A "🔧 tool args" line, for channels that ask for it (the console; Telegram's
-        `show_tool_progress`)."""
+        `show_tool_progress`); a task card where the channel shows them."""
+        await self._show_task(call, "in_progress")
         channel = self.services.outbox.channels.get(self.thread.channel)
         if not self.session.interactive or not getattr(channel, "show_tool_progress", False):
             return

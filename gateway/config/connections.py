@@ -152,6 +152,9 @@ class SlackConfig(Section):
     stream_interval_s: float = Field(1.0, ge=0)  # at most one streamed append / edit per interval
     # Unfurls fetch the link: "own" unfurls only links the person sent (docs/security.md).
     link_previews: Literal["own", "all", "none"] = "own"
+    # Tool calls as task cards in the native stream (chat.startStream task_display_mode): each
+    # its own card ("timeline"), together in one plan block ("plan"), or none ("off").
+    task_cards: Literal["timeline", "plan", "off"] = "timeline"
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 

@@ -370,23 +370,73 @@ def _post_ephemeral(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     return {"message_ts": ts}
 
 
+# Streamed chunks as chat.startStream / appendStream / stopStream take them (slack_sdk's
+# models/messages/chunk.py; docs.slack.dev/reference/methods/chat.appendStream#chunks): an
+# unknown chunk type, a missing field, an unknown field or an unknown task status is refused.
+_CHUNK_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "markdown_text": (frozenset({"text"}), frozenset()),
+    "task_update": (frozenset({"id", "title", "status"}), frozenset({"details", "output", "sources"})),
+    "plan_update": (frozenset({"title"}), frozenset()),
+    "blocks": (frozenset({"blocks"}), frozenset()),
+}
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+TASK_DISPLAY_MODES = frozenset({"timeline", "plan"})
+
+
+def _chunks(p: dict[str, Any]) -> list[dict[str, Any]]:
+    chunks = p.get("chunks")
+    if chunks is None:
+        return []
+    if not isinstance(chunks, list):
+        raise SlackError("invalid_chunks")
+    for chunk in chunks:
+        kind = chunk.get("type") if isinstance(chunk, dict) else None
+        if kind not in _CHUNK_FIELDS:
+            raise SlackError("invalid_chunks")
+        required, optional = _CHUNK_FIELDS[kind]
+        present = set(chunk) - {"type"}
+        if not required <= present or present - required - optional:
+            raise SlackError("invalid_chunks")
+        if kind == "task_update" and (chunk["status"] not in TASK_STATUSES or not str(chunk["title"]).strip()):
+            raise SlackError("invalid_chunks")
+    return list(chunks)
+
+
+def _take_chunks(message: dict[str, Any], p: dict[str, Any]) -> None:
+    """Text and task cards of a streaming message: a task_update with a known id updates its card."""
+    chunks = _chunks(p)
+    text = p.get("markdown_text", "") + "".join(c["text"] for c in chunks if c["type"] == "markdown_text")
+    message["text"] = message.get("text", "") + text
+    tasks = message.setdefault("tasks", {})
+    for chunk in chunks:
+        if chunk["type"] == "task_update":
+            tasks[chunk["id"]] = {**tasks.get(chunk["id"], {}), **chunk}
+        elif chunk["type"] == "plan_update":
+            message["plan_title"] = chunk["title"]
+    message.setdefault("chunks", []).extend(chunks)
+
+
 def _start_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     if not p.get("thread_ts"):
         raise SlackError("invalid_arguments")
     if not p["channel"].startswith("D") and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
         raise SlackError("invalid_arguments")  # recipients are required when streaming to channels
+    mode = p.get("task_display_mode")
+    if mode is not None and mode not in TASK_DISPLAY_MODES:
+        raise SlackError("invalid_arguments")
+    _chunks(p)  # refused before anything is posted
     message = fake._store(
         p["channel"],
         {
             "user": fake.bot_user_id,
             "thread_ts": p["thread_ts"],
-            "text": p.get("markdown_text", ""),
             "streaming": True,
+            "task_display_mode": mode,
             "recipient_user_id": p.get("recipient_user_id"),
             "recipient_team_id": p.get("recipient_team_id"),
         },
     )
-    message.setdefault("text", "")
+    _take_chunks(message, p)
     return {"channel": p["channel"], "ts": message["ts"]}
 
 
@@ -394,13 +444,16 @@ def _append_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     message = fake._find(p["channel"], p["ts"])
     if not message.get("streaming"):
         raise SlackError("message_not_in_streaming_state")
-    message["text"] = message.get("text", "") + p.get("markdown_text", "")
+    _take_chunks(message, p)
     return {"channel": p["channel"], "ts": p["ts"]}
 
 
 def _stop_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     result = _append_stream(fake, p)
-    fake._find(p["channel"], p["ts"])["streaming"] = False
+    message = fake._find(p["channel"], p["ts"])
+    message["streaming"] = False
+    if p.get("blocks"):
+        message["blocks"] = p["blocks"]
     return result
 
 
