@@ -226,6 +226,8 @@ class Button:
     label: str
     token: str  # opaque, <= 64 bytes
     url: str = ""  # a link button: opens this page (no press comes back)
+    # what pressing it means, for channels that colour buttons (Approve positive, Deny negative)
+    tone: Literal["", "positive", "negative"] = ""
 
 
 @dataclass(frozen=True)

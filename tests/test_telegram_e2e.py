@@ -246,6 +246,19 @@ async def test_a_tap_reported_by_inline_message_id_approves(store, llm, tg, tmp_
         assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
 
 
+async def test_approval_buttons_say_what_they_do_and_none_is_left_to_tap(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_for_write(gateway, llm, tg)
+        styles = {b["text"]: b.get("style") for row in prompt.buttons for b in row}
+        assert styles == {"✅ Approve": "success", "❌ Deny": "danger", "⏱ Allow 15 min": None, "🔁 Allow in this chat": None}
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert [m.text.splitlines()[-1] for m in tg.bot_messages(PRIVATE) if m.message_id == prompt.message_id] == [
+            "❌ Denied by Ann"
+        ]
+        assert not [m for m in tg.bot_messages(PRIVATE) if m.buttons]  # nothing left to tap
+
+
 async def test_deny_button_skips_the_tool_and_tells_the_model(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_for_write(gateway, llm, tg)
@@ -759,6 +772,8 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
         llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w2")
         llm.reply("Report written.")
         tg.press(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
+        await until(lambda: not tg.messages[PRIVATE][notice.message_id].buttons)  # run again once
+        assert tg.messages[PRIVATE][notice.message_id].text.endswith("🔁 Run again by Ann")
         await settle(
             gateway,
             lambda: (

@@ -75,10 +75,14 @@ async def _append_outcome(outlet: Outlet, target: Target, message: Message, outc
             )
 
 
+# Bot API 9.4 InlineKeyboardButton.style: green for what goes ahead, red for what refuses
+STYLES = {"positive": "success", "negative": "danger"}
+
+
 def _button(button: Button) -> InlineKeyboardButton:
     if button.url:  # a link: Telegram opens it, no callback comes back
         return InlineKeyboardButton(button.label, url=button.url)
-    return InlineKeyboardButton(button.label, callback_data=button.token)
+    return InlineKeyboardButton(button.label, callback_data=button.token, style=STYLES.get(button.tone))
 
 
 def keyboard(rows: tuple[tuple[Button, ...], ...]) -> InlineKeyboardMarkup | None:

@@ -188,7 +188,10 @@ class Gatekeeper:
         text = f"🔐 Access request from {describe(request)}. Code {request.code}. Let them talk to the assistant?"
         if request.kind == "chat":
             text = f"🔐 The bot was added to {describe(request)}. Code {request.code}. Answer in this chat?"
-        buttons = ((Button("✅ Approve", f"{request.token}.{APPROVE}"), Button("❌ Deny", f"{request.token}.{DENY}")),)
+        buttons = ((
+            Button("✅ Approve", f"{request.token}.{APPROVE}", tone="positive"),
+            Button("❌ Deny", f"{request.token}.{DENY}", tone="negative"),
+        ),)
         sent = []
         for admin in admins:
             dm = ThreadKey(request.channel, admin, "")

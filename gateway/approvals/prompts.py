@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from gateway import metrics
 from gateway.access.claim import claim_hint, claimable, refresh_admins
@@ -45,6 +45,7 @@ APPROVAL_BUTTONS = (
     ((Action.APPROVE, "✅ Approve"), (Action.DENY, "❌ Deny")),
     ((Action.ALLOW_15M, f"⏱ Allow {BYPASS_MINUTES} min"), (Action.ALLOW_THREAD, "🔁 Allow in this chat")),
 )
+TONES: dict[str, Literal["positive", "negative"]] = {Action.APPROVE: "positive", Action.DENY: "negative"}
 APPROVAL_VERDICTS: dict[str, str] = {  # the approval button pressed -> the prompt's status
     Action.APPROVE: "approved",
     Action.ALLOW_15M: "approved",
@@ -80,6 +81,8 @@ def outcome_text(prompt: PromptRecord) -> str:
         return f"✅ Approved by {who}{scope}"
     if prompt.status == "rejected":
         return f"❌ Denied by {who}" + (f": {prompt.answer}" if prompt.answer else "")
+    if prompt.status == "answered" and prompt.kind == "rerun":
+        return f"🔁 Run again by {who}"
     if prompt.status == "answered":
         return f"💬 Answered by {who}: {prompt.answer}"
     if prompt.status == "expired":
@@ -146,7 +149,7 @@ class PromptService:
             tool_call_id=call.id,
         )
         buttons = tuple(
-            tuple(Button(label, button_token(prompt.token, action)) for action, label in row)
+            tuple(Button(label, button_token(prompt.token, a), tone=TONES.get(a, "")) for a, label in row)
             for row in APPROVAL_BUTTONS
         )
         summary = f"Approve `{call.name}`?"
@@ -383,6 +386,7 @@ class PromptService:
             return SubmitResult(press.event_id, duplicate=True)
         if result.outcome != "decided":
             return SubmitResult(press.event_id, answer="This job was already run again.", alert=True)
+        await self.close(result.prompt or prompt)  # its button would only say it ran already
         return SubmitResult(press.event_id, answer="Running the job again here; approve its requests when asked.")
 
     @staticmethod

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from gateway import fencing
 from gateway.config import OutboxConfig
@@ -202,9 +203,13 @@ def _unsendable_file(row: OutboxRecord) -> str:
     return ""
 
 
+def _tone(value: object) -> Literal["", "positive", "negative"]:
+    return value if value in ("positive", "negative") else ""
+
+
 def prompt_from_payload(payload: dict, thread: ThreadKey) -> Prompt:
     buttons = tuple(
-        tuple(Button(str(b["label"]), str(b["token"]), str(b.get("url") or "")) for b in row)
+        tuple(Button(str(b["label"]), str(b["token"]), str(b.get("url") or ""), tone=_tone(b.get("tone"))) for b in row)
         for row in payload.get("buttons", [])
     )
     return Prompt(
