@@ -275,6 +275,13 @@ class ChannelError(Exception):
         self.delivered = delivered
 
 
+class StoreUnwritable(Exception):
+    """The gateway's database cannot be written just now (its disk is full, or it went
+    read-only): nothing of the call was stored. A channel does not acknowledge what it was
+    submitting (the platform delivers it again) and need not log it: the store has said why, in
+    one line, and /readyz says so until a write succeeds again."""
+
+
 # What failed, for the command line's exit code (gateway/cli/toplevel.py, docs/operations.md).
 FailureKind = Literal[
     "database_url", "database_unreachable", "database_missing", "database_login", "database_schema",

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway import metrics
 from gateway.config import RetentionConfig
+from gateway.events import StoreUnwritable
 from gateway.lifecycle import Stopper
 from gateway.store import Lease, RetentionDays, Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
@@ -58,12 +59,15 @@ class Leadership:
         lease = None
         try:
             while not self._stopper.stopped:
+                unwritable = False
                 try:
                     lease = await (
                         self.store.inbox.renew(lease, ttl)
                         if lease
                         else self.store.inbox.acquire(LEADER_LEASE, self.instance_id, ttl)
                     )
+                except StoreUnwritable:  # the disk's fault, said once by the store: tried again each round
+                    lease, unwritable = None, True
                 except Exception:  # noqa: BLE001 - the leader's supervisor loop: the lease lapses, it tries again
                     log.warning("leader lease check failed", exc_info=True)
                     lease = None
@@ -72,7 +76,11 @@ class Leadership:
                     _count_leadership("acquired", taken_over=lease.taken_over)
                     duties = await self._start_duties()
                 elif lease is None and duties:
-                    log.warning("leadership lost; stopping polling and the scheduler clock")
+                    log.log(
+                        logging.INFO if unwritable else logging.WARNING,
+                        "leadership lost; stopping polling and the scheduler clock%s",
+                        " until the database takes writes again" if unwritable else "",
+                    )
                     _count_leadership("lost")
                     await self._stop_duties(duties)
                     duties = []

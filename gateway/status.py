@@ -2,9 +2,9 @@
 (gateway/http.py, when webhooks or the console need it) and the small status server
 (gateway/status_server.py, otherwise) serve the same pages with the same access rules.
 
-/healthz is for anyone. /readyz is ready when the database, its schema, the channels and the model
-server are (gateway/llm/checkup.py asks the server again when its answer is old); it shows its
-details (channels, the model server, MCP servers and their states) and
+/healthz is for anyone. /readyz is ready when the database (its disk taking writes), its schema,
+the channels and the model server are (gateway/llm/checkup.py asks the server again when its answer
+is old); it shows its details (channels, the model server, MCP servers and their states) and
 /metrics answers only to a local client or one with the admin token (Authorization: Bearer),
 unless `http.public_status`; anyone else gets the status code and `{"ready": ...}`, which is all
 a load balancer needs. "Local" is the client as the trusted proxies tell it (gateway/proxies.py)."""
@@ -133,12 +133,17 @@ class StatusPages:
         # instance, so no balancer can route around it) makes the gateway degraded, not unready;
         # a 503 would have webhooks held back and Slack's retries run out, losing messages that
         # the inbox would keep and answer once the server is back. MCP servers likewise: shown.
-        ready = reachable and current and all(channels.values()) and self.accepting
+        # A disk that refuses writes (full, read-only) keeps events from being kept: not ready,
+        # with the reason, until a write succeeds again (the gateway's own loops keep trying).
+        unwritable = db.unwritable
+        ready = reachable and current and unwritable is None and all(channels.values()) and self.accepting
         status = 200 if ready else 503
         if not self.may_see(origin, authorization):
             return Page.json({"ready": ready}, status)
         body = {
-            "database": reachable, "migrations_current": current, "channels": channels, "accepting": self.accepting,
+            "database": reachable, "migrations_current": current,
+            "database_writable": unwritable is None, **({"database_fault": unwritable} if unwritable else {}),
+            "channels": channels, "accepting": self.accepting,
             "degraded": not model_ready,
             **({"model_server": model} if model is not None else {}), "mcp": self.gateway.mcp_summary(),
         }

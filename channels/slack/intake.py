@@ -31,6 +31,7 @@ from gateway.events import (
     MessageDeleted,
     Quoted,
     Reaction,
+    StoreUnwritable,
     Submit,
     SubmitResult,
     ThreadKey,
@@ -341,6 +342,9 @@ async def _unhandled_is_ignored(error: Exception, body: dict[str, Any]) -> BoltR
         kind = body.get("type") or (body.get("event") or {}).get("type") or "request"
         log.info("slack: %s ignored: the gateway has no use for it", kind)
         return BoltResponse(status=200, body="")
+    if isinstance(error, StoreUnwritable):  # the core said why, once
+        log.debug("slack: %s not stored (%s): Slack delivers it again", body.get("event_id") or "request", error)
+        return BoltResponse(status=503, body="not stored, retry")
     log.error("slack: a listener failed: %r", error, exc_info=error)
     return None  # bolt answers 500: Slack retries it
 

@@ -25,7 +25,7 @@ from channels.telegram.inbound import ALLOWED_UPDATES, Reading, UpdateReader
 from channels.telegram.outlet import Outlet, Target, chunks_of
 from channels.telegram.streams import DraftBook
 from gateway.config import TelegramConfig
-from gateway.events import ChannelError, ChannelState, Submit, SubmitResult
+from gateway.events import ChannelError, ChannelState, StoreUnwritable, Submit, SubmitResult
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -134,6 +134,8 @@ class UpdateIngest:
             log.warning("telegram: getUpdates flood limit; retrying in %.1fs", delay)
         elif isinstance(exc, ChannelError):
             log.warning("telegram: getUpdates failed (%s); retrying in %.1fs", exc, delay)
+        elif isinstance(exc, StoreUnwritable):  # the core said why, once: not confirmed, read again
+            log.debug("telegram: a batch of updates not stored (%s); it will be read again in %.1fs", exc, delay)
         else:
             log.exception("telegram: storing a batch of updates failed; it will be read again in %.1fs", delay)
         await asyncio.sleep(delay)
@@ -155,6 +157,8 @@ class UpdateIngest:
             return web.Response(status=200, text="ok")
         try:
             await self._ingest([update], cursor=None)
+        except StoreUnwritable:  # the core said why, once: Telegram delivers it again
+            return web.Response(status=503, text="not stored, retry")
         except Exception:
             log.exception("telegram: storing webhook update %s failed", update.update_id)
             return web.Response(status=500, text="not stored, retry")

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from gateway.private_files import close_to_others, create_private, make_dirs
+from gateway.store.disk import WriteHealth, sqlite_error_code
 from gateway.store.failures import (
     driver_missing,
     parse_database_url,
@@ -100,7 +101,8 @@ class Database:
                     private_sqlite(Path(database))
                 except OSError as exc:
                     raise sqlite_unusable(parsed, exc) from exc
-            self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo)
+            on_disk = Path(database).resolve() if database and database != ":memory:" else None
+            self._sqlite = _SQLite(parsed.set(drivername="sqlite+pysqlite"), echo, WriteHealth(on_disk))
             self.count.watch(self._sqlite.writer_engine)
             self.count.watch(self._sqlite.reader_engine)
         else:
@@ -135,6 +137,12 @@ class Database:
         if self.is_sqlite:
             return await self._sqlite.write(work)
         return await _uninterrupted(self._pg_run(work, transaction=True))
+
+    @property
+    def unwritable(self) -> str | None:
+        """Why the database's disk refuses writes (full, read-only), as the last write found; None
+        while writes succeed (and on PostgreSQL, whose server reports its own disk)."""
+        return self._sqlite.health.line if self.is_sqlite else None
 
     async def read(self, work: Work[T], *, large: bool = False) -> T:
         """Run `work(conn)` for reading. `large` marks reads that may take long (whole
@@ -210,7 +218,8 @@ class _SQLite:
     """SQLite through the synchronous driver: the loop's own connections for the common case,
     threads for waiting on another process's lock, large reads and checkpoints."""
 
-    def __init__(self, url, echo: bool):  # noqa: ANN001
+    def __init__(self, url, echo: bool, health: WriteHealth):  # noqa: ANN001
+        self.health = health
         self.writer_engine = _sqlite_engine(url, echo, begin_sql="BEGIN IMMEDIATE")
         self.reader_engine = _sqlite_engine(url, echo, begin_sql=None)
         self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
@@ -221,9 +230,17 @@ class _SQLite:
         self._checkpoint: asyncio.Future | None = None
 
     async def write(self, work: Work[T]) -> T:
-        result = self._write_on_loop(work)
-        if result is _LOCKED:
-            return await self.in_writer_thread(work)
+        """A write the disk refuses (full, read-only) raises `DatabaseUnwritable`, said once
+        (gateway/store/disk.py); the next one that succeeds says the disk is back."""
+        try:
+            result = self._write_on_loop(work)
+            if result is _LOCKED:
+                result = await self.in_writer_thread(work)
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            if (refused := self.health.refused(exc)) is None:
+                raise
+            raise refused from exc
+        self.health.succeeded()
         self._writes_since_checkpoint += 1
         if self._writes_since_checkpoint >= CHECKPOINT_EVERY_WRITES:
             self._start_checkpoint()
@@ -302,8 +319,11 @@ class _SQLite:
         try:
             with self.reader_engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except (SQLAlchemyError, OSError):  # busy or locked: the next checkpoint catches up
-            log.warning("WAL checkpoint failed", exc_info=True)
+        except (SQLAlchemyError, OSError) as exc:  # busy or locked: the next checkpoint catches up
+            if sqlite_error_code(exc) is not None and self.health.fault is not None:
+                log.debug("WAL checkpoint failed: %s", self.health.fault)  # the disk's fault, said once
+            else:
+                log.warning("WAL checkpoint failed", exc_info=True)
 
     async def truncate_wal(self) -> None:
         await self._in_thread(self._writer_thread, self._truncate_now)
