@@ -174,6 +174,35 @@ async def test_topics_are_separate_sessions_and_replies_stay_in_their_topic(stor
 
 
 
+async def test_a_private_chats_topics_are_separate_sessions_answered_in_their_topic(store, llm, tg, tmp_path) -> None:
+    """Topics in private chats (Bot API 9.3): each its own session; replies, drafts, typing
+    and prompts go into the topic they answer, and a tap there decides."""
+    llm.responder = echo
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "first topic", thread_id=3)
+        tg.private_message(PRIVATE, "second topic", thread_id=4)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 2)
+        placed = {m.thread_id: m.text for m in tg.bot_messages(PRIVATE)}
+        assert placed == {3: "re: first topic", 4: "re: second topic"}
+        one = await store.sessions.current(f"telegram:{PRIVATE}:3")
+        two = await store.sessions.current(f"telegram:{PRIVATE}:4")
+        assert one is not None and two is not None and one.id != two.id
+        assert await store.sessions.current(f"telegram:{PRIVATE}:") is None
+        tg.private_message(PRIVATE, "again", thread_id=3)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 3)
+        assert user_texts(llm.requests[-1]) == ["first topic", "again"]
+        assert tg.bot_messages(PRIVATE)[-1].thread_id == 3
+        for method in ("sendMessage", "sendChatAction"):
+            assert {c.get("message_thread_id") for c in sent_to(tg, PRIVATE, method)} == {"3", "4"}
+        llm.responder = None
+        prompt = await ask_for_write(gateway, llm, tg, thread_id=4)
+        assert prompt.thread_id == 4
+        tg.press(PRIVATE, prompt.message_id, button(prompt, "Approve"), user_id=PRIVATE)
+        await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
+        assert tg.bot_messages(PRIVATE)[-1].thread_id == 4
+        assert len(user_texts(llm.requests[-1])) == 2  # topic 4's own conversation
+
+
 @pytest.mark.parametrize("shown", [True, False])
 async def test_tool_progress_lines_follow_the_setting(store, llm, tg, tmp_path, shown) -> None:
     llm.tool_call("clock", {}, id="c1")
@@ -250,7 +279,9 @@ async def test_approval_buttons_say_what_they_do_and_none_is_left_to_tap(store, 
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_for_write(gateway, llm, tg)
         styles = {b["text"]: b.get("style") for row in prompt.buttons for b in row}
-        assert styles == {"✅ Approve": "success", "❌ Deny": "danger", "⏱ Allow 15 min": None, "🔁 Allow in this chat": None}
+        assert styles == {
+            "✅ Approve": "success", "❌ Deny": "danger", "⏱ Allow 15 min": None, "🔁 Allow in this chat": None
+        }
         tg.press(PRIVATE, prompt.message_id, button(prompt, "Deny"), user_id=PRIVATE)
         await settle(gateway, lambda: "Written." in texts(tg, PRIVATE))
         assert [m.text.splitlines()[-1] for m in tg.bot_messages(PRIVATE) if m.message_id == prompt.message_id] == [

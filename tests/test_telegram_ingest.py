@@ -241,6 +241,21 @@ async def test_conflict_is_reported_and_polling_recovers(make, fake, core, caplo
     assert any("409 Conflict" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_private_chats_topics_are_threads_of_their_own(make, fake, core) -> None:
+    """Bot API 9.3: a bot with topics enabled gets private messages with message_thread_id and
+    is_topic_message; each topic is a thread, the chat outside them another."""
+    channel = await make()
+    fake.private_message(42, "in topic 3", thread_id=3)
+    fake.private_message(42, "in topic 4", thread_id=4)
+    fake.private_message(42, "outside topics")
+    events = await ingest(channel, core, fake)
+    assert [(e.thread, e.private) for e in events] == [
+        (ThreadKey("telegram", "42", "3"), True),
+        (ThreadKey("telegram", "42", "4"), True),
+        (ThreadKey("telegram", "42", ""), True),
+    ]
+
+
 # --- callbacks --------------------------------------------------------------------------
 
 

@@ -323,8 +323,10 @@ def private_or_group(chat: Chat) -> ThreadKey:
 
 
 def thread_of(message: Message) -> ThreadKey:
-    """Private chat -> (chat, ""); forum topic -> (chat, topic id); other groups -> (chat, "")."""
-    if message.chat.type != Chat.PRIVATE and message.is_topic_message and message.message_thread_id:
+    """A topic -> (chat, topic id): a forum's, or a private chat's (Bot API 9.3, a bot with
+    topics enabled); other chats -> (chat, ""). Outside topics a group reply may carry a
+    message_thread_id too: only `is_topic_message` makes it a topic."""
+    if message.is_topic_message and message.message_thread_id:
         return ThreadKey("telegram", str(message.chat.id), str(message.message_thread_id))
     return private_or_group(message.chat)
 

@@ -529,6 +529,9 @@ class FakeTelegram:
         if chat_id == 404:
             raise _ApiError(400, "Bad Request: chat not found")
         thread = params.get("message_thread_id")
+        topics = self.bot_info().get("has_topics_enabled")
+        if thread is not None and chat_id > 0 and not topics:  # a private chat has topics only then (9.3)
+            raise _ApiError(400, "Bad Request: message thread not found")
         reply = (params.get("reply_parameters") or {}).get("message_id")
         stored = StoredMessage(
             self._next_message_id(chat_id),
@@ -543,6 +546,9 @@ class FakeTelegram:
     # --- methods -------------------------------------------------------------------
 
     async def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self.bot_info()
+
+    def bot_info(self) -> dict[str, Any]:
         """BotFullInfo as Bot API 10.5 returns it: the User fields and every bot setting."""
         return {
             "id": BOT_ID,
