@@ -18,6 +18,7 @@ from gateway.events import StoreUnwritable
 log = logging.getLogger("gateway.store.db")
 
 SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 8, 10, 13, 14
+ROOM_BYTES = 1 << 20  # a disk with less free is still full, even when a small write went through
 RESUMES = (
     "until then nothing new is acknowledged to Telegram or Slack (they deliver it again) and the "
     "gateway resumes by itself"
@@ -82,7 +83,7 @@ def diagnose(database: Path | None, code: int) -> DatabaseUnwritable:
     where = str(database) if database else "the database"
     folder = database.parent if database else None
     free = _free_bytes(folder) if folder else None
-    if code == SQLITE_FULL or free == 0:
+    if code == SQLITE_FULL or (free is not None and free < ROOM_BYTES and code == SQLITE_IOERR):
         return DatabaseUnwritable(
             f"the database's disk is full ({where}): free space on it; {RESUMES}", "full"
         )
@@ -119,9 +120,22 @@ class WriteHealth:
         return fault
 
     def succeeded(self) -> None:
-        if self.fault is not None:
-            log.warning("the database takes writes again (%s): acknowledging messages again", self.database)
-            self.fault = None
+        """A write went through. A full disk can still take a small write (SQLite reuses its WAL's
+        space): the fault ends when the disk has room again, or the file is writable again."""
+        if self.fault is None or self._still(self.fault):
+            return
+        log.warning("the database takes writes again (%s): acknowledging messages again", self.database)
+        self.fault = None
+
+    def _still(self, fault: DatabaseUnwritable) -> bool:
+        if self.database is None:
+            return False
+        if fault.kind == "full":
+            free = _free_bytes(self.database.parent)
+            return free is not None and free < ROOM_BYTES
+        if fault.kind == "read-only":
+            return bool(_why_not_writable(self.database))
+        return False
 
     @property
     def line(self) -> str | None:
