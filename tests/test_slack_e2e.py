@@ -128,7 +128,11 @@ def bot_messages(slack: FakeSlack, channel: str = CHANNEL) -> list[dict[str, Any
 
 
 def texts(slack: FakeSlack, channel: str = CHANNEL) -> list[str]:
-    return [m.get("text", "") for m in bot_messages(slack, channel) if not m.get("blocks")]
+    """The agent's answers (not its prompts: an answer's only blocks are its feedback buttons)."""
+    return [
+        m.get("text", "") for m in bot_messages(slack, channel)
+        if all(b.get("block_id") == "gw_feedback" for b in m.get("blocks") or [])
+    ]
 
 
 def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -675,3 +679,54 @@ async def test_no_task_cards_when_off_or_editing(store, llm, slack, tmp_path) ->
             await s.settle(lambda: any(m.get("text") == "It is late." for m in bot_messages(slack)))
         assert not [c for c in slack.calls if c.params.get("chunks")]
         slack.messages.clear()
+
+
+@every_api
+async def test_feedback_buttons_under_the_answer_are_recorded_on_its_run(store, llm, slack, tmp_path) -> None:
+    from gateway.metrics import FEEDBACK
+
+    llm.reply("Here you go.")
+    before = FEEDBACK.labels("slack", "up", "added")._value.get()
+    async with running(store, slack_config(llm, slack, tmp_path, {"streaming": "native"}), slack) as s:
+        mention = await s.mention("help me")
+        await s.settle(lambda: answered(slack, "Here you go."))
+        (answer,) = bot_messages(slack)
+        (block,) = answer["blocks"]
+        assert block["type"] == "context_actions" and block["elements"][0]["type"] == "feedback_buttons"
+        press = {"channel": CHANNEL, "message_ts": answer["ts"], "thread_ts": mention["ts"]}
+        for user, value in ((ANN, "up"), (BOB, "down"), ("U9", "down")):
+            reply = await s.sender.feedback(user=user, value=value, **press)
+            assert reply.status == 200, reply.text
+        await s.sender.feedback(user=ANN, value="sideways", **press)  # not a value of ours: ignored
+        await s.gateway.inbox.wait_until_idle(10)
+        (run,) = await store.runs.list(limit=5)
+        events = [e for e in await store.runs.events(run.id) if e.kind == "FEEDBACK"]
+    assert [(e.payload["added"], e.payload["by"], e.payload["message_id"]) for e in events] == [
+        (["up"], ANN, answer["ts"]), (["down"], BOB, answer["ts"]), (["down"], "U9", answer["ts"])
+    ]
+    assert FEEDBACK.labels("slack", "up", "added")._value.get() == before + 1
+    assert len(llm.requests) == 1 and ephemerals(slack) == []
+
+
+async def test_feedback_buttons_follow_the_setting_and_need_a_native_stream(store, llm, slack, tmp_path) -> None:
+    for settings in ({"streaming": "native", "feedback_buttons": False}, {"streaming": "edit"}):
+        llm.reply("Here you go.")
+        async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+            await s.mention("help me")
+            await s.settle(lambda: answered(slack, "Here you go."))
+        assert not [m for m in bot_messages(slack) if m.get("blocks")]
+        slack.messages.clear()
+
+
+async def test_feedback_from_someone_not_allowed_is_not_recorded(store, llm, slack, tmp_path) -> None:
+    llm.reply("Here you go.")
+    config = slack_config(llm, slack, tmp_path, {"streaming": "native", "allowed_users": [ANN]})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("help me")
+        await s.settle(lambda: answered(slack, "Here you go."))
+        (answer,) = bot_messages(slack)
+        await s.sender.feedback(user=BOB, value="down", channel=CHANNEL, message_ts=answer["ts"],
+                                thread_ts=mention["ts"])
+        await s.gateway.inbox.wait_until_idle(10)
+        (run,) = await store.runs.list(limit=5)
+        assert not [e for e in await store.runs.events(run.id) if e.kind == "FEEDBACK"]

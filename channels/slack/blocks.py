@@ -19,6 +19,8 @@ BUTTON_TEXT_LIMIT = 75
 ACTIONS_PER_BLOCK = 25
 ARGUMENTS_BUDGET = 2500  # characters of arguments shown inline; the rest goes to a snippet
 ACTION_PREFIX = "gw:"
+FEEDBACK_ACTION = "gw_feedback"  # not under ACTION_PREFIX: a rating is not a prompt's button
+FEEDBACK_VALUES = {"up": "up", "down": "down"}  # the value a feedback button sends -> Reaction's
 _OURS = ("gw_actions", "gw_hint", "gw_outcome")
 
 Block = dict[str, Any]
@@ -149,3 +151,31 @@ def closed_blocks(original: list[Block] | None, outcome: str) -> list[Block]:
         "elements": [_mrkdwn(_fit(render_inline(outcome), SECTION_LIMIT))],
     }
     return [*kept, outcome_block]
+
+
+def feedback_blocks() -> list[Block]:
+    """👍 / 👎 under an answer: a `context_actions` block with a `feedback_buttons` element
+    (docs.slack.dev/reference/block-kit/blocks/context-actions-block). A press is feedback on
+    the run that sent the answer, like a 👍/👎 reaction."""
+    return [
+        {
+            "type": "context_actions",
+            "block_id": "gw_feedback",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": FEEDBACK_ACTION,
+                    "positive_button": {
+                        "text": {"type": "plain_text", "text": "👍"},
+                        "value": "up",
+                        "accessibility_label": "Mark this answer as helpful",
+                    },
+                    "negative_button": {
+                        "text": {"type": "plain_text", "text": "👎"},
+                        "value": "down",
+                        "accessibility_label": "Mark this answer as unhelpful",
+                    },
+                }
+            ],
+        }
+    ]

@@ -33,7 +33,7 @@ from gateway.events import (
 )
 
 from .api import Lru, SlackWeb
-from .blocks import closed_blocks, prompt_blocks
+from .blocks import closed_blocks, feedback_blocks, prompt_blocks
 from .inbound import Identity
 from .intake import SlackIntake
 from .presence import Presence
@@ -273,6 +273,7 @@ class SlackChannel:
             interval,
             find_recipient=lambda: self._recipient_of(thread, reply_to),
             continues=self._tasks.take(thread),
+            closing_blocks=feedback_blocks() if self._config.feedback_buttons else (),
         )
         return FallbackStream(native, edit, self._stream_refused if mode == "auto" else lambda error: None)
 

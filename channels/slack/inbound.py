@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from gateway.events import Attachment, ThreadKey
 
-from .blocks import ACTION_PREFIX
+from .blocks import ACTION_PREFIX, FEEDBACK_ACTION, FEEDBACK_VALUES
 
 # chatter: a top-level channel message not for the agent, kept as context (slack.channel_context)
 Route = Literal["mention", "followup", "dm", "chatter"]
@@ -277,3 +277,37 @@ def press(payload: Any) -> Press | None:
         message_ts=str(message_ts),
         event_id=f"slack:action:{unique}",
     )
+
+
+@dataclass(frozen=True)
+class Rated:
+    """A press on the 👍 / 👎 feedback buttons under one of the agent's answers."""
+
+    channel: str
+    user: str
+    username: str
+    ts: str  # the answer rated
+    feedback: str  # up | down
+    event_id: str
+
+
+def rating(payload: Any) -> Rated | None:
+    """The feedback button pressed in a `block_actions` payload (action type `feedback_buttons`,
+    its `value` the pressed button's), or None."""
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return None
+    actions = payload.get("actions") or []
+    action = actions[0] if actions and isinstance(actions[0], dict) else {}
+    feedback = FEEDBACK_VALUES.get(str(action.get("value") or ""))
+    if action.get("action_id") != FEEDBACK_ACTION or action.get("type") != "feedback_buttons" or not feedback:
+        return None
+    container = payload.get("container") or {}
+    message = payload.get("message") or {}
+    channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
+    ts = container.get("message_ts") or message.get("ts")
+    user = payload.get("user") or {}
+    if not channel or not ts or not user.get("id"):
+        return None
+    unique = action.get("action_ts") or payload.get("trigger_id") or f"{ts}:{user['id']}:{feedback}"
+    return Rated(str(channel), str(user["id"]), str(user.get("username") or user.get("name") or ""), str(ts),
+                 feedback, f"slack:action:{unique}")

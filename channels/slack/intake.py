@@ -38,6 +38,7 @@ from gateway.events import (
 )
 
 from .api import Lru, SlackWeb, signature_ok
+from .blocks import FEEDBACK_ACTION
 from .inbound import (
     Candidate,
     Identity,
@@ -45,6 +46,7 @@ from .inbound import (
     changed_message,
     deletion,
     press,
+    rating,
     reacted,
     text_for_model,
     why_not,
@@ -87,6 +89,7 @@ class SlackIntake:
         )
         self.app.event(re.compile(r".*"))(self._on_event)
         self.app.action(re.compile(r"^gw:"))(self._on_action)
+        self.app.action(FEEDBACK_ACTION)(self._on_rating)
         self.app.error(_unhandled_is_ignored)
         self.submit: Submit | None = None
         self.me: Identity | None = None  # set once auth.test has said who the bot is
@@ -286,6 +289,24 @@ class SlackIntake:
         result = await self._submit_one(event)
         if result.alert and result.answer:
             self._later(self._ephemeral(pressed.channel, pressed.user, result.answer, pressed.thread.thread))
+
+    async def _on_rating(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
+        """👍 / 👎 pressed under an answer: the same feedback as a reaction (committed before the ack)."""
+        await ack()
+        rated = rating(body)
+        if rated is None:
+            return _ignored(body, "a feedback press without its message, person or a known value")
+        if self._refusal(rated.user, rated.channel, dm=rated.channel.startswith("D")):
+            return _ignored(body, "feedback by someone not allowed here")
+        await self._submit_one(
+            Reaction(
+                ThreadKey("slack", rated.channel, ""),
+                await self._web.sender(rated.user, rated.username),
+                rated.ts,
+                rated.event_id,
+                added=(rated.feedback,),
+            )
+        )
 
     def _identity(self) -> Identity:
         if self.me is None:

@@ -184,6 +184,7 @@ class NativeStream:
         interval: float = 1.0,
         find_recipient: Callable[[], Awaitable[tuple[str, str] | None]] | None = None,
         continues: str = "",
+        closing_blocks: Sequence[dict[str, Any]] = (),
     ):
         self._api = api
         self._thread = thread
@@ -195,6 +196,7 @@ class NativeStream:
         # them, as markdown_text chunks like the cards.
         self._ts = continues
         self._as_chunks = bool(continues)
+        self._closing_blocks = list(closing_blocks)  # under the finished answer (feedback buttons)
         self._sent = ""
         self._last = float("-inf")
         self._broken = False
@@ -246,16 +248,18 @@ class NativeStream:
             await self._start(text)
         if not self._broken and text.startswith(self._sent) and len(text) <= NATIVE_CAP:
             delta = text[len(self._sent):]
-            if await self._stop(delta):
+            if await self._stop(delta, blocks=self._closing_blocks):
                 return Delivered((self._ts,))
         else:
             await self._stop("")
         return await self._lay_out(text)
 
-    async def _stop(self, delta: str) -> bool:
+    async def _stop(self, delta: str, blocks: Sequence[dict[str, Any]] = ()) -> bool:
         params: dict[str, Any] = {"channel": self._thread.chat, "ts": self._ts}
         if delta:
             params.update(self._text(delta))
+        if blocks:
+            params["blocks"] = list(blocks)
         try:
             await self._api("chat_stopStream", **params)
         except ChannelError as exc:

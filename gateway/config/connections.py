@@ -128,6 +128,9 @@ class TelegramConfig(Section):
     # Drafts carry Telegram's Stop button (Bot API 10.3), which stops the turn as /stop does:
     # "keep" posts what was generated so far as a message, "discard" lets it vanish, "off": no button.
     stop_button: Literal["keep", "discard", "off"] = "keep"
+    # Rich messages (Bot API 10.1): a long reply, or one with a table or headings, as one rich
+    # message; refused ones go as plain messages. Off by default: Telegram Web does not show them.
+    rich_messages: Literal["off", "on"] = "off"
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
 
@@ -155,6 +158,8 @@ class SlackConfig(Section):
     # Tool calls as task cards in the native stream (chat.startStream task_display_mode): each
     # its own card ("timeline"), together in one plan block ("plan"), or none ("off").
     task_cards: Literal["timeline", "plan", "off"] = "timeline"
+    # 👍 / 👎 feedback buttons (context_actions) under answers streamed natively.
+    feedback_buttons: bool = True
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 

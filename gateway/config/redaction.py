@@ -83,8 +83,9 @@ SHOWN = _paths(
     telegram.typing_after_s
     telegram.rate_overall_per_s telegram.rate_private_per_s telegram.rate_group_per_min
     telegram.request_timeout_s telegram.link_previews telegram.group_context telegram.stop_button
+    telegram.rich_messages
     slack.allowed_users slack.allowed_channels slack.thread_followups slack.streaming slack.send_interval_s
-    slack.stream_interval_s slack.link_previews slack.channel_context slack.task_cards
+    slack.stream_interval_s slack.link_previews slack.channel_context slack.task_cards slack.feedback_buttons
     scheduler.enabled scheduler.timezone scheduler.misfire_grace scheduler.quiet_sentinel scheduler.timeout
     scheduler.poll_interval
     scheduler.jobs.*.name scheduler.jobs.*.kind scheduler.jobs.*.cron scheduler.jobs.*.every scheduler.jobs.*.at

@@ -448,7 +448,38 @@ def _append_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     return {"channel": p["channel"], "ts": p["ts"]}
 
 
+def _feedback_button(button: Any) -> bool:
+    text = button.get("text") if isinstance(button, dict) else None
+    return (
+        isinstance(text, dict) and text.get("type") == "plain_text" and 0 < len(str(text.get("text") or "")) <= 75
+        and 0 < len(str(button.get("value") or "")) <= 2000
+        and len(str(button.get("accessibility_label") or "")) <= 75
+        and not set(button) - {"text", "value", "accessibility_label"}
+    )
+
+
+def _check_context_actions(block: dict[str, Any]) -> None:
+    """docs.slack.dev/reference/block-kit/blocks/context-actions-block: 1-5 elements, each
+    `feedback_buttons` (both buttons) or `icon_button`."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 0 < len(elements) <= 5:
+        raise SlackError("invalid_blocks")
+    for element in elements:
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind == "feedback_buttons":
+            buttons = (element.get("positive_button"), element.get("negative_button"))
+            if not all(_feedback_button(button) for button in buttons):
+                raise SlackError("invalid_blocks")
+            if set(element) - {"type", "action_id", "positive_button", "negative_button"}:
+                raise SlackError("invalid_blocks")
+        elif kind != "icon_button":
+            raise SlackError("invalid_blocks")
+
+
 def _stop_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
+    for block in p.get("blocks") or []:
+        if block.get("type") == "context_actions":
+            _check_context_actions(block)
     result = _append_stream(fake, p)
     message = fake._find(p["channel"], p["ts"])
     message["streaming"] = False
@@ -695,6 +726,21 @@ class SlackEventSender:
                 }
             ],
         }
+
+    def feedback_actions(self, *, user: str, channel: str, message_ts: str, value: str,
+                         thread_ts: str | None = None, action_ts: str | None = None) -> dict[str, Any]:
+        """A press on a `feedback_buttons` element (bolt-js FeedbackButtonsAction: type, action_id,
+        block_id, action_ts, value, text)."""
+        payload = self.block_actions(user=user, channel=channel, message_ts=message_ts, value=value,
+                                     thread_ts=thread_ts, action_id="gw_feedback", action_ts=action_ts)
+        action = payload["actions"][0]
+        action.update(type="feedback_buttons", block_id="gw_feedback",
+                      text={"type": "plain_text", "text": "👍" if value == "up" else "👎"})
+        return payload
+
+    async def feedback(self, *, forge: Forgery | None = None, **fields: Any) -> Reply:
+        body = urlencode({"payload": json.dumps(self.feedback_actions(**fields))})
+        return await self.post(body, forge=forge, content_type="application/x-www-form-urlencoded")
 
     async def block_action(self, *, forge: Forgery | None = None, **fields: Any) -> Reply:
         body = urlencode({"payload": json.dumps(self.block_actions(**fields))})
