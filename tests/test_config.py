@@ -81,6 +81,15 @@ def test_the_shipped_config_file_is_valid(monkeypatch):
 
     config = load_config(Path(__file__).resolve().parent.parent / "config.yml", env={})
     assert config.inbox.busy_mode == "steer" and config.approvals.expire_after == 24 * 3600
+    assert (config.telegram.rich_messages, config.telegram.stop_button) == ("off", "keep")
+
+
+def test_a_bare_off_or_on_of_a_telegram_switch_is_the_word(tmp_path):
+    """YAML reads `off` as false: the Telegram settings whose values are words take it back."""
+    path = tmp_path / "config.yml"
+    path.write_text("telegram:\n  streaming: off\n  stop_button: off\n  rich_messages: on\n")
+    telegram = load_config(path, env={}).telegram
+    assert (telegram.streaming, telegram.stop_button, telegram.rich_messages) == ("off", "off", "on")
 
 
 @pytest.mark.parametrize(

@@ -763,6 +763,26 @@ async def test_private_replies_stream_as_drafts_then_one_message(store, llm, tg,
         assert sent_to(tg, PRIVATE, "sendChatAction")  # typing while the turn ran
 
 
+@pytest.mark.parametrize("refused", [False, True])
+async def test_a_table_reply_is_one_rich_message_or_plain_text_when_refused(store, llm, tg, tmp_path, refused) -> None:
+    """telegram.rich_messages: on (Bot API 10.1): a reply with a table goes as sendRichMessage
+    with the model's Markdown; when Telegram refuses it, as today's plain messages."""
+    table = "| item | price |\n|---|---:|\n| tea | 2 |"
+    llm.reply(table)
+    tg.refuse_rich = "RICH_VALIDATE_CTOR_NOT_ALLOWED" if refused else ""
+    async with running(store, tg_config(llm, tg, tmp_path, telegram={"rich_messages": "on"})) as gateway:
+        tg.private_message(PRIVATE, "prices?")
+        await settle(gateway, lambda: bool(tg.bot_messages(PRIVATE)))
+        (message,) = tg.bot_messages(PRIVATE)
+        assert len(tg.calls_to("sendRichMessage")) == 1
+        if refused:
+            assert message.rich is None and "tea" in message.text and "|---" not in message.text
+        else:
+            assert message.rich == {"markdown": table} and not tg.calls_to("sendMessage")
+        run = (await store.runs.list())[0]
+        assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
+
+
 @pytest.mark.parametrize("interval, edits", [(0, "many"), (3600, "final only")])
 async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path, interval, edits) -> None:
     llm.reply(LONG_REPLY)

@@ -14,7 +14,7 @@ from fakes.telegram_core import RecordingCore
 
 from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
-from gateway.events import Button, ChannelError, Outbound, Prompt, ThreadKey
+from gateway.events import Button, ChannelError, Outbound, Prompt, ThreadKey, links_in
 
 PRIVATE = ThreadKey("telegram", "42", "")
 GROUP = ThreadKey("telegram", "-100", "")
@@ -283,6 +283,53 @@ async def test_a_draft_aborted_without_a_stop_leaves_nothing(make, fake) -> None
     await stream.update("Calling a tool")
     await stream.abort()  # a round that ends in tool calls, or /stop typed
     assert fake.bot_messages(42) == []
+
+
+TABLE_REPLY = "Prices:\n\n| item | price |\n|---|---:|\n| tea | 2 |\n| cake | 4 |\n"
+
+
+@pytest.mark.parametrize("setting, reply, rich", [
+    ("on", TABLE_REPLY, True),
+    ("on", "# Plan\n\nFirst this, then that.", True),
+    ("on", "word " * 1000, True),  # several plain messages: one rich one
+    ("on", "A short plain answer.", False),
+    ("off", TABLE_REPLY, False),
+])
+async def test_rich_messages_go_only_where_they_are_on_and_worth_it(make, fake, setting, reply, rich) -> None:
+    channel = await make(edit_interval_s=0, rich_messages=setting)
+    stream = channel.open_stream(PRIVATE)
+    delivered = await stream.finish(reply)
+    sent = fake.calls_to("sendRichMessage")
+    if rich:
+        (call,) = sent
+        assert call.params["rich_message"] == {"markdown": reply} and not fake.calls_to("sendMessage")
+        assert delivered.message_ids == (str(fake.bot_messages(42)[0].message_id),)
+    else:
+        assert sent == [] and fake.calls_to("sendMessage")
+
+
+async def test_a_refused_rich_message_goes_as_plain_messages(make, fake) -> None:
+    channel = await make(rich_messages="on")
+    fake.refuse_rich = "RICH_VALIDATE_CTOR_NOT_ALLOWED"
+    delivered = await channel.send(Outbound(GROUP, TABLE_REPLY, key="r1", reply_to="7"))
+    assert len(fake.calls_to("sendRichMessage")) == 1
+    (message,) = fake.bot_messages(-100)
+    assert "tea" in message.text and message.rich is None and message.reply_to == 7
+    assert delivered.message_ids == (str(message.message_id),)
+
+
+async def test_a_rich_reply_with_a_link_that_may_not_preview_goes_as_plain_messages(make, fake) -> None:
+    """A rich message has no link_preview_options: with link_previews: own, a link the person
+    did not send keeps the reply plain (and its preview off)."""
+    channel = await make(rich_messages="on")
+    text = TABLE_REPLY + "\nSee [the menu](https://cafe.example/menu?q=secret)."
+    await channel.send(Outbound(GROUP, text, key="r2"))
+    assert fake.calls_to("sendRichMessage") == []
+    (call,) = fake.calls_to("sendMessage")
+    assert call.params["link_preview_options"] == {"is_disabled": True}
+    own = links_in("the menu is at https://cafe.example/menu?q=secret")  # as the turn hands them over
+    await channel.send(Outbound(GROUP, text, key="r3", links=own))
+    assert len(fake.calls_to("sendRichMessage")) == 1
 
 
 async def test_group_edits_are_throttled_per_chat(make, fake) -> None:

@@ -136,7 +136,8 @@ class TelegramChannel:
         except ChannelError as exc:
             raise self._unreachable(exc) from exc
         me = bot.bot
-        self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews)
+        rich = self.config.rich_messages == "on"
+        self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews, rich=rich)
         if self.config.mode == "webhook":
             await self._set_webhook(bot)
             log.info("telegram: @%s receives updates by webhook at %s", me.username, self.config.webhook_url)
@@ -270,7 +271,7 @@ class TelegramChannel:
         done = [int(i) for i in message.already if i.isdigit()]
         anchor = self._anchor(target, message.reply_to)
         outlet = self.outlet.with_links(message.links)
-        ids = await outlet.send_chunks(target, chunks, reply_to=anchor, already=done)
+        ids = await outlet.send_reply(target, message.text, chunks, reply_to=anchor, already=done)
         if message.document and len(message.already) <= len(chunks):
             try:
                 ids.append(await files.send_text_document(self.bot, self._caller, target, *message.document))

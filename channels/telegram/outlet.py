@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from telegram import Bot, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
 
 from channels.telegram.api import BotCaller, Rejected, log_rejection, ptb_entities
 from channels.telegram.render import Rendered, render_markdown
 from channels.telegram.split import split_rendered
-from gateway.events import ChannelError, ThreadKey, previews_allowed
+from gateway.events import ChannelError, ThreadKey, links_in, previews_allowed
 
 log = logging.getLogger("channels.telegram")
 
@@ -45,16 +48,26 @@ def chunks_of(markdown: str) -> list[Rendered]:
 
 
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+# What a plain message shows poorly: a table (its delimiter row) or a heading.
+_TABLE_RULE = re.compile(r"^ {0,3}\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$", re.MULTILINE)
+_HEADING = re.compile(r"^ {0,3}#{1,6}\s", re.MULTILINE)
+
+
+def rich_worthy(markdown: str, chunks: int) -> bool:
+    """A reply worth a rich message (Bot API 10.1): one that needs several plain messages, or
+    has a table or headings."""
+    return chunks > 1 or bool(_TABLE_RULE.search(markdown) or _HEADING.search(markdown))
 
 
 class Outlet:
     """`previews` is `telegram.link_previews`; `own_links` the links of the person's message
     being answered (`with_links`): a chunk shows a preview only when the policy allows it."""
 
-    def __init__(self, bot: Bot, caller: BotCaller, previews: str = "own") -> None:
+    def __init__(self, bot: Bot, caller: BotCaller, previews: str = "own", *, rich: bool = False) -> None:
         self.bot = bot
         self.caller = caller
         self.previews = previews
+        self.rich = rich  # `telegram.rich_messages: on`
         self.own_links: tuple[str, ...] = ()
 
     def with_links(self, links: Sequence[str]) -> Outlet:
@@ -134,6 +147,53 @@ class Outlet:
                                    lambda: self.bot.delete_message(target.chat_id, message_id), paced=False)
         except ChannelError as exc:
             log.warning("telegram chat %s: could not delete message %s: %s", target.chat_id, message_id, exc)
+
+    async def send_reply(
+        self,
+        target: Target,
+        markdown: str,
+        chunks: list[Rendered],
+        *,
+        reply_to: int | None = None,
+        already: Sequence[int] = (),
+    ) -> list[int]:
+        """A final reply: one rich message where the chat gets them and the reply is worth one
+        (falling back to today's messages when Telegram refuses it), else its chunks."""
+        if self.rich and not already and rich_worthy(markdown, len(chunks)) and self._links_may_preview(markdown):
+            sent = await self.send_rich(target, markdown, reply_to=reply_to)
+            if sent is not None:
+                return [sent]
+        return await self.send_chunks(target, chunks, reply_to=reply_to, already=already)
+
+    def _links_may_preview(self, markdown: str) -> bool:
+        """A rich message has no link_preview_options: it is sent only when it has no link, or
+        when `link_previews` would let all of them preview anyway."""
+        return not links_in(markdown) or previews_allowed(self.previews, markdown, self.own_links)
+
+    async def send_rich(self, target: Target, markdown: str, *, reply_to: int | None = None) -> int | None:
+        """sendRichMessage (Bot API 10.1, newer than the library: called by name) with the
+        model's Markdown, which Telegram parses into blocks (tables, headings, lists). None when
+        Telegram refuses it (the caller sends the reply as plain messages instead)."""
+        params: dict[str, Any] = {"chat_id": target.chat_id, "rich_message": {"markdown": markdown}}
+        if target.thread_id is not None:
+            params["message_thread_id"] = target.thread_id
+        if reply_to:
+            params["reply_parameters"] = {"message_id": reply_to, "allow_sending_without_reply": True}
+
+        async def request() -> Any:
+            with warnings.catch_warnings():  # the library would rather we called a method it has
+                warnings.simplefilter("ignore")
+                return await self.bot.do_api_request("sendRichMessage", api_kwargs=params)
+
+        try:
+            result = await self.caller.call("sendRichMessage", target.chat_id, request)
+        except Rejected as exc:
+            log.warning("telegram chat %s refused a rich message (%s); sending it as text", target.chat_id, exc.reason)
+            return None
+        if not isinstance(result, dict) or not isinstance(result.get("message_id"), int):
+            raise ChannelError(f"telegram sendRichMessage to chat {target.chat_id}: no message in the answer",
+                               permanent=True)
+        return int(result["message_id"])
 
     async def send_chunks(
         self,

@@ -91,8 +91,7 @@ class FinalOnlyStream:
         return None
 
     async def finish(self, text: str) -> Delivered:
-        chunks = chunks_of(text)
-        ids = await self._outlet.send_chunks(self._target, chunks, reply_to=self._reply_to)
+        ids = await self._outlet.send_reply(self._target, text, chunks_of(text), reply_to=self._reply_to)
         return Delivered(tuple(str(i) for i in ids))
 
     async def abort(self) -> None:

@@ -100,6 +100,11 @@ def _strings(value: Any) -> Any:
     return value
 
 
+def _switch(value: Any) -> Any:
+    """YAML reads a bare `off` / `on` as false / true: the words they were."""
+    return {False: "off", True: "on"}.get(value, value) if isinstance(value, bool) else value
+
+
 class TelegramConfig(Section):
     token: str = ""
     api_base_url: str = "https://api.telegram.org/bot"
@@ -133,6 +138,9 @@ class TelegramConfig(Section):
     rich_messages: Literal["off", "on"] = "off"
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
+    _switches = field_validator("streaming", "stop_button", "rich_messages", mode="before")(
+        lambda cls, v: _switch(v)
+    )
 
     @property
     def enabled(self) -> bool:

@@ -42,7 +42,8 @@ NOT_MODIFIED = (
 Fault = Literal["429", "parse", "409", "500", "not_modified", "timeout"]
 # What a flood wait holds back: the calls that post to or change a chat.
 FLOOD_METHODS = frozenset(
-    {"sendMessage", "editMessageText", "sendMessageDraft", "sendPhoto", "sendDocument", "deleteMessage"}
+    {"sendMessage", "editMessageText", "sendMessageDraft", "sendPhoto", "sendDocument", "deleteMessage",
+     "sendRichMessage"}
 )
 _OBJECT_FIELDS = {
     "entities",
@@ -51,6 +52,7 @@ _OBJECT_FIELDS = {
     "reply_parameters",
     "allowed_updates",
     "link_preview_options",
+    "rich_message",
 }
 
 
@@ -74,6 +76,7 @@ class StoredMessage:
     reply_to: int | None = None
     from_bot: bool = True
     sender: dict[str, Any] | None = None  # a person's message: its `from`, as a reply to it shows it
+    rich: dict[str, Any] | None = None  # a rich message's InputRichMessage (Bot API 10.1)
 
     @property
     def buttons(self) -> list[list[dict[str, Any]]]:
@@ -129,6 +132,7 @@ class FakeTelegram:
         self.bot_settings: dict[str, Any] = {}  # getMe fields to add or override
         self.inline_ids: dict[str, tuple[int, int]] = {}  # inline_message_id -> (chat, message)
         self.draft_params: list[dict[str, Any]] = []  # every sendMessageDraft's parameters
+        self.refuse_rich = ""  # a reason: sendRichMessage answers 400 with it (a server or content it refuses)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -614,6 +618,27 @@ class FakeTelegram:
         stored = self._new_message(params, text=text, entities=entities, reply_markup=params.get("reply_markup"))
         return self._message_json(stored)
 
+    async def _api_sendRichMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Bot API 10.1: an InputRichMessage with exactly one of html, markdown or blocks. The
+        answer here is the Message without its parsed RichMessage (its blocks are not modelled)."""
+        _known(params, RICH_PARAMS)
+        _check_keyboard(params.get("reply_markup"))
+        rich = params.get("rich_message")
+        if not isinstance(rich, dict) or len({"html", "markdown", "blocks"} & set(rich)) != 1:
+            raise _ApiError(400, "Bad Request: exactly one of html, markdown or blocks must be specified")
+        unknown = sorted(set(rich) - {"html", "markdown", "blocks", "media", "is_rtl", "skip_entity_detection"})
+        if unknown:
+            raise _ApiError(400, f"Bad Request: unknown field {unknown[0]} of InputRichMessage")
+        content = str(rich.get("markdown") or rich.get("html") or "")
+        if "blocks" not in rich and not content.strip():
+            raise _ApiError(400, "Bad Request: rich message is empty")
+        if self.refuse_rich:
+            raise _ApiError(400, f"Bad Request: {self.refuse_rich}")
+        stored = self._new_message(params, text=content, rich=rich, reply_markup=params.get("reply_markup"))
+        message = self._message_json(stored)
+        message.pop("text", None)
+        return message
+
     async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
         _check_keyboard(params.get("reply_markup"))
         stored = self._stored(params)
@@ -739,6 +764,11 @@ class FakeTelegram:
         return text, entities
 
 
+RICH_PARAMS = frozenset({
+    "chat_id", "rich_message", "business_connection_id", "message_thread_id", "direct_messages_topic_id",
+    "disable_notification", "protect_content", "allow_paid_broadcast", "message_effect_id",
+    "suggested_post_parameters", "reply_parameters", "reply_markup", "ephemeral_message_parameters",
+})
 DRAFT_PARAMS = frozenset(
     {"chat_id", "message_thread_id", "draft_id", "text", "parse_mode", "entities", "can_stop", "keep_on_stop"}
 )
