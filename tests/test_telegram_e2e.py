@@ -454,6 +454,16 @@ async def test_question_answered_by_button(store, llm, tg, tmp_path) -> None:
         assert closed.buttons == [] and "Answered by Ann: blue" in closed.text
 
 
+async def test_question_answered_by_a_tap_reported_by_inline_message_id(store, llm, tg, tmp_path) -> None:
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        prompt = await ask_color(gateway, llm, tg)
+        tg.inline_press(PRIVATE, prompt.message_id, button(prompt, "red"), user_id=PRIVATE)
+        await settle(gateway, lambda: any(t.startswith("picked") for t in texts(tg, PRIVATE)))
+        assert texts(tg, PRIVATE)[-1] == "picked: The user answered: red"
+        closed = tg.messages[PRIVATE][prompt.message_id]
+        assert closed.buttons == [] and "Answered by Ann: red" in closed.text
+
+
 async def test_question_answered_by_typing(store, llm, tg, tmp_path) -> None:
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         prompt = await ask_color(gateway, llm, tg)
@@ -804,7 +814,10 @@ async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path,
 # --- scheduled jobs ------------------------------------------------------------------
 
 
-async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval(store, llm, tg, tmp_path) -> None:
+@pytest.mark.parametrize("inline", [False, True])  # True: Run again reported by inline_message_id (10.5)
+async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval(
+    store, llm, tg, tmp_path, inline
+) -> None:
     from datetime import datetime
 
     job = {"name": "nightly", "cron": "0 3 * * *", "prompt": "Write the report.", "deliver_to": f"telegram:{PRIVATE}"}
@@ -822,7 +835,8 @@ async def test_a_scheduled_job_delivers_to_telegram_and_runs_again_with_approval
         assert not session_file(tmp_path / "ws", "report.txt").exists()
         llm.tool_call("write_file", {"path": "report.txt", "content": "night"}, id="w2")
         llm.reply("Report written.")
-        tg.press(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
+        tap = tg.inline_press if inline else tg.press
+        tap(PRIVATE, notice.message_id, button(notice, "Run again"), user_id=PRIVATE)
         await until(lambda: not tg.messages[PRIVATE][notice.message_id].buttons)  # run again once
         assert tg.messages[PRIVATE][notice.message_id].text.endswith("🔁 Run again by Ann")
         await settle(
