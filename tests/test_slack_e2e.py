@@ -730,3 +730,38 @@ async def test_feedback_from_someone_not_allowed_is_not_recorded(store, llm, sla
         await s.gateway.inbox.wait_until_idle(10)
         (run,) = await store.runs.list(limit=5)
         assert not [e for e in await store.runs.events(run.id) if e.kind == "FEEDBACK"]
+
+
+@every_api
+async def test_slack_stop_button_cancels_the_run_like_stop(store, llm, slack, tmp_path) -> None:
+    llm.stall("Let me think")
+    config = slack_config(llm, slack, tmp_path, {"streaming": "native"})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("think hard")
+        await asyncio.wait_for(llm.stalled.wait(), 5)
+        thread = (CHANNEL, mention["ts"])
+        assert slack.sessions[thread] == "processing"  # Slack shows its stop button
+        (status, *_) = slack.statuses
+        assert status["status"] == "is thinking…" and status["loading_messages"]
+        streaming = tuple(m["ts"] for m in bot_messages(slack) if m.get("streaming"))
+        await s.post(s.sender.session_stopped(CHANNEL, mention["ts"], ANN, streaming))
+        await s.settle(lambda: slack.sessions[thread] == "active")
+        (run,) = await store.runs.list(limit=5)
+        assert run.stage == "CANCELED"
+        assert len(llm.requests) == 1 and llm.disconnects == 1  # the model call was dropped, none after
+        assert_threaded(slack, mention["ts"])
+
+
+async def test_a_stop_by_someone_else_or_not_allowed_does_not_cancel(store, llm, slack, tmp_path) -> None:
+    llm.stall("Let me think")
+    config = slack_config(llm, slack, tmp_path, {"streaming": "native", "allowed_users": [ANN, BOB]})
+    async with running(store, config, slack) as s:
+        mention = await s.mention("think hard")
+        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await s.post(s.sender.session_stopped(CHANNEL, mention["ts"], "U9"))  # not allowed at all: never stored
+        await s.post(s.sender.session_stopped(CHANNEL, mention["ts"], BOB))  # allowed, not the asker
+        await until(lambda: len(bot_messages(slack)) == 2)
+        refusal = next(m for m in bot_messages(slack) if not m.get("streaming"))
+        assert "stop" in refusal["text"].lower() and refusal["thread_ts"] == mention["ts"]
+        (run,) = await store.runs.list(limit=5)
+        assert run.stage == "RUNNING" and slack.sessions[(CHANNEL, mention["ts"])] == "processing"

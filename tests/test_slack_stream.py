@@ -244,3 +244,30 @@ async def test_the_fake_refuses_a_malformed_task_chunk() -> None:
         with pytest.raises(SlackCallError) as refused:
             await h.channel._web("chat_appendStream", channel="C1", ts=ts, chunks=[bad])
         assert refused.value.code == "invalid_chunks"
+
+
+async def test_busy_marks_the_agent_session_processing_and_a_tool_names_itself_in_the_status() -> None:
+    async with channel_harness() as h:
+        thread = await _mention(h)
+        await h.channel.set_busy(thread, True, reply_to=thread.thread)
+        assert h.fake.sessions == {("C1", thread.thread): "processing"}
+        await h.channel.show_task(thread, "c1", "shell", "in_progress")
+        await h.channel.show_task(thread, "c1", "shell", "complete")
+        await h.channel.set_busy(thread, False, reply_to=thread.thread)
+        assert [(s["status"], s.get("loading_messages")) for s in h.fake.statuses] == [
+            ("is thinking…", ["Thinking…", "Reading the conversation…", "Working on an answer…"]),
+            ("is running shell…", ["Running shell…"]),
+            ("is thinking…", ["Thinking…", "Reading the conversation…", "Working on an answer…"]),
+            ("", None),
+        ]
+        assert h.fake.sessions == {("C1", thread.thread): "active"}
+
+
+async def test_an_app_that_is_not_an_agent_keeps_its_status_line_without_sessions() -> None:
+    async with channel_harness() as h:
+        h.fake.fail_always("agents.sessions.setStatus", "not_allowed")
+        thread = await _mention(h)
+        for busy in (True, False, True, False):
+            await h.channel.set_busy(thread, busy, reply_to=thread.thread)
+        assert len(h.fake.calls_to("agents.sessions.setStatus")) == 1  # refused once: not asked again
+        assert [s["status"] for s in h.fake.statuses] == ["is thinking…", "", "is thinking…", ""]

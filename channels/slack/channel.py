@@ -36,7 +36,7 @@ from .api import Lru, SlackWeb
 from .blocks import closed_blocks, feedback_blocks, prompt_blocks
 from .inbound import Identity
 from .intake import SlackIntake
-from .presence import Presence
+from .presence import LOADING_MESSAGES, STATUS_TEXT, Presence
 from .render import escape, render_chunks
 from .stream import (
     UNSUPPORTED,
@@ -311,7 +311,12 @@ class SlackChannel:
         return self._recipients.get(thread) or await self._recipient_of(thread, "")
 
     async def show_task(self, thread: ThreadKey, task_id: str, title: str, status: str, details: str = "") -> None:
-        """A tool call as a task card in the thread's native stream (`slack.task_cards`)."""
+        """A tool call as a task card in the thread's native stream (`slack.task_cards`), and in
+        the thread's status line while it runs."""
+        if status == "in_progress":
+            await self._presence.doing(thread, f"is running {title}…", (f"Running {title}…",))
+        elif status in ("complete", "error"):
+            await self._presence.doing(thread, STATUS_TEXT, LOADING_MESSAGES)
         await self._tasks.show(thread, task_id, title, status, details)
 
     def _team(self) -> str:

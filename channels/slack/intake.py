@@ -134,6 +134,8 @@ class SlackIntake:
             return await self._on_edit(body, event)
         if isinstance(event, dict) and event.get("subtype") == "message_deleted":
             return await self._on_delete(body, event)
+        if isinstance(event, dict) and event.get("type") == "agent_session_stopped":
+            return await self._on_stop(body, event)
         found = candidate(event, self._identity(), chatter=self._config.channel_context > 0)
         if found is None:
             log.debug("slack: event %s ignored: %s", body.get("event_id", ""), why_not(event, self._identity()))
@@ -252,6 +254,25 @@ class SlackIntake:
         if deleted is None:
             return _ignored(body, "a deletion without the message it deleted")
         await self._submit_one(MessageDeleted(deleted.thread, deleted.ts, self._event_id(body, event, "deleted")))
+
+    async def _on_stop(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """Slack's stop button, shown while the thread's agent session is `processing`
+        (`agent_session_stopped`: channel, thread_ts, user, streaming_message_ts): the /stop of
+        the person who pressed it, in that thread, so the run is cancelled as /stop cancels it
+        (the core decides whether they may stop it)."""
+        channel, thread_ts, user = (str(event.get(k) or "") for k in ("channel", "thread_ts", "user"))
+        if not channel or not thread_ts or not user:
+            return _ignored(body, "a stop without its channel, thread or person")
+        if self._refusal(user, channel, dm=channel.startswith("D")):
+            return _ignored(body, "a stop by someone not allowed here")
+        stop = InboundMessage(
+            thread=ThreadKey("slack", channel, thread_ts),
+            sender=await self._web.sender(user),
+            text="/stop",
+            event_id=self._event_id(body, event, "stopped"),
+            private=channel.startswith("D"),
+        )
+        await self._submit_one(stop)
 
     async def _on_reaction(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         found = reacted(event, self._identity())

@@ -65,6 +65,7 @@ class FakeSlack:
     ephemerals: list[dict[str, Any]] = field(default_factory=list)
     reactions: set[tuple[str, str, str]] = field(default_factory=set)
     statuses: list[dict[str, Any]] = field(default_factory=list)
+    sessions: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, thread_ts) -> agent session status
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
     acks: list[dict[str, Any]] = field(default_factory=list)
@@ -489,7 +490,23 @@ def _stop_stream(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set_status(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
-    fake.statuses.append({"channel_id": p["channel_id"], "thread_ts": p["thread_ts"], "status": p["status"]})
+    loading = p.get("loading_messages")
+    if loading is not None and (not isinstance(loading, list) or not all(isinstance(m, str) for m in loading)):
+        raise SlackError("invalid_arguments")
+    status = {"channel_id": p["channel_id"], "thread_ts": p["thread_ts"], "status": p["status"]}
+    if loading is not None:
+        status["loading_messages"] = loading
+    fake.statuses.append(status)
+    return {}
+
+
+SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})  # agents.sessions.setStatus
+
+
+def _session_status(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
+    if p["status"] not in SESSION_STATUSES:
+        raise SlackError("invalid_arguments")
+    fake.sessions[(p["channel_id"], p.get("thread_ts") or "")] = p["status"]
     return {}
 
 
@@ -585,6 +602,7 @@ _HANDLERS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
     "chat.appendStream": _append_stream,
     "chat.stopStream": _stop_stream,
     "assistant.threads.setStatus": _set_status,
+    "agents.sessions.setStatus": _session_status,
     "reactions.add": _reaction_add,
     "reactions.remove": _reaction_remove,
     "conversations.replies": _replies,
@@ -789,6 +807,14 @@ class SlackEventSender:
         if thread_ts:
             event["thread_ts"] = thread_ts
         return event
+
+    def session_stopped(
+        self, channel: str, thread_ts: str, user: str, streaming: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """`agent_session_stopped` (docs.slack.dev/reference/events/agent_session_stopped): the
+        stop button pressed while the thread's agent session was processing."""
+        return {"type": "agent_session_stopped", "channel": channel, "thread_ts": thread_ts, "user": user,
+                "streaming_message_ts": list(streaming), "event_ts": self.next_ts()}
 
     def dm(self, channel: str, user: str, text: str, **fields: Any) -> dict[str, Any]:
         return self.message(channel, user, text, channel_type="im", **fields)
