@@ -6,6 +6,7 @@ back: nothing lost, nothing answered twice, no restart."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 from helpers import echo, until
@@ -24,6 +25,7 @@ from test_slack_e2e import texts as slack_texts
 from test_telegram_e2e import PRIVATE, running, texts, tg_config
 
 from gateway.app import Gateway
+from gateway.logs import SaidOnce
 from gateway.store import Store
 
 pytestmark = pytest.mark.skipif(bool(SmallDisk.problem()), reason=SmallDisk.problem() or "mounting works")
@@ -137,4 +139,45 @@ async def test_a_read_only_database_answers_slack_503_says_so_once_and_takes_the
         assert status == 200 and body["database_writable"] is True
     posts = [c for c in slack.calls if c.method in ("chat.postMessage", "chat.startStream")]
     assert len(posts) == 2  # each answered once
+    assert integrity(disk) == "ok"
+
+
+async def test_a_turn_under_way_when_the_disk_fills_is_answered_once_when_it_is_back_and_the_log_says_it_once(
+    disk, disk_store, llm: FakeLLM, tg: FakeTelegram, tmp_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    caplog.handler.addFilter(SaidOnce())  # as `gateway serve` logs (gateway/logs.py)
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def held_once(request: dict[str, Any]) -> Reply:
+        if not asked.is_set():
+            asked.set()
+            await answer.wait()  # the disk fills while the model is thinking
+        return echo(request)
+
+    llm.responder = held_once
+    async with running(disk_store, tg_config(llm, tg, tmp_path), serve_http=True) as gateway:
+        since = len(caplog.records)
+        tg.private_message(PRIVATE, "question")
+        await asyncio.wait_for(asked.wait(), 10)
+        disk.fill()
+        answer.set()  # the turn's next write (its round) meets the full disk
+        await until(lambda: disk_store.db.unwritable is not None)
+        tg.private_message(PRIVATE, "meanwhile")
+        polls = len(tg.calls_to("getUpdates"))
+        await until(lambda: len(tg.calls_to("getUpdates")) >= polls + 2 or not gateway.channels_started()["telegram"])
+        said = loud(caplog, since)
+        assert [r.getMessage()[:28] for r in said] == ["the database's disk is full "], [r.getMessage() for r in said]
+
+        disk.free()
+        # The crashed run is done again, the message that came meanwhile drained into it.
+        await until(lambda: "meanwhile" in "".join(texts(tg, PRIVATE)), 30)
+        await gateway.inbox.wait_until_idle(10)
+        assert texts(tg, PRIVATE) == ["re: question\n\nmeanwhile"]
+        status, _ = await readyz(gateway)
+        assert status == 200
+    assert len(tg.calls_to("sendMessage")) == 1  # answered once
+    lines = [r.getMessage() for r in loud(caplog, since)]
+    assert len(lines) == 2 and lines[0].startswith("the database's disk is full "), lines
+    assert lines[1].startswith("the database takes writes again ")
     assert integrity(disk) == "ok"

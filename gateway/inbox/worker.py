@@ -17,7 +17,7 @@ from gateway.agent.services import TurnServices
 from gateway.agent.turn import turn_payer
 from gateway.agent.voices import chatter_voices, of_rows, others, with_voices
 from gateway.budgets import current_payer
-from gateway.events import ThreadKey, links_in
+from gateway.events import StoreUnwritable, ThreadKey, links_in
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
 from gateway.inbox.holder import LeaseHolder
@@ -108,7 +108,10 @@ class Worker:
             holder.stopper.stop()
             await asyncio.gather(renewer, return_exceptions=True)
             if holder.valid:
-                await self.store.inbox.release(holder.lease)
+                try:
+                    await self.store.inbox.release(holder.lease)
+                except StoreUnwritable:  # said by the store; the lease expires by itself, its runs are continued
+                    log.debug("%s: the lease is left to expire: the database refuses writes", thread_key)
             self.runner.forget(thread_key)
 
     async def _deliver_left_behind(self, thread: ThreadKey, fence: Fence) -> None:

@@ -114,9 +114,9 @@ class WriteHealth:
         if code not in (SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN):
             return None
         fault = diagnose(self.database, code)
-        if self.fault is None or str(self.fault) != str(fault):
+        if self.fault is None or self.fault.kind != fault.kind:  # once per fault, not per file it names
             log.error("%s", fault)
-        self.fault = fault
+            self.fault = fault
         return fault
 
     def succeeded(self) -> None:
