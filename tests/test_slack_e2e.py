@@ -765,3 +765,73 @@ async def test_a_stop_by_someone_else_or_not_allowed_does_not_cancel(store, llm,
         assert "stop" in refusal["text"].lower() and refusal["thread_ts"] == mention["ts"]
         (run,) = await store.runs.list(limit=5)
         assert run.stage == "RUNNING" and slack.sessions[(CHANNEL, mention["ts"])] == "processing"
+
+
+# ---- the agent view and the assistant view -----------------------------------------------
+
+PROMPTS = [{"title": "Summarise", "message": "Summarise my unread threads"}, {"title": "Plan", "message": "Plan it"}]
+
+
+@every_api
+async def test_in_the_agent_view_each_dm_message_is_its_own_thread(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    slack.agent_view = True
+    config = slack_config(llm, slack, tmp_path, {"app_view": "agent", "streaming": "auto"})
+    async with running(store, config, slack) as s:
+        first = await s.dm("hello")
+        await s.settle(lambda: "re: hello" in texts(slack, DM))
+        second = await s.dm("something else")
+        await s.settle(lambda: "re: something else" in texts(slack, DM))
+        await s.post(s.sender.dm(DM, ANN, "more on hello", ts=s.written(DM, ANN, "more on hello", first["ts"]),
+                                 thread_ts=first["ts"]))
+        await s.settle(lambda: "re: more on hello" in texts(slack, DM))
+        answers = {m["text"]: m for m in bot_messages(slack, DM)}
+        assert answers["re: hello"]["thread_ts"] == first["ts"]
+        assert answers["re: something else"]["thread_ts"] == second["ts"]
+        assert answers["re: more on hello"]["thread_ts"] == first["ts"]
+        assert user_texts(llm.requests[1]) == ["something else"]  # a new thread: a new session
+        assert user_texts(llm.requests[2]) == ["hello", "more on hello"]
+        assert all(c.params["thread_ts"] in (first["ts"], second["ts"]) for c in slack.calls_to("chat.startStream"))
+        assert {s["thread_ts"] for s in slack.statuses} == {first["ts"], second["ts"]}  # a status line, no 👀
+        assert not slack.calls_to("reactions.add")
+
+
+async def test_opening_the_messages_tab_shows_the_suggested_prompts(store, llm, slack, tmp_path) -> None:
+    slack.agent_view = True
+    settings = {"app_view": "agent", "suggested_prompts": PROMPTS, "suggested_prompts_title": "Try"}
+    async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+        await s.post(s.sender.home_opened(ANN, DM, tab="home"))  # the Home tab: nothing
+        await s.post(s.sender.home_opened(ANN, DM))
+        await s.post(s.sender.context_changed(CHANNEL))  # what Ann looks at: acknowledged, not used
+        await until(lambda: bool(slack.suggested))
+        await s.gateway.inbox.wait_until_idle(10)
+    (shown,) = slack.suggested
+    assert shown == {"channel_id": DM, "title": "Try", "prompts": PROMPTS}  # no thread_ts: an agent app's call
+    assert not llm.requests and not bot_messages(slack, DM)
+
+
+async def test_an_assistant_view_app_keeps_its_prompts_per_thread_and_dms_as_one_session(
+    store, llm, slack, tmp_path
+) -> None:
+    llm.responder = echo
+    settings = {"suggested_prompts": PROMPTS}  # app_view: assistant (the default)
+    async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+        thread_ts = s.written(DM, ANN, "")  # the assistant thread Slack opened
+        await s.post(s.sender.assistant_thread_started(ANN, DM, thread_ts))
+        await until(lambda: bool(slack.suggested))
+        await s.dm("hello")
+        await s.settle(lambda: "re: hello" in texts(slack, DM))
+        await s.dm("again")
+        await s.settle(lambda: "re: again" in texts(slack, DM))
+    assert slack.suggested == [{"channel_id": DM, "thread_ts": thread_ts, "prompts": PROMPTS}]
+    assert user_texts(llm.requests[1]) == ["hello", "again"]  # one session, as before
+    assert all(not m.get("thread_ts") for m in bot_messages(slack, DM) if m.get("text", "").startswith("re:"))
+
+
+async def test_suggested_prompts_are_not_shown_to_someone_not_allowed(store, llm, slack, tmp_path) -> None:
+    settings = {"app_view": "agent", "suggested_prompts": PROMPTS, "allowed_users": [ANN]}
+    async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+        await s.post(s.sender.home_opened(BOB, "D2"))
+        await s.post(s.sender.home_opened(ANN, DM))
+        await until(lambda: bool(slack.suggested))
+    assert [shown["channel_id"] for shown in slack.suggested] == [DM]

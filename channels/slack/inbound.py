@@ -134,19 +134,22 @@ def _is_from_a_person(event: dict[str, Any], me: Identity) -> bool:
     return not (me.bot_id and event.get("bot_id") == me.bot_id)
 
 
-def _thread_of(route: Route, channel: str, event: dict[str, Any]) -> ThreadKey:
+def _thread_of(route: Route, channel: str, event: dict[str, Any], dm_threads: bool = False) -> ThreadKey:
     thread_ts = str(event.get("thread_ts") or "")
     if route == "chatter":
         return ThreadKey("slack", channel, "")
+    if route == "dm" and dm_threads:  # the agent view: each top-level DM message starts a thread
+        return ThreadKey("slack", channel, thread_ts or str(event["ts"]))
     if route == "dm":
         return ThreadKey("slack", channel, thread_ts)  # one session per DM, per thread if threaded
     return ThreadKey("slack", channel, thread_ts or str(event["ts"]))
 
 
-def candidate(event: Any, me: Identity, *, chatter: bool = False) -> Candidate | None:
+def candidate(event: Any, me: Identity, *, chatter: bool = False, dm_threads: bool = False) -> Candidate | None:
     """The message in an `app_mention` / `message` event, or None when it is not for us.
     With `chatter`, a top-level channel message not for us is one too (route "chatter", in
-    the channel's top-level thread `slack:<channel>:`)."""
+    the channel's top-level thread `slack:<channel>:`). With `dm_threads` (the agent view) a
+    top-level DM message is the root of its own thread `slack:<dm>:<ts>`."""
     if not isinstance(event, dict) or event.get("type") not in ("app_mention", "message"):
         return None
     if not event.get("channel") or not event.get("ts") or not _is_from_a_person(event, me):
@@ -161,7 +164,7 @@ def candidate(event: Any, me: Identity, *, chatter: bool = False) -> Candidate |
     text = text_for_model(str(event.get("text") or ""), me.bot_user_id)
     return Candidate(
         route=route,
-        thread=_thread_of(route, channel, event),
+        thread=_thread_of(route, channel, event, dm_threads),
         channel=channel,
         user=str(event["user"]),
         team=str(event.get("team") or me.team_id),
@@ -214,7 +217,7 @@ class Deletion:
     ts: str  # the deleted message's
 
 
-def deletion(event: Any) -> Deletion | None:
+def deletion(event: Any, dm_threads: bool = False) -> Deletion | None:
     if not isinstance(event, dict) or event.get("subtype") != "message_deleted":
         return None
     channel, ts = event.get("channel"), event.get("deleted_ts")
@@ -223,7 +226,8 @@ def deletion(event: Any) -> Deletion | None:
     previous = event.get("previous_message") or {}
     thread_ts = str(previous.get("thread_ts") or "") if isinstance(previous, dict) else ""
     dm = event.get("channel_type") == "im"
-    return Deletion(ThreadKey("slack", str(channel), thread_ts if dm else thread_ts or str(ts)), str(channel), str(ts))
+    own = thread_ts if dm and not dm_threads else thread_ts or str(ts)
+    return Deletion(ThreadKey("slack", str(channel), own), str(channel), str(ts))
 
 
 @dataclass(frozen=True)
@@ -311,3 +315,24 @@ def rating(payload: Any) -> Rated | None:
     unique = action.get("action_ts") or payload.get("trigger_id") or f"{ts}:{user['id']}:{feedback}"
     return Rated(str(channel), str(user["id"]), str(user.get("username") or user.get("name") or ""), str(ts),
                  feedback, f"slack:action:{unique}")
+
+
+def app_home_dm(event: Any) -> tuple[str, str] | None:
+    """(the person's DM channel with the app, the person) of an `app_home_opened` on the
+    Messages tab (`tab: "messages"`), else None (the Home tab, or no channel)."""
+    if not isinstance(event, dict) or event.get("type") != "app_home_opened" or event.get("tab") != "messages":
+        return None
+    channel, user = str(event.get("channel") or ""), str(event.get("user") or "")
+    return (channel, user) if channel and user else None
+
+
+def assistant_thread(event: Any) -> tuple[str, str, str] | None:
+    """(channel, thread_ts, person) of an `assistant_thread_started` (the assistant view: its
+    `assistant_thread` names them), else None."""
+    if not isinstance(event, dict) or event.get("type") != "assistant_thread_started":
+        return None
+    thread = event.get("assistant_thread") or {}
+    if not isinstance(thread, dict):
+        return None
+    channel, ts, user = (str(thread.get(k) or "") for k in ("channel_id", "thread_ts", "user_id"))
+    return (channel, ts, user) if channel and ts and user else None

@@ -42,6 +42,8 @@ from .blocks import FEEDBACK_ACTION
 from .inbound import (
     Candidate,
     Identity,
+    app_home_dm,
+    assistant_thread,
     candidate,
     changed_message,
     deletion,
@@ -77,6 +79,7 @@ class SlackIntake:
         self._state = state
         self._web = web
         self._recipients = recipients  # who a streamed answer is for, learnt from the request
+        self._dm_threads = config.app_view == "agent"  # the agent view: each DM message is a thread
         self.app = AsyncApp(
             client=web.client,
             signing_secret=config.signing_secret,
@@ -128,15 +131,11 @@ class SlackIntake:
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         event = body.get("event")
-        if isinstance(event, dict) and event.get("type") in ("reaction_added", "reaction_removed"):
-            return await self._on_reaction(body, event)
-        if isinstance(event, dict) and event.get("subtype") == "message_changed":
-            return await self._on_edit(body, event)
-        if isinstance(event, dict) and event.get("subtype") == "message_deleted":
-            return await self._on_delete(body, event)
-        if isinstance(event, dict) and event.get("type") == "agent_session_stopped":
-            return await self._on_stop(body, event)
-        found = candidate(event, self._identity(), chatter=self._config.channel_context > 0)
+        special = self._special(event) if isinstance(event, dict) else None
+        if special is not None and isinstance(event, dict):
+            return await special(body, event)
+        dm_threads = self._dm_threads
+        found = candidate(event, self._identity(), chatter=self._config.channel_context > 0, dm_threads=dm_threads)
         if found is None:
             log.debug("slack: event %s ignored: %s", body.get("event_id", ""), why_not(event, self._identity()))
             return
@@ -162,6 +161,28 @@ class SlackIntake:
             surroundings=self._surroundings(found),
         )
         await self._submit_one(message)
+
+    def _special(self, event: dict[str, Any]) -> Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]] | None:
+        """The listener of an event that is not a person's new message, if it is one."""
+        kind, subtype = event.get("type"), event.get("subtype")
+        if kind in ("reaction_added", "reaction_removed"):
+            return self._on_reaction
+        if subtype == "message_changed":
+            return self._on_edit
+        if subtype == "message_deleted":
+            return self._on_delete
+        if kind == "agent_session_stopped":
+            return self._on_stop
+        if kind in ("app_home_opened", "assistant_thread_started"):
+            return self._on_opened
+        if kind == "app_context_changed":
+            return self._on_context
+        return None
+
+    async def _on_context(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """What the person is looking at in Slack (agent view). Not given to the model: a
+        channel is read only where the agent is mentioned and that channel is allowed."""
+        _ignored(body, "the person's view changed (not used)")
 
     # ---- the conversation around a message ---------------------------------------------
 
@@ -236,7 +257,10 @@ class SlackIntake:
 
     async def _on_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         shaped = changed_message(event)
-        found = candidate(shaped, self._identity(), chatter=self._config.channel_context > 0) if shaped else None
+        found = (
+            candidate(shaped, self._identity(), chatter=self._config.channel_context > 0, dm_threads=self._dm_threads)
+            if shaped else None
+        )
         if found is None:
             return _ignored(body, "an edit that changed no text, or of a message not for the bot")
         if found.route == "followup" and not await self._continues_thread(found):
@@ -250,10 +274,37 @@ class SlackIntake:
         )
 
     async def _on_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        deleted = deletion(event)
+        deleted = deletion(event, self._dm_threads)
         if deleted is None:
             return _ignored(body, "a deletion without the message it deleted")
         await self._submit_one(MessageDeleted(deleted.thread, deleted.ts, self._event_id(body, event, "deleted")))
+
+    async def _on_opened(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """A person opened the conversation with the agent: the agent view's Messages tab
+        (`app_home_opened`, `tab: messages`; the prompts are set without a thread_ts, which an
+        agent app's call must not carry) or an assistant-view thread (`assistant_thread_started`,
+        with its thread_ts). Shows `slack.suggested_prompts`; cosmetic, failures are logged."""
+        prompts = self._config.suggested_prompts
+        opened = app_home_dm(event)
+        started = assistant_thread(event)
+        where = (started[0], started[2]) if started else opened
+        if not prompts or where is None:
+            return _ignored(body, "no suggested prompts to show, or not the conversation with the agent")
+        channel, user = where
+        if self._config.allowed_users and user not in self._config.allowed_users:  # not even to pair
+            return _ignored(body, "opened by someone not allowed here")
+        params: dict[str, Any] = {"channel_id": channel, "prompts": [p.model_dump() for p in prompts]}
+        if started:
+            params["thread_ts"] = started[1]
+        if self._config.suggested_prompts_title:
+            params["title"] = self._config.suggested_prompts_title
+        self._later(self._suggest(params))
+
+    async def _suggest(self, params: dict[str, Any]) -> None:
+        try:
+            await self._web("assistant_threads_setSuggestedPrompts", **params)
+        except ChannelError as exc:
+            log.info("slack: suggested prompts not shown in %s: %s", params["channel_id"], exc)
 
     async def _on_stop(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         """Slack's stop button, shown while the thread's agent session is `processing`

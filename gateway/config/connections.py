@@ -147,6 +147,13 @@ class TelegramConfig(Section):
         return bool(self.token)
 
 
+class SuggestedPrompt(Section):
+    """A prompt Slack offers when a person opens the conversation with the agent."""
+
+    title: str = Field(min_length=1, max_length=75)  # what the button says (Slack's limit is not documented)
+    message: str = Field(min_length=1, max_length=2000)  # what is sent when it is picked
+
+
 class SlackConfig(Section):
     bot_token: str = ""
     signing_secret: str = ""
@@ -168,6 +175,13 @@ class SlackConfig(Section):
     task_cards: Literal["timeline", "plan", "off"] = "timeline"
     # 👍 / 👎 feedback buttons (context_actions) under answers streamed natively.
     feedback_buttons: bool = True
+    # "agent": the app uses the agent messaging experience (features.agent_view, apps created
+    # since the 2026 change): each top-level DM message starts its own thread (and session).
+    # "assistant": the assistant view or none (older apps): a DM is one session until threaded.
+    app_view: Literal["assistant", "agent"] = "assistant"
+    # Up to four prompts offered when a person opens the conversation (assistant.threads.setSuggestedPrompts).
+    suggested_prompts: list[SuggestedPrompt] = Field([], max_length=4)
+    suggested_prompts_title: str = ""
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
 

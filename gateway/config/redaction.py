@@ -86,6 +86,7 @@ SHOWN = _paths(
     telegram.rich_messages
     slack.allowed_users slack.allowed_channels slack.thread_followups slack.streaming slack.send_interval_s
     slack.stream_interval_s slack.link_previews slack.channel_context slack.task_cards slack.feedback_buttons
+    slack.app_view slack.suggested_prompts.*.title slack.suggested_prompts.*.message slack.suggested_prompts_title
     scheduler.enabled scheduler.timezone scheduler.misfire_grace scheduler.quiet_sentinel scheduler.timeout
     scheduler.poll_interval
     scheduler.jobs.*.name scheduler.jobs.*.kind scheduler.jobs.*.cron scheduler.jobs.*.every scheduler.jobs.*.at

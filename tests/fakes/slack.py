@@ -65,6 +65,8 @@ class FakeSlack:
     ephemerals: list[dict[str, Any]] = field(default_factory=list)
     reactions: set[tuple[str, str, str]] = field(default_factory=set)
     statuses: list[dict[str, Any]] = field(default_factory=list)
+    suggested: list[dict[str, Any]] = field(default_factory=list)  # suggested prompts shown
+    agent_view: bool = False  # the app uses the agent messaging experience (features.agent_view)
     sessions: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, thread_ts) -> agent session status
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -500,6 +502,22 @@ def _set_status(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _suggest(fake: FakeSlack, p: dict[str, Any]) -> dict[str, Any]:
+    """assistant.threads.setSuggestedPrompts: up to four {title, message}. An agent app's call
+    with a thread_ts "silently fails" (docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts):
+    answered ok, nothing shown."""
+    prompts = p["prompts"]
+    if not isinstance(prompts, list) or not 0 < len(prompts) <= 4:
+        raise SlackError("invalid_arguments")
+    for prompt in prompts:
+        if not isinstance(prompt, dict) or set(prompt) != {"title", "message"} or not all(prompt.values()):
+            raise SlackError("invalid_arguments")
+    if fake.agent_view and p.get("thread_ts"):
+        return {}
+    fake.suggested.append({k: p[k] for k in ("channel_id", "thread_ts", "title", "prompts") if k in p})
+    return {}
+
+
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})  # agents.sessions.setStatus
 
 
@@ -603,6 +621,7 @@ _HANDLERS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
     "chat.stopStream": _stop_stream,
     "assistant.threads.setStatus": _set_status,
     "agents.sessions.setStatus": _session_status,
+    "assistant.threads.setSuggestedPrompts": _suggest,
     "reactions.add": _reaction_add,
     "reactions.remove": _reaction_remove,
     "conversations.replies": _replies,
@@ -807,6 +826,24 @@ class SlackEventSender:
         if thread_ts:
             event["thread_ts"] = thread_ts
         return event
+
+    def home_opened(self, user: str, channel: str, tab: str = "messages") -> dict[str, Any]:
+        """`app_home_opened`: the person opened the app's Messages (or Home) tab; `channel` is
+        their DM with the app."""
+        return {"type": "app_home_opened", "user": user, "channel": channel, "tab": tab, "event_ts": self.next_ts()}
+
+    def assistant_thread_started(self, user: str, channel: str, thread_ts: str) -> dict[str, Any]:
+        """`assistant_thread_started` (the assistant view): a new assistant thread."""
+        return {
+            "type": "assistant_thread_started",
+            "assistant_thread": {"user_id": user, "channel_id": channel, "thread_ts": thread_ts, "context": {}},
+            "event_ts": self.next_ts(),
+        }
+
+    def context_changed(self, channel: str) -> dict[str, Any]:
+        """`app_context_changed` as docs.slack.dev shows it: only the context's entities."""
+        entity = {"type": "slack#/types/channel_id", "value": channel, "team_id": self.team_id}
+        return {"type": "app_context_changed", "context": {"entities": [entity]}}
 
     def session_stopped(
         self, channel: str, thread_ts: str, user: str, streaming: tuple[str, ...] = ()
