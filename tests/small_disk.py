@@ -73,22 +73,20 @@ class SmallDisk:
         return self.mount / "data"
 
     def fill(self) -> None:
-        """Every free block taken by one file (ENOSPC from then on)."""
-        block = b"\0" * (1 << 20)
-        with open(self.mount / FILLER, "ab") as filler:
-            try:
-                while True:
-                    filler.write(block)
-                    filler.flush()
-            except OSError:
-                pass
-            small = b"\0" * 4096
-            with contextlib.suppress(OSError):
-                while True:
-                    filler.write(small)
-                    filler.flush()
-            with contextlib.suppress(OSError):
-                os.fsync(filler.fileno())
+        """Every free block taken by one file (ENOSPC from then on). ext4 gives back the blocks it
+        had set aside for a file when the file is closed: filled again until nothing is left."""
+        for _ in range(10):
+            with open(self.mount / FILLER, "ab") as filler:
+                for size in (1 << 20, 4096):
+                    block = b"\0" * size
+                    with contextlib.suppress(OSError):
+                        while True:
+                            filler.write(block)
+                            filler.flush()
+                with contextlib.suppress(OSError):
+                    os.fsync(filler.fileno())
+            if self.free_bytes() < 64 * 1024:
+                return
 
     def free(self) -> None:
         with contextlib.suppress(FileNotFoundError):

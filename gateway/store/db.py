@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from gateway.private_files import close_to_others, create_private, make_dirs
-from gateway.store.disk import WriteHealth, sqlite_error_code
+from gateway.store.disk import WriteHealth
 from gateway.store.failures import (
     driver_missing,
     parse_database_url,
@@ -320,9 +320,7 @@ class _SQLite:
             with self.reader_engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
         except (SQLAlchemyError, OSError) as exc:  # busy or locked: the next checkpoint catches up
-            if sqlite_error_code(exc) is not None and self.health.fault is not None:
-                log.debug("WAL checkpoint failed: %s", self.health.fault)  # the disk's fault, said once
-            else:
+            if self.health.refused(exc) is None:  # a full or read-only disk is said once, as for a write
                 log.warning("WAL checkpoint failed", exc_info=True)
 
     async def truncate_wal(self) -> None:
