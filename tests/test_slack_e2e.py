@@ -835,3 +835,38 @@ async def test_suggested_prompts_are_not_shown_to_someone_not_allowed(store, llm
         await s.post(s.sender.home_opened(ANN, DM))
         await until(lambda: bool(slack.suggested))
     assert [shown["channel_id"] for shown in slack.suggested] == [DM]
+
+
+# ---- thread history under conversations.replies' rate limit ------------------------------
+
+
+@every_api
+async def test_thread_history_reads_stay_few_under_a_one_a_minute_limit(store, llm, slack, tmp_path) -> None:
+    llm.responder = echo
+    slack.rate_limit("conversations.replies", per_s=60)
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        roots = [s.written(CHANNEL, BOB, f"topic {n}") for n in range(3)]
+        for root in roots:
+            s.written(CHANNEL, ANN, "a reply before the agent came", root)
+        for n, root in enumerate(roots):
+            await s.mention(f"about topic {n}?", thread_ts=root)
+            await s.settle(lambda n=n: len(texts(slack)) == n + 1)
+        await s.say_in_thread(roots[0], "and more")  # a thread it is in: its history is the session's
+        await s.settle(lambda: len(texts(slack)) == 4)
+        said = [user_texts(r)[-1] for r in llm.requests]
+    reads = slack.calls_to("conversations.replies")
+    assert len(reads) == 2  # the first read, the one the 429 answered; none while it holds
+    assert said[0].startswith("[earlier in this thread") and "Bob: topic 0" in said[0]
+    assert said[1:] == ["about topic 1?", "about topic 2?", "and more"]  # answered without the thread's start
+    assert len(texts(slack)) == 4
+
+
+async def test_a_decided_prompt_closes_without_reading_the_thread(store, llm, slack, tmp_path) -> None:
+    slack.rate_limit("conversations.replies", per_s=60)
+    async with running(store, slack_config(llm, slack, tmp_path), slack) as s:
+        _, prompt = await ask_for_write(s, llm)
+        await s.click(prompt, "Approve")
+        await s.settle(lambda: "Written." in texts(slack))
+        closed = slack.message(CHANNEL, prompt["ts"])
+        assert outcome(closed) == "✅ Approved by Ann" and "write_file" in json.dumps(closed["blocks"])
+    assert slack.calls_to("conversations.replies") == []

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from fakes.slack import channel_harness
 
+from channels.slack.blocks import prompt_blocks
 from channels.slack.pacing import ChannelPacer
 from gateway.events import Button, ChannelError, Outbound, Prompt, ThreadKey
 
@@ -147,11 +148,19 @@ async def test_close_prompt_replaces_the_buttons_with_the_outcome() -> None:
 
 async def test_close_prompt_still_works_when_the_message_cannot_be_read() -> None:
     async with channel_harness() as h:
-        delivered = await h.channel.send_prompt(approval())
         h.fake.fail_always("conversations.replies", "missing_scope")
-        await h.channel.close_prompt(THREAD, delivered.message_ids, "❌ Denied by Bob")
+        delivered = await h.channel.send_prompt(approval())  # sent by this process: its blocks are known
+        await h.channel.close_prompt(THREAD, delivered.message_ids, "✅ Approved by Ann")
+        kept = h.fake.message("C1", delivered.message_ids[0])["blocks"]
+        assert [b["type"] for b in kept][-1] == "context" and len(kept) > 1
+        assert h.fake.calls_to("conversations.replies") == []
 
-        blocks = h.fake.message("C1", delivered.message_ids[0])["blocks"]
+        # A prompt another instance sent (this one never saw its blocks), and it cannot be read.
+        other = approval()
+        posted = await h.channel._web("chat_postMessage", channel="C1", thread_ts=THREAD.thread, text=other.text,
+                                      blocks=prompt_blocks(other).blocks)
+        await h.channel.close_prompt(THREAD, [posted["ts"]], "❌ Denied by Bob")
+        blocks = h.fake.message("C1", posted["ts"])["blocks"]
         assert [b["type"] for b in blocks] == ["context"]
         assert blocks[0]["elements"][0]["text"] == "❌ Denied by Bob"
 

@@ -271,3 +271,18 @@ async def test_an_app_that_is_not_an_agent_keeps_its_status_line_without_session
             await h.channel.set_busy(thread, busy, reply_to=thread.thread)
         assert len(h.fake.calls_to("agents.sessions.setStatus")) == 1  # refused once: not asked again
         assert [s["status"] for s in h.fake.statuses] == ["is thinking…", "", "is thinking…", ""]
+
+
+async def test_after_a_429_thread_reads_wait_out_retry_after_instead_of_asking_again() -> None:
+    async with channel_harness(streaming="native") as h:
+        h.fake.rate_limit("conversations.replies", per_s=60)
+        roots = [h.fake.post_as_user("C1", "U1", f"<@UBOT> q{n}")["ts"] for n in range(4)]
+        for n, root in enumerate(roots[:3]):  # a restart: this process saw none of the requests
+            stream = h.channel.open_stream(ThreadKey("slack", "C1", root), reply_to=root)
+            await stream.finish(f"answer {n}")
+        assert len(h.fake.calls_to("conversations.replies")) == 2  # the read, the 429; then held
+        assert [c.params.get("recipient_user_id") for c in h.fake.calls_to("chat.startStream")] == ["U1", None, None]
+        h.clock.advance(61)  # Retry-After has passed: asked again (the fake still refuses)
+        await h.channel.open_stream(ThreadKey("slack", "C1", roots[3]), reply_to=roots[3]).finish("answer 3")
+        assert len(h.fake.calls_to("conversations.replies")) == 3
+        assert len(h.fake.calls_to("chat.postMessage")) == 3  # no recipient: those replies were edited

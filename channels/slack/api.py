@@ -125,6 +125,14 @@ def call_error(method: str, error: SlackApiError) -> SlackCallError:
     )
 
 
+# Reads whose rate limit is the app's as a whole, not a channel's: conversations.replies is one
+# request a minute (15 messages) for apps outside the Marketplace since the 2025 change. After a
+# 429 no call of the method is made until its Retry-After has passed: each caller gets the 429
+# at once (and goes on without the read), so a burst of turns never becomes a burst of calls.
+HELD_AFTER_429 = frozenset({"conversations_replies"})
+HOLD_WITHOUT_RETRY_AFTER_S = 60.0
+
+
 class SlackWeb:
     def __init__(self, config: SlackConfig, *, clock: Callable[[], float] = time.monotonic):
         # No retry handlers: a retried post after a timeout could post twice, and retries
@@ -138,6 +146,7 @@ class SlackWeb:
         self._senders: Lru[str, Sender] = Lru()
         self._nameless: Lru[str, float] = Lru()  # user -> when users.info may be asked again
         self._lookups: dict[str, asyncio.Task[Sender | None]] = {}
+        self._held: dict[str, float] = {}  # method -> until when it is not called (HELD_AFTER_429)
 
     async def open(self) -> None:
         """One HTTP session for every call (the client would otherwise open one per call)."""
@@ -154,6 +163,10 @@ class SlackWeb:
             self._session = None
 
     async def __call__(self, method: str, *, pace: str | None = None, **params: Any) -> dict[str, Any]:
+        held = self._held.get(method, 0.0) - self._clock()
+        if held > 0:
+            raise SlackCallError(f"slack {method}: rate limited for {held:.0f} s more", code="ratelimited",
+                                 retry_after=held)
         if pace:
             await self.pacer.wait(pace)
         try:
@@ -162,6 +175,8 @@ class SlackWeb:
             error = call_error(method, exc)
             if error.retry_after is not None and pace:
                 self.pacer.defer(pace, error.retry_after)
+            if error.code == "ratelimited" and method in HELD_AFTER_429:
+                self._held[method] = self._clock() + (error.retry_after or HOLD_WITHOUT_RETRY_AFTER_S)
             raise error from exc
         except SlackClientError as exc:
             raise SlackCallError(f"slack {method}: {exc}", permanent=True) from exc

@@ -78,6 +78,9 @@ class SlackChannel:
         self._presence = Presence(self._web, self._team)
         self._me: Identity | None = None
         self._dms: dict[str, str] = {}  # user id -> their DM channel with the bot
+        # The blocks of the prompts this process sent (ts -> blocks): a decided prompt is closed
+        # without reading it back; after a restart it is read with conversations.replies.
+        self._prompt_blocks: Lru[str, list[dict[str, Any]]] = Lru()
         self._socket: AsyncSocketModeHandler | None = None
         self._no_native_stream: set[str] = set()  # teams that refused chat.startStream
         self._tasks = TaskCards(
@@ -207,6 +210,7 @@ class SlackChannel:
             text=rendered.text,
             blocks=rendered.blocks,
         )
+        self._prompt_blocks.put(str(response["ts"]), rendered.blocks)
         if rendered.omitted:
             await self._upload_arguments(prompt)
         return Delivered((str(response["ts"]),))
@@ -221,7 +225,8 @@ class SlackChannel:
     async def close_prompt(self, thread: ThreadKey, message_ids: Sequence[str], outcome: str) -> None:
         thread = await self._direct(thread)
         for ts in message_ids:
-            blocks = closed_blocks(await self._message_blocks(thread, ts), outcome)
+            sent = self._prompt_blocks.get(ts)
+            blocks = closed_blocks(sent if sent is not None else await self._message_blocks(thread, ts), outcome)
             await self._web(
                 "chat_update", pace=thread.chat, channel=thread.chat, ts=ts, text=escape(outcome), blocks=blocks
             )

@@ -76,6 +76,7 @@ class FakeSlack:
         self._faults: dict[str, list[_Fault]] = {}
         self._broken: dict[str, str] = {}
         self._latency: dict[str, float] = {}
+        self._windows: dict[str, tuple[float, float]] = {}  # method -> (window seconds, when it last answered)
         self._counter = itertools.count(1)
         self._changed = asyncio.Condition()
         self._sockets: list[web.WebSocketResponse] = []
@@ -139,6 +140,12 @@ class FakeSlack:
     ) -> None:
         """The next `times` calls of `method` fail (429 + Retry-After by default)."""
         self._faults.setdefault(method, []).append(_Fault(status, error, retry_after, times))
+
+    def rate_limit(self, method: str, per_s: float = 60.0) -> None:
+        """At most one answered call of `method` per `per_s` seconds, like conversations.replies
+        for apps outside the Marketplace since 2025 (one request a minute): others get a 429 with
+        the seconds left as Retry-After (rounded up, at least 1)."""
+        self._windows[method] = (per_s, float("-inf"))
 
     def fail_always(self, method: str, error: str) -> None:
         """`method` answers {"ok": false, "error": error} until `heal(method)`."""
@@ -244,6 +251,14 @@ class FakeSlack:
             self._changed.notify_all()
         if self._latency.get(method):
             await asyncio.sleep(self._latency[method])
+        window = self._windows.get(method)
+        if window is not None:
+            per_s, last = window
+            left = last + per_s - time.monotonic()
+            if left > 0:
+                headers = {"Retry-After": str(max(1, int(left + 0.999)))}
+                return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers=headers)
+            self._windows[method] = (per_s, time.monotonic())
         fault = self._take_fault(method)
         if fault is not None:
             headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
