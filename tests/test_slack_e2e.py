@@ -870,3 +870,23 @@ async def test_a_decided_prompt_closes_without_reading_the_thread(store, llm, sl
         closed = slack.message(CHANNEL, prompt["ts"])
         assert outcome(closed) == "✅ Approved by Ann" and "write_file" in json.dumps(closed["blocks"])
     assert slack.calls_to("conversations.replies") == []
+
+
+async def test_a_thread_is_read_once_even_when_its_mention_comes_again_before_the_session(
+    store, llm, slack, tmp_path
+) -> None:
+    llm.stall("busy elsewhere")
+    llm.responder = echo
+    config = slack_config(llm, slack, tmp_path, inbox={"max_concurrent_turns": 1})
+    async with running(store, config, slack) as s:
+        await s.dm("keep the only turn slot busy")
+        await asyncio.wait_for(llm.stalled.wait(), 5)
+        root = s.written(CHANNEL, BOB, "the deploy broke")
+        mention = await s.mention("what broke?", thread_ts=root, event_id="Ev0EARLY")
+        await s.post(mention, event_id="Ev0EARLY", retry_num=1)  # Slack retries: no session there yet
+        await s.mention("and why?", thread_ts=root)  # a second mention, still before the session
+        assert await store.sessions.current(f"slack:{CHANNEL}:{root}") is None
+        assert len(slack.calls_to("conversations.replies")) == 1
+        await s.dm("/stop")
+        await s.settle(lambda: any("what broke?" in t for t in texts(slack)))
+    assert len(slack.calls_to("conversations.replies")) == 1

@@ -198,6 +198,10 @@ class SlackIntake:
             return ()
         if await self._state.knows_thread(found.thread):
             return ()
+        # Read once per thread: a retried or second early mention (before the session exists)
+        # does not read it again (conversations.replies may allow one call a minute).
+        if await self._state.bump_counter(f"slack:hydrated:{found.thread}") > 1:
+            return ()
         try:
             response = await self._web(
                 "conversations_replies",
