@@ -748,7 +748,8 @@ async def test_slack_stop_button_cancels_the_run_like_stop(store, llm, slack, tm
         await s.settle(lambda: slack.sessions[thread] == "active")
         (run,) = await store.runs.list(limit=5)
         assert run.stage == "CANCELED"
-        assert len(llm.requests) == 1 and llm.disconnects == 1  # the model call was dropped, none after
+        await asyncio.wait_for(llm.disconnected.wait(), 5)  # the model call was dropped
+        assert len(llm.requests) == 1 and llm.disconnects == 1  # and none made after
         assert_threaded(slack, mention["ts"])
 
 
