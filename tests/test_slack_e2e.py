@@ -817,6 +817,7 @@ async def test_an_assistant_view_app_keeps_its_prompts_per_thread_and_dms_as_one
     llm.responder = echo
     settings = {"suggested_prompts": PROMPTS}  # app_view: assistant (the default)
     async with running(store, slack_config(llm, slack, tmp_path, settings), slack) as s:
+        await s.post(s.sender.home_opened(ANN, DM))  # not an agent app: the tab gets no prompts
         thread_ts = s.written(DM, ANN, "")  # the assistant thread Slack opened
         await s.post(s.sender.assistant_thread_started(ANN, DM, thread_ts))
         await until(lambda: bool(slack.suggested))

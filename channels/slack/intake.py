@@ -289,7 +289,7 @@ class SlackIntake:
         agent app's call must not carry) or an assistant-view thread (`assistant_thread_started`,
         with its thread_ts). Shows `slack.suggested_prompts`; cosmetic, failures are logged."""
         prompts = self._config.suggested_prompts
-        opened = app_home_dm(event)
+        opened = app_home_dm(event) if self._dm_threads else None  # an older app's DM has no such place
         started = assistant_thread(event)
         where = (started[0], started[2]) if started else opened
         if not prompts or where is None:
