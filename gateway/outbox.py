@@ -26,6 +26,7 @@ from gateway.events import (
     Outbound,
     Prompt,
     ReplyStream,
+    StoreUnwritable,
     ThreadKey,
     utcnow,
 )
@@ -236,7 +237,9 @@ async def recorded(write: Callable[[], Awaitable[Any]]) -> None:
     """A write that records what the platform already did (a message posted, a send that timed
     out): tried again while the database is away (restarted, failing over), for up to
     RECORD_RETRY_S. Given up at once, a posted message went unrecorded and was sent again by
-    the turn that continued; a lost lease is never retried (the new holder decides)."""
+    the turn that continued; a lost lease is never retried (the new holder decides). A disk that
+    refuses writes (full, read-only) is waited out however long it lasts, quietly (the store
+    said it once): the message is out, and only its record can keep it from going out again."""
     delay, waited = 0.2, 0.0
     while True:
         try:
@@ -244,6 +247,10 @@ async def recorded(write: Callable[[], Awaitable[Any]]) -> None:
             return
         except LeaseLost:
             raise
+        except StoreUnwritable as exc:
+            log.debug("could not record a delivery (%s); trying again in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
         except Exception as exc:  # noqa: BLE001 - the driver's errors of a database that is away
             if waited >= RECORD_RETRY_S:
                 raise
