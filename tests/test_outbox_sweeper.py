@@ -209,3 +209,26 @@ async def test_a_reply_left_in_a_flood_wait_by_an_earlier_holder_goes_before_the
     assert (await store.outbox.get("reply:earlier")).status == "sent"
     assert h.channel.messages(elsewhere) == []  # not this thread's to send
     assert (await store.outbox.get("prompt:elsewhere")).status == "pending"
+
+
+async def test_a_swept_copy_of_an_approval_in_a_deciders_dm_is_noted_among_its_copies(store, llm, tmp_path):
+    """A copy's row is keyed prompt:<id>:<person>: delivered by the sweeper, it joins the prompt's
+    copies (so deciding closes it too) instead of failing on its key."""
+    session = await store.sessions.open(str(T1), source="fake")
+    prompt, _ = await store.prompts.create(
+        kind="approval", session_id=session.id, thread_key=str(T1), payload={"copies": [["fake:other:", ["5"]]]},
+        requested_by="", expires_at=None,
+    )
+    dm = ThreadKey("fake", "admin", "")
+    card = {"kind": "approval", "thread": str(dm), "key": f"prompt:{prompt.id}:admin", "text": "Allow?", "buttons": []}
+    await store.outbox.record(f"prompt:{prompt.id}:admin", str(dm), "prompt", card)
+    config = make_config(llm.base_url, str(tmp_path), outbox=SWEEP_FAST)
+    async with running_gateway(store, config) as h:
+        await h.wait_for(lambda: len(h.channel.prompts(dm)) == 1, timeout=20)
+        for _ in range(100):  # the sweep notes the copy once its send is recorded
+            copies = (await store.prompts.get(prompt.id)).payload["copies"]
+            if len(copies) == 2:
+                break
+            await asyncio.sleep(0.05)
+    assert (await store.outbox.get(f"prompt:{prompt.id}:admin")).status == "sent"
+    assert copies[0] == ["fake:other:", ["5"]] and copies[1][0] == str(dm) and copies[1][1]

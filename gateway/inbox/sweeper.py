@@ -134,7 +134,14 @@ async def deliver_left(
         log.warning("outbox row %s (%s) still not delivered: %s", row.id, row.key, exc)
         return False
     if row.kind == "prompt" and row.key.startswith("prompt:"):
-        await store.prompts.set_message_ids(int(row.key.split(":", 1)[1]), list(delivered.message_ids))
+        # "prompt:<id>" is the prompt in its chat; "prompt:<id>:<person>" a copy in a decider's DM
+        prompt_id, _, person = row.key.removeprefix("prompt:").partition(":")
+        if not prompt_id.isdigit():
+            pass  # a prompt row of another kind (a notice): nothing to note on a prompt record
+        elif person:
+            await store.prompts.set_copy(int(prompt_id), row.thread_key, delivered.message_ids)
+        else:
+            await store.prompts.set_message_ids(int(prompt_id), list(delivered.message_ids))
     log.info("delivered outbox row %s (%s) that was left undelivered", row.id, row.key)
     return True
 

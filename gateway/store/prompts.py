@@ -137,6 +137,18 @@ class PromptRepo(Repo):
 
         await self.db.write(work)
 
+    async def set_copy(self, prompt_id: int, thread_key: str, message_ids: Sequence[str]) -> None:
+        """One copy of the prompt delivered later (by the sweeper): its place among `copies`."""
+
+        def work(conn: Connection) -> None:
+            row = conn.execute(select(prompts.c.payload).where(prompts.c.id == prompt_id)).first()
+            if row is not None:
+                others = [c for c in (row.payload or {}).get("copies", []) if c[0] != thread_key]
+                payload = {**(row.payload or {}), "copies": [*others, [thread_key, list(message_ids)]]}
+                conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(payload=payload))
+
+        await self.db.write(work)
+
     async def pending(
         self, *, thread_key: str | None = None, session_id: int | None = None, kind: str | None = None
     ) -> list[PromptRecord]:
