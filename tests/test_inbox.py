@@ -118,7 +118,7 @@ async def test_stop_drops_queued_messages(store, tmp_path):
         config = make_config(llm.base_url, str(tmp_path), inbox={"busy_mode": "queue"})
         async with running_gateway(store, config) as h:
             await h.say("first")
-            await asyncio.wait_for(llm.stalled.wait(), 5)
+            await asyncio.wait_for(llm.stalled.wait(), 20)
             queued = [await h.say(f"queued {n}") for n in (1, 2, 3)]
             await h.say("/stop")
             await h.idle()
@@ -148,7 +148,7 @@ async def test_a_running_turn_hears_of_work_another_instance_queued(store, tmp_p
         config = make_config(llm.base_url, str(tmp_path), inbox={"poll_interval_s": 0.2})
         async with running_gateway(store, config) as h:
             await h.say("first")
-            await asyncio.wait_for(llm.stalled.wait(), 5)
+            await asyncio.wait_for(llm.stalled.wait(), 20)
             stop = InboundMessage(T1, ALICE, "/stop", "elsewhere:1", message_id="901")
             await store.inbox.add([event_item(stop)])
             await h.idle()
@@ -229,7 +229,7 @@ async def test_status_is_answered_while_a_turn_runs(store, tmp_path):
         llm.stall()
         async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
             await h.say("work")
-            await asyncio.wait_for(llm.stalled.wait(), 5)
+            await asyncio.wait_for(llm.stalled.wait(), 20)
             await h.say("/status")
             await h.wait_for(lambda: any("working" in m for m in h.channel.messages()))
             await h.say("/stop")

@@ -591,7 +591,7 @@ async def test_a_follow_up_sent_while_the_mention_waits_for_a_worker_is_kept(sto
     config = slack_config(llm, slack, tmp_path, inbox={"max_concurrent_turns": 1})
     async with running(store, config, slack) as s:
         await s.dm("keep the only turn slot busy")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         mention = await s.mention("queued question")
         assert await store.sessions.current(f"slack:{CHANNEL}:{mention['ts']}") is None  # no worker took it yet
         follow = await s.say_in_thread(mention["ts"], "and a detail")
@@ -738,7 +738,7 @@ async def test_slack_stop_button_cancels_the_run_like_stop(store, llm, slack, tm
     config = slack_config(llm, slack, tmp_path, {"streaming": "native"})
     async with running(store, config, slack) as s:
         mention = await s.mention("think hard")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         thread = (CHANNEL, mention["ts"])
         assert slack.sessions[thread] == "processing"  # Slack shows its stop button
         (status, *_) = slack.statuses
@@ -758,7 +758,7 @@ async def test_a_stop_by_someone_else_or_not_allowed_does_not_cancel(store, llm,
     config = slack_config(llm, slack, tmp_path, {"streaming": "native", "allowed_users": [ANN, BOB]})
     async with running(store, config, slack) as s:
         mention = await s.mention("think hard")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         await s.post(s.sender.session_stopped(CHANNEL, mention["ts"], "U9"))  # not allowed at all: never stored
         await s.post(s.sender.session_stopped(CHANNEL, mention["ts"], BOB))  # allowed, not the asker
         await until(lambda: len(bot_messages(slack)) == 2)
@@ -882,7 +882,7 @@ async def test_a_thread_is_read_once_even_when_its_mention_comes_again_before_th
     config = slack_config(llm, slack, tmp_path, inbox={"max_concurrent_turns": 1})
     async with running(store, config, slack) as s:
         await s.dm("keep the only turn slot busy")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         root = s.written(CHANNEL, BOB, "the deploy broke")
         mention = await s.mention("what broke?", thread_ts=root, event_id="Ev0EARLY")
         await s.post(mention, event_id="Ev0EARLY", retry_num=1)  # Slack retries: no session there yet

@@ -606,7 +606,7 @@ async def test_a_restart_mid_reply_leaves_one_complete_reply_in_the_group(store,
     async with running(store, config) as gateway:
         tg.group_message(GROUP, "@test_bot explain")
         await until(lambda: bool(texts(tg, GROUP)))
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
     llm.reply("The whole answer, from the start.")
     async with running(store, config) as gateway:
         await settle(gateway, lambda: any("whole answer" in t for t in texts(tg, GROUP)))
@@ -619,7 +619,7 @@ async def test_the_stop_button_cancels_a_stalled_stream(store, llm, tg, tmp_path
     llm.stall("The first half of the ans")
     async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
         tg.private_message(PRIVATE, "explain")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         await until(lambda: bool(tg.draft_params))
         shown = tg.draft_params[-1]
         assert (shown["can_stop"], shown["keep_on_stop"]) == ("true", "true")
@@ -658,7 +658,7 @@ async def test_a_crash_mid_reply_leaves_one_complete_reply_in_the_group(store, l
     await first.start()
     tg.group_message(GROUP, "@test_bot explain")
     await until(lambda: bool(texts(tg, GROUP)))
-    await asyncio.wait_for(llm.stalled.wait(), 5)
+    await asyncio.wait_for(llm.stalled.wait(), 20)
     (run,) = await store.runs.list()
     for _ in range(200):  # the stream records its message once Telegram has answered with its id
         partial = await store.outbox.get(f"partial:{run.id}")

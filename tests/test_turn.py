@@ -84,7 +84,7 @@ async def test_stop_mid_stream_cancels_the_request_and_leaves_paired_history(sto
     llm.stall("thinking about it")
     async with running_gateway(store, make_config(llm.base_url, str(tmp_path))) as h:
         await h.say("long question")
-        await asyncio.wait_for(llm.stalled.wait(), 5)
+        await asyncio.wait_for(llm.stalled.wait(), 20)
         await h.say("/stop")
         await asyncio.wait_for(llm.disconnected.wait(), 5)
         await h.idle()

@@ -19,7 +19,7 @@ UNAPPROVED = {"dm_policy": "pairing", "group_policy": "allowlist"}
 
 async def _stalled_turn(h, llm) -> None:  # noqa: ANN001
     await h.say("first", sender=ALICE)
-    await asyncio.wait_for(llm.stalled.wait(), 5)
+    await asyncio.wait_for(llm.stalled.wait(), 20)
 
 
 async def _handled(h, result) -> None:  # noqa: ANN001
