@@ -208,55 +208,35 @@ class OutboxRepo(Repo):
         first. Rows recorded under other leases (another thread's approval card or job delivery
         into the same chat) are their own senders' business."""
 
-        def work(conn: Connection) -> list[OutboxRecord]:
-            query = (
-                select(outbox)
-                .where(
-                    outbox.c.status == "pending",
-                    outbox.c.kind.in_(SENDABLE),
-                    outbox.c.thread_key == thread_key,
-                    outbox.c.sender_lease == fence.name,
-                    outbox.c.sender_fence < fence.token,
-                )
-                .order_by(outbox.c.id)
-                .limit(limit)
+        return await self.db.read(
+            lambda conn: _pending(
+                conn,
+                outbox.c.thread_key == thread_key,
+                outbox.c.sender_lease == fence.name,
+                outbox.c.sender_fence < fence.token,
+                limit=limit,
             )
-            return [to_record(OutboxRecord, r) for r in conn.execute(query).all()]
-
-        return await self.db.read(work)
+        )
 
     async def undelivered(self, thread_key: str | None = None, *, limit: int = 100) -> list[OutboxRecord]:
         """Sends not done yet (waiting for the platform, being retried or stuck), oldest first."""
 
-        def work(conn: Connection) -> list[OutboxRecord]:
-            query = select(outbox).where(outbox.c.status == "pending", outbox.c.kind.in_(SENDABLE))
-            if thread_key is not None:
-                query = query.where(outbox.c.thread_key == thread_key)
-            rows = conn.execute(query.order_by(outbox.c.id).limit(limit)).all()
-            return [to_record(OutboxRecord, r) for r in rows]
-
-        return await self.db.read(work)
+        where = [outbox.c.thread_key == thread_key] if thread_key is not None else []
+        return await self.db.read(lambda conn: _pending(conn, *where, limit=limit))
 
     async def stuck(self, age: timedelta, *, limit: int = 50) -> list[OutboxRecord]:
         """Sends pending for longer than `age` and not waiting for a retry_after nor retried
         within `age`: nobody is sending them (the sweeper's work), oldest first."""
         cutoff = utcnow() - age
 
-        def work(conn: Connection) -> list[OutboxRecord]:
-            query = (
-                select(outbox)
-                .where(
-                    outbox.c.status == "pending",
-                    outbox.c.kind.in_(SENDABLE),
-                    outbox.c.created_at < cutoff,
-                    or_(outbox.c.retry_at.is_(None), outbox.c.retry_at < cutoff),
-                )
-                .order_by(outbox.c.id)
-                .limit(limit)
+        return await self.db.read(
+            lambda conn: _pending(
+                conn,
+                outbox.c.created_at < cutoff,
+                or_(outbox.c.retry_at.is_(None), outbox.c.retry_at < cutoff),
+                limit=limit,
             )
-            return [to_record(OutboxRecord, r) for r in conn.execute(query).all()]
-
-        return await self.db.read(work)
+        )
 
     async def uncertain(self, *, limit: int = 100) -> list[OutboxRecord]:
         """Sends that failed ambiguously (they may have been delivered), newest first."""
@@ -268,3 +248,9 @@ class OutboxRepo(Repo):
             return [to_record(OutboxRecord, r) for r in rows]
 
         return await self.db.read(work)
+
+
+def _pending(conn: Connection, *where: Any, limit: int) -> list[OutboxRecord]:
+    """Sendable rows still pending that also meet `where`, oldest first."""
+    query = select(outbox).where(outbox.c.status == "pending", outbox.c.kind.in_(SENDABLE), *where)
+    return [to_record(OutboxRecord, r) for r in conn.execute(query.order_by(outbox.c.id).limit(limit)).all()]
