@@ -55,7 +55,14 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 import yaml  # noqa: E402
-from drill_checks import answered_markers, duplicates, job_firings, job_spend, outbox_by_message  # noqa: E402
+from drill_checks import (  # noqa: E402
+    answered_markers,
+    delivery_promises,
+    duplicates,
+    job_firings,
+    job_spend,
+    outbox_by_message,
+)
 from drill_faults import database_restarter, patient, staller  # noqa: E402
 from fakes.slack import SIGNING_SECRET, FakeSlack, SlackEventSender  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
@@ -792,21 +799,14 @@ async def report(drill: Drill, store, started: float, llm_faults: dict[str, int]
 
 def verdict(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """What does not hold: the drill's promises, and that it really did the kills and faults."""
-    approved, approvals = (int(n) for n in figures["approvals resolved"].split("/"))
+    approvals = int(figures["approvals resolved"].split("/")[1])
     failed = {
-        "messages lost": figures["lost"] != 0,
-        "answers twice not explained by a recorded ambiguous send": (
-            figures["answered twice, not explained by a recorded ambiguous send"] != 0
-        ),
-        "order broken": figures["order kept"] != "100.0%",
-        "approvals unresolved": approved != approvals,
+        **delivery_promises(figures),
         "no approvals exercised": approvals == 0 and args.tool_share > 0,
-        "timed-out sends not recorded": figures["timed-out new messages not recorded uncertain"] != 0,
         "fewer kills than asked": figures["kills"] < args.kills,
         "leader killed fewer than 3 times": figures["leader kills"] < min(3, args.kills),
         "a leader kill without a failover measured": len(figures["leader failover s (each)"]) < figures["leader kills"],
         "no Telegram faults injected": sum(figures["telegram faults injected"].values()) == 0,
-        "a stranger answered": figures["strangers' messages answered"] != 0,
         "nobody paired during the run": figures["people paired during the run"] < len(PAIRED),
         "a flood wait broken": figures["sends into a chat Telegram held (flood wait broken)"] != 0,
         "a job firing missing or recorded twice": bool(

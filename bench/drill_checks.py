@@ -91,3 +91,20 @@ async def job_spend(store, cap_tokens: int) -> dict[str, Any]:  # noqa: ANN001
 
 def answered_markers(texts: list[str]) -> list[str]:
     return [m for text in texts if text.startswith("Answer to") for m in MARKER.findall(text)]
+
+
+def delivery_promises(figures: dict[str, Any]) -> dict[str, bool]:
+    """The promises every drill checks, each True when it does not hold: nothing lost, a second
+    answer only on a recorded ambiguous send, order kept, every approval resolved, every timed-out
+    new message recorded uncertain, no stranger answered."""
+    approved, approvals = (int(n) for n in figures["approvals resolved"].split("/"))
+    return {
+        "messages lost": figures["lost"] != 0,
+        "answers twice not explained by a recorded ambiguous send": (
+            figures["answered twice, not explained by a recorded ambiguous send"] != 0
+        ),
+        "order broken": figures["order kept"] != "100.0%",
+        "approvals unresolved": approved != approvals,
+        "timed-out sends not recorded": figures["timed-out new messages not recorded uncertain"] != 0,
+        "a stranger answered": figures["strangers' messages answered"] != 0,
+    }
