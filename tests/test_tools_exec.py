@@ -168,6 +168,20 @@ async def test_a_cancel_while_the_shell_is_still_starting_kills_its_children_too
                 os.kill(pid, signal.SIGKILL)
 
 
+async def test_a_cancel_ends_at_once_even_when_a_child_left_the_group_holding_the_output(tmp_path):
+    # A process in a session of its own (as bubblewrap's sandbox init is, with --new-session) is
+    # out of the group's reach and keeps the output pipe open: the cancel would wait for it.
+    command = "setsid sleep 60 & echo $! > child.pid; echo $$ > shell.pid; wait"
+    task = asyncio.create_task(call(make_ctx(tmp_path, shell_sandbox="none"), "shell", command=command))
+    await wait_for(lambda: read_pids(tmp_path, "child.pid", "shell.pid"), "the command to start")
+    pids = read_pids(tmp_path, "child.pid", "shell.pid")
+    assert pids is not None and all(alive(pid) for pid in pids)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=15)
+    assert task in done, "the cancel waited for the child that left the process group"
+    await wait_for(lambda: not any(alive(pid) for pid in pids), "the processes to die")
+
+
 def _host_pids_running(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

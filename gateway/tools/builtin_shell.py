@@ -13,21 +13,24 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import logging
 import os
 import shutil
-import signal
 from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from gateway.config import AgentConfig
 from gateway.tools.paths import workspace_root
+from gateway.tools.process_tree import kill_group, kill_tree
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 from gateway.tools.sandbox import SandboxStatus, command_environment, config_files, sandbox_prefix, sandbox_status
 
 __all__ = ["SandboxStatus", "TailText", "run_command", "sandbox_status", "shell", "shell_specs"]
 
 _READ_CHUNK = 65_536
+REAP_WAIT_S = 5.0
+log = logging.getLogger(__name__)
 
 
 class TailText:
@@ -135,8 +138,8 @@ async def run_command(
     except TimeoutError:
         return None
     finally:
-        _kill_group(proc.pid)
-        await proc.wait()
+        _end(proc)
+        await _reaped(proc)
         output.feed(b"", final=True)
 
 
@@ -150,8 +153,8 @@ async def _started(start: Coroutine[Any, Any, asyncio.subprocess.Process]) -> as
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             proc = await starting
-            _kill_group(proc.pid)
-            await proc.wait()
+            _end(proc)
+            await _reaped(proc)
         raise
 
 
@@ -162,11 +165,22 @@ async def _drain(stream: asyncio.StreamReader | None, output: TailText) -> None:
         output.feed(chunk)
 
 
-def _kill_group(pgid: int) -> None:
+def _end(proc: asyncio.subprocess.Process) -> None:
+    """Kill what the command left: all it started while it still runs (a sandbox's init in a
+    session of its own too), else its group (background jobs of a command that exited)."""
+    if proc.returncode is None:
+        kill_tree(proc.pid)
+    else:
+        kill_group(proc.pid)
+
+
+async def _reaped(proc: asyncio.subprocess.Process) -> None:
+    """Wait for the end of the process and its output pipe; a descendant that escaped the kill
+    (a daemon of its own, reparented away) and holds the pipe is not waited for beyond a bound."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+        await asyncio.wait_for(proc.wait(), REAP_WAIT_S)
+    except TimeoutError:
+        log.warning("shell: pid %s ended but something it started still holds its output open", proc.pid)
 
 
 def shell_specs() -> list[ToolSpec]:
