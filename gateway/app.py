@@ -59,6 +59,7 @@ from gateway.tools.builtin_search import search_specs
 from gateway.tools.builtin_shell import sandbox_status
 from gateway.tools.sandbox import sandbox_state
 from gateway.traces import current_spending
+from gateway.voice import VoiceReplies
 from gateway.workspace import adopt_legacy_layout, private_workspace, shared_root
 from scheduler import control as job_control
 from scheduler.checklist_tool import checklist_tool
@@ -253,6 +254,7 @@ class Gateway:
             gatekeeper=self.gatekeeper,
             spend=self.spend,
             memory=MemoryBook(self.store, config.memory) if config.memory.enabled else None,
+            voice=VoiceReplies(self.store, config, self.llm, self.outbox) if config.llm.speech_model else None,
         )
         # MCP servers add their tools to the registry while they run (and remove them when down).
         self.mcp = McpManager(config.mcp, self.registry, vaults=lambda name: TokenVault.from_env(self.store, name))

@@ -198,12 +198,13 @@ class Submit(Protocol):
 
 @dataclass(frozen=True)
 class OutboundFile:
-    """A workspace file to send: `photo` shows inline (Telegram sendPhoto), `document` as a file."""
+    """A workspace file to send: `photo` shows inline (Telegram sendPhoto), `voice` plays as a
+    voice note (Telegram sendVoice; an audio file elsewhere), `document` as a file."""
 
     path: str  # absolute, already confined to the workspace
     name: str
     mime: str
-    kind: Literal["photo", "document"] = "document"
+    kind: Literal["photo", "voice", "document"] = "document"
     caption: str = ""
 
 

@@ -21,13 +21,14 @@ from gateway.workspace import sessions_root
 
 log = logging.getLogger(__name__)
 MCP_DIR = "mcp"  # gateway/mcp/results.py saves under it
+VOICE_DIR = "voice"  # gateway/voice/replies.py saves the voice notes under it
 
 
 class SessionFiles:
     def __init__(self, store: Store, config: Config, *, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.root = sessions_root(config.agent.workspace)
-        self.kinds = (config.attachments.dir, MCP_DIR)
+        self.kinds = (config.attachments.dir, MCP_DIR, VOICE_DIR)
         self.days = config.retention.files_days
         self.every_s = config.retention.every_s
         self._clock = clock

@@ -109,7 +109,7 @@ def ptb_entities(rendered: Rendered) -> list[MessageEntity]:
 
 
 # Calls that post a new message: after a timeout they may have been delivered all the same.
-POSTING = frozenset({"sendMessage", "sendDocument", "sendPhoto", "sendRichMessage"})
+POSTING = frozenset({"sendMessage", "sendDocument", "sendPhoto", "sendVoice", "sendRichMessage"})
 # Connections to the Bot API for calls (getUpdates has its own). Calls beyond these wait on
 # `BotCaller`'s semaphore, not in httpcore's pool: its queue is scanned on every hand-over, which
 # costs O(waiting) per call and, with a thousand streams, most of a core.

@@ -1,5 +1,5 @@
-"""Files in and out: getFile and the download from `api_file_url`, sendPhoto / sendDocument
-(a file from the workspace, or a long text sent as a document).
+"""Files in and out: getFile and the download from `api_file_url`, sendPhoto / sendVoice /
+sendDocument (a file from the workspace, or a long text sent as a document).
 
 Downloads are not retried here: the core retries them with backoff and records each attempt,
 so this module only says whether a failure is worth retrying.
@@ -43,16 +43,18 @@ async def fetch(bot: Bot, attachment: Attachment, max_bytes: int) -> Fetched:
 async def send_file(
     bot: Bot, caller: BotCaller, target: Target, file: OutboundFile, reply_to: int | None
 ) -> list[int]:
-    """The file (a photo inline, else a document) with its caption; a caption over Telegram's
-    limit is sent after it as text. A photo Telegram refuses as a photo goes as a document."""
+    """The file (a photo inline, a voice note, else a document) with its caption; a caption
+    over Telegram's limit is sent after it as text. A photo or a voice note Telegram refuses as
+    such (a person may forbid voice notes: VOICE_MESSAGES_FORBIDDEN) goes as a document."""
     caption, rest = file.caption[:CAPTION_LIMIT], file.caption[CAPTION_LIMIT:]
     data = Path(file.path).read_bytes()
     sent: Message | None = None
-    if file.kind == "photo":
+    if file.kind in ("photo", "voice"):
+        method: Literal["sendPhoto", "sendVoice"] = "sendPhoto" if file.kind == "photo" else "sendVoice"
         try:
-            sent = await _send_file_as("sendPhoto", bot, caller, target, data, file.name, caption, reply_to)
+            sent = await _send_file_as(method, bot, caller, target, data, file.name, caption, reply_to)
         except Rejected as exc:
-            log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.name, exc.reason)
+            log.info("telegram: %s refused %s (%s); sending it as a document", method, file.name, exc.reason)
     if sent is None:
         try:
             sent = await _send_file_as("sendDocument", bot, caller, target, data, file.name, caption, reply_to)
@@ -73,7 +75,7 @@ async def send_file(
 
 
 async def _send_file_as(
-    method: Literal["sendPhoto", "sendDocument"],
+    method: Literal["sendPhoto", "sendVoice", "sendDocument"],
     bot: Bot,
     caller: BotCaller,
     target: Target,
@@ -82,8 +84,11 @@ async def _send_file_as(
     caption: str,
     reply_to: int | None,
 ) -> Message:
-    """The file by sendPhoto or sendDocument: the two calls differ only in the name of the file argument."""
-    send: Callable[..., Awaitable[Message]] = bot.send_photo if method == "sendPhoto" else bot.send_document
+    """The file by sendPhoto, sendVoice or sendDocument: the calls differ only in the name of the file argument."""
+    sends: dict[str, Callable[..., Awaitable[Message]]] = {
+        "sendPhoto": bot.send_photo, "sendVoice": bot.send_voice, "sendDocument": bot.send_document
+    }
+    send = sends[method]
     return await caller.call(
         method,
         target.chat_id,

@@ -36,4 +36,5 @@ class TurnServices:
     # inbox.max_concurrent_turns, shared by the threads' workers and the sub-agents they run
     turn_slots: asyncio.Semaphore | None = None
     memory: Any = None  # gateway.memory.MemoryBook: the memory shown at a session's start (None: off)
+    voice: Any = None  # gateway.voice.VoiceReplies: answers also spoken where a chat asked (None: no speech model)
     telemetry: Any = None  # gateway.telemetry.Telemetry: spans exported (None: telemetry.otlp_endpoint is empty)

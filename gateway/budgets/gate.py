@@ -19,7 +19,7 @@ from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_
 from gateway.config import Config
 from gateway.llm import Usage
 from gateway.llm.gate import BudgetReached
-from gateway.llm.pricing import minutes_cost, usage_cost
+from gateway.llm.pricing import chars_cost, minutes_cost, usage_cost
 from gateway.store import AuditEntry, CounterKey, CounterRecord, Refused, Store
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,10 @@ def unpriced_text(model: str) -> str:
 
 def unpriced_minutes_text(model: str) -> str:
     return f"the transcription model {model} has no llm.prices.{model}.per_minute, so the USD budget cannot be kept"
+
+
+def unpriced_chars_text(model: str) -> str:
+    return f"the speech model {model} has no llm.prices.{model}.per_million_chars, so the USD budget cannot be kept"
 
 
 @dataclass
@@ -69,6 +73,22 @@ class _MinutesTicket:
             nano = self.worst  # answered without saying how long: the bound it was reserved at
         else:
             nano = minutes_cost(self.gate.caps.price(self.model), seconds) or 0
+        await self.gate._settled(self, nano, 0)
+
+
+@dataclass
+class _CharsTicket:
+    gate: SpendGate
+    reservation: int
+    model: str
+    applied: list[AppliedCap]
+    settled: bool = field(default=False)
+
+    async def settle_chars(self, chars: int, *, sent: bool) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        nano = (chars_cost(self.gate.caps.price(self.model), chars) or 0) if sent else 0
         await self.gate._settled(self, nano, 0)
 
 
@@ -127,6 +147,23 @@ class SpendGate:
         reservation = await self._reserve(applied, now, worst, 1)
         return _MinutesTicket(self, reservation, model, applied, worst)
 
+    async def open_chars(self, model: str, chars: int) -> _CharsTicket | None:
+        """A speech request's reservation: its text's price, known before the call, and one
+        token, so that a token cap already used up refuses it too (settled at no tokens)."""
+        if not self.caps.any:
+            return None
+        now = datetime.now(UTC)
+        payer = current_payer.get() or Payer()
+        price = self.caps.price(model)
+        priced = price is not None and price.per_million_chars is not None
+        applied = self.caps.applied(payer, now, usd=priced or self.config.budgets.unpriced == "deny")
+        if not applied:
+            return None
+        if not priced and any(a.limit.nano_usd is not None for a in applied):
+            raise BudgetReached(unpriced_chars_text(model))
+        reservation = await self._reserve(applied, now, chars_cost(price, chars) or 0, 1)
+        return _CharsTicket(self, reservation, model, applied)
+
     async def _reserve(self, applied: list[AppliedCap], now: datetime, nano: int, tokens: int) -> int:
         """The reservation's id, or `BudgetReached` when a counter has no room."""
         result = await self.store.budgets.reserve(
@@ -139,7 +176,7 @@ class SpendGate:
             raise BudgetReached(self.caps.reached_text(cap, now))
         return result.id
 
-    async def _settled(self, ticket: _Ticket | _MinutesTicket, nano: int, tokens: int) -> None:
+    async def _settled(self, ticket: _Ticket | _MinutesTicket | _CharsTicket, nano: int, tokens: int) -> None:
         try:
             counters = await self.store.budgets.settle(ticket.reservation, nano_usd=nano, tokens=tokens)
         except Exception:  # noqa: BLE001 - the reservation stays and is counted in full by the sweep

@@ -36,6 +36,7 @@ from gateway.config.core import (
     ServeConfig,
     TelemetryConfig,
     TracesConfig,
+    VoiceConfig,
 )
 from gateway.config.loading import DEFAULT_CONFIG_PATH, load_config, read_dotenv
 from gateway.config.root import ENV_DEFAULTS, ENV_OVERRIDES, SECRETS, Config
@@ -86,6 +87,7 @@ __all__ = [
     "TelegramConfig",
     "TelemetryConfig",
     "TracesConfig",
+    "VoiceConfig",
     "load_config",
     "parse_duration",
     "read_dotenv",

@@ -184,6 +184,7 @@ class SlackConfig(Section):
     suggested_prompts_title: str = ""
 
     _ids = field_validator("allowed_users", "allowed_channels", mode="before")(lambda cls, v: _strings(v))
+    _switches = field_validator("streaming", "task_cards", mode="before")(lambda cls, v: _switch(v))
 
     @property
     def enabled(self) -> bool:

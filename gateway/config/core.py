@@ -24,8 +24,9 @@ class DatabaseConfig(Section):
 
 
 class ModelPrice(Section):
-    """USD per million tokens; `per_minute` is USD per minute of audio (a transcription model).
-    A chat model needs `input` and `output`; a transcription model `per_minute`."""
+    """USD per million tokens; `per_minute` is USD per minute of audio (a transcription model);
+    `per_million_chars` USD per million characters spoken (a speech model). A chat model needs
+    `input` and `output`; a transcription model `per_minute`; a speech model `per_million_chars`."""
 
     input: float | None = Field(None, ge=0)
     output: float | None = Field(None, ge=0)  # reasoning tokens are output tokens (they are billed so)
@@ -33,11 +34,16 @@ class ModelPrice(Section):
     cache_write: float | None = Field(None, ge=0)  # prompt tokens written to it (Anthropic-style); default `input`
     cached_input: float | None = Field(None, ge=0)  # the former name of `cache_read`
     per_minute: float | None = Field(None, ge=0)  # transcription: USD per minute of audio
+    per_million_chars: float | None = Field(None, ge=0)  # speech: USD per million characters of text
 
     @model_validator(mode="after")
     def _complete(self) -> ModelPrice:
-        if self.per_minute is None and (self.input is None or self.output is None):
-            raise ValueError("a price needs input and output (USD per million tokens), or per_minute (transcription)")
+        audio = self.per_minute is not None or self.per_million_chars is not None
+        if not audio and (self.input is None or self.output is None):
+            raise ValueError(
+                "a price needs input and output (USD per million tokens), per_minute (transcription) "
+                "or per_million_chars (speech)"
+            )
         if self.cache_read is None and self.cached_input is not None:
             self.cache_read = self.cached_input
         return self
@@ -99,6 +105,16 @@ class LLMConfig(Section):
     verbatim_tool_results: bool = False
     vision: bool = False  # true: images go to the model as image_url parts
     transcription_model: str = ""  # e.g. whisper-1: voice/audio -> POST {base_url}/audio/transcriptions
+    # e.g. gpt-4o-mini-tts: answers spoken as voice notes (`voice`) -> POST {speech_base_url}/audio/speech
+    speech_model: str = ""
+    speech_base_url: str = ""  # empty: base_url (and api_key when speech_api_key is empty)
+    speech_api_key: str = ""  # a ${VAR} reference; never llm.api_key when speech_base_url is another server
+
+    def speech_server(self) -> tuple[str, str]:
+        """(base URL, API key) of the speech model: llm's key never goes to another server."""
+        if self.speech_base_url:
+            return self.speech_base_url, self.speech_api_key
+        return self.base_url, self.speech_api_key or self.api_key
     # What an assistant message with tool calls and no text sends as `content`: "empty" ("",
     # accepted by OpenAI, vLLM, llama.cpp, Ollama) or "null" (for a server that wants null).
     tool_call_content: Literal["empty", "null"] = "empty"
@@ -226,6 +242,19 @@ class AttachmentsConfig(Section):
     pdf_cpu_s: int = Field(10, ge=1)  # CPU seconds of the child (RLIMIT_CPU)
     pdf_memory_mb: int = Field(512, ge=0)  # address space of the child (RLIMIT_AS); 0: no limit
     pdf_timeout_s: float = Field(30.0, gt=0)  # wall clock: a child still running then is killed
+
+
+class VoiceConfig(Section):
+    """Answers also sent as voice notes (`/voice on|off` per chat), spoken by `llm.speech_model`."""
+
+    default: Literal["off", "on"] = "off"  # for chats that never said /voice
+    voice: str = "alloy"  # the speech model's voice
+    max_chars: int = Field(1500, ge=50, le=4096)  # longer answers are cut at a sentence; the text has all
+    timeout_s: float = Field(60.0, gt=0)  # the speech request; a slower one leaves the text answer alone
+
+    _switch = field_validator("default", mode="before")(
+        lambda cls, v: {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v  # YAML's bare off/on
+    )
 
 
 class TracesConfig(Section):

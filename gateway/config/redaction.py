@@ -41,13 +41,15 @@ SHOWN = _paths(
     database.auto_migrate database.echo database.pool_size database.max_overflow
     llm.model llm.fallback_models llm.fallback llm.context_window llm.reserve_pct
     llm.prices.*.input llm.prices.*.output llm.prices.*.cached_input llm.prices.*.cache_read
-    llm.prices.*.cache_write llm.prices.*.per_minute
+    llm.prices.*.cache_write llm.prices.*.per_minute llm.prices.*.per_million_chars
     llm.models.*.model llm.models.*.context_window llm.models.*.prices.input llm.models.*.prices.output
     llm.models.*.prices.cached_input llm.models.*.prices.cache_read llm.models.*.prices.cache_write
-    llm.models.*.prices.per_minute llm.models.*.api llm.models.*.reasoning llm.models.*.prompt_cache_key
+    llm.models.*.prices.per_minute llm.models.*.prices.per_million_chars
+    llm.models.*.api llm.models.*.reasoning llm.models.*.prompt_cache_key
     llm.api llm.reasoning llm.prompt_cache_key
     llm.request_timeout_s llm.connect_timeout_s llm.max_retries llm.retry_budget_s llm.max_tokens
     llm.temperature llm.verbatim_tool_results llm.vision llm.transcription_model llm.tool_call_content
+    llm.speech_model voice.default voice.voice voice.max_chars voice.timeout_s
     agent.system_prompt agent.max_rounds agent.workspace agent.tools agent.timezone agent.max_tool_result_chars
     agent.shell_timeout_s agent.shell_output_chars agent.http_fetch_max_bytes agent.http_fetch_timeout_s
     agent.http_fetch_allow_private agent.max_parallel_children agent.max_depth agent.show_children
@@ -116,7 +118,8 @@ SHOWN = _paths(
 # URLs: scheme, host, port and path shown; the user and password, and query values, masked.
 URLS = _paths(
     """
-    database.url llm.base_url llm.models.*.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
+    database.url llm.base_url llm.speech_base_url
+    llm.models.*.base_url telegram.api_base_url telegram.api_file_url telegram.webhook_url
     slack.api_base_url mcp.servers.*.url mcp.servers.*.oauth_redirect search.url telemetry.otlp_endpoint
     scheduler.jobs.*.check.url
     """

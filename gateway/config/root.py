@@ -26,6 +26,7 @@ from gateway.config.core import (
     ServeConfig,
     TelemetryConfig,
     TracesConfig,
+    VoiceConfig,
 )
 from gateway.config.scheduler import SchedulerConfig
 from gateway.config.skills import SkillsConfig
@@ -58,6 +59,7 @@ class Config(Section):
     search: SearchConfig = SearchConfig()
     memory: MemoryConfig = MemoryConfig()
     skills: SkillsConfig = SkillsConfig()
+    voice: VoiceConfig = VoiceConfig()
 
     source: str = Field("<defaults>", exclude=True)
 
@@ -73,6 +75,7 @@ class Config(Section):
 # Secret key paths and the environment variable each falls back to.
 SECRETS: dict[tuple[str, ...], str] = {
     ("llm", "api_key"): "LLM_API_KEY",
+    ("llm", "speech_api_key"): "SPEECH_API_KEY",
     ("telegram", "token"): "TELEGRAM_BOT_TOKEN",
     ("telegram", "webhook_secret"): "TELEGRAM_WEBHOOK_SECRET",
     ("slack", "bot_token"): "SLACK_BOT_TOKEN",

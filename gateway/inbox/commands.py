@@ -23,6 +23,7 @@ from gateway.memory import memory_command
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
 from gateway.traces import RunTrace, Spending, current_spending, format_nano_usd
+from gateway.voice.command import voice_command
 
 COMMANDS = {
     "stop": "cancel the running turn and drop queued messages",
@@ -32,11 +33,12 @@ COMMANDS = {
     "compact": "summarise older history now to free context",
     "memory": "what I remember here; /memory forget N, /memory clear, /memory share on|off",
     "model": "the models you may use; /model NAME switches this session, /model default goes back",
+    "voice": "whether answers here also come as a voice note: /voice on, /voice off",
     "start": "what I am, and what you may do here",
     "help": "this list",
 }
 # Answered at once even while a turn runs (they don't touch the conversation).
-IMMEDIATE = frozenset({"status", "cost", "help", "memory"})
+IMMEDIATE = frozenset({"status", "cost", "help", "memory", "voice"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
 STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
@@ -211,6 +213,13 @@ class Commands:
             command = parse_command(said.text)
             text = await memory_command(
                 self.store, self.config.memory, self.services.access, thread, said.sender.id, said.private,
+                command.args if command else "",
+            )
+        elif name == "voice":
+            said = Said.of(item)
+            command = parse_command(said.text)
+            text = await voice_command(
+                self.store, self.config, self.services.access, thread, said.sender.id, said.private,
                 command.args if command else "",
             )
         else:

@@ -103,6 +103,11 @@ class TurnEnds:
         if request.child is not None and self.services.delegation is not None:  # back to its parent
             await self.services.delegation.control.background_ended(request, result)
             return
+        if self.services.voice is not None:
+            try:
+                await self.services.voice.after_turn(request, result)
+            except Exception:  # noqa: BLE001 - the answer is out; its voice note is extra
+                log.exception("voice note for %s failed", request.thread)
         run = await self.store.runs.get(result.run_id)
         event = TurnEnded(
             request.thread,

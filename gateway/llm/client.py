@@ -33,6 +33,7 @@ from gateway.llm.formats import REPLAY_KEY, Request, StreamParser, WireFormat, f
 from gateway.llm.gate import CallGate, Ticket
 from gateway.llm.health import ServerHealth
 from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
+from gateway.llm.speech import AudioFormat, Speech, request_speech
 from gateway.llm.stream import ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
 
@@ -345,6 +346,31 @@ class LLMClient:
         if ticket is not None:
             await asyncio.shield(ticket.settle_minutes(heard, sent=True))
         return Transcript(text, heard)
+
+    async def speak(self, text: str, *, voice: str, audio_format: AudioFormat, timeout_s: float) -> Speech:
+        """Text to speech with `llm.speech_model` (gateway/llm/speech.py): the spend caps are
+        asked first, priced by the character; `LLMError` or `BudgetReached` when it is not made."""
+        model = self.config.speech_model
+        base_url, api_key = self.config.speech_server()
+        ticket = await self.gate.open_chars(model, len(text)) if self.gate is not None else None
+        try:
+            speech = await request_speech(
+                self._http,
+                base_url,
+                api_key,
+                model=model,
+                text=text,
+                voice=voice,
+                audio_format=audio_format,
+                timeout_s=timeout_s,
+            )
+        except BaseException:
+            if ticket is not None:
+                await asyncio.shield(ticket.settle_chars(0, sent=False))
+            raise
+        if ticket is not None:
+            await asyncio.shield(ticket.settle_chars(speech.chars, sent=True))
+        return speech
 
     async def _transcribe(self, audio: bytes, filename: str, mime: str, model: str) -> tuple[str, float | None]:
         url = self.config.base_url.rstrip("/") + "/audio/transcriptions"

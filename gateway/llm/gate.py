@@ -34,6 +34,13 @@ class MinutesTicket(Protocol):
         """`sent`: the server answered with a transcript; `seconds`: the audio's length (None: unknown)."""
 
 
+class CharsTicket(Protocol):
+    """A reserved speech request."""
+
+    async def settle_chars(self, chars: int, *, sent: bool) -> None:
+        """`sent`: the server answered with audio; `chars`: the characters it spoke."""
+
+
 class CallGate(Protocol):
     async def open(self, model: str, request_bytes: int, max_tokens: int | None) -> Ticket | None:
         """Reserve room for the call or raise `BudgetReached`; None when nothing is capped."""
@@ -41,3 +48,6 @@ class CallGate(Protocol):
     async def open_minutes(self, model: str, seconds: float | None, audio_bytes: int) -> MinutesTicket | None:
         """The same for a transcription, priced by the minute (`seconds`: the length the
         platform gave, else the bound `audio_bytes` allows)."""
+
+    async def open_chars(self, model: str, chars: int) -> CharsTicket | None:
+        """The same for speech, priced by the character (known before the call: no worst case)."""

@@ -1,5 +1,5 @@
 """What a call cost: the provider's own figure when it sends one, else its tokens at the model's
-prices (cache reads and writes at theirs); a transcription by the minute. Integer nano-USD, so
+prices (cache reads and writes at theirs); a transcription by the minute; speech by the character. Integer nano-USD, so
 sums are exact; None when there is no price (unpriced, not free)."""
 
 from __future__ import annotations
@@ -41,3 +41,10 @@ def minutes_cost(price: ModelPrice | None, seconds: float) -> int | None:
     if price is None or price.per_minute is None:
         return None
     return round(max(seconds, 0.0) / 60 * price.per_minute * NANO_PER_USD)
+
+
+def chars_cost(price: ModelPrice | None, chars: int) -> int | None:
+    """Speech: the characters of its text at `per_million_chars` (OpenAI bills speech so)."""
+    if price is None or price.per_million_chars is None:
+        return None
+    return round(max(chars, 0) * price.per_million_chars * NANO_PER_USD / 1_000_000)

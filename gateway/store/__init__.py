@@ -35,6 +35,7 @@ from gateway.store.job_spend import JobSpendRepo
 from gateway.store.mcp_tokens import McpTokenRepo
 from gateway.store.memory import MemoryFull, MemoryRecord, MemoryRepo, OwnerSummary, Saved
 from gateway.store.outbox import OutboxRepo
+from gateway.store.preferences import PreferenceRepo
 from gateway.store.prompts import DecideResult, PromptRepo
 from gateway.store.records import *  # noqa: F403 - the record types are the store's vocabulary
 from gateway.store.retention import RetentionDays, RetentionRepo
@@ -160,6 +161,7 @@ class Store:
         self.memory = MemoryRepo(self.db)
         self.claims = ClaimRepo(self.db)
         self.skills = SkillRepo(self.db)
+        self.preferences = PreferenceRepo(self.db)
 
     @property
     def is_sqlite(self) -> bool:

@@ -23,7 +23,9 @@ from gateway.events import utcnow
 from gateway.store.base import Repo, to_record
 from gateway.store.tables import audit
 
-AuditKind = Literal["tool_call", "access", "budget_alert", "console_login", "console_action", "memory"]
+AuditKind = Literal[
+    "tool_call", "access", "budget_alert", "console_login", "console_action", "memory", "preference"
+]
 # How a decision was made: a person's button, the console, the CLI, the automatic denial of an
 # unattended call, a policy rule, a human-granted bypass, the owner's claim code.
 Via = Literal["button", "console", "cli", "auto", "policy", "bypass", "expiry", "claim"]

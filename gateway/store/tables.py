@@ -602,6 +602,16 @@ memory_sharing = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
+# A chat's own choices (`/voice on|off`): one row per chat, a column per choice; NULL is the
+# configured default (`voice.default`).
+chat_preferences = Table(
+    "chat_preferences",
+    metadata,
+    Column("chat", String(255), primary_key=True),  # "<channel>:<chat id>"
+    Column("voice", Boolean, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+)
+
 # Agent Skills pinned by content (gateway/skills/): each file's SHA-256 as approved. A skill whose
 # files on disk differ from `files` (one added counts) is not offered until approved again.
 skills = Table(

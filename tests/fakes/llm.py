@@ -31,6 +31,7 @@ from aiohttp import web
 
 from fakes.llm_discovery import DiscoveryEndpoints, ServerKind
 from fakes.llm_rules import NullContent, null_content_problem, request_problem, template_problem
+from fakes.llm_speech import SpeechServer
 
 TemplateErrors = Literal["400", "empty_stream"]
 
@@ -144,6 +145,7 @@ class FakeLLM(DiscoveryEndpoints):
         self.transcriptions: list[dict[str, Any]] = []  # model, filename, content type, bytes of each request
         self.transcription_failures = 0  # the next N transcription requests answer 500
         self.transcription_extra: dict[str, Any] = {}  # more of the answer: OpenAI's `usage`, verbose `duration`
+        self.speech = SpeechServer(api_key=api_key)  # /audio/speech: its requests, failures, delay
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing = False
@@ -155,6 +157,7 @@ class FakeLLM(DiscoveryEndpoints):
         app = web.Application()
         self._routes(app)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/speech", self.speech.handle)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/props", self._props)
         app.router.add_post("/api/show", self._ollama_show)

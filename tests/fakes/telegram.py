@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from fakes.audio import audio_kind, opus_seconds
 from fakes.telegram_files import FakeFiles
 
 BOT_ID = 7000001
@@ -43,7 +44,7 @@ Fault = Literal["429", "parse", "409", "500", "not_modified", "timeout"]
 # What a flood wait holds back: the calls that post to or change a chat.
 FLOOD_METHODS = frozenset(
     {"sendMessage", "editMessageText", "sendMessageDraft", "sendPhoto", "sendDocument", "deleteMessage",
-     "sendRichMessage"}
+     "sendRichMessage", "sendVoice"}
 )
 _OBJECT_FIELDS = {
     "entities",
@@ -133,6 +134,7 @@ class FakeTelegram:
         self.inline_ids: dict[str, tuple[int, int]] = {}  # inline_message_id -> (chat, message)
         self.draft_params: list[dict[str, Any]] = []  # every sendMessageDraft's parameters
         self.refuse_rich = ""  # a reason: sendRichMessage answers 400 with it (a server or content it refuses)
+        self.voice_forbidden: set[int] = set()  # chats of people who do not take voice notes (a privacy setting)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -728,6 +730,36 @@ class FakeTelegram:
         message = self._message_json(stored)
         message.pop("document", None)
         return {**message, "photo": [{**shown, "width": 1, "height": 1}]}
+
+    async def _api_sendVoice(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A voice note: Ogg Opus, MP3 or M4A (what the Bot API documents); a person whose
+        privacy settings forbid voice notes makes it fail as Telegram does."""
+        upload = params.get("voice")
+        if not isinstance(upload, dict):
+            raise _ApiError(400, "Bad Request: there is no voice in the request")
+        if int(params["chat_id"]) in self.voice_forbidden:
+            raise _ApiError(400, "Bad Request: VOICE_MESSAGES_FORBIDDEN")
+        content: bytes = upload["content"]
+        kind = audio_kind(content)
+        if kind not in ("ogg", "mp3", "m4a"):
+            raise _ApiError(400, "Bad Request: wrong file type of the voice note")
+        try:
+            duration = round(opus_seconds(content)) if kind == "ogg" else 0
+        except ValueError as exc:
+            raise _ApiError(400, f"Bad Request: the voice note is broken ({exc})") from None
+        voice = {
+            "file_id": f"voice{len(self.calls)}",
+            "file_unique_id": "v",
+            "file_name": upload["filename"],
+            "duration": duration,
+            "mime_type": {"ogg": "audio/ogg", "mp3": "audio/mpeg", "m4a": "audio/mp4"}[kind],
+            "file_size": len(content),
+            "content": content,
+        }
+        stored = self._new_message(params, document=voice, caption=str(params.get("caption") or ""))
+        message = self._message_json(stored)
+        message.pop("document", None)
+        return {**message, "voice": {k: v for k, v in voice.items() if k not in ("content", "file_name")}}
 
     async def _api_setWebhook(self, params: dict[str, Any]) -> bool:
         self.webhook = {
