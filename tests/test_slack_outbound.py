@@ -95,6 +95,15 @@ async def test_approval_prompt_blocks() -> None:
         assert h.fake.files == {}
 
 
+def test_a_buttons_tone_colours_it_whatever_its_label() -> None:
+    # an access request's buttons (a notice) say what they mean by their tone, not their words
+    buttons = ((Button("Let in", "t-ok", tone="positive"), Button("Keep out", "t-no", tone="negative")),
+               (Button("Later", "t-later"),))
+    notice = Prompt("notice", THREAD, "k", "Ann asks to talk to the agent", buttons)
+    rows = [b["elements"] for b in prompt_blocks(notice).blocks if b["type"] == "actions"]
+    assert [[e.get("style") for e in row] for row in rows] == [["primary", "danger"], [None]]
+
+
 async def test_long_arguments_are_truncated_and_uploaded_in_full() -> None:
     async with channel_harness() as h:
         arguments = '{"content": "' + "<tag> & " * 1000 + '"}'

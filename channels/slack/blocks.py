@@ -57,7 +57,10 @@ def _fit(text: str, limit: int) -> str:
 
 
 def _button_style(prompt: Prompt, button: Button) -> str | None:
-    """Approve-like buttons are primary, deny-like ones danger (approvals only)."""
+    """The button's tone (what pressing it means) as Slack's colour; without one, Approve-like
+    buttons of an approval are primary and Deny-like ones danger."""
+    if button.tone:
+        return {"positive": "primary", "negative": "danger"}[button.tone]
     if prompt.kind != "approval":
         return None
     label = button.label.lower()
