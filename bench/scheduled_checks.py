@@ -9,7 +9,7 @@ recorded, tokens, and the scheduler's own CPU for the day, side by side.
 The gateway is the real one (inbox, turns, the model client) with the fake model server in a
 child process (bench/support.py); the scheduler is the real one on a clock the benchmark holds
 (`Scheduler(manual_clock=True)`): it runs each planned firing at its simulated time, one after
-the other, so a day takes minutes. The check is the real probe (gateway/job_checks.py): by
+the other, so a day takes minutes. The check is the real probe (gateway/jobs/checks.py): by
 default a command (`cat news.txt`) in the shell's sandbox, whose file the benchmark appends a
 line to at the 5 moments; `--check url` is a GET of a local server (a child process) that
 answers 304 to its ETag until the 5 moments. The "scheduler CPU" column is this process's CPU
@@ -37,9 +37,9 @@ from support import LLMProcess, bench_store, database_kinds  # noqa: E402
 
 from gateway.app import Gateway  # noqa: E402
 from gateway.config import Config, SchedulerConfig  # noqa: E402
-from gateway.job_checks import JobChecks, job_dir  # noqa: E402
-from gateway.lifecycle import run_main  # noqa: E402
+from gateway.jobs.checks import JobChecks, job_dir  # noqa: E402
 from gateway.llm import LLMClient  # noqa: E402
+from gateway.running.lifecycle import run_main  # noqa: E402
 from gateway.store import Store  # noqa: E402
 from scheduler.definitions import job_config, to_schedule  # noqa: E402
 from scheduler.jobs import Scheduler  # noqa: E402

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway.private_files import private_by_default
+from gateway.files.private_files import private_by_default
 
 if TYPE_CHECKING:  # imported in the functions: the collector is paused before they load
     from gateway.config import Config
@@ -36,8 +36,8 @@ def _run(argv: list[str] | None) -> int:
     from gateway.cli.toplevel import INTERRUPTED, USAGE, reader_gone, report
     from gateway.config import ConfigError, load_config
     from gateway.events import OperatorError
-    from gateway.lifecycle import run_main
-    from gateway.logs import configure as configure_logging
+    from gateway.running.lifecycle import run_main
+    from gateway.serving.logs import configure as configure_logging
 
     args = argparse.Namespace(debug=False, log_level=None)
     config: Config | None = None
@@ -211,7 +211,7 @@ async def cmd_mcp(args: argparse.Namespace, config: Config) -> int:
 
 async def _store(config: Config) -> Store:
     """The database, migrated; stderr says which one when it is not the default, or is new."""
-    from gateway.startup import database_line
+    from gateway.running.startup import database_line
     from gateway.store import Store
 
     store = Store(config.database.url)
@@ -241,7 +241,7 @@ async def cmd_restore(args: argparse.Namespace, config: Config) -> int:
 
 async def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     from gateway.cli.migrate import migrate
-    from gateway.startup import database_place
+    from gateway.running.startup import database_place
     from gateway.store.db import SCHEMA_REVISION
 
     where = database_place(config)
@@ -460,7 +460,7 @@ async def cmd_skills(args: argparse.Namespace, config: Config) -> int:
 async def cmd_jobs(args: argparse.Namespace, config: Config) -> int:
     from gateway.budgets.jobs import spend_table
     from gateway.inbox.inbox import event_item
-    from gateway.job_checks import JobChecks
+    from gateway.jobs.checks import JobChecks
     from scheduler.cli import run_jobs_command
 
     store = await _store(config)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from channels.headless import HeadlessChannel
-from gateway import metrics, telemetry
+from gateway import telemetry
 from gateway.access import AccessPolicy, Gatekeeper
 from gateway.access.claim import start_claims
 from gateway.access.notes import explicit_dm_policy
@@ -28,16 +28,17 @@ from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService
 from gateway.attachments import AttachmentPreparer, Heard, TranscriptionRefused
 from gateway.budgets import SpendGate
-from gateway.channel_state import StoreChannelState
-from gateway.checklist_files import ChecklistFiles
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.context import ContextBuilder, history_search_spec
 from gateway.context.fitting import Fit
+from gateway.delivery.channel_state import StoreChannelState
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.pacing import ChatPacer, RetryPolicy
 from gateway.events import Channel, Delivered, InboundEvent, Outbound, Prompt, SubmitResult, ThreadKey, utcnow
+from gateway.files.checklists import ChecklistFiles
+from gateway.files.workspace import adopt_legacy_layout, private_workspace, shared_root
 from gateway.inbox.inbox import Inbox, default_instance_id
-from gateway.job_checks import JobChecks
-from gateway.leadership import Leadership, prune_forever
+from gateway.jobs.checks import JobChecks
 from gateway.llm import LLMClient
 from gateway.llm.checkup import Finding, ModelServerCheck
 from gateway.llm.gate import BudgetReached
@@ -46,10 +47,11 @@ from gateway.llm.pricing import minutes_cost
 from gateway.mcp import McpManager
 from gateway.mcp.oauth import TokenVault
 from gateway.memory import MemoryBook, memory_specs
-from gateway.outbox import Outbox
-from gateway.pacing import ChatPacer, RetryPolicy
+from gateway.running.clock import SYSTEM_CLOCK, Clock
+from gateway.running.leadership import Leadership, prune_forever
+from gateway.running.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
+from gateway.serving import metrics
 from gateway.skills import SkillCatalog, skill_specs
-from gateway.startup import bind_failure, database_line, log_changed_defaults, workspace_unusable
 from gateway.store import Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL
@@ -58,9 +60,8 @@ from gateway.tools import ToolContext, ToolRegistry, default_registry, matches_a
 from gateway.tools.builtin_search import search_specs
 from gateway.tools.builtin_shell import sandbox_status
 from gateway.tools.sandbox import sandbox_state
-from gateway.traces import current_spending
+from gateway.traces.runs import current_spending
 from gateway.voice import VoiceReplies
-from gateway.workspace import adopt_legacy_layout, private_workspace, shared_root
 from scheduler import control as job_control
 from scheduler.checklist_tool import checklist_tool
 from scheduler.definitions import DefinitionError, parse_deliver_to
@@ -68,8 +69,8 @@ from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
 if TYPE_CHECKING:
-    from gateway.http import HttpServer
-    from gateway.status_server import StatusServer
+    from gateway.serving.http import HttpServer
+    from gateway.serving.status_server import StatusServer
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class Gateway:
         """aiohttp when a channel takes webhooks or the console is on; otherwise the small
         status server, and aiohttp is never imported (a tenth of a second of every start)."""
         config = self.config
-        from gateway.status import StatusPages
+        from gateway.serving.status import StatusPages
 
         stuck_after = timedelta(seconds=config.outbox.sweep_after_s)
         pages = StatusPages(
@@ -322,10 +323,10 @@ class Gateway:
         )
         routes = [route for channel in self.channels.values() for route in getattr(channel, "routes", list)()]
         if not routes and not console_on(config.admin):
-            from gateway.status_server import StatusServer
+            from gateway.serving.status_server import StatusServer
 
             return StatusServer(pages)
-        from gateway.http import HttpServer
+        from gateway.serving.http import HttpServer
 
         server = HttpServer(pages, routes)
         mount_admin(server.app, GatewayOperations(self), server.guesses)

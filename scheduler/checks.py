@@ -9,7 +9,7 @@ check; before any, from an empty output's), `nonempty` (the output has more than
 firing is recorded failed, and after `check_failures_before_report` failures in a row it is told
 once to the job's `deliver_to`.
 
-The probes themselves live in the core (gateway/job_checks.py, given to the Scheduler by the
+The probes themselves live in the core (gateway/jobs/checks.py, given to the Scheduler by the
 composition root): this module decides, remembers and words.
 """
 
@@ -31,7 +31,7 @@ MAX_ERROR_CHARS = 300
 
 
 class Probed(Protocol):
-    """What a probe found (gateway/job_checks.py's `Probed`)."""
+    """What a probe found (gateway/jobs/checks.py's `Probed`)."""
 
     @property
     def output(self) -> str: ...

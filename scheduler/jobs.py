@@ -62,7 +62,7 @@ class Scheduler:
         self._submit = submit
         self._now = now or utcnow
         self._room_for_job = room_for_job  # why a job's spend caps leave no room (None: room)
-        self.checks = checks  # runs the jobs' checks (gateway/job_checks.py); None: a check fails, saying so
+        self.checks = checks  # runs the jobs' checks (gateway/jobs/checks.py); None: a check fails, saying so
         self.checklists = ChecklistGate(self.repo, read_checklist)  # read_checklist None: every checklist is empty
         # manual: the caller runs each planned firing itself (tests, benchmarks with their own time)
         self._clock: Clock | ManualClock = (

@@ -11,10 +11,10 @@ from typing import Any
 from fakes.channel import FakeChannel
 
 from gateway.app import Gateway
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.events import ButtonPress, InboundMessage, Sender, SubmitResult, ThreadKey
 from gateway.llm import LLMClient
+from gateway.running.clock import SYSTEM_CLOCK, Clock
 from gateway.store import Store
 
 _ids = itertools.count(1)

@@ -58,7 +58,7 @@ def echo(request: dict[str, Any]) -> Reply:
 
 
 class ManualClock:
-    """A `gateway.clock.Clock` that stands still until the test advances it: an expiry or a
+    """A `gateway.running.clock.Clock` that stands still until the test advances it: an expiry or a
     timeout is reached by `advance`, not by sleeping past a timer. Starts at the real time, so
     the rows it dates sort among the others."""
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from gateway.admin.auth import LoginLimiter, Sessions, bearer, csrf_matches, token_matches
 from gateway.config import Config
 from gateway.config.redaction import redacted_config
-from gateway.guesses import MAX_CLIENTS
+from gateway.serving.guesses import MAX_CLIENTS
 
 
 class Clock:

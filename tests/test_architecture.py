@@ -82,7 +82,7 @@ SDK_HOMES = {
     "markdown_it": ("channels/markdown.py",),
     "jinja2": ("gateway/admin/",),
     "trafilatura": ("gateway/tools/readable.py",),
-    "aiohttp": ("gateway/http.py", "gateway/admin/", "channels/"),
+    "aiohttp": ("gateway/serving/http.py", "gateway/admin/", "channels/"),
     "sqlalchemy": ("gateway/store/", "gateway/migrations/"),
     "alembic": ("gateway/store/", "gateway/migrations/"),
     "mcp": ("gateway/mcp/sdk.py",),
@@ -212,8 +212,8 @@ def test_there_is_no_import_cycle():
 # through the Operations protocol the composition root provides.
 ADMIN_ALLOWED = (
     "gateway.admin", "gateway.store", "gateway.config", "gateway.events", "gateway.approvals.prompts",
-    "gateway.budgets", "gateway.cli.reports", "gateway.traces", "gateway.access.cli", "gateway.access.policy",
-    "gateway.guesses",  # the limit on wrong admin tokens, shared with /metrics (standard library only)
+    "gateway.budgets", "gateway.cli.reports", "gateway.traces.runs", "gateway.access.cli", "gateway.access.policy",
+    "gateway.serving.guesses",  # the limit on wrong admin tokens, shared with /metrics (standard library only)
     "gateway.skills.catalog",  # the skills' pins and what changed on disk since (it only reads)
 )
 
@@ -233,7 +233,7 @@ def test_only_the_composition_root_and_the_http_server_know_the_console():
 
 
 def test_a_runs_stage_is_written_by_run_trace():
-    """`RunTrace` (gateway/traces.py) is the one writer of a run's stage; the reply stream writes
+    """`RunTrace` (gateway/traces/runs.py) is the one writer of a run's stage; the reply stream writes
     only the `FinalStage` RunTrace gave it, inside the write that marks the reply sent, and the
     store's own transactions use `set_stage_in`."""
     writers = {
@@ -242,7 +242,7 @@ def test_a_runs_stage_is_written_by_run_trace():
         for p in modules(package)
         if ".set_stage(" in p.read_text(encoding="utf-8")
     }
-    assert writers == {"gateway/traces.py"}
+    assert writers == {"gateway/traces/runs.py"}
 
 
 def test_thread_keys_are_written_and_read_by_thread_key():

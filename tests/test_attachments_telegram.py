@@ -362,8 +362,8 @@ async def test_send_file_refuses_paths_outside_the_workspace(store, llm, tg, tmp
 
 def _tool_context(gateway, session_id: int, call_id: str):
     from gateway.events import ThreadKey
+    from gateway.files.workspace import session_dir
     from gateway.tools import ToolContext
-    from gateway.workspace import session_dir
 
     return ToolContext(
         session_id=session_id,

@@ -1,4 +1,4 @@
-"""Child processes under the gateway's loop runner (gateway/lifecycle.py `run_main`): a command
+"""Child processes under the gateway's loop runner (gateway/running/lifecycle.py `run_main`): a command
 started in the loop is awaited to its exit code and its output read, on Python 3.11 through a
 pidfd instead of a thread per child; after the run a new loop in this process still runs
 commands with asyncio's own watcher."""
@@ -9,7 +9,7 @@ import asyncio
 import sys
 import threading
 
-from gateway.lifecycle import run_main
+from gateway.running.lifecycle import run_main
 
 
 async def run(*argv: str) -> tuple[int, bytes, int]:

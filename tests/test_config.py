@@ -108,10 +108,10 @@ def test_bad_duration_is_named(tmp_path):
 def test_the_configuration_reference_is_current():
     from pathlib import Path
 
-    from gateway.config_reference import render
+    from gateway.config.reference import render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
-    assert doc.read_text() == render(), "run: .venv/bin/python -m gateway.config_reference > docs/configuration.md"
+    assert doc.read_text() == render(), "run: .venv/bin/python -m gateway.config.reference > docs/configuration.md"
 
 
 def test_documented_variables_work_without_a_config_file(tmp_path, monkeypatch):

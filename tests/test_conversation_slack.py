@@ -12,7 +12,7 @@ from fakes.llm import FakeToolCall, Reply, user_texts
 from helpers import echo
 from test_slack_e2e import ANN, BOB, CHANNEL, DM, bot_messages, running, slack_config, texts
 
-from gateway.metrics import FEEDBACK
+from gateway.serving.metrics import FEEDBACK
 from gateway.store.conversation import DELETED_TEXT
 
 

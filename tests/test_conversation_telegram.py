@@ -18,7 +18,7 @@ from helpers import echo
 from test_telegram_e2e import GROUP, PRIVATE, running, settle, texts, tg_config
 
 from gateway.cli.reports import print_run
-from gateway.metrics import FEEDBACK
+from gateway.serving.metrics import FEEDBACK
 
 
 def last_user(llm: Any) -> str:

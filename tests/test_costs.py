@@ -24,7 +24,7 @@ from gateway.config import Config, LLMConfig, ModelPrice
 from gateway.llm import Usage
 from gateway.llm.pricing import minutes_cost, usage_cost
 from gateway.llm.stream import ChunkParser
-from gateway.traces import format_nano_usd
+from gateway.traces.runs import format_nano_usd
 
 # Claude Sonnet's list prices (USD per million tokens): reads and writes of the cache differ.
 PRICE = {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}

@@ -19,13 +19,13 @@ from helpers import until
 from test_subagents_crash import doomed_gateway
 from test_telegram_e2e import PRIVATE, running, settle, texts, tg_config
 
-from gateway import fencing
 from gateway.config import TracesConfig
+from gateway.delivery import fencing
+from gateway.delivery.outbox import Outbox
 from gateway.events import ChannelError, Outbound, ThreadKey
 from gateway.inbox.holder import LeaseHolder
-from gateway.outbox import Outbox
 from gateway.store import Fence, LeaseLost
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 THREAD = ThreadKey("fake", "chat1", "")
 LEASE = f"thread:{THREAD}"

@@ -30,8 +30,8 @@ from gateway.context.budget import make_budget
 from gateway.context.fitting import fit_request
 from gateway.llm import LLMClient
 from gateway.llm.checkup import ModelServerCheck
-from gateway.proxies import Origin
-from gateway.status import StatusPages
+from gateway.serving.proxies import Origin
+from gateway.serving.status import StatusPages
 
 WINDOW = 2_048
 RESERVE = 0.12  # llm.reserve_pct: the answer's room

@@ -19,7 +19,7 @@ from test_admin_browser import browser, log_in  # noqa: F401 - the browser fixtu
 
 from gateway.budgets.jobs import budgets_with_jobs
 from gateway.events import ThreadKey
-from gateway.job_checks import job_dir
+from gateway.jobs.checks import job_dir
 from gateway.tools.sandbox import sandbox_status
 
 pytestmark = pytest.mark.skipif(

@@ -20,7 +20,7 @@ from test_telegram_e2e import GROUP, PRIVATE, button, has_prompt, prompt_message
 
 from gateway.config import TracesConfig
 from gateway.store import Fence, LeaseLost
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 
 async def wait_for(check, timeout: float = 10.0) -> None:  # noqa: ANN001

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.loop_lag import LoopLag
+from gateway.serving.loop_lag import LoopLag
 
 
 async def test_a_blocked_loop_shows_as_lag() -> None:

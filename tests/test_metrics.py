@@ -10,9 +10,9 @@ from sqlalchemy import update
 
 from gateway.config import HttpConfig
 from gateway.events import InboundMessage, Sender, ThreadKey
-from gateway.http import HttpServer
-from gateway.metrics import REGISTRY
-from gateway.status import StatusPages
+from gateway.serving.http import HttpServer
+from gateway.serving.metrics import REGISTRY
+from gateway.serving.status import StatusPages
 from gateway.store import NewItem, Store
 from gateway.store.tables import inbox
 

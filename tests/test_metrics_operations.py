@@ -15,8 +15,8 @@ from test_outbox_delivery import CHAT, ScriptedChannel, VirtualTime, outbox_for
 
 from gateway.config import HttpConfig
 from gateway.events import ChannelError, utcnow
-from gateway.http import HttpServer
-from gateway.status import StatusPages
+from gateway.serving.http import HttpServer
+from gateway.serving.status import StatusPages
 from gateway.store.tables import leases, outbox
 
 COST = ("gateway_llm_cost_usd_total", ("model", "test-model"))

@@ -16,9 +16,9 @@ from fakes.telegram_core import RecordingCore
 
 from channels.telegram import TelegramChannel
 from gateway.config import TelegramConfig
+from gateway.delivery.outbox import AMBIGUOUS_GAVE_UP, AMBIGUOUS_RESENT, Outbox
+from gateway.delivery.pacing import ChatPacer, RetryPolicy
 from gateway.events import Button, ChannelError, Delivered, Outbound, Prompt, ThreadKey, utcnow
-from gateway.outbox import AMBIGUOUS_GAVE_UP, AMBIGUOUS_RESENT, Outbox
-from gateway.pacing import ChatPacer, RetryPolicy
 
 CHAT = ThreadKey("fake", "c1", "")
 TG_CHAT = ThreadKey("telegram", "42", "")

@@ -9,8 +9,8 @@ from datetime import timedelta
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
 
+from gateway.delivery.outbox import Outbox
 from gateway.events import ChannelError, Delivered, Outbound, ThreadKey, utcnow
-from gateway.outbox import Outbox
 from gateway.store import Fence
 
 T1 = ThreadKey("fake", "chat1", "")

@@ -1,8 +1,8 @@
-"""The client and scheme of a request as the trusted proxies tell them (gateway/proxies.py)."""
+"""The client and scheme of a request as the trusted proxies tell them (gateway/serving/proxies.py)."""
 
 from __future__ import annotations
 
-from gateway.proxies import TrustedProxies
+from gateway.serving.proxies import TrustedProxies
 
 PROXIES = TrustedProxies(["10.0.0.0/8", "127.0.0.1", "fd00::/8"])
 

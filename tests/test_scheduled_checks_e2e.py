@@ -17,7 +17,7 @@ from mcp_support import mcp_section, notes, stdio_server, until_running
 from sqlalchemy import select
 
 from gateway.events import ThreadKey
-from gateway.job_checks import job_dir
+from gateway.jobs.checks import job_dir
 from gateway.store.tables import memories
 from scheduler.checks import OUTPUT_OPEN
 

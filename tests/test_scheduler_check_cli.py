@@ -14,7 +14,7 @@ from test_scheduler_cli import CHAT, parse
 from test_scheduler_support import Core
 
 from gateway.config import AgentConfig, Config, JobConfig, SchedulerConfig
-from gateway.job_checks import JobChecks, job_dir
+from gateway.jobs.checks import JobChecks, job_dir
 from gateway.tools import InMemoryNotes, ToolContext, run_tool
 from scheduler.cli import run_jobs_command
 from scheduler.definitions import DefinitionError, to_schedule

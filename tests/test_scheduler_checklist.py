@@ -12,12 +12,12 @@ import pytest
 from fakes.channel import FakeChannel
 from harness import make_config, running_gateway
 
-from gateway.checklist_files import ChecklistFiles
 from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import ThreadKey
+from gateway.files.checklists import ChecklistFiles
+from gateway.files.workspace import adopt_legacy_layout
 from gateway.store.schedules import JobRunRecord
 from gateway.tools.registry import InMemoryNotes, ToolContext, ToolError
-from gateway.workspace import adopt_legacy_layout
 from scheduler.checklist import ChecklistNameError, check_name, checklist_block, open_items, read_checklist, wakes
 from scheduler.checklist_tool import checklist_tool
 from scheduler.definitions import job_config, to_schedule

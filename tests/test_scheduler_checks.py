@@ -16,7 +16,7 @@ from test_scheduler_support import Core, Now, add_job, ended
 
 from gateway.config import AgentConfig, SchedulerConfig
 from gateway.events import TurnEnded
-from gateway.job_checks import JobChecks, job_dir
+from gateway.jobs.checks import JobChecks, job_dir
 from scheduler.checks import OUTPUT_CLOSE, OUTPUT_OPEN, output_hash
 from scheduler.jobs import Scheduler
 

@@ -15,7 +15,7 @@ from fakes.channel import FakeChannel
 from fakes.llm import Reply
 from harness import make_config, running_gateway
 
-from gateway.checklist_files import ChecklistFiles
+from gateway.files.checklists import ChecklistFiles
 from gateway.tools.sandbox import sandbox_status
 
 CONTEXT_MARK = "[context] Current date and time:"

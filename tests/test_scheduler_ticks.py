@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_scheduler_support import Core, Now, add_job, ended
 
-from gateway.checklist_files import ChecklistFiles
 from gateway.config import AgentConfig, SchedulerConfig
-from gateway.job_checks import JobChecks, job_dir
+from gateway.files.checklists import ChecklistFiles
+from gateway.jobs.checks import JobChecks, job_dir
 from gateway.store.schedules import JobRunRecord
 from gateway.tools.sandbox import sandbox_status
 from scheduler.jobs import Scheduler

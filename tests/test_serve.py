@@ -12,7 +12,7 @@ import aiohttp
 from test_chat_cli import REPO, child_env, write_config
 
 from gateway.cli.toplevel import EXIT_CODES
-from gateway.logs import OURS
+from gateway.serving.logs import OURS
 
 
 def free_port() -> int:

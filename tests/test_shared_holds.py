@@ -17,9 +17,9 @@ from fakes.telegram import FakeTelegram
 from test_outbox_delivery import CHAT, ScriptedChannel, VirtualTime
 from test_telegram_e2e import PRIVATE, running, tg_config
 
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.pacing import HOLDS_STALE_S, ChatPacer, RetryPolicy
 from gateway.events import ChannelError, ThreadKey, utcnow
-from gateway.outbox import Outbox
-from gateway.pacing import HOLDS_STALE_S, ChatPacer, RetryPolicy
 from gateway.store import Store
 
 

@@ -683,7 +683,7 @@ async def test_no_task_cards_when_off_or_editing(store, llm, slack, tmp_path) ->
 
 @every_api
 async def test_feedback_buttons_under_the_answer_are_recorded_on_its_run(store, llm, slack, tmp_path) -> None:
-    from gateway.metrics import FEEDBACK
+    from gateway.serving.metrics import FEEDBACK
 
     llm.reply("Here you go.")
     before = FEEDBACK.labels("slack", "up", "added")._value.get()

@@ -25,7 +25,7 @@ from test_slack_e2e import texts as slack_texts
 from test_telegram_e2e import PRIVATE, running, texts, tg_config
 
 from gateway.app import Gateway
-from gateway.logs import SaidOnce
+from gateway.serving.logs import SaidOnce
 from gateway.store import Store
 
 pytestmark = pytest.mark.skipif(bool(SmallDisk.problem()), reason=SmallDisk.problem() or "mounting works")
@@ -146,7 +146,7 @@ async def test_a_turn_under_way_when_the_disk_fills_is_answered_once_when_it_is_
     disk, disk_store, llm: FakeLLM, tg: FakeTelegram, tmp_path, caplog
 ) -> None:
     caplog.set_level(logging.INFO)
-    caplog.handler.addFilter(SaidOnce())  # as `gateway serve` logs (gateway/logs.py)
+    caplog.handler.addFilter(SaidOnce())  # as `gateway serve` logs (gateway/serving/logs.py)
     asked, answer = asyncio.Event(), asyncio.Event()
 
     async def held_once(request: dict[str, Any]) -> Reply:

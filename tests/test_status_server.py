@@ -1,4 +1,4 @@
-"""The small status server (gateway/status_server.py), spoken to over raw sockets the way
+"""The small status server (gateway/serving/status_server.py), spoken to over raw sockets the way
 clients and scanners really write: probes, HEAD, query strings, headers sent twice, and the
 requests it must refuse without hanging or raising (oversized heads, bodies, garbage, a client
 that never finishes)."""
@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 from test_metrics import StoreOnly
 
 from gateway.config import HttpConfig
-from gateway.status import StatusPages
-from gateway.status_server import StatusServer
+from gateway.serving.status import StatusPages
+from gateway.serving.status_server import StatusServer
 
 
 @asynccontextmanager

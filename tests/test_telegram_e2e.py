@@ -25,9 +25,9 @@ from helpers import echo, every_api, session_file, tool_results, until
 from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
 from gateway.approvals.routing import REQUESTERS
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
 from gateway.llm import LLMClient
+from gateway.running.clock import SYSTEM_CLOCK, Clock
 from gateway.store import Store
 
 PRIVATE = 42  # Ann's private chat (her user id)

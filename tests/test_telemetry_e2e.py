@@ -17,7 +17,7 @@ from test_slack_e2e import texts as slack_texts
 from test_telegram_e2e import PRIVATE, ask_for_write, button, running, settle, texts, tg_config
 
 from gateway.config import Config, ModelPrice
-from gateway.logs import FORMAT, TraceFormatter, TraceIds
+from gateway.serving.logs import FORMAT, TraceFormatter, TraceIds
 from gateway.store import RunRecord, Store
 
 PRICES = {"test-model": ModelPrice(input=1.0, output=2.0)}

@@ -21,10 +21,10 @@ from datetime import datetime
 
 from gateway.access.notes import chat_channels, log_start_notes
 from gateway.access.policy import AccessPolicy
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
-from gateway.display import name_shown
 from gateway.events import ThreadKey, utcnow
+from gateway.running.clock import SYSTEM_CLOCK, Clock
+from gateway.serving.display import name_shown
 from gateway.store import Store
 from gateway.store.access import CODE_ALPHABET
 from gateway.store.claims import ClaimCode

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from gateway.access.claim import Claims, claim_hint, is_start, refresh_admins
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
-from gateway.display import escape_markdown, name_shown
+from gateway.delivery.outbox import Outbox
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey
-from gateway.outbox import Outbox
+from gateway.running.clock import SYSTEM_CLOCK, Clock
+from gateway.serving.display import escape_markdown, name_shown
 from gateway.store import AccessRequestRecord, Action, Store
 from gateway.store.access import TOKEN_PREFIX, DecideOutcome, Kind
 from gateway.store.delegations import TASK_CHANNEL

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from gateway.admin.operations import Operations
     from gateway.config.core import AdminConfig
-    from gateway.guesses import LoginLimiter
+    from gateway.serving.guesses import LoginLimiter
 
 log = logging.getLogger(__name__)
 

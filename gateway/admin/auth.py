@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.events import utcnow
-from gateway.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, client_bytes, token_matches
+from gateway.serving.guesses import LOGIN_FAILURES, LOGIN_WINDOW_S, LoginLimiter, bearer, client_bytes, token_matches
 from gateway.store import ConsoleRepo
 
 COOKIE = "gateway_admin"

@@ -21,7 +21,7 @@ from gateway.config.redaction import redact_error, redact_url, scrub, secret_val
 from gateway.store import RunEventRecord, RunRecord, redact
 from gateway.store.job_spend import NO_CHANGE, PeriodSpend, Spend
 from gateway.store.schedules import JobRunRecord, ScheduleRecord
-from gateway.traces import format_nano_usd
+from gateway.traces.runs import format_nano_usd
 
 LEADER_LEASE = "leader"
 RUN_STAGES = ("RUNNING", "AWAITING_INPUT", "SUCCESS", "FAILED", "CANCELED")

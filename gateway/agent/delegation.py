@@ -38,9 +38,9 @@ from gateway.agent.delegate_tool import (
 from gateway.agent.messages import EndTurn, OpenCall, TurnRequest, placeholder_text
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import RESTART_NOT_RERUN
-from gateway.lifecycle import Interrupted
+from gateway.running.lifecycle import Interrupted
 from gateway.store import ChildSession, LeaseLost, NewTask, SessionRecord, TaskRecord, ToolCallRecord
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 if TYPE_CHECKING:
     from gateway.agent.turn import Turn

@@ -9,11 +9,11 @@ import logging
 from gateway.agent.messages import EndTurn, PlaceholderReason, TurnOutcome, TurnRequest, placeholder_text, shorten
 from gateway.agent.services import TurnServices
 from gateway.events import ThreadKey
-from gateway.lifecycle import Interrupted, Stopper
 from gateway.llm import LLMError, chat_text
 from gateway.llm.gate import BudgetReached
+from gateway.running.lifecycle import Interrupted, Stopper
 from gateway.store import LeaseLost
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 log = logging.getLogger("gateway.agent.turn")
 

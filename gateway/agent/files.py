@@ -1,4 +1,4 @@
-"""Which directory a turn's tools work in: its session's (gateway/workspace.py). A sub-agent
+"""Which directory a turn's tools work in: its session's (gateway/files/workspace.py). A sub-agent
 works for its parent, so it uses the directory of the root of its chain of parents: what it
 writes, the parent reads."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gateway.files.workspace import session_dir
 from gateway.store import SessionRecord, Store
-from gateway.workspace import session_dir
 
 MAX_CHAIN = 32  # far beyond agent.max_depth: a loop in broken rows cannot hang a turn
 

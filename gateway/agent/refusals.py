@@ -18,9 +18,9 @@ from typing import Any
 from gateway.agent.messages import END_MESSAGES, EndTurn, TurnRequest
 from gateway.agent.rounds import RoundBuilder
 from gateway.agent.services import TurnServices
+from gateway.delivery.outbox import RecordedStream
 from gateway.llm import ContextTooLong, LLMError, Refused, without_urls
-from gateway.outbox import RecordedStream
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 NEAR_WINDOW = 0.5  # estimates err by this much: a refused request this near the target may be too long
 TOO_LONG = (

@@ -11,8 +11,8 @@ from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.prompts import PromptService
 from gateway.budgets import SpendGate
 from gateway.config import Config
+from gateway.delivery.outbox import Outbox
 from gateway.llm import LLMClient
-from gateway.outbox import Outbox
 from gateway.store import Store
 from gateway.tools import ToolRegistry
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gateway import metrics, telemetry
+from gateway import telemetry
 from gateway.access import role_denial_text
 from gateway.agent import spans
 from gateway.agent.arguments import ArgumentsProblem, check_arguments
@@ -38,11 +38,12 @@ from gateway.agent.voices import Voice, denial_text, described
 from gateway.approvals.in_call import restart_error
 from gateway.approvals.policy import AUTO_DENIED, EXPIRED, Bypass, PolicyDecision, rejection_text
 from gateway.events import ThreadKey
-from gateway.lifecycle import Stopper, interruptible
+from gateway.running.lifecycle import Stopper, interruptible
+from gateway.serving import metrics
 from gateway.store import NewToolCall, PromptRecord, ToolCallRecord
 from gateway.store.items import Verdict
 from gateway.tools import NeedsAnswer, ToolContext, ToolSpec, run_tool
-from gateway.traces import RunTrace
+from gateway.traces.runs import RunTrace
 
 log = logging.getLogger("gateway.agent.turn")
 

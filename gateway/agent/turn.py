@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gateway import metrics, telemetry
+from gateway import telemetry
 from gateway.access.models import chosen_model
 from gateway.agent import spans
 from gateway.agent.ending import ending_of, record_end
@@ -33,13 +33,14 @@ from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import ToolCalls
 from gateway.budgets import Payer, current_payer
+from gateway.delivery.outbox import ORPHANED, RecordedStream
 from gateway.events import ThreadKey
-from gateway.lifecycle import Interrupted, Stopper, interruptible
 from gateway.llm import LLMError, ModelInfo, ReasoningDelta, RetryNotice, TextDelta, ToolCallDelta, Usage
 from gateway.memory import turn_scope
-from gateway.outbox import ORPHANED, RecordedStream
+from gateway.running.lifecycle import Interrupted, Stopper, interruptible
+from gateway.serving import metrics
 from gateway.store import LeaseLost, RecordedRound, RunRecord, SessionRecord, ToolCallRecord
-from gateway.traces import RunTrace, Spending, current_spending
+from gateway.traces.runs import RunTrace, Spending, current_spending
 
 log = logging.getLogger(__name__)
 

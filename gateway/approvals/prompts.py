@@ -16,7 +16,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from gateway import metrics
 from gateway.access.claim import claim_hint, claimable, refresh_admins
 from gateway.access.policy import AccessPolicy
 from gateway.approvals.in_call import EXPIRED_QUESTION, IN_CALL, OPEN, is_in_call
@@ -31,11 +30,12 @@ from gateway.approvals.routing import (
     requester_decides,
     shown_arguments,
 )
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Config
-from gateway.display import escape_markdown, plain_name
+from gateway.delivery.outbox import Outbox
 from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
-from gateway.outbox import Outbox
+from gateway.running.clock import SYSTEM_CLOCK, Clock
+from gateway.serving import metrics
+from gateway.serving.display import escape_markdown, plain_name
 from gateway.store import Action, NewItem, PromptRecord, SessionRecord, Store, ToolCallRecord, choice_action, chosen
 from gateway.store.items import SenderRef, button_item, rerun_message, resume_item
 

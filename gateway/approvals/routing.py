@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gateway.access.claim import claim_alert, claimable
 from gateway.access.policy import TRUSTED_CHANNELS, AccessPolicy
 from gateway.config import Config
-from gateway.display import escape_invisible, escape_markdown, name_shown
+from gateway.serving.display import escape_invisible, escape_markdown, name_shown
 
 WAITING_FOR_ADMIN = (
     "⏳ `{tool}` needs an admin's approval: I asked them, and I'll go on once one of them decides."

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.attachments.sniff import IMAGE_MIMES_FOR_MODELS
-from gateway.workspace import SESSIONS
+from gateway.files.workspace import SESSIONS
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

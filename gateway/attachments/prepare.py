@@ -23,8 +23,8 @@ from gateway.attachments.images import ImageUnreadable, read_image
 from gateway.attachments.sniff import decode_text, extension_for, is_text, sniff
 from gateway.config import AttachmentsConfig
 from gateway.events import Attachment, ChannelError, Fetched, FetchFile, FileTooLarge, ThreadKey
+from gateway.files.workspace import SESSIONS, entry_kind, open_dirs, read_regular, relative_parts, write_fresh
 from gateway.llm.errors import without_urls
-from gateway.workspace import SESSIONS, entry_kind, open_dirs, read_regular, relative_parts, write_fresh
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class AttachmentPreparer:
         within the session's: old and new paths alike), relative to the session's directory; the same bytes again
         (a download repeated after a restart) reuse the file, another file of the same name (or
         anything that is not a plain file: a planted link) gets a suffix. Every component is
-        opened without following links and the file is written fresh (gateway/workspace.py)."""
+        opened without following links and the file is written fresh (gateway/files/workspace.py)."""
         parts = [SESSIONS, str(session_id), *relative_parts(self.config.dir), str(session_id)]
         name = (
             safe_name(attachment.name) or f"{label.replace(' ', '-')}-{item_id}-{index + 1}{extension_for(sniff(data))}"

@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gateway import metrics
 from gateway.budgets.caps import PERIOD_WORDS, AppliedCap, Caps, Payer, current_payer, limit_text, usd_text
 from gateway.config import Config
 from gateway.llm import Usage
 from gateway.llm.gate import BudgetReached
 from gateway.llm.pricing import chars_cost, minutes_cost, usage_cost
+from gateway.serving import metrics
 from gateway.store import AuditEntry, CounterKey, CounterRecord, Refused, Store
 
 log = logging.getLogger(__name__)

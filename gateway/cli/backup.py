@@ -7,7 +7,7 @@ server's data: `backup` prints the `pg_dump` to run (the password masked) once i
 pg_dump on PATH.
 
 A restore refuses while an instance is serving on the database (its heartbeat lease is live:
-gateway/leadership.py), checks the backup first (integrity, a schema revision this gateway
+gateway/running/leadership.py), checks the backup first (integrity, a schema revision this gateway
 knows), and keeps the file it replaces beside it. Every outcome is one line.
 """
 

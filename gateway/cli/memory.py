@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.config import Config
+from gateway.files.workspace import session_dir
 from gateway.store import Store
 from gateway.store.audit import AuditEntry, AuditRepo
 from gateway.store.erasure import Erased, ErasureRepo
-from gateway.workspace import session_dir
 
 NOT_ERASED = (
     "Not erased: what others wrote about them or quoted from them, the agent's replies in shared chats, "

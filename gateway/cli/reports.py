@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.store import InboxItem, MessageRecord, RunEventRecord, RunRecord, SessionRecord, TaskRecord
-from gateway.traces import format_nano_usd
+from gateway.traces.runs import format_nano_usd
 
 
 def _duration(run: RunRecord) -> str:

@@ -72,7 +72,7 @@ async def run(args: argparse.Namespace) -> int:
     from gateway.cli.setup_prompts import Prompter, SetupAborted
     from gateway.cli.setup_steps import Outcome, admins_with_owners, model_server, slack, telegram
     from gateway.config import ConfigError
-    from gateway.logs import configure as configure_logging
+    from gateway.serving.logs import configure as configure_logging
 
     configure_logging(args.log_level or "error")  # the checks say what matters; a library's warning would repeat it
     path = Path(args.config or os.environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)

@@ -31,7 +31,7 @@ from gateway.cli.database import DatabaseState, opened
 from gateway.cli.doctor_parts import JobRules
 from gateway.config import Config
 from gateway.events import utcnow
-from gateway.leadership import LEADER_LEASE
+from gateway.running.leadership import LEADER_LEASE
 from gateway.store import Store
 from gateway.store.db import SCHEMA_REVISION
 from gateway.store.schedules import ScheduleRecord

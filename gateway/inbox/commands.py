@@ -22,7 +22,7 @@ from gateway.mcp.prompts import commands as prompt_commands
 from gateway.memory import memory_command
 from gateway.store import Fence, InboxItem, OutboxRecord, Store
 from gateway.store.items import Said
-from gateway.traces import RunTrace, Spending, current_spending, format_nano_usd
+from gateway.traces.runs import RunTrace, Spending, current_spending, format_nano_usd
 from gateway.voice.command import voice_command
 
 COMMANDS = {

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from gateway.lifecycle import Stopper
+from gateway.running.lifecycle import Stopper
 from gateway.store import Fence, Lease, LeaseLost, Store
 
 log = logging.getLogger("gateway.inbox.inbox")

@@ -18,18 +18,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway import metrics
 from gateway.agent.services import TurnServices
 from gateway.agent.turn import Turn
 from gateway.approvals.prompts import UNKNOWN_BUTTON
 from gateway.events import ButtonPress, InboundEvent, InboundMessage, SubmitResult, ThreadKey
+from gateway.files.session_files import SessionFiles
 from gateway.inbox.commands import parse_command
 from gateway.inbox.revisions import Revisions, revises
 from gateway.inbox.running import TurnListener, apply_poll
 from gateway.inbox.sweeper import OutboxSweeper
 from gateway.inbox.worker import Worker
-from gateway.lifecycle import Stopper
-from gateway.session_files import SessionFiles
+from gateway.running.lifecycle import Stopper
+from gateway.serving import metrics
 from gateway.store import NewItem, Store, notify
 from gateway.store.items import ContinueRun, message_item
 

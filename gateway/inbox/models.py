@@ -7,8 +7,8 @@ from gateway.access import AccessPolicy
 from gateway.access.models import ModelChoice, chosen_model, shared
 from gateway.agent.messages import acting_person
 from gateway.config import DEFAULT_MODEL, LLMConfig, ModelPrice
+from gateway.delivery.outbox import Outbox
 from gateway.events import ThreadKey
-from gateway.outbox import Outbox
 from gateway.store import InboxItem, SessionRecord, Store
 from gateway.store.items import Said
 

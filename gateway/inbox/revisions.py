@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from gateway import metrics
 from gateway.events import InboundMessage, MessageDeleted, Reaction, SubmitResult
 from gateway.inbox.commands import parse_command
+from gateway.serving import metrics
 from gateway.store import NewItem, Store, notify
 from gateway.store.items import message_item
 

@@ -17,7 +17,7 @@ from gateway.agent.turn import Turn
 from gateway.events import ThreadKey, TurnEnded
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import IMMEDIATE, INTERRUPTING, Commands, is_stop, parse_command
-from gateway.lifecycle import Stopper
+from gateway.running.lifecycle import Stopper
 from gateway.store import Fence, InboxItem, Store
 from gateway.store.items import ContinueRun, Said
 

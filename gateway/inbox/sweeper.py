@@ -18,8 +18,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from gateway import fencing
 from gateway.config import OutboxConfig
+from gateway.delivery import fencing
+from gateway.delivery.outbox import ORPHANED, Outbox
 from gateway.events import (
     Button,
     Channel,
@@ -32,7 +33,6 @@ from gateway.events import (
     utcnow,
 )
 from gateway.inbox.holder import LeaseHolder
-from gateway.outbox import ORPHANED, Outbox
 from gateway.store import Lease, LeaseLost, OutboxRecord, Store
 
 log = logging.getLogger(__name__)

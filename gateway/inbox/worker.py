@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import fencing
 from gateway.agent.messages import DecidedPrompt, TurnRequest
 from gateway.agent.services import TurnServices
 from gateway.agent.turn import turn_payer
 from gateway.agent.voices import chatter_voices, of_rows, others, with_voices
 from gateway.budgets import current_payer
+from gateway.delivery import fencing
 from gateway.events import StoreUnwritable, ThreadKey, links_in
 from gateway.inbox.attached import MessageReadiness
 from gateway.inbox.commands import Commands, is_stop
@@ -24,8 +24,8 @@ from gateway.inbox.holder import LeaseHolder
 from gateway.inbox.running import TurnEnds, TurnListener, TurnRunner
 from gateway.inbox.surroundings import kept_lines, led_by
 from gateway.inbox.sweeper import deliver_left
-from gateway.lifecycle import Stopper
 from gateway.mcp.prompts import PROMPT_TOOL, PromptCall, call_arguments
+from gateway.running.lifecycle import Stopper
 from gateway.store import (
     Fence,
     InboxItem,

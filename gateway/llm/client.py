@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import httpx
 
-from gateway import metrics
 from gateway.config import LLMConfig
 from gateway.config.core import Api, Reasoning
 from gateway.llm.discovery import ServerInfo, Tokenizer, Window
@@ -36,6 +35,7 @@ from gateway.llm.pool import PER_CLIENT, ClientPool, Lane
 from gateway.llm.speech import AudioFormat, Speech, request_speech
 from gateway.llm.stream import ReadCadence, SSEDecoder, collect
 from gateway.llm.wire import encode_body, json_or_text, tls_for, transport_error
+from gateway.serving import metrics
 
 log = logging.getLogger(__name__)
 

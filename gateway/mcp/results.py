@@ -21,8 +21,8 @@ from typing import Any
 
 from gateway.attachments.images import image_info
 from gateway.attachments.sniff import IMAGE_MIMES_FOR_MODELS
+from gateway.files.workspace import entry_kind, open_dirs, read_regular, write_fresh
 from gateway.mcp.sdk import CallResult, Content
-from gateway.workspace import entry_kind, open_dirs, read_regular, write_fresh
 
 READ_TOOL = "mcp_read_resource"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -117,7 +117,7 @@ def mended_png(data: bytes) -> bytes:
 def save(item: Content, server: str, workspace: Path) -> str:
     """Write binary content under `mcp/<server>/` by its hash (the same bytes, one file). The
     session's tools can plant links there: no component is followed, and anything but a plain
-    file of these bytes at the name is replaced by a fresh one (gateway/workspace.py)."""
+    file of these bytes at the name is replaced by a fresh one (gateway/files/workspace.py)."""
     digest = hashlib.sha256(item.data).hexdigest()[:16]
     suffix = EXTENSIONS.get(item.mime) or mimetypes.guess_extension(item.mime or "") or ".bin"
     name = f"{digest}{suffix}"

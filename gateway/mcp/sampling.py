@@ -20,7 +20,7 @@ from gateway.config import McpServerConfig
 from gateway.llm.pricing import usage_cost
 from gateway.mcp.sdk import SamplingAnswer, SamplingRequest
 from gateway.tools.registry import ToolContext, ToolError
-from gateway.traces import current_spending, llm_totals, usage_payload
+from gateway.traces.runs import current_spending, llm_totals, usage_payload
 
 log = logging.getLogger(__name__)
 

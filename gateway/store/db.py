@@ -32,7 +32,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
-from gateway.private_files import close_to_others, create_private, make_dirs
+from gateway.files.private_files import close_to_others, create_private, make_dirs
 from gateway.store.disk import WriteHealth
 from gateway.store.failures import (
     driver_missing,

@@ -174,7 +174,7 @@ class RunRepo(Repo):
         error: str | None = None,
         fence: Fence | None = None,
     ) -> None:
-        """Called by `gateway.traces.RunTrace`, the one writer of a run's stage (and by the reply
+        """Called by `gateway.traces.runs.RunTrace`, the one writer of a run's stage (and by the reply
         stream for the `FinalStage` RunTrace gave it, when the reply was already sent); the store's
         own transactions that write the stage with something else use `set_stage_in`. With
         `fence`: only while it holds its lease (LeaseLost otherwise)."""

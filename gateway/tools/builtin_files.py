@@ -13,7 +13,7 @@ from pathlib import Path
 from gateway.attachments.content import human_size
 from gateway.attachments.images import image_info
 from gateway.attachments.sniff import is_text, looks_like_text, sniff
-from gateway.private_files import make_dirs
+from gateway.files.private_files import make_dirs
 from gateway.tools.paths import SECRETS_DIR, confine_ctx, relative_display
 from gateway.tools.registry import ToolContext, ToolError, ToolSpec, build_spec
 

@@ -1,5 +1,5 @@
 """Workspace confinement: every path a tool touches is canonical and inside the session's
-directory (`ctx.workspace`, see gateway/workspace.py) or the configured shared directory.
+directory (`ctx.workspace`, see gateway/files/workspace.py) or the configured shared directory.
 
 Canonical means `..` and symlinks resolved, so a link inside the workspace that points out of
 it (into another session's directory, or into a `secrets/` directory) is refused like the plain
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.private_files import make_dirs
+from gateway.files.private_files import make_dirs
+from gateway.files.workspace import SESSIONS, shared_root
 from gateway.tools.registry import ToolContext, ToolError
-from gateway.workspace import SESSIONS, shared_root
 
 SECRETS_DIR = "secrets"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SECRETS, AgentConfig
+from gateway.files.workspace import sessions_root, shared_root
 from gateway.tools.registry import ToolError, ToolRegistry
-from gateway.workspace import sessions_root, shared_root
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,17 @@ from gateway.agent.messages import TurnOutcome, TurnRequest
 from gateway.agent.turn import turn_payer
 from gateway.budgets import current_payer
 from gateway.config import Config
+from gateway.delivery.outbox import Outbox
 from gateway.events import Outbound, OutboundFile, ThreadKey
+from gateway.files.private_files import make_dirs
+from gateway.files.session_files import VOICE_DIR
+from gateway.files.workspace import session_dir
 from gateway.llm import LLMClient, LLMError
 from gateway.llm.gate import BudgetReached
 from gateway.llm.pricing import chars_cost
 from gateway.llm.speech import AudioFormat, Speech
-from gateway.outbox import Outbox
-from gateway.private_files import make_dirs
-from gateway.session_files import VOICE_DIR
 from gateway.store import Store
 from gateway.voice.speakable import speakable
-from gateway.workspace import session_dir
 
 log = logging.getLogger(__name__)
 # The audio each platform plays inline: Telegram's voice notes are Ogg Opus; Slack plays MP3.

@@ -26,10 +26,10 @@ from test_memory_e2e import calling, remembered, saving, system_of
 from test_telegram_e2e import BOB, GROUP, PRIVATE, button, has_prompt, prompt_message, running, settle, texts, tg_config
 
 from gateway.cli import memory as memory_cli
+from gateway.files.workspace import session_dir
 from gateway.store import Store
 from gateway.store.history_search import search_folded
 from gateway.store.tables import metadata
-from gateway.workspace import session_dir
 
 ANN = PRIVATE  # Ann's user id is her private chat's id
 ADMIN = 7

@@ -21,7 +21,7 @@ from harness import make_config
 from mcp_support import mcp_section
 from multidict import CIMultiDict
 
-from gateway.guesses import LOGIN_FAILURES
+from gateway.serving.guesses import LOGIN_FAILURES
 
 BROKEN = {"command": ["/nonexistent/mcp-server-Hidden-Path"], "connect_timeout_s": 5}
 REMOTE = {"X-Forwarded-For": "203.0.113.9"}

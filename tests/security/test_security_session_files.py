@@ -128,7 +128,7 @@ def test_image_records_from_before_and_after_find_their_files(tmp_path) -> None:
     from media import image_bytes
 
     from gateway.attachments.images import ImageParts
-    from gateway.workspace import adopt_legacy_layout
+    from gateway.files.workspace import adopt_legacy_layout
 
     ws = tmp_path / "ws"
     old = ws / "attachments" / "3" / "p.png"

@@ -14,8 +14,8 @@ import contextlib
 import logging
 from http import HTTPStatus
 
-from gateway.proxies import Headers
-from gateway.status import Page, StatusPages
+from gateway.serving.proxies import Headers
+from gateway.serving.status import Page, StatusPages
 
 log = logging.getLogger(__name__)
 MAX_HEAD = 16 * 1024  # the request line and headers

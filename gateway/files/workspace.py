@@ -19,13 +19,13 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from gateway.private_files import PRIVATE_DIR, PRIVATE_FILE, close_to_others, make_dirs
+from gateway.files.private_files import PRIVATE_DIR, PRIVATE_FILE, close_to_others, make_dirs
 
 log = logging.getLogger(__name__)
 
 SESSIONS = "sessions"
-CHECKLISTS = "checklists"  # ticks' checklists (gateway/checklist_files.py), outside every session's directory
-JOBS = "jobs"  # the directories jobs' command checks run in (gateway/job_checks.py)
+CHECKLISTS = "checklists"  # ticks' checklists (gateway/files/checklists.py), outside every session's directory
+JOBS = "jobs"  # the directories jobs' command checks run in (gateway/jobs/checks.py)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from gateway.config import Config
 from gateway.events import utcnow
+from gateway.files.workspace import sessions_root
 from gateway.store import Store
-from gateway.workspace import sessions_root
 
 log = logging.getLogger(__name__)
 MCP_DIR = "mcp"  # gateway/mcp/results.py saves under it

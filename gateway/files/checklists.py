@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gateway.workspace import CHECKLISTS, base_dir, open_dirs, read_regular, write_fresh
+from gateway.files.workspace import CHECKLISTS, base_dir, open_dirs, read_regular, write_fresh
 
 MAX_FILE_BYTES = 64 * 1024
 

@@ -11,10 +11,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway import metrics
 from gateway.config import RetentionConfig
 from gateway.events import StoreUnwritable
-from gateway.lifecycle import Stopper
+from gateway.running.lifecycle import Stopper
+from gateway.serving import metrics
 from gateway.store import Lease, RetentionDays, Store, notify
 from gateway.store.console import HEARTBEAT_PREFIX
 from gateway.store.holds import HOLDS_CHANNEL

@@ -4,7 +4,7 @@ A trace write that fails is logged and swallowed: observability must never fail 
 stage writes a caller builds on (reopening a parked run, canceling a parked one, abandoning a
 dead worker's) raise. Outside this class a run's stage is written only in the store's own
 transactions that need it whole: a new run beside the one it continues (`DelegationRepo.restart`)
-and the reply's delivery with the `FinalStage` given by `end_with` (`gateway/outbox.py`).
+and the reply's delivery with the `FinalStage` given by `end_with` (`gateway/delivery/outbox.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import metrics
 from gateway.config import ModelPrice, TracesConfig
 from gateway.events import Delivered
 from gateway.llm.events import Usage
 from gateway.llm.pricing import NANO_PER_USD, usage_cost
+from gateway.serving import metrics
 from gateway.store import Fence, FinalStage, LeaseLost, Store
 
 log = logging.getLogger(__name__)

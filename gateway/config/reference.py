@@ -1,6 +1,6 @@
 """Writes docs/configuration.md from the settings models, so the reference never drifts.
 
-    .venv/bin/python -m gateway.config_reference > docs/configuration.md
+    .venv/bin/python -m gateway.config.reference > docs/configuration.md
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from gateway.config import (
 INTRO = """# Configuration reference
 
 Every key of `config.yml` with its default (generated from `gateway/config/` by
-`python -m gateway.config_reference`; a test checks it is current). `${VAR}` and `${VAR:-default}`
+`python -m gateway.config.reference`; a test checks it is current). `${VAR}` and `${VAR:-default}`
 read the environment, and a `.env` file beside the config is loaded first without overriding
 variables already set. Durations accept `90`, `"90s"`, `"15m"`, `"2h"`, `"1d"`. Unknown keys (with
 the nearest known one: "did you mean max_rounds?") and wrong types are rejected with the file and key

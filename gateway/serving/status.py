@@ -1,13 +1,13 @@
 """/healthz, /readyz and /metrics as answers, apart from any HTTP library: the aiohttp server
-(gateway/http.py, when webhooks or the console need it) and the small status server
-(gateway/status_server.py, otherwise) serve the same pages with the same access rules.
+(gateway/serving/http.py, when webhooks or the console need it) and the small status server
+(gateway/serving/status_server.py, otherwise) serve the same pages with the same access rules.
 
 /healthz is for anyone. /readyz is ready when the database (its disk taking writes), its schema,
 the channels and the model server are (gateway/llm/checkup.py asks the server again when its answer
 is old); it shows its details (channels, the model server, MCP servers and their states) and
 /metrics answers only to a local client or one with the admin token (Authorization: Bearer),
 unless `http.public_status`; anyone else gets the status code and `{"ready": ...}`, which is all
-a load balancer needs. "Local" is the client as the trusted proxies tell it (gateway/proxies.py)."""
+a load balancer needs. "Local" is the client as the trusted proxies tell it (gateway/serving/proxies.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from gateway import metrics
 from gateway.config import HttpConfig
-from gateway.guesses import LoginLimiter, bearer, token_matches
-from gateway.loop_lag import LoopLag
-from gateway.proxies import Origin, TrustedProxies
+from gateway.serving import metrics
+from gateway.serving.guesses import LoginLimiter, bearer, token_matches
+from gateway.serving.loop_lag import LoopLag
+from gateway.serving.proxies import Origin, TrustedProxies
 from gateway.store import Store, migrations_current
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class StatusPages:
         self.stuck_after = stuck_after  # an outbox row unsent for longer counts as stuck
         self.accepting = True  # false while stopping: /readyz says not ready
         self.loop_lag = LoopLag()
-        self.proxies = TrustedProxies(config.trusted_proxies)  # who the client is (gateway/proxies.py)
+        self.proxies = TrustedProxies(config.trusted_proxies)  # who the client is (gateway/serving/proxies.py)
 
     def log_exposure(self) -> None:
         """What a client that is not local reads, said once at start (a remote scrape of

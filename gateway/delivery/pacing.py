@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from gateway import metrics
 from gateway.config import OutboxConfig
 from gateway.events import ThreadKey, utcnow
+from gateway.serving import metrics
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]

@@ -4,7 +4,7 @@ Every outbound message, prompt and prompt update is recorded under an idempotenc
 is sent and marked with its platform message ids after; sending a key that is already marked
 sent returns the recorded ids, so a resumed or restarted turn never answers twice.
 
-Sends are fenced (gateway/fencing.py): each attempt first proves the lease its sender works
+Sends are fenced (gateway/delivery/fencing.py): each attempt first proves the lease its sender works
 under, and each write of a send carries that lease's fence, so a stalled holder that lost the
 thread to another instance neither sends nor records.
 """
@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from gateway import fencing, metrics, telemetry
+from gateway import telemetry
+from gateway.delivery import fencing
+from gateway.delivery.pacing import ChatPacer, RetryPolicy
 from gateway.events import (
     Channel,
     ChannelError,
@@ -30,7 +32,7 @@ from gateway.events import (
     ThreadKey,
     utcnow,
 )
-from gateway.pacing import ChatPacer, RetryPolicy
+from gateway.serving import metrics
 from gateway.store import FinalStage, LeaseLost, OutboxRecord, Store
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
-"""The gateway's HTTP server on aiohttp: the status pages (gateway/status.py), the channels'
+"""The gateway's HTTP server on aiohttp: the status pages (gateway/serving/status.py), the channels'
 webhooks and the console. Used when webhooks or the console are configured; otherwise the small
-status server (gateway/status_server.py) serves the status pages and aiohttp is never imported."""
+status server (gateway/serving/status_server.py) serves the status pages and aiohttp is never imported."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from gateway.proxies import Headers, Origin
-from gateway.status import Page, StatusPages
+from gateway.serving.proxies import Headers, Origin
+from gateway.serving.status import Page, StatusPages
 
 log = logging.getLogger(__name__)
 Route = tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]  # method, path, handler
@@ -40,7 +40,7 @@ class HttpServer:
 
     @web.middleware
     async def _origin(self, request: web.Request, handler):  # noqa: ANN001, ANN201
-        """The client and scheme as the trusted proxies tell them (gateway/proxies.py): every
+        """The client and scheme as the trusted proxies tell them (gateway/serving/proxies.py): every
         handler below, the console's login limit and cookies included, sees `request.remote`
         and `request.secure` of the client, not of the proxy."""
         origin = self.pages.proxies.origin(request.remote or "", Headers(request.headers.items()), request.secure)

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import AgentConfig
-from gateway.private_files import make_dirs
+from gateway.files.private_files import make_dirs
+from gateway.files.workspace import base_dir
 from gateway.store.schedules import ScheduleState
 from gateway.tools.builtin_http import decode, guarded_get
 from gateway.tools.builtin_shell import TailText, run_command
 from gateway.tools.readable import is_html, readable
 from gateway.tools.registry import ToolError
 from gateway.tools.sandbox import command_environment, config_files, sandbox_prefix
-from gateway.workspace import base_dir
 
 if TYPE_CHECKING:
     from gateway.mcp.manager import McpManager
