@@ -60,6 +60,7 @@ async def serve(chunk_chars: int, delay: float = 0.0) -> None:
     from fakes.llm import FakeLLM
 
     durations: list[float] = []
+    sizes: list[int] = []  # bytes of each request body, for the benchmarks of request size
 
     class TimedLLM(FakeLLM):
         async def __aenter__(self) -> TimedLLM:
@@ -75,6 +76,7 @@ async def serve(chunk_chars: int, delay: float = 0.0) -> None:
 
         async def _handle(self, request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
+            sizes.append(request.content_length or 0)
             try:
                 return await super()._handle(request)
             finally:
@@ -85,10 +87,16 @@ async def serve(chunk_chars: int, delay: float = 0.0) -> None:
         durations.clear()
         return web.json_response(taken)
 
+    async def request_sizes(request: web.Request) -> web.Response:
+        taken = list(sizes)
+        sizes.clear()
+        return web.json_response(taken)
+
     llm = TimedLLM(responder=bench_responder, delay=delay, chunk_chars=chunk_chars, pings=False)
     async with llm:
         stats_app = web.Application()
         stats_app.router.add_get("/stats", stats)
+        stats_app.router.add_get("/sizes", request_sizes)
         runner = web.AppRunner(stats_app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -136,6 +144,12 @@ class LLMProcess:
 
     async def server_seconds(self) -> list[float]:
         response = await self._http.get(self._stats_url)
+        response.raise_for_status()
+        return list(response.json())
+
+    async def request_sizes(self) -> list[int]:
+        """(And resets) the bytes of each request body since the last call."""
+        response = await self._http.get(self._stats_url.removesuffix("/stats") + "/sizes")
         response.raise_for_status()
         return list(response.json())
 

@@ -12,7 +12,6 @@ objects that do the rest: `ToolCalls` (tool_calls.py: check, gate, park, run, se
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +32,7 @@ from gateway.agent.rounds import Round, RoundBuilder
 from gateway.agent.services import TurnServices
 from gateway.agent.tool_calls import ToolCalls
 from gateway.budgets import Payer, current_payer
+from gateway.context.fitting import json_chars
 from gateway.delivery.outbox import ORPHANED, RecordedStream
 from gateway.events import ThreadKey
 from gateway.llm import LLMError, ModelInfo, ReasoningDelta, RetryNotice, TextDelta, ToolCallDelta, Usage
@@ -487,7 +487,7 @@ class Turn:
         """MCP schemas come from servers we do not control: their prompt cost (of those sent)
         is traced on its own."""
         self.mcp_schema_chars = sum(
-            len(json.dumps(t, ensure_ascii=False)) for t in tools if t["function"]["name"] in self._mcp_tools
+            json_chars(t) for t in tools if t["function"]["name"] in self._mcp_tools
         )
 
     async def _persist_round(

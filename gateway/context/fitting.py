@@ -119,7 +119,7 @@ def memory_allowance(budget: Budget, configured_tokens: int) -> int:
 
 def sample_text(prompt: str, tools: Sequence[Tool]) -> str:
     """The fixed part as text, for the server's tokenizer to count (calibrating the estimate)."""
-    return "\n".join([prompt, *(json.dumps(tool, ensure_ascii=False) for tool in tools)])
+    return "\n".join([prompt, *(json_text(tool) for tool in tools)])
 
 
 # ---- the pieces --------------------------------------------------------------------------------
@@ -148,7 +148,30 @@ def _tools_chars(tools: Sequence[Tool]) -> int:
 
 
 def _tool_chars(tool: Tool) -> int:
-    return len(json.dumps(tool, ensure_ascii=False)) + TOOL_OVERHEAD_CHARS
+    return json_chars(tool) + TOOL_OVERHEAD_CHARS
+
+
+# Each tool object as JSON, kept with the object (so its id is not reused while kept): a turn
+# offers the registry's own objects again (`ToolSpec.openai`), and with hundreds of MCP tools
+# encoding them every round was a tenth of a message's CPU.
+_ENCODED: dict[int, tuple[Tool, str]] = {}
+_ENCODED_MAX = 4096
+
+
+def json_text(tool: Tool) -> str:
+    """`tool` as JSON (tools are never changed once offered)."""
+    known = _ENCODED.get(id(tool))
+    if known is not None and known[0] is tool:
+        return known[1]
+    text = json.dumps(tool, ensure_ascii=False)
+    if len(_ENCODED) >= _ENCODED_MAX:
+        _ENCODED.clear()
+    _ENCODED[id(tool)] = (tool, text)
+    return text
+
+
+def json_chars(tool: Tool) -> int:
+    return len(json_text(tool))
 
 
 def _name(tool: Tool) -> str:

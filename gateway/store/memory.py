@@ -237,6 +237,14 @@ class MemoryRepo(Repo):
         rows = await self.db.read(lambda conn: conn.execute(query.limit(limit)).all())
         return [to_record(MemoryRecord, r) for r in rows]
 
+    async def all_present(self, ids: Sequence[int]) -> bool:
+        """Whether every one of `ids` is still an entry (none was forgotten): one read of the
+        ids themselves, however many entries there are."""
+        if not ids:
+            return True
+        query = select(func.count()).select_from(memories).where(memories.c.id.in_(list(ids)))
+        return await self.db.read(lambda conn: conn.execute(query).scalar()) == len(set(ids))
+
     async def search(
         self, owners: Sequence[str], words: Sequence[str], *, limit: int = 10
     ) -> builtins.list[MemoryRecord]:

@@ -8,6 +8,7 @@ model can read, except cancellation, which propagates so the turn can stop a run
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import logging
 import re
@@ -160,10 +161,16 @@ class ToolSpec:
             raise ValueError(f"tool {self.name}: parameters must be a JSON schema of type object")
 
     def openai(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+        """The tool as the model's API lists it, built once: every request of every turn sends
+        the same object (read-only), so its size is measured once (gateway/context/fitting.py)."""
+        built = self.__dict__.get("_openai")
+        if built is None:
+            built = {
+                "type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            }
+            object.__setattr__(self, "_openai", built)
+        return built
 
 
 @dataclass(frozen=True)
@@ -283,6 +290,13 @@ class ToolRegistry:
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
     """Whether a tool's name, or a name it had before (RENAMED), matches one of the globs."""
+    return _matches(name, tuple(patterns))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    # Asked for every tool offered, for every person and role, every turn: with hundreds of MCP
+    # tools the globs were a tenth of a message's CPU.
     names = (name, *_FORMER.get(name, ()))
     return any(fnmatch.fnmatchcase(known, pattern) for pattern in patterns for known in names)
 

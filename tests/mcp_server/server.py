@@ -236,6 +236,25 @@ def add_failing_tools(server: MCPServer, state: Path) -> None:
         return "slept"
 
 
+def add_probes(server: MCPServer, count: int) -> None:
+    """`count` read-only tools, each with its own name, description and two parameters: what a
+    deployment with many MCP tools offers the model."""
+
+    def probe(number: int):  # noqa: ANN202
+        async def run(target: str, depth: int = 1) -> str:
+            return f"probe {number}: {target} at depth {depth} is fine"
+
+        return run
+
+    for number in range(count):
+        server.add_tool(
+            probe(number),
+            name=f"probe_{number:03d}",
+            description=f"Check the health of subsystem {number} (a target path and how deep to look).",
+            annotations=ToolAnnotations(read_only_hint=True),
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None)
@@ -243,12 +262,14 @@ def main() -> None:
     parser.add_argument("--state", default=os.environ.get("MCP_TEST_STATE", "."))
     parser.add_argument("--extra", action="store_true", help="add the tools and resources of newer tests")
     parser.add_argument("--skills", action="store_true", help="serve Agent Skills as skill:// resources")
+    parser.add_argument("--many", type=int, default=0, help="add this many read-only probe tools (bench/growth.py)")
     args = parser.parse_args()
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
     server = build(state, args.extra)
     if args.skills:
         add_skills(server)
+    add_probes(server, args.many)
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     elif args.sse is not None:
