@@ -7,6 +7,7 @@ it shows is forgotten, on any instance."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fakes.channel import FakeChannel
@@ -109,6 +110,24 @@ async def test_statements_per_message_do_not_grow_with_stored_sessions_and_runs(
             await drive_turn(gateway, ThreadKey("fake", f"other{n}", ""), "hello", person=str(1000 + n))
         counts.append(await statements_per_turn(gateway, ThreadKey("fake", "after", ""), TURNS))
     assert counts[0] == counts[1], f"statements per message: {counts[0]} on an empty database, {counts[1]} after 300"
+
+
+async def test_statements_per_message_do_not_grow_with_threads_in_flight(store, llm, tmp_path) -> None:
+    # More sessions at once than the context builder once kept: each build was cold again and
+    # read the whole history (two more statements, and CPU that grew with the history).
+    async def per_turn(gateway: Gateway, threads: int) -> float:
+        keys = [ThreadKey("fake", f"t{threads}-{n}", "") for n in range(threads)]
+        for key in keys:
+            await seed_history(store, key, 20)
+        await asyncio.gather(*(drive_turn(gateway, key, "hello") for key in keys))
+        before = gateway.store.db.count.statements
+        await asyncio.gather(*(drive_turn(gateway, key, "and now?") for key in keys))
+        return (gateway.store.db.count.statements - before) / threads
+
+    async with Built(store, config_for(llm, tmp_path, inbox={"max_concurrent_turns": 200})) as gateway:
+        few, many = await per_turn(gateway, 4), await per_turn(gateway, 80)
+    # (on PostgreSQL a write retried after a conflict between concurrent turns adds a fraction)
+    assert many - few < 0.5, f"statements per message: {few} with 4 threads in flight, {many} with 80"
 
 
 async def test_a_forgotten_entry_leaves_a_kept_memory_section_at_once_even_from_another_instance(

@@ -18,7 +18,11 @@ from gateway.events import utcnow
 from gateway.store.history import CompactionRecord, HistoryRepo, HistoryRow
 
 CLOCK_MARGIN = timedelta(seconds=5)  # finished_at stamps of other writers may lag ours a little
-MAX_SESSIONS = 64
+# Kept while the sessions are in use, least recently used dropped first. Bounded by sessions and
+# by the rows they hold together: 64 sessions made every build cold once more threads than that
+# were in flight (each turn read its whole history again); rows bound the memory instead.
+MAX_SESSIONS = 4096
+MAX_ROWS = 100_000
 
 
 @dataclass
@@ -134,21 +138,30 @@ class SessionCache:
 
 
 class Caches:
-    """Session caches, least recently used dropped first."""
+    """Session caches, least recently used dropped first, beyond `limit` sessions or `max_rows`
+    rows held together (a session's rows as counted when it was last taken)."""
 
-    def __init__(self, limit: int = MAX_SESSIONS) -> None:
+    def __init__(self, limit: int = MAX_SESSIONS, max_rows: int = MAX_ROWS) -> None:
         self._limit = limit
+        self._max_rows = max_rows
         self._caches: OrderedDict[int, SessionCache] = OrderedDict()
+        self._sizes: dict[int, int] = {}
+        self._rows = 0
 
     def get(self, session_id: int) -> SessionCache:
         cache = self._caches.pop(session_id, None) or SessionCache(session_id)
         self._caches[session_id] = cache
-        while len(self._caches) > self._limit:
-            self._caches.popitem(last=False)
+        size = len(cache.entries)
+        self._rows += size - self._sizes.get(session_id, 0)
+        self._sizes[session_id] = size
+        while len(self._caches) > self._limit or (self._rows > self._max_rows and len(self._caches) > 1):
+            oldest, _ = self._caches.popitem(last=False)
+            self._rows -= self._sizes.pop(oldest, 0)
         return cache
 
     def drop(self, session_id: int) -> None:
         self._caches.pop(session_id, None)
+        self._rows -= self._sizes.pop(session_id, 0)
 
 
 async def refresh(cache: SessionCache, repo: HistoryRepo, turn_started_seq: int) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-PER_CLIENT = 64
+PER_CLIENT = 16
 
 
 @dataclass(eq=False)
