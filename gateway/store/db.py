@@ -347,6 +347,7 @@ class _SQLite:
 
 
 _LOCKED = object()
+CACHE_KIB = 16_384
 
 
 def _sqlite_engine(url, echo: bool, *, begin_sql: str | None) -> Engine:  # noqa: ANN001
@@ -366,6 +367,7 @@ def _sqlite_engine(url, echo: bool, *, begin_sql: str | None) -> Engine:  # noqa
         # What is deleted or overwritten is zeroed in the file, not left in free space: a
         # forgotten memory entry or an erased person is not in the database file either.
         cursor.execute("PRAGMA secure_delete=ON")
+        cursor.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         cursor.close()
 
     if begin_sql:
