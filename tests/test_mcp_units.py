@@ -226,3 +226,25 @@ async def test_on_the_older_protocol_questions_mid_call_are_declined_and_changes
         )
     finally:
         await manager.stop()
+
+
+async def test_a_stop_while_a_broken_server_is_being_restarted_always_returns() -> None:
+    # A cancel landing while the SDK's client starts the server came back from anyio as an
+    # exception group; taken for a failure, it kept the supervisor restarting forever and the
+    # gateway's stop waited for it (seen as a test hung for 120 s about once in thirty runs).
+    import asyncio
+    import random
+
+    from gateway.mcp import McpManager
+    from gateway.tools import ToolRegistry
+
+    config = McpConfig.model_validate({
+        "servers": {"broken": {"command": ["/nonexistent/mcp-server"], "connect_timeout_s": 5}},
+        "restart_initial_s": 0.001, "restart_max_s": 0.002,
+    })
+    for _ in range(150):  # the window is narrow: many stops at random points of the restart loop
+        manager = McpManager(config, ToolRegistry())
+        await manager.start()
+        await asyncio.sleep(random.random() * 0.03)
+        async with asyncio.timeout(5):
+            await manager.stop()

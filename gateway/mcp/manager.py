@@ -172,6 +172,9 @@ class McpManager:
             except StartFailed as exc:  # it wrote why to stderr
                 error = f"{describe(exc.__cause__ or exc)}; its stderr: {exc}"
             except BaseException as exc:  # noqa: BLE001 - anyio task groups raise exception groups
+                if _being_cancelled():  # a stop's cancel, come back wrapped in a group (or a failure)
+                    self._unload(name)
+                    raise asyncio.CancelledError from exc
                 error = describe(exc)
                 if needs_login(exc):  # not a crash: it waits for a person, looked at again now and then
                     await self._wait_for_login(name, self._shown_error(name, error))
@@ -496,3 +499,11 @@ def describe(exc: BaseException) -> str:
 
 def shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _being_cancelled() -> bool:
+    """Whether this task was asked to stop: anyio's task groups (the SDK's stdio and HTTP
+    clients) may hand a cancel that lands while a server is starting back as an exception
+    group, which swallowed here kept the supervisor restarting forever and `stop` waiting."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
