@@ -793,6 +793,41 @@ async def test_a_table_reply_is_one_rich_message_or_plain_text_when_refused(stor
         assert (run.stage, run.end_reason) == ("SUCCESS", "reply")
 
 
+@pytest.mark.parametrize("rich", ["on", "off"])
+async def test_a_reasoning_model_shows_a_thinking_block_in_the_draft_until_it_writes(
+    store, llm, tg, tmp_path, rich
+) -> None:
+    """Rich messages on (Bot API 10.2): while the model reasons and has written nothing, the
+    private chat's draft is Telegram's "Thinking…" block (sendRichMessageDraft, once), then the
+    text drafts take the same draft over; off, nothing but the text drafts."""
+    llm.reasoning("Let me weigh the options carefully. " * 5, LONG_REPLY)
+    config = tg_config(llm, tg, tmp_path, telegram={"rich_messages": rich, "edit_interval_s": 0})
+    async with running(store, config) as gateway:
+        tg.private_message(PRIVATE, "which one?")
+        await settle(gateway, lambda: LONG_REPLY in texts(tg, PRIVATE))
+    drafts = tg.calls_to("sendMessageDraft")
+    assert drafts, "the text was drafted as it grew"
+    if rich == "off":
+        assert tg.rich_drafts == []
+        return
+    (thinking,) = tg.rich_drafts
+    assert thinking["rich_message"] == {"blocks": [{"type": "thinking", "text": "Thinking…"}]}
+    assert int(thinking["draft_id"]) == int(drafts[0].params["draft_id"])  # the text replaces it in place
+    first_text = next(i for i, c in enumerate(tg.calls) if c.method == "sendMessageDraft")
+    assert next(i for i, c in enumerate(tg.calls) if c.method == "sendRichMessageDraft") < first_text
+
+
+async def test_a_server_that_refuses_rich_drafts_still_gets_the_text_drafts(store, llm, tg, tmp_path) -> None:
+    llm.reasoning("Thinking it over. " * 5, LONG_REPLY)
+    tg.refuse_rich = "METHOD_NOT_FOUND"
+    config = tg_config(llm, tg, tmp_path, telegram={"rich_messages": "on", "edit_interval_s": 0})
+    async with running(store, config) as gateway:
+        tg.private_message(PRIVATE, "which one?")
+        await settle(gateway, lambda: LONG_REPLY in texts(tg, PRIVATE))
+    assert len(tg.calls_to("sendRichMessageDraft")) == 1 and tg.rich_drafts == []
+    assert tg.calls_to("sendMessageDraft") and texts(tg, PRIVATE) == [LONG_REPLY]
+
+
 @pytest.mark.parametrize("interval, edits", [(0, "many"), (3600, "final only")])
 async def test_group_replies_stream_by_throttled_edits(store, llm, tg, tmp_path, interval, edits) -> None:
     llm.reply(LONG_REPLY)

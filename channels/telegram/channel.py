@@ -298,7 +298,7 @@ class TelegramChannel:
             return EditStream(outlet, target, anchor, self._update_interval, self._pacer)
         return DraftStream(
             outlet, target, anchor, self._update_interval, self._pacer,
-            book=self._drafts, stop_button=self.config.stop_button,
+            book=self._drafts, stop_button=self.config.stop_button, rich=self.config.rich_messages == "on",
         )
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import random
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from channels.telegram.api import Rejected, ptb_entities
 from channels.telegram.outlet import Outlet, Target, chunks_of
@@ -21,6 +23,7 @@ from channels.telegram.render import Rendered
 from gateway.events import ChannelError, Delivered
 
 log = logging.getLogger("channels.telegram")
+THINKING = "Thinking…"
 
 
 class UpdateInterval:
@@ -106,7 +109,7 @@ class DraftStream(FinalOnlyStream):
 
     def __init__(
         self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer,
-        *, book: DraftBook | None = None, stop_button: str = "off",
+        *, book: DraftBook | None = None, stop_button: str = "off", rich: bool = False,
     ) -> None:
         super().__init__(outlet, target, reply_to)
         self._interval, self._pacer = interval, pacer
@@ -121,6 +124,8 @@ class DraftStream(FinalOnlyStream):
         self._keep = stop_button == "keep"
         self._latest = ""
         self._drafted = False
+        self._rich = rich  # rich messages on: a "Thinking…" block while the model reasons
+        self._thought = False
 
     @property
     def draft_id(self) -> int:
@@ -143,6 +148,33 @@ class DraftStream(FinalOnlyStream):
             await self._outlet.send_chunks(self._target, chunks_of(self._latest), reply_to=self._reply_to)
         except ChannelError as exc:
             log.warning("telegram chat %s: could not keep the stopped reply: %s", self._target.chat_id, exc)
+
+    async def thinking(self) -> None:
+        """The model reasons before it writes: with rich messages on, the draft shows Telegram's
+        "Thinking…" block (sendRichMessageDraft, Bot API 10.2; the block exists only in drafts)
+        until the text replaces it. A server that refuses it costs this one call."""
+        if not (self._rich and self._enabled) or self._thought or self._drafted:
+            return
+        self._thought = True
+        chat = self._target.chat_id
+        params: dict[str, Any] = {
+            "chat_id": chat, "draft_id": self._draft_id,
+            "rich_message": {"blocks": [{"type": "thinking", "text": THINKING}]},
+        }
+        if self._target.thread_id is not None:
+            params["message_thread_id"] = self._target.thread_id
+
+        async def request() -> Any:
+            with warnings.catch_warnings():  # newer than the library: called by name
+                warnings.simplefilter("ignore")
+                return await self._outlet.bot.do_api_request("sendRichMessageDraft", api_kwargs=params)
+
+        try:
+            await self._outlet.caller.call("sendRichMessageDraft", chat, request, paced=False)
+        except ChannelError as exc:
+            log.info("telegram chat %s: no thinking block (%s)", chat, exc)
+            if exc.retry_after is not None:
+                raise  # a flood wait holds the whole chat
 
     def wants_update(self) -> bool:
         return self._enabled and self._interval.due(self._target.chat_id, self._opened) and self._pacer.has_spare()

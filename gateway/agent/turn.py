@@ -385,6 +385,7 @@ class Turn:
         happens here, so a stop may cancel it at any point (which closes the HTTP request);
         a fallback to another model is kept for the round's trace."""
         model, usage = ModelInfo(self.model), None
+        thinking_shown = False
         self._fallbacks = []
         async for event in self.services.llm.stream(
             messages,
@@ -404,8 +405,12 @@ class Turn:
                 self._first_token_s = time.monotonic()
             if builder.feed(event) is not None:
                 break  # repetition: stop reading (closing the stream cancels generation)
-            if isinstance(event, TextDelta) and self.session.interactive and self.child is None:
-                await stream.show(builder.text_so_far)
+            if self.session.interactive and self.child is None:
+                if isinstance(event, TextDelta):
+                    await stream.show(builder.text_so_far)
+                elif isinstance(event, ReasoningDelta) and not thinking_shown:
+                    thinking_shown = True  # once a round: the sign stays until the text replaces it
+                    await stream.thinking()
         return model, usage
 
     def _note_fallback(self, notice: RetryNotice) -> None:

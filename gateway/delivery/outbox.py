@@ -347,6 +347,20 @@ class RecordedStream:
             return
         await self.update(text_so_far())
 
+    async def thinking(self) -> None:
+        """The model is reasoning and has written nothing yet: a channel that can say so in its
+        stream (Telegram's rich drafts) does; the others show nothing (their busy sign is on)."""
+        stream = self._open()
+        think = getattr(stream, "thinking", None)
+        if think is None or self._uncertain or self.outbox.pacer.held_for(self.thread) > 0:
+            return
+        try:
+            await think()
+        except ChannelError as exc:
+            if exc.retry_after is not None:
+                await self.outbox.pacer.hold(self.thread, exc.retry_after)
+            log.info("stream thinking sign to %s failed: %s", self.thread, exc)
+
     async def update(self, text: str) -> None:
         stream = self._open()
         if stream is None or not text or self._uncertain or self.outbox.pacer.held_for(self.thread) > 0:

@@ -44,7 +44,7 @@ Fault = Literal["429", "parse", "409", "500", "not_modified", "timeout"]
 # What a flood wait holds back: the calls that post to or change a chat.
 FLOOD_METHODS = frozenset(
     {"sendMessage", "editMessageText", "sendMessageDraft", "sendPhoto", "sendDocument", "deleteMessage",
-     "sendRichMessage", "sendVoice"}
+     "sendRichMessage", "sendRichMessageDraft", "sendVoice"}
 )
 _OBJECT_FIELDS = {
     "entities",
@@ -135,6 +135,7 @@ class FakeTelegram:
         self.draft_params: list[dict[str, Any]] = []  # every sendMessageDraft's parameters
         self.refuse_rich = ""  # a reason: sendRichMessage answers 400 with it (a server or content it refuses)
         self.voice_forbidden: set[int] = set()  # chats of people who do not take voice notes (a privacy setting)
+        self.rich_drafts: list[dict[str, Any]] = []  # every sendRichMessageDraft's parameters
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -626,6 +627,18 @@ class FakeTelegram:
         _known(params, RICH_PARAMS)
         _check_keyboard(params.get("reply_markup"))
         rich = params.get("rich_message")
+        content = self._checked_rich(rich)
+        if any(block.get("type") == "thinking" for block in rich.get("blocks") or []):
+            raise _ApiError(400, "Bad Request: thinking blocks can be used only in message drafts")
+        if self.refuse_rich:
+            raise _ApiError(400, f"Bad Request: {self.refuse_rich}")
+        stored = self._new_message(params, text=content, rich=rich, reply_markup=params.get("reply_markup"))
+        message = self._message_json(stored)
+        message.pop("text", None)
+        return message
+
+    def _checked_rich(self, rich: Any) -> str:
+        """An InputRichMessage as the Bot API checks it; its text (markdown or html)."""
         if not isinstance(rich, dict) or len({"html", "markdown", "blocks"} & set(rich)) != 1:
             raise _ApiError(400, "Bad Request: exactly one of html, markdown or blocks must be specified")
         unknown = sorted(set(rich) - {"html", "markdown", "blocks", "media", "is_rtl", "skip_entity_detection"})
@@ -634,12 +647,24 @@ class FakeTelegram:
         content = str(rich.get("markdown") or rich.get("html") or "")
         if "blocks" not in rich and not content.strip():
             raise _ApiError(400, "Bad Request: rich message is empty")
+        for block in rich.get("blocks") or []:
+            if not isinstance(block, dict) or not block.get("type"):
+                raise _ApiError(400, "Bad Request: a rich block must have a type")
+        return content
+
+    async def _api_sendRichMessageDraft(self, params: dict[str, Any]) -> bool:
+        """Bot API 10.2: a rich draft (a private chat's animated preview), where a "thinking"
+        block may stand until the text comes. Kept in `rich_drafts`."""
+        _known(params, RICH_DRAFT_PARAMS)
         if self.refuse_rich:
             raise _ApiError(400, f"Bad Request: {self.refuse_rich}")
-        stored = self._new_message(params, text=content, rich=rich, reply_markup=params.get("reply_markup"))
-        message = self._message_json(stored)
-        message.pop("text", None)
-        return message
+        if int(params["chat_id"]) < 0:
+            raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        if not int(params.get("draft_id") or 0):
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        self._checked_rich(params.get("rich_message"))
+        self.rich_drafts.append(params)
+        return True
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
         _check_keyboard(params.get("reply_markup"))
@@ -801,6 +826,7 @@ RICH_PARAMS = frozenset({
     "disable_notification", "protect_content", "allow_paid_broadcast", "message_effect_id",
     "suggested_post_parameters", "reply_parameters", "reply_markup", "ephemeral_message_parameters",
 })
+RICH_DRAFT_PARAMS = frozenset({"chat_id", "message_thread_id", "draft_id", "rich_message"})
 DRAFT_PARAMS = frozenset(
     {"chat_id", "message_thread_id", "draft_id", "text", "parse_mode", "entities", "can_stop", "keep_on_stop"}
 )
