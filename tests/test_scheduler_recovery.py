@@ -204,12 +204,13 @@ async def test_instances_starting_together_sync_the_same_config_jobs_without_fai
     if db_kind != "postgres":
         pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
     import asyncpg
-    from conftest import POSTGRES_DSN
+    from conftest import dsn_of
 
     jobs = [JobConfig(name="morning", cron="0 8 * * *", prompt="Good morning", deliver_to="telegram:1")]
     first = make_scheduler(store, Now(real_now()), Core(store), jobs=jobs)
     await first.sync_config_jobs()
-    other = await asyncpg.connect(POSTGRES_DSN, server_settings={"search_path": store.db.pg_schema})
+    settings = {"search_path": store.db.pg_schema} if store.db.pg_schema else {}
+    other = await asyncpg.connect(dsn_of(store), server_settings=settings)
     try:
         await other.execute("CREATE TEMP TABLE theirs AS SELECT * FROM schedules; DELETE FROM schedules")
         transaction = other.transaction()

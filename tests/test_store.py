@@ -86,11 +86,12 @@ async def test_a_takeover_committing_during_a_fenced_write_makes_that_write_fail
     if db_kind != "postgres":
         pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): the interleaving cannot happen")
     import asyncpg
-    from conftest import POSTGRES_DSN
+    from conftest import dsn_of
 
     session = await store.sessions.open("console:x:", source="console")
     held = await store.inbox.acquire("thread:console:x:", "a", ttl_s=30)
-    takeover = await asyncpg.connect(POSTGRES_DSN, server_settings={"search_path": store.db.pg_schema})
+    settings = {"search_path": store.db.pg_schema} if store.db.pg_schema else {}
+    takeover = await asyncpg.connect(dsn_of(store), server_settings=settings)
     try:
         transaction = takeover.transaction()
         await transaction.start()
