@@ -130,39 +130,35 @@ class SpendGate:
         await self._settled(ticket, nano, tokens)
 
     async def open_minutes(self, model: str, seconds: float | None, audio_bytes: int) -> _MinutesTicket | None:
-        """A transcription's reservation: its worst case in USD, and one token, so that a token
-        cap already used up refuses it too (settled at no tokens)."""
-        if not self.caps.any:
-            return None
-        now = datetime.now(UTC)
-        payer = current_payer.get() or Payer()
+        """A transcription's reservation, at its worst case (see `_reserve_audio`)."""
         price = self.caps.price(model)
-        priced = price is not None and price.per_minute is not None
-        applied = self.caps.applied(payer, now, usd=priced or self.config.budgets.unpriced == "deny")
-        if not applied:
-            return None
-        if not priced and any(a.limit.nano_usd is not None for a in applied):
-            raise BudgetReached(unpriced_minutes_text(model))
         worst = self.caps.worst_minutes(model, seconds, audio_bytes)
-        reservation = await self._reserve(applied, now, worst, 1)
-        return _MinutesTicket(self, reservation, model, applied, worst)
+        priced = price is not None and price.per_minute is not None
+        reserved = await self._reserve_audio(priced, worst, unpriced_minutes_text(model))
+        return _MinutesTicket(self, reserved[0], model, reserved[1], worst) if reserved else None
 
     async def open_chars(self, model: str, chars: int) -> _CharsTicket | None:
-        """A speech request's reservation: its text's price, known before the call, and one
-        token, so that a token cap already used up refuses it too (settled at no tokens)."""
+        """A speech request's reservation, at its text's price: known before the call."""
+        price = self.caps.price(model)
+        priced = price is not None and price.per_million_chars is not None
+        reserved = await self._reserve_audio(priced, chars_cost(price, chars) or 0, unpriced_chars_text(model))
+        return _CharsTicket(self, reserved[0], model, reserved[1]) if reserved else None
+
+    async def _reserve_audio(self, priced: bool, nano: int, unpriced: str) -> tuple[int, list[AppliedCap]] | None:
+        """An audio request's reservation (a transcription, speech): `nano` in USD, and one
+        token, so that a token cap already used up refuses it too (settled at no tokens). None
+        when nothing caps the payer; `BudgetReached` (`unpriced`) for an unpriced model under a
+        USD cap."""
         if not self.caps.any:
             return None
         now = datetime.now(UTC)
         payer = current_payer.get() or Payer()
-        price = self.caps.price(model)
-        priced = price is not None and price.per_million_chars is not None
         applied = self.caps.applied(payer, now, usd=priced or self.config.budgets.unpriced == "deny")
         if not applied:
             return None
         if not priced and any(a.limit.nano_usd is not None for a in applied):
-            raise BudgetReached(unpriced_chars_text(model))
-        reservation = await self._reserve(applied, now, chars_cost(price, chars) or 0, 1)
-        return _CharsTicket(self, reservation, model, applied)
+            raise BudgetReached(unpriced)
+        return await self._reserve(applied, now, nano, 1), applied
 
     async def _reserve(self, applied: list[AppliedCap], now: datetime, nano: int, tokens: int) -> int:
         """The reservation's id, or `BudgetReached` when a counter has no room."""
