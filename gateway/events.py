@@ -243,6 +243,9 @@ class Prompt:
     tool_name: str = ""
     arguments: str = ""  # pretty JSON of the call's arguments (approval)
     hint: str = ""  # e.g. "or type your answer"
+    # Shown in `thread` (a group) to this person only (a decider's card there); sent only to a
+    # channel with `private_prompts` (Telegram's ephemeral messages, Bot API 10.2).
+    receiver: str = ""
 
 
 @dataclass(frozen=True)
@@ -362,7 +365,9 @@ class Channel(Protocol):
     and `share_rate_limits(instances: int)` when the platform's limits are the bot's as a
     whole (told how many instances send for it), and `show_task(thread, task_id, title,
     status, details)` to show a tool call as a task card while it runs (status `in_progress`,
-    then `complete` or `error`; `pending` while it waits for an answer)."""
+    then `complete` or `error`; `pending` while it waits for an answer), and
+    `private_prompts = True` when it can show a prompt in a group to one person only
+    (`Prompt.receiver`): a decider's card that the rest of the group does not see."""
 
     name: str  # "telegram", "slack", "console"
 

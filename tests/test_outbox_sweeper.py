@@ -232,3 +232,28 @@ async def test_a_swept_copy_of_an_approval_in_a_deciders_dm_is_noted_among_its_c
             await asyncio.sleep(0.05)
     assert (await store.outbox.get(f"prompt:{prompt.id}:admin")).status == "sent"
     assert copies[0] == ["fake:other:", ["5"]] and copies[1][0] == str(dm) and copies[1][1]
+
+
+async def test_swept_cards_of_two_deciders_in_one_group_are_both_noted_with_their_receiver(store, llm, tmp_path):
+    """Cards only one person sees in the group (`Prompt.receiver`, keyed prompt:<id>:in-chat:<person>)
+    share the group's thread key: each keeps its place among the copies, the DM copy its own."""
+    session = await store.sessions.open(str(T1), source="fake")
+    prompt, _ = await store.prompts.create(
+        kind="approval", session_id=session.id, thread_key=str(T1), payload={"copies": [["fake:admin:", ["5"], ""]]},
+        requested_by="", expires_at=None,
+    )
+    for person in ("admin", "other"):
+        key = f"prompt:{prompt.id}:in-chat:{person}"
+        card = {"kind": "approval", "thread": str(T1), "key": key, "text": "Allow?", "buttons": [], "receiver": person}
+        await store.outbox.record(key, str(T1), "prompt", card)
+    config = make_config(llm.base_url, str(tmp_path), outbox=SWEEP_FAST)
+    async with running_gateway(store, config) as h:
+        await h.wait_for(lambda: len(h.channel.prompts(T1)) == 2, timeout=20)
+        for _ in range(100):
+            copies = (await store.prompts.get(prompt.id)).payload["copies"]
+            if len(copies) == 3:
+                break
+            await asyncio.sleep(0.05)
+    assert [p.receiver for p in h.channel.prompts(T1)] == ["admin", "other"]
+    assert copies[0] == ["fake:admin:", ["5"], ""]
+    assert sorted((c[0], c[2]) for c in copies[1:]) == [(str(T1), "admin"), (str(T1), "other")]

@@ -88,6 +88,7 @@ class TelegramChannel:
         self.config = config
         self.pair_unlisted = pair_unlisted
         self.show_tool_progress = config.show_tool_progress
+        self.private_prompts = config.group_approvals == "private"  # Prompt.receiver: ephemeral cards
         self.state = state
         self._max_download = min(max_download_bytes or BOT_API_DOWNLOAD_LIMIT, BOT_API_DOWNLOAD_LIMIT)
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)

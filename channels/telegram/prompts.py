@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message
 
-from channels.telegram import files
+from channels.telegram import ephemeral, files
 from channels.telegram.api import Rejected
 from channels.telegram.layout import approval_body, outcome_line, question_body
 from channels.telegram.outlet import Outlet, Target
@@ -26,6 +26,8 @@ async def send_prompt(outlet: Outlet, prompt: Prompt) -> Delivered:
         body, document = approval_body(prompt)
     else:
         body, document = question_body(prompt), None
+    if prompt.receiver:
+        return await ephemeral.send_card(outlet, target, int(prompt.receiver), split_rendered(body), markup, document)
     ids = await outlet.send_chunks(target, split_rendered(body), markup=markup)
     if document:
         ids.append(await files.send_text_document(outlet.bot, outlet.caller, target, *document))
@@ -37,6 +39,8 @@ async def close_prompt(outlet: Outlet, thread: ThreadKey, message_ids: Sequence[
     keyboard is already gone is left as it is."""
     target = Target.of(thread)
     for raw_id in message_ids:
+        if ephemeral.is_ephemeral(raw_id):
+            await ephemeral.close_card(outlet, target, raw_id, outcome)
         if not raw_id.isdigit():
             continue
         message = await _drop_keyboard(outlet, target, int(raw_id))

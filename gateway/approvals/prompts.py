@@ -32,7 +32,7 @@ from gateway.approvals.routing import (
 )
 from gateway.config import Config
 from gateway.delivery.outbox import Outbox
-from gateway.events import Button, ButtonPress, Prompt, SubmitResult, ThreadKey, utcnow
+from gateway.events import Button, ButtonPress, ChannelError, Prompt, SubmitResult, ThreadKey, utcnow
 from gateway.running.clock import SYSTEM_CLOCK, Clock
 from gateway.serving import metrics
 from gateway.serving.display import escape_markdown, plain_name
@@ -57,6 +57,10 @@ NOT_PENDING = "This request is no longer pending."
 UNKNOWN_BUTTON = "This button is no longer valid."
 EXPIRED_ANSWER = "This request has expired."
 DECIDED_BY_ADMINS = "_An admin decides this request._"
+# Outbox keys of a prompt's copies: "prompt:<id>:<chat>" a decider's DM, "prompt:<id>:in-chat:<person>"
+# a decider's own card in the group, "prompt:<id>:shared" the group's card when no decider was reached.
+IN_CHAT = "in-chat:"
+SHARED_CARD = "shared"
 
 
 def button_token(prompt_token: str, action: str) -> str:
@@ -163,15 +167,21 @@ class PromptService:
         if not people:
             await self._send(prompt, replace(shown, text=f"{summary}{self._nobody_decides(prompt, thread)}"))
             return prompt
-        if private:  # the member's DM: told it waits; the buttons go to the deciders
+        card = replace(shown, text=f"{summary}\n{DECIDED_BY_ADMINS}")
+        in_chat = not private and self._shows_privately(thread)
+        if private or in_chat:  # told it waits; the buttons go to the deciders only
             delivered = await self.outbox.send_text(
                 thread, WAITING_FOR_ADMIN.format(tool=call.name), key=f"prompt:{prompt.id}"
             )
             await self.store.prompts.set_message_ids(prompt.id, list(delivered.message_ids))
         else:
-            await self._send(prompt, replace(shown, text=f"{summary}\n{DECIDED_BY_ADMINS}"))
+            await self._send(prompt, card)
+        copies = await self._send_in_chat(prompt, card, people) if in_chat else []
         asker = Asker(thread.channel, str(requested_by), requester_name, private, thread.chat)
-        await self._send_copies(prompt, replace(shown, text=f"{summary}\n{asker.line()}"), people)
+        copies += await self._send_copies(prompt, replace(shown, text=f"{summary}\n{asker.line()}"), people)
+        if in_chat and not copies:  # no decider reached: the card in the group, as without the option
+            copies = await self._send_to(prompt, [(replace(card, key=f"prompt:{prompt.id}:{SHARED_CARD}"), "")])
+        await self.store.prompts.set_copies(prompt.id, copies)
         return prompt
 
     def _nobody_decides(self, prompt: PromptRecord, thread: ThreadKey) -> str:
@@ -192,17 +202,40 @@ class PromptService:
                         prompt.requested_by, thread.channel)
         return [p for p in people if ThreadKey(thread.channel, p, "") != thread and self.may_decide(prompt, p)]
 
-    async def _send_copies(self, prompt: PromptRecord, shown: Prompt, people: list[str]) -> None:
-        copies = []
-        for person in people:
-            dm = ThreadKey(shown.thread.channel, person, "")
+    def _shows_privately(self, thread: ThreadKey) -> bool:
+        """Whether a group's deciders get the card there, each seeing only their own
+        (`telegram.group_approvals: private`), the group seeing that it waits."""
+        return bool(getattr(self.outbox.channels.get(thread.channel), "private_prompts", False))
+
+    async def _send_in_chat(self, prompt: PromptRecord, card: Prompt, people: list[str]) -> list[list[Any]]:
+        """Each decider's own card in the group, which nobody else there sees. Its delivery is
+        not guaranteed (an offline person may never get it), so the DM copies go out as well."""
+        return await self._send_to(
+            prompt, [(replace(card, key=f"prompt:{prompt.id}:{IN_CHAT}{p}", receiver=p), p) for p in people]
+        )
+
+    async def _send_copies(self, prompt: PromptRecord, shown: Prompt, people: list[str]) -> list[list[Any]]:
+        """The prompt in each decider's DM."""
+        dms = [ThreadKey(shown.thread.channel, person, "") for person in people]
+        return await self._send_to(prompt, [(replace(shown, thread=dm, key=f"prompt:{prompt.id}:{dm.chat}"), "")
+                                            for dm in dms])
+
+    async def _send_to(self, prompt: PromptRecord, sends: list[tuple[Prompt, str]]) -> list[list[Any]]:
+        """Copies of the prompt: [[thread key, [message ids], receiver], ...] of those delivered."""
+        copies: list[list[Any]] = []
+        for shown, receiver in sends:
+            whom = f"{shown.thread}" + (f" (for {receiver} only)" if receiver else "")
             try:
-                delivered = await self.outbox.send_prompt(replace(shown, thread=dm, key=f"prompt:{prompt.id}:{person}"))
-            except Exception:  # noqa: BLE001 - one unreachable decider must not stop the others
-                log.exception("could not send approval %s to %s", prompt.id, dm)
+                delivered = await self.outbox.send_prompt(shown)
+            except ChannelError as exc:  # e.g. a decider who never opened a DM with the bot
+                log.warning("could not send approval %s to %s: %s", prompt.id, whom, exc)
                 continue
-            copies.append([str(dm), list(delivered.message_ids)])
-        await self.store.prompts.set_copies(prompt.id, copies)
+            except Exception:  # noqa: BLE001 - one unreachable decider must not stop the others
+                log.exception("could not send approval %s to %s", prompt.id, whom)
+                continue
+            if delivered.message_ids:
+                copies.append([str(shown.thread), list(delivered.message_ids), receiver])
+        return copies
 
     async def ask(
         self,
@@ -286,8 +319,9 @@ class PromptService:
         if not prompt.message_ids or prompt.kind == "approval":
             prompt = await self.store.prompts.get(prompt.id) or prompt
         shown = [(prompt.thread_key, list(prompt.message_ids), f"close:{prompt.id}")]
-        for thread_key, message_ids in prompt.payload.get("copies") or []:
-            shown.append((thread_key, list(message_ids), f"close:{prompt.id}:{thread_key}"))
+        for thread_key, message_ids, *receiver in prompt.payload.get("copies") or []:
+            whose = f":{receiver[0]}" if receiver and receiver[0] else ""
+            shown.append((thread_key, list(message_ids), f"close:{prompt.id}:{thread_key}{whose}"))
         for thread_key, message_ids, key in shown:
             try:
                 await self.outbox.close_prompt(key, ThreadKey.parse(thread_key), message_ids, outcome_text(prompt))

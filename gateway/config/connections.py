@@ -136,6 +136,11 @@ class TelegramConfig(Section):
     # Rich messages (Bot API 10.1): a long reply, or one with a table or headings, as one rich
     # message; refused ones go as plain messages. Off by default: Telegram Web does not show them.
     rich_messages: Literal["off", "on"] = "off"
+    # An approval asked in a group: "shared" posts its card there (taps by those who may not decide
+    # are refused); "private" shows the group that it waits and each decider a card only they see
+    # there (ephemeral messages, Bot API 10.2), besides the DM copy. Ephemeral delivery is not
+    # guaranteed to someone offline: with no decider reached, the card is posted as "shared".
+    group_approvals: Literal["shared", "private"] = "shared"
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
     _switches = field_validator("streaming", "stop_button", "rich_messages", mode="before")(

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
+from gateway.approvals.prompts import IN_CHAT
 from gateway.config import OutboxConfig
 from gateway.delivery import fencing
 from gateway.delivery.outbox import ORPHANED, Outbox
@@ -134,12 +135,13 @@ async def deliver_left(
         log.warning("outbox row %s (%s) still not delivered: %s", row.id, row.key, exc)
         return False
     if row.kind == "prompt" and row.key.startswith("prompt:"):
-        # "prompt:<id>" is the prompt in its chat; "prompt:<id>:<person>" a copy in a decider's DM
-        prompt_id, _, person = row.key.removeprefix("prompt:").partition(":")
+        # "prompt:<id>" is the prompt in its chat; "prompt:<id>:<rest>" a copy (gateway/approvals/prompts.py)
+        prompt_id, _, rest = row.key.removeprefix("prompt:").partition(":")
         if not prompt_id.isdigit():
             pass  # a prompt row of another kind (a notice): nothing to note on a prompt record
-        elif person:
-            await store.prompts.set_copy(int(prompt_id), row.thread_key, delivered.message_ids)
+        elif rest:
+            receiver = rest.removeprefix(IN_CHAT) if rest.startswith(IN_CHAT) else ""
+            await store.prompts.set_copy(int(prompt_id), row.thread_key, delivered.message_ids, receiver)
         else:
             await store.prompts.set_message_ids(int(prompt_id), list(delivered.message_ids))
     log.info("delivered outbox row %s (%s) that was left undelivered", row.id, row.key)
@@ -228,4 +230,5 @@ def prompt_from_payload(payload: dict, thread: ThreadKey) -> Prompt:
         tool_name=payload.get("tool_name", ""),
         arguments=payload.get("arguments", ""),
         hint=payload.get("hint", ""),
+        receiver=payload.get("receiver", ""),
     )

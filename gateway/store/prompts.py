@@ -126,8 +126,9 @@ class PromptRepo(Repo):
         await self.db.write(lambda conn: conn.execute(statement))
 
     async def set_copies(self, prompt_id: int, copies: list[list[Any]]) -> None:
-        """Where copies of the prompt were sent ([[thread key, [message ids]], ...]: the deciders'
-        DMs), kept in its payload so closing it closes them too."""
+        """Where copies of the prompt were sent ([[thread key, [message ids], receiver], ...]: the
+        deciders' DMs, their own cards in a group), kept in its payload so closing it closes them
+        too. Rows written before the receiver have two fields."""
 
         def work(conn: Connection) -> None:
             row = conn.execute(select(prompts.c.payload).where(prompts.c.id == prompt_id)).first()
@@ -137,14 +138,16 @@ class PromptRepo(Repo):
 
         await self.db.write(work)
 
-    async def set_copy(self, prompt_id: int, thread_key: str, message_ids: Sequence[str]) -> None:
-        """One copy of the prompt delivered later (by the sweeper): its place among `copies`."""
+    async def set_copy(self, prompt_id: int, thread_key: str, message_ids: Sequence[str], receiver: str = "") -> None:
+        """One copy of the prompt delivered later (by the sweeper): its place among `copies`.
+        `receiver`: the one person who sees it in `thread_key` (a decider's card in a group)."""
 
         def work(conn: Connection) -> None:
             row = conn.execute(select(prompts.c.payload).where(prompts.c.id == prompt_id)).first()
             if row is not None:
-                others = [c for c in (row.payload or {}).get("copies", []) if c[0] != thread_key]
-                payload = {**(row.payload or {}), "copies": [*others, [thread_key, list(message_ids)]]}
+                copies = (row.payload or {}).get("copies", [])
+                others = [c for c in copies if (c[0], c[2] if len(c) > 2 else "") != (thread_key, receiver)]
+                payload = {**(row.payload or {}), "copies": [*others, [thread_key, list(message_ids), receiver]]}
                 conn.execute(update(prompts).where(prompts.c.id == prompt_id).values(payload=payload))
 
         await self.db.write(work)

@@ -54,6 +54,7 @@ _OBJECT_FIELDS = {
     "allowed_updates",
     "link_preview_options",
     "rich_message",
+    "ephemeral_message_parameters",
 }
 
 
@@ -78,6 +79,8 @@ class StoredMessage:
     from_bot: bool = True
     sender: dict[str, Any] | None = None  # a person's message: its `from`, as a reply to it shows it
     rich: dict[str, Any] | None = None  # a rich message's InputRichMessage (Bot API 10.1)
+    receiver: int | None = None  # an ephemeral message (Bot API 10.2): the one person who sees it
+    ephemeral_id: int | None = None
 
     @property
     def buttons(self) -> list[list[dict[str, Any]]]:
@@ -136,6 +139,11 @@ class FakeTelegram:
         self.refuse_rich = ""  # a reason: sendRichMessage answers 400 with it (a server or content it refuses)
         self.voice_forbidden: set[int] = set()  # chats of people who do not take voice notes (a privacy setting)
         self.rich_drafts: list[dict[str, Any]] = []  # every sendRichMessageDraft's parameters
+        # Ephemeral messages (Bot API 10.2), apart from what the chat shows: chat -> id -> message
+        self.ephemeral: dict[int, dict[int, StoredMessage]] = {}
+        self.non_members: set[int] = set()  # people an ephemeral message cannot reach (not in the group)
+        self.never_started: set[int] = set()  # people who never opened a DM with the bot: sends there get 403
+        self.before_ephemeral = False  # a server older than 10.3: ephemeral_message_parameters is ignored
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -503,6 +511,9 @@ class FakeTelegram:
             "chat": self._chat_json(stored.chat_id),
             "from": sender,
         }
+        if stored.ephemeral_id is not None:  # no place in the chat's history: message_id 0
+            message["ephemeral_message_id"] = stored.ephemeral_id
+            message["receiver_user"] = {"id": stored.receiver, "is_bot": False, "first_name": f"User {stored.receiver}"}
         if stored.text:
             message["text"] = stored.text
             if stored.entities:
@@ -535,11 +546,15 @@ class FakeTelegram:
         chat_id = int(params["chat_id"])
         if chat_id == 404:
             raise _ApiError(400, "Bad Request: chat not found")
+        if chat_id in self.never_started:
+            raise _ApiError(403, "Forbidden: bot can't initiate conversation with a user")
         thread = params.get("message_thread_id")
         topics = self.bot_info().get("has_topics_enabled")
         if thread is not None and chat_id > 0 and not topics:  # a private chat has topics only then (9.3)
             raise _ApiError(400, "Bad Request: message thread not found")
         reply = (params.get("reply_parameters") or {}).get("message_id")
+        if "ephemeral_message_parameters" in params and not self.before_ephemeral:
+            return self._new_ephemeral(params, thread, **fields)
         stored = StoredMessage(
             self._next_message_id(chat_id),
             chat_id,
@@ -550,7 +565,71 @@ class FakeTelegram:
         self.messages.setdefault(chat_id, {})[stored.message_id] = stored
         return stored
 
+    def _new_ephemeral(self, params: dict[str, Any], thread: Any, **fields: Any) -> StoredMessage:
+        """Bot API 10.2: shown in a group to `receiver_user_id` only, kept apart from the chat."""
+        chat_id = int(params["chat_id"])
+        shown_to = params["ephemeral_message_parameters"]
+        if not isinstance(shown_to, dict):
+            raise _ApiError(400, "Bad Request: ephemeral_message_parameters must be an object")
+        unknown = sorted(set(shown_to) - {"receiver_user_id", "callback_query_id", "replace_callback_query_message"})
+        if unknown:
+            raise _ApiError(400, f"Bad Request: unknown field {unknown[0]} of EphemeralMessageParameters")
+        receiver = shown_to.get("receiver_user_id")
+        if not isinstance(receiver, int):
+            raise _ApiError(400, "Bad Request: receiver_user_id must be an Integer")
+        if chat_id > 0:
+            raise _ApiError(400, "Bad Request: ephemeral messages can be sent only to groups")
+        if receiver in self.non_members:
+            raise _ApiError(400, "Bad Request: USER_NOT_PARTICIPANT")
+        in_chat = self.ephemeral.setdefault(chat_id, {})
+        stored = StoredMessage(0, chat_id, thread_id=int(thread) if thread is not None else None,
+                               receiver=receiver, ephemeral_id=len(in_chat) + 1, **fields)
+        in_chat[len(in_chat) + 1] = stored
+        return stored
+
+    def ephemeral_of(self, chat_id: int, receiver: int) -> list[StoredMessage]:
+        """The ephemeral messages of the group that `receiver` sees (the rest of it sees none)."""
+        return [m for m in self.ephemeral.get(chat_id, {}).values() if m.receiver == receiver]
+
+    def ephemeral_press(self, chat_id: int, ephemeral_id: int, data: str, *, first_name: str = "Ann") -> dict[str, Any]:
+        """A tap on an ephemeral message's button, by the one person who sees it."""
+        stored = self.ephemeral[chat_id][ephemeral_id]
+        query = {
+            "id": f"cq{next(self._update_ids)}",
+            "from": {"id": stored.receiver, "is_bot": False, "first_name": first_name, "username": first_name.lower()},
+            "chat_instance": f"ci{chat_id}",
+            "message": self._message_json(stored),
+            "data": data,
+        }
+        return self.enqueue({"update_id": next(self._update_ids), "callback_query": query})
+
+    def _ephemeral_stored(self, params: dict[str, Any]) -> StoredMessage:
+        _known(params, EPHEMERAL_EDIT_PARAMS)
+        chat_id, receiver = int(params["chat_id"]), int(params["receiver_user_id"])
+        stored = self.ephemeral.get(chat_id, {}).get(int(params["ephemeral_message_id"]))
+        if stored is None or stored.receiver != receiver:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        return stored
+
     # --- methods -------------------------------------------------------------------
+
+    async def _api_editEphemeralMessageText(self, params: dict[str, Any]) -> bool:
+        _check_keyboard(params.get("reply_markup"))
+        stored = self._ephemeral_stored(params)
+        text, entities = self._checked_text(params)
+        stored.text, stored.entities, stored.reply_markup = text, entities, params.get("reply_markup")
+        return True
+
+    async def _api_editEphemeralMessageReplyMarkup(self, params: dict[str, Any]) -> bool:
+        _check_keyboard(params.get("reply_markup"))
+        self._ephemeral_stored(params).reply_markup = params.get("reply_markup") or None
+        return True
+
+    async def _api_deleteEphemeralMessage(self, params: dict[str, Any]) -> bool:
+        stored = self._ephemeral_stored(params)
+        del self.ephemeral[stored.chat_id][stored.ephemeral_id or 0]
+        return True
+
 
     async def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
         return self.bot_info()
@@ -825,6 +904,10 @@ RICH_PARAMS = frozenset({
     "chat_id", "rich_message", "business_connection_id", "message_thread_id", "direct_messages_topic_id",
     "disable_notification", "protect_content", "allow_paid_broadcast", "message_effect_id",
     "suggested_post_parameters", "reply_parameters", "reply_markup", "ephemeral_message_parameters",
+})
+EPHEMERAL_EDIT_PARAMS = frozenset({
+    "chat_id", "receiver_user_id", "ephemeral_message_id", "text", "parse_mode", "entities", "link_preview_options",
+    "reply_markup", "rich_message",
 })
 RICH_DRAFT_PARAMS = frozenset({"chat_id", "message_thread_id", "draft_id", "rich_message"})
 DRAFT_PARAMS = frozenset(
