@@ -429,6 +429,10 @@ class ChannelState(Protocol):
     async def knows_thread(self, thread: ThreadKey) -> bool:
         """True when the agent already has a session in this thread (Slack thread follow-ups)."""
 
+    async def chat_choice(self, chat: str, name: str) -> bool | None:
+        """What `chat` ("<channel>:<chat id>") chose with a command (`rich`: `/rich on|off`);
+        None when it never chose (the channel's configured default applies)."""
+
 
 # Link previews: a platform that previews a link fetches it, so a link the model wrote can
 # carry data out (in its URL) without any tool call. Generous on purpose (bare domains too,

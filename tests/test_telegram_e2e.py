@@ -32,6 +32,7 @@ from gateway.store import Store
 
 PRIVATE = 42  # Ann's private chat (her user id)
 GROUP = -100200300
+OTHER_PRIVATE = 45  # Bob's private chat
 BOB = 99
 UNPACED = {"rate_overall_per_s": 0, "rate_private_per_s": 0, "rate_group_per_min": 0}
 SECRET = "e2e-secret_1"
@@ -826,6 +827,46 @@ async def test_a_server_that_refuses_rich_drafts_still_gets_the_text_drafts(stor
         await settle(gateway, lambda: LONG_REPLY in texts(tg, PRIVATE))
     assert len(tg.calls_to("sendRichMessageDraft")) == 1 and tg.rich_drafts == []
     assert tg.calls_to("sendMessageDraft") and texts(tg, PRIVATE) == [LONG_REPLY]
+
+
+async def test_rich_messages_are_chosen_per_chat_with_the_rich_command(store, llm, tg, tmp_path) -> None:
+    """`/rich on` in one chat (the default off): its table reply is a rich message, another
+    chat's stays plain; `/rich off` where the default is on goes back to plain messages."""
+    table = "| item | price |\n|---|---:|\n| tea | 2 |"
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "/rich on")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        assert "Rich messages are on" in texts(tg, PRIVATE)[0]
+        llm.reply(table)
+        tg.private_message(PRIVATE, "prices?")
+        await settle(gateway, lambda: len(tg.bot_messages(PRIVATE)) == 2)
+        assert tg.bot_messages(PRIVATE)[1].rich == {"markdown": table}
+        llm.reply(table)
+        tg.private_message(OTHER_PRIVATE, "prices?", user_id=OTHER_PRIVATE)
+        await settle(gateway, lambda: bool(tg.bot_messages(OTHER_PRIVATE)))
+        assert tg.bot_messages(OTHER_PRIVATE)[0].rich is None and len(tg.calls_to("sendRichMessage")) == 1
+        tg.private_message(OTHER_PRIVATE, "/rich", user_id=OTHER_PRIVATE)
+        await settle(gateway, lambda: len(tg.bot_messages(OTHER_PRIVATE)) == 2)
+        assert "Rich messages are off in this chat" in texts(tg, OTHER_PRIVATE)[1]
+    async with running(store, tg_config(llm, tg, tmp_path, telegram={"rich_messages": "on"})) as gateway:
+        tg.private_message(PRIVATE, "/rich off")
+        await settle(gateway, lambda: len(tg.bot_messages(PRIVATE)) == 3)
+        llm.reply(table)
+        tg.private_message(PRIVATE, "prices again?")
+        await settle(gateway, lambda: len(tg.bot_messages(PRIVATE)) == 4)
+        assert tg.bot_messages(PRIVATE)[3].rich is None and len(tg.calls_to("sendRichMessage")) == 1
+
+
+async def test_in_a_group_only_an_admin_switches_rich_messages(store, llm, tg, tmp_path) -> None:
+    approvals = {"admins": {"telegram": [7]}}
+    async with running(store, tg_config(llm, tg, tmp_path, approvals=approvals)) as gateway:
+        tg.group_message(GROUP, "/rich on", user_id=43)
+        await settle(gateway, lambda: bool(texts(tg, GROUP)))
+        assert texts(tg, GROUP)[0].startswith("Only an admin can switch rich messages in a group.")
+        assert await store.preferences.rich(f"telegram:{GROUP}") is None
+        tg.group_message(GROUP, "/rich on", user_id=7)
+        await settle(gateway, lambda: len(texts(tg, GROUP)) == 2)
+        assert await store.preferences.rich(f"telegram:{GROUP}") is True
 
 
 @pytest.mark.parametrize("interval, edits", [(0, "many"), (3600, "final only")])

@@ -137,8 +137,7 @@ class TelegramChannel:
         except ChannelError as exc:
             raise self._unreachable(exc) from exc
         me = bot.bot
-        rich = self.config.rich_messages == "on"
-        self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews, rich=rich)
+        self._bot, self._outlet = bot, Outlet(bot, self._caller, self.config.link_previews, rich_in=self._wants_rich)
         if self.config.mode == "webhook":
             await self._set_webhook(bot)
             log.info("telegram: @%s receives updates by webhook at %s", me.username, self.config.webhook_url)
@@ -299,8 +298,13 @@ class TelegramChannel:
             return EditStream(outlet, target, anchor, self._update_interval, self._pacer)
         return DraftStream(
             outlet, target, anchor, self._update_interval, self._pacer,
-            book=self._drafts, stop_button=self.config.stop_button, rich=self.config.rich_messages == "on",
+            book=self._drafts, stop_button=self.config.stop_button,
         )
+
+    async def _wants_rich(self, chat_id: int) -> bool:
+        """The chat's own choice (`/rich on|off`), else `telegram.rich_messages`."""
+        chosen = await self.state.chat_choice(f"{self.name}:{chat_id}", "rich")
+        return chosen if chosen is not None else self.config.rich_messages == "on"
 
     async def set_busy(self, thread: ThreadKey, busy: bool, reply_to: str = "") -> None:
         if not busy:

@@ -10,7 +10,7 @@ import copy
 import logging
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +63,18 @@ class Outlet:
     """`previews` is `telegram.link_previews`; `own_links` the links of the person's message
     being answered (`with_links`): a chunk shows a preview only when the policy allows it."""
 
-    def __init__(self, bot: Bot, caller: BotCaller, previews: str = "own", *, rich: bool = False) -> None:
+    def __init__(
+        self, bot: Bot, caller: BotCaller, previews: str = "own",
+        *, rich_in: Callable[[int], Awaitable[bool]] | None = None,
+    ) -> None:
         self.bot = bot
         self.caller = caller
         self.previews = previews
-        self.rich = rich  # `telegram.rich_messages: on`
+        self._rich_in = rich_in  # whether a chat takes rich messages (`/rich`, `telegram.rich_messages`)
         self.own_links: tuple[str, ...] = ()
+
+    async def wants_rich(self, chat_id: int) -> bool:
+        return self._rich_in is not None and await self._rich_in(chat_id)
 
     def with_links(self, links: Sequence[str]) -> Outlet:
         bound = copy.copy(self)
@@ -159,7 +165,8 @@ class Outlet:
     ) -> list[int]:
         """A final reply: one rich message where the chat gets them and the reply is worth one
         (falling back to today's messages when Telegram refuses it), else its chunks."""
-        if self.rich and not already and rich_worthy(markdown, len(chunks)) and self._links_may_preview(markdown):
+        worthy = not already and rich_worthy(markdown, len(chunks)) and self._links_may_preview(markdown)
+        if worthy and await self.wants_rich(target.chat_id):
             sent = await self.send_rich(target, markdown, reply_to=reply_to)
             if sent is not None:
                 return [sent]

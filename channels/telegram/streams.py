@@ -109,7 +109,7 @@ class DraftStream(FinalOnlyStream):
 
     def __init__(
         self, outlet: Outlet, target: Target, reply_to: int | None, interval: UpdateInterval, pacer: Pacer,
-        *, book: DraftBook | None = None, stop_button: str = "off", rich: bool = False,
+        *, book: DraftBook | None = None, stop_button: str = "off",
     ) -> None:
         super().__init__(outlet, target, reply_to)
         self._interval, self._pacer = interval, pacer
@@ -124,8 +124,7 @@ class DraftStream(FinalOnlyStream):
         self._keep = stop_button == "keep"
         self._latest = ""
         self._drafted = False
-        self._rich = rich  # rich messages on: a "Thinking…" block while the model reasons
-        self._thought = False
+        self._thought = False  # the "Thinking…" block was asked for (rich messages on in the chat)
 
     @property
     def draft_id(self) -> int:
@@ -153,10 +152,12 @@ class DraftStream(FinalOnlyStream):
         """The model reasons before it writes: with rich messages on, the draft shows Telegram's
         "Thinking…" block (sendRichMessageDraft, Bot API 10.2; the block exists only in drafts)
         until the text replaces it. A server that refuses it costs this one call."""
-        if not (self._rich and self._enabled) or self._thought or self._drafted:
+        if not self._enabled or self._thought or self._drafted:
             return
         self._thought = True
         chat = self._target.chat_id
+        if not await self._outlet.wants_rich(chat):
+            return
         params: dict[str, Any] = {
             "chat_id": chat, "draft_id": self._draft_id,
             "rich_message": {"blocks": [{"type": "thinking", "text": THINKING}]},

@@ -135,6 +135,7 @@ class TelegramConfig(Section):
     stop_button: Literal["keep", "discard", "off"] = "keep"
     # Rich messages (Bot API 10.1): a long reply, or one with a table or headings, as one rich
     # message; refused ones go as plain messages. Off by default: Telegram Web does not show them.
+    # The default of a chat that never chose: `/rich on|off` chooses per chat.
     rich_messages: Literal["off", "on"] = "off"
     # An approval asked in a group: "shared" posts its card there (taps by those who may not decide
     # are refused); "private" shows the group that it waits and each decider a card only they see

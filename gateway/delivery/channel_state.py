@@ -1,4 +1,4 @@
-"""What channels may keep (cursors, counters, known threads), backed by the store.
+"""What channels may keep (cursors, counters, known threads) and read (a chat's choices), backed by the store.
 
 Channels never import the store; they are handed this as their `ChannelState`.
 """
@@ -24,3 +24,8 @@ class StoreChannelState:
         (a quick follow-up must not be dropped because the first turn has not started)."""
         key = str(thread)
         return await self.store.sessions.thread_exists(key) or await self.store.inbox.count_pending(key) > 0
+
+    async def chat_choice(self, chat: str, name: str) -> bool | None:
+        if name != "rich":
+            raise ValueError(f"no chat choice named {name!r}")
+        return await self.store.preferences.rich(chat)

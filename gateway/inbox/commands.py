@@ -17,6 +17,7 @@ from gateway.budgets.jobs import chat_jobs_lines
 from gateway.context import CompactionError
 from gateway.events import ThreadKey, utcnow
 from gateway.inbox.models import ModelCommand, model_line
+from gateway.inbox.rich_command import rich_command
 from gateway.mcp.prompts import PromptCall, PromptCommand, help_lines, parse_arguments
 from gateway.mcp.prompts import commands as prompt_commands
 from gateway.memory import memory_command
@@ -34,11 +35,12 @@ COMMANDS = {
     "memory": "what I remember here; /memory forget N, /memory clear, /memory share on|off",
     "model": "the models you may use; /model NAME switches this session, /model default goes back",
     "voice": "whether answers here also come as a voice note: /voice on, /voice off",
+    "rich": "Telegram: long answers, tables and headings as one rich message: /rich on, /rich off",
     "start": "what I am, and what you may do here",
     "help": "this list",
 }
 # Answered at once even while a turn runs (they don't touch the conversation).
-IMMEDIATE = frozenset({"status", "cost", "help", "memory", "voice"})
+IMMEDIATE = frozenset({"status", "cost", "help", "memory", "voice", "rich"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
 STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
@@ -219,6 +221,13 @@ class Commands:
             said = Said.of(item)
             command = parse_command(said.text)
             text = await voice_command(
+                self.store, self.config, self.services.access, thread, said.sender.id, said.private,
+                command.args if command else "",
+            )
+        elif name == "rich":
+            said = Said.of(item)
+            command = parse_command(said.text)
+            text = await rich_command(
                 self.store, self.config, self.services.access, thread, said.sender.id, said.private,
                 command.args if command else "",
             )

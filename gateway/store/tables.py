@@ -610,6 +610,7 @@ chat_preferences = Table(
     Column("chat", String(255), primary_key=True),  # "<channel>:<chat id>"
     Column("voice", Boolean, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("rich", Boolean, nullable=True),  # Telegram rich messages (`/rich on|off`)
 )
 
 # Agent Skills pinned by content (gateway/skills/): each file's SHA-256 as approved. A skill whose

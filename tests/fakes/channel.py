@@ -101,6 +101,7 @@ class MemoryChannelState:
         self.cursors: dict[str, str] = {}
         self.counters: dict[str, int] = {}
         self.threads: set[ThreadKey] = set()
+        self.choices: dict[tuple[str, str], bool] = {}  # (chat, name) -> what the chat chose
 
     async def load_cursor(self, name: str) -> str | None:
         return self.cursors.get(name)
@@ -111,3 +112,6 @@ class MemoryChannelState:
 
     async def knows_thread(self, thread: ThreadKey) -> bool:
         return thread in self.threads
+
+    async def chat_choice(self, chat: str, name: str) -> bool | None:
+        return self.choices.get((chat, name))
