@@ -1,7 +1,9 @@
 """The model's Markdown parsed for the channels' renderers: markdown-it-py, CommonMark.
 
 CommonMark (linear time) plus the two GitHub extensions models use: tables and ~~strike~~.
-Raw HTML is not recognised (it is shown as the text it is: no channel renders HTML). The
+Raw HTML is not recognised (it is shown as the text it is: no channel renders HTML), except for
+the one construct models write for a collapsible section, `<details><summary>…</summary>…
+</details>` on lines of its own, which `sections` takes apart for the renderers. The
 renderers walk the syntax tree; what they share lives here: the gap between two blocks (a
 blank line where the source had one, so the reply keeps its line structure), list numbers,
 and the layout of a table as aligned monospaced columns.
@@ -10,8 +12,10 @@ and the layout of a table as aligned monospaced columns.
 from __future__ import annotations
 
 import functools
+import html
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # markdown-it is imported with the first reply rendered, not at a start
@@ -147,3 +151,114 @@ def plain_inline(inline: Node, *, urls: bool) -> str:
 
     walk(inline)
     return "".join(parts)
+
+
+# --- collapsible sections ---------------------------------------------------------------------
+
+_DETAILS_START = re.compile(r"^ {0,3}<details(\s+open)?\s*>(.*)$", re.IGNORECASE)
+_DETAILS_END = re.compile(r"</details\s*>", re.IGNORECASE)
+_SUMMARY = re.compile(r"^\s*<summary>(.*?)</summary>(.*)$", re.IGNORECASE | re.DOTALL)
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+DETAILS_LINE = re.compile(r"^ {0,3}<details(\s+open)?\s*>", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Details:
+    """A collapsible section: its summary (inline Markdown) and its body (Markdown)."""
+
+    summary: str
+    body: str
+    open: bool = False
+
+
+def sections(markdown: str) -> list[str | Details]:
+    """The Markdown in order, with each `<details>` section (starting a line outside a code
+    block, with a `<summary>`, closed by `</details>`) apart. One left open, or without a
+    summary, stays text: it is shown as written rather than guessed at."""
+    if "<details" not in markdown.lower():  # every streamed update is rendered: the common case is one test
+        return [markdown] if markdown.strip() else []
+    lines = markdown.split("\n")
+    parts: list[str | Details] = []
+    text: list[str] = []
+    fence = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        opened = None if fence else _DETAILS_START.match(line)
+        found = _section_at(lines, i, opened) if opened else None
+        if found is None:
+            fence = _fence_after(line, fence)
+            text.append(line)
+            i += 1
+            continue
+        details, i = found
+        if text:
+            parts.append("\n".join(text))
+            text = []
+        parts.append(details)
+    if text:
+        parts.append("\n".join(text))
+    return [p for p in parts if not isinstance(p, str) or p.strip()]
+
+
+def _fence_after(line: str, fence: str) -> str:
+    match = _FENCE.match(line)
+    if match is None:
+        return fence
+    marker = match.group(1)
+    if not fence:
+        return marker
+    return "" if marker[0] == fence[0] and len(marker) >= len(fence) else fence
+
+
+def _section_at(lines: list[str], start: int, opened: re.Match[str]) -> tuple[Details, int] | None:
+    """The section that opens at `lines[start]` and the index after its closing line."""
+    rest = [opened.group(2), *lines[start + 1:]]
+    depth, fence = 1, ""
+    for n, line in enumerate(rest):
+        if n and not fence and _DETAILS_START.match(line):
+            depth += 1
+        fence = _fence_after(line, fence) if n else fence
+        if fence or not _DETAILS_END.search(line):
+            continue
+        depth -= len(_DETAILS_END.findall(line))
+        if depth > 0:
+            continue
+        inner = "\n".join([*rest[:n], _DETAILS_END.split(line)[0]])
+        summary = _SUMMARY.match(inner)
+        if summary is None:
+            return None
+        details = Details(summary.group(1).strip(), summary.group(2).strip("\n"), bool(opened.group(1)))
+        return details, start + n + 1
+    return None
+
+
+@functools.cache
+def _html_parser() -> MarkdownIt:
+    """CommonMark to HTML, an image shown as the link it is (a rich message's media are files
+    uploaded with it, not URLs for Telegram to fetch)."""
+    parser = _commonmark()
+
+    def image(renderer: object, tokens: list, idx: int, options: object, env: object) -> str:
+        token = tokens[idx]
+        src = html.escape(str(token.attrs.get("src", "")))
+        alt = html.escape(token.content or str(token.attrs.get("src", "")))
+        return f'<a href="{src}">{alt}</a>'
+
+    parser.add_render_rule("image", image)
+    return parser
+
+
+def rich_html(markdown: str) -> str:
+    """The reply as HTML for a rich message (Telegram's html form): the Markdown rendered with
+    raw HTML escaped, and only the collapsible sections made `<details>` here."""
+    parser = _html_parser()
+    out = []
+    for part in sections(markdown):
+        if isinstance(part, str):
+            out.append(parser.render(part))
+            continue
+        opened = " open" if part.open else ""
+        summary = parser.renderInline(part.summary)
+        out.append(f"<details{opened}><summary>{summary}</summary>{rich_html(part.body)}</details>")
+    return "".join(out) or html.escape(markdown)

@@ -147,3 +147,10 @@ def test_a_quote_inside_a_list_item_is_escaped_not_a_stray_marker() -> None:
     # Slack reads `>` as a quote only at a line start; after a bullet it must be an entity.
     assert render_mrkdwn("- >") == "• &gt; "
     assert render_mrkdwn("- > said\n\n> top").endswith("\n> top")
+
+
+def test_a_collapsible_section_is_its_summary_in_bold_over_its_body_quoted() -> None:
+    """mrkdwn has no collapsible block: the section is not shown as raw tags, but as a quote."""
+    shown = render_mrkdwn("Done.\n\n<details>\n<summary>Build **log**</summary>\n\nall *12* passed\n</details>\n\nBye.")
+    assert shown == "Done.\n\n*Build log*\n> all _12_ passed\n\nBye."
+    assert "&lt;details" in render_mrkdwn("inline <details> stays text")

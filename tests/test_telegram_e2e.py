@@ -829,6 +829,27 @@ async def test_a_server_that_refuses_rich_drafts_still_gets_the_text_drafts(stor
     assert tg.calls_to("sendMessageDraft") and texts(tg, PRIVATE) == [LONG_REPLY]
 
 
+@pytest.mark.parametrize("rich", ["off", "on", "refused"])
+async def test_a_collapsible_section_of_a_reply_is_collapsed(store, llm, tg, tmp_path, rich) -> None:
+    """`<details><summary>` in the model's reply: a rich message's details block (the HTML form,
+    only the section made a tag), or in plain messages the summary over an expandable quote."""
+    reply = "Done.\n\n<details>\n<summary>Build log</summary>\n\n```\nok 12 tests\n```\n</details>"
+    llm.reply(reply)
+    tg.refuse_rich = "RICH_VALIDATE_CTOR_NOT_ALLOWED" if rich == "refused" else ""
+    config = tg_config(llm, tg, tmp_path, telegram={"rich_messages": "off" if rich == "off" else "on"})
+    async with running(store, config) as gateway:
+        tg.private_message(PRIVATE, "build it")
+        await settle(gateway, lambda: bool(tg.bot_messages(PRIVATE)))
+    (message,) = tg.bot_messages(PRIVATE)
+    if rich == "on":
+        assert message.rich is not None and "markdown" not in message.rich
+        assert "<details><summary>Build log</summary><pre><code>ok 12 tests" in message.rich["html"]
+        return
+    assert message.rich is None and message.text == "Done.\n\nBuild log\nok 12 tests"
+    quote = next(e for e in message.entities if e["type"] == "expandable_blockquote")
+    assert message.text[quote["offset"]:quote["offset"] + quote["length"]] == "ok 12 tests"
+
+
 async def test_rich_messages_are_chosen_per_chat_with_the_rich_command(store, llm, tg, tmp_path) -> None:
     """`/rich on` in one chat (the default off): its table reply is a rich message, another
     chat's stays plain; `/rich off` where the default is on goes back to plain messages."""

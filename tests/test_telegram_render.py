@@ -147,3 +147,40 @@ def test_text_without_markup_is_preserved(text: str) -> None:
     squeeze = lambda value: re.sub(r"\s", "", value)  # noqa: E731
     assert squeeze(rendered.text) == squeeze(text)
     assert rendered.entities == ()
+
+
+DETAILS = "Summary first.\n\n<details>\n<summary>The **full** log</summary>\n\n> step one\n\n```\nok </details>\n```\n</details>\n\nAfter."
+
+
+def test_a_collapsible_section_is_a_bold_summary_over_an_expandable_quote() -> None:
+    r = render_markdown(DETAILS)
+    assert r.text == "Summary first.\n\nThe full log\nstep one\n\nok </details>\n\nAfter."
+    assert ("bold", "The full log") in spans(r) and ("bold", "full") in spans(r)
+    # the whole body, its own quote and code block included, collapsed until tapped (quotes do not nest)
+    assert ("expandable_blockquote", "step one\n\nok </details>") in spans(r)
+    assert not any(kind == "blockquote" for kind, _ in spans(r))
+
+
+def test_an_open_section_is_a_plain_quote_and_tags_elsewhere_stay_text() -> None:
+    opened = render_markdown("<details open><summary>S</summary>\nbody\n</details>")
+    assert spans(opened) == [("bold", "S"), ("blockquote", "body")]
+    for written in ("Use `<details>` here", "```\n<details><summary>x</summary>y</details>\n```",
+                    "<details>\n<summary>never closed</summary>\nbody", "<details>\nno summary\n</details>"):
+        shown = render_markdown(written)
+        assert "<details>" in shown.text or "&lt;" in shown.text, written  # as written, nothing guessed
+        assert not any(e.type == "expandable_blockquote" for e in shown.entities)
+
+
+def test_nested_sections_collapse_into_the_outer_one() -> None:
+    r = render_markdown("<details><summary>Out</summary>\n\n<details><summary>In</summary>\n\ndeep\n</details>\n</details>")
+    assert r.text == "Out\nIn\ndeep"
+    assert spans(r) == [("bold", "Out"), ("expandable_blockquote", "In\ndeep"), ("bold", "In")]
+
+
+def test_a_long_collapsible_section_splits_into_messages_each_with_its_part_collapsed() -> None:
+    body = "\n\n".join(f"line {n} " + "x" * 60 for n in range(120))
+    chunks = split_rendered(render_markdown(f"<details><summary>Log</summary>\n\n{body}\n</details>"))
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert any(e.type == "expandable_blockquote" for e in chunk.entities)
+        assert utf16_len(chunk.text) <= 4096

@@ -19,11 +19,12 @@ from channels.markdown import (
     parse,
     parse_inline,
     plain_inline,
+    sections,
     table_rows,
 )
 
 if TYPE_CHECKING:
-    from channels.markdown import Node
+    from channels.markdown import Details, Node
 
 # Section text and chat.postMessage text are kept at 3,000 characters (Block Kit section
 # limit); Slack truncates message text only at 40,000, so this is the safe common bound.
@@ -108,8 +109,22 @@ def _code_block(lines: list[str]) -> list[str]:
 
 def render_mrkdwn(markdown: str) -> str:
     """Markdown (CommonMark: fences, tables, headings, lists, quotes) -> mrkdwn; blocks keep the
-    source's line structure (a blank line between two blocks where it had one)."""
-    return "".join(_blocks(parse(markdown, slack=True), depth=0))
+    source's line structure (a blank line between two blocks where it had one). A collapsible
+    section (`<details><summary>`: mrkdwn has none) is its summary in bold over its body quoted."""
+    return "\n\n".join(
+        "".join(_blocks(parse(part, slack=True), depth=0)) if isinstance(part, str) else _details(part)
+        for part in sections(markdown)
+    )
+
+
+def _details(details: Details) -> str:
+    summary = _neutralise_fences("*" + _inline(parse_inline(details.summary, slack=True), frozenset({"strong"})) + "*")
+    body = render_mrkdwn(details.body)
+    return f"{summary}\n{_quoted(body)}" if body.strip() else summary
+
+
+def _quoted(text: str) -> str:
+    return "\n".join("> " + line.replace(FENCE, "``" + _ZWSP + "`") for line in text.split("\n"))
 
 
 def _blocks(container: Node, depth: int) -> list[str]:
@@ -129,8 +144,7 @@ def _block(node: Node, depth: int) -> str:
     if kind in _LISTS:
         return _list(node, depth)
     if kind == "blockquote":
-        quoted = "".join(_blocks(node, depth)).split("\n")
-        return "\n".join("> " + line.replace(FENCE, "``" + _ZWSP + "`") for line in quoted)
+        return _quoted("".join(_blocks(node, depth)))
     if kind in ("fence", "code_block"):
         return "\n".join(_code_block(code_text(node).split("\n") if code_text(node) else []))
     if kind == "hr":

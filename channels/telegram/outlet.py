@@ -16,6 +16,7 @@ from typing import Any
 
 from telegram import Bot, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
 
+from channels.markdown import DETAILS_LINE, Details, rich_html, sections
 from channels.telegram.api import BotCaller, Rejected, log_rejection, ptb_entities
 from channels.telegram.render import Rendered, render_markdown
 from channels.telegram.split import split_rendered
@@ -55,8 +56,17 @@ _HEADING = re.compile(r"^ {0,3}#{1,6}\s", re.MULTILINE)
 
 def rich_worthy(markdown: str, chunks: int) -> bool:
     """A reply worth a rich message (Bot API 10.1): one that needs several plain messages, or
-    has a table or headings."""
-    return chunks > 1 or bool(_TABLE_RULE.search(markdown) or _HEADING.search(markdown))
+    has a table, headings or a collapsible section."""
+    return chunks > 1 or any(p.search(markdown) for p in (_TABLE_RULE, _HEADING, DETAILS_LINE))
+
+
+def rich_content(markdown: str) -> dict[str, str]:
+    """InputRichMessage's content: the model's Markdown, which Telegram parses; with a
+    collapsible section, HTML made here (`<details>`, RichBlockDetails), since raw HTML in the
+    Markdown is not something to hand on: only the sections become tags."""
+    if any(isinstance(part, Details) for part in sections(markdown)):
+        return {"html": rich_html(markdown)}
+    return {"markdown": markdown}
 
 
 class Outlet:
@@ -179,9 +189,10 @@ class Outlet:
 
     async def send_rich(self, target: Target, markdown: str, *, reply_to: int | None = None) -> int | None:
         """sendRichMessage (Bot API 10.1, newer than the library: called by name) with the
-        model's Markdown, which Telegram parses into blocks (tables, headings, lists). None when
+        model's Markdown, which Telegram parses into blocks (tables, headings, lists), or the HTML
+        of a reply with collapsible sections (`rich_content`). None when
         Telegram refuses it (the caller sends the reply as plain messages instead)."""
-        params: dict[str, Any] = {"chat_id": target.chat_id, "rich_message": {"markdown": markdown}}
+        params: dict[str, Any] = {"chat_id": target.chat_id, "rich_message": rich_content(markdown)}
         if target.thread_id is not None:
             params["message_thread_id"] = target.thread_id
         if reply_to:

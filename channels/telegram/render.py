@@ -22,15 +22,17 @@ from channels.markdown import (
     fence_language,
     list_numbers,
     parse,
+    parse_inline,
     plain_inline,
+    sections,
     table_rows,
 )
 
 if TYPE_CHECKING:
-    from channels.markdown import Node
+    from channels.markdown import Details, Node
 
 EntityType = Literal[
-    "bold", "italic", "underline", "strikethrough", "code", "pre", "text_link", "blockquote"
+    "bold", "italic", "underline", "strikethrough", "code", "pre", "text_link", "blockquote", "expandable_blockquote"
 ]
 
 
@@ -119,8 +121,33 @@ def render_markdown(markdown: str) -> Rendered:
     """The model's Markdown (CommonMark) as Telegram text + entities; blocks keep the source's
     line structure (a blank line between two blocks where it had one)."""
     out = TextBuilder()
-    _blocks(out, parse(markdown), depth=0, quoted=False)
+    _document(out, markdown, quoted=False)
     return _strip(out.build())
+
+
+def _document(out: TextBuilder, markdown: str, quoted: bool) -> None:
+    """Markdown with its collapsible sections (`channels.markdown.sections`)."""
+    for n, part in enumerate(sections(markdown)):
+        out.text("\n\n" if n else "")
+        if isinstance(part, str):
+            _blocks(out, parse(part), depth=0, quoted=quoted)
+        else:
+            _details(out, part, quoted)
+
+
+def _details(out: TextBuilder, details: Details, quoted: bool) -> None:
+    """The summary in bold over the body in an expandable quotation (Bot API 7.4), collapsed
+    until tapped; a quote open from the start for `<details open>`. Inside a quote, where
+    quotes do not nest, the body is part of it."""
+    out.wrap("bold", lambda: _inline(out, parse_inline(details.summary)))
+    if not details.body.strip():
+        return
+    out.text("\n")
+    if quoted:
+        _document(out, details.body, quoted)
+    else:
+        kind: EntityType = "blockquote" if details.open else "expandable_blockquote"
+        out.wrap(kind, lambda: _document(out, details.body, True))
 
 
 def _blocks(out: TextBuilder, container: Node, depth: int, quoted: bool) -> None:

@@ -27,6 +27,7 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any, Literal
 
 from aiohttp import web
@@ -726,6 +727,8 @@ class FakeTelegram:
         content = str(rich.get("markdown") or rich.get("html") or "")
         if "blocks" not in rich and not content.strip():
             raise _ApiError(400, "Bad Request: rich message is empty")
+        if "html" in rich:
+            _check_rich_html(content)
         for block in rich.get("blocks") or []:
             if not isinstance(block, dict) or not block.get("type"):
                 raise _ApiError(400, "Bad Request: a rich block must have a type")
@@ -919,6 +922,43 @@ BUTTON_KINDS = frozenset({
     "switch_inline_query_chosen_chat", "copy_text", "callback_game", "pay", "disabled",
 })
 BUTTON_STYLES = frozenset({"danger", "success", "primary"})
+
+
+# The tags of Telegram's rich HTML style that Markdown renders to (Bot API 10.1 "Rich HTML style").
+RICH_HTML_TAGS = frozenset({
+    "p", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "b", "em", "i", "s", "u", "code", "pre", "a", "ul", "ol",
+    "li", "blockquote", "table", "thead", "tbody", "tr", "th", "td", "hr", "br", "details", "summary",
+})
+
+
+class _RichHtml(HTMLParser):
+    """Refuses what Telegram's HTML parser refuses: an unknown tag, or one closed out of order."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.open: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in RICH_HTML_TAGS:
+            raise _ApiError(400, f"Bad Request: can't parse rich message: unsupported start tag \"{tag}\"")
+        if tag not in ("hr", "br"):
+            self.open.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in ("hr", "br"):
+            raise _ApiError(400, f"Bad Request: can't parse rich message: \"{tag}\" is not a void tag")
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.open or self.open.pop() != tag:
+            raise _ApiError(400, f"Bad Request: can't parse rich message: unexpected end tag \"{tag}\"")
+
+
+def _check_rich_html(content: str) -> None:
+    parser = _RichHtml()
+    parser.feed(content)
+    parser.close()
+    if parser.open:
+        raise _ApiError(400, f"Bad Request: can't parse rich message: unclosed tag \"{parser.open[-1]}\"")
 
 
 def _true(value: Any) -> bool:
