@@ -149,7 +149,10 @@ def test_text_without_markup_is_preserved(text: str) -> None:
     assert rendered.entities == ()
 
 
-DETAILS = "Summary first.\n\n<details>\n<summary>The **full** log</summary>\n\n> step one\n\n```\nok </details>\n```\n</details>\n\nAfter."
+DETAILS = (
+    "Summary first.\n\n<details>\n<summary>The **full** log</summary>\n\n> step one\n\n```\nok </details>\n```\n"
+    "</details>\n\nAfter."
+)
 
 
 def test_a_collapsible_section_is_a_bold_summary_over_an_expandable_quote() -> None:
@@ -172,7 +175,8 @@ def test_an_open_section_is_a_plain_quote_and_tags_elsewhere_stay_text() -> None
 
 
 def test_nested_sections_collapse_into_the_outer_one() -> None:
-    r = render_markdown("<details><summary>Out</summary>\n\n<details><summary>In</summary>\n\ndeep\n</details>\n</details>")
+    nested = "<details><summary>Out</summary>\n\n<details><summary>In</summary>\n\ndeep\n</details>\n</details>"
+    r = render_markdown(nested)
     assert r.text == "Out\nIn\ndeep"
     assert spans(r) == [("bold", "Out"), ("expandable_blockquote", "In\ndeep"), ("bold", "In")]
 
