@@ -3,6 +3,7 @@
 Run by hand:  .venv/bin/python bench/gateway_load.py [--db sqlite|postgres|both]
               [--only steady,thousand,slack] [--chats 20] [--messages 200] [--quick]
               [--turns 1000] [--instances 1] [--slots N] [--pool-size N] [--max-overflow N]
+              [--peer auto|on|off]
 
 The gateway runs as its own process (`python -m gateway serve`, a config written here) so its
 CPU time is read from /proc: nothing of the driver, the fake Bot API or the fake LLM is counted.
@@ -12,7 +13,9 @@ Slack Web API run in this one.
 
 - `steady`: cold start (spawn -> /readyz 200 on a current schema), the first reply after ready,
   then `--messages` messages over `--chats` private chats, each chat sending its next message
-  when the reply is shown; once plain, once with one tool call (`clock`) per message.
+  when the reply is shown; once plain, once with one tool call (`clock`) per message. Then the
+  same for the peer, nanobot-ai (bench/peer.py; `--peer auto` runs it when installed), so the
+  ratio of the two CPU figures comes from one run on one machine.
   Figures: gateway CPU ms per message, messages/s, p50/p95 latency (update queued -> final
   sendMessage received), peak RSS, and the statements and transactions sent to the database per
   message (the gateway's /metrics counters; on PostgreSQL each statement is a round trip, and
@@ -55,6 +58,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp  # noqa: E402
+import peer  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 from support import TOOL_TRIGGER, LLMProcess, percentile, postgres_url  # noqa: E402
 
@@ -286,26 +290,64 @@ def figures(label: str, cpu: float, elapsed: float, latencies: list[float], extr
             f"{percentile(latencies, 95) * 1000:8.1f}{extra}")
 
 
-# The peer measured side by side with this workload at 84cd0e9 (issue 30: nanobot-ai 0.3.5, same
-# fake Bot API, 0 ms model, closed loop), and the goals set against it.
-PEER = {"plain": 81.8, "one tool call": 93.9}
-GOALS = {"plain": 8.0, "one tool call": 9.0, "cold start": 500.0}
+# The goals (issue 45): a tenth of the peer's CPU per message, measured side by side in one run
+# (bench/peer.py: nanobot-ai on the same fakes and workload), and ready in half a second.
+RATIO_GOAL = 10.0
+COLD_START_GOAL = 500.0
+CASES = ("plain", "one tool call")
+MESSAGES = (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me"))
 
 
-def print_against_goals(results: dict[str, dict[str, float]]) -> None:
-    """The steady figures of every database measured, beside the peer's and the goals."""
+def print_against_goals(results: dict[str, dict[str, float]], theirs: dict[str, float]) -> None:
+    """The steady figures of every database measured, beside the peer's measured in this run,
+    the ratios and the goals."""
     kinds = list(results)
     print(f"\n== against the goals (commit {commit()}; load average {load_average():.1f}) ==")
-    print(f"{'':<34} {'nanobot':>9}" + "".join(f" {kind:>9}" for kind in kinds) + f" {'goal':>7}")
-    rows = [(f"CPU ms per message, {case}", case, PEER[case]) for case in PEER] + [
-        ("cold start to /readyz ms (p50)", "cold start", None)
-    ]
-    for label, key, peer in rows:
-        ours = [results[kind].get(key) for kind in kinds]
-        line = f"{label:<34} {(f'{peer:.1f}' if peer else '-'):>9}"
-        line += "".join(f" {(f'{v:.1f}' if v is not None else '-'):>9}" for v in ours)
-        met = all(v is not None and v <= GOALS[key] for v in ours)
-        print(line + f" {'<= ' + format(GOALS[key], 'g'):>7}  {'met' if met else 'NOT MET'}")
+    print(f"{'':<34} {'nanobot':>9}" + "".join(f" {kind:>9}" for kind in kinds) + f" {'goal':>9}")
+    show = lambda v: f"{v:.1f}" if v is not None else "-"  # noqa: E731
+    for case in CASES:
+        ours = [results[kind].get(case) for kind in kinds]
+        label = f"CPU ms per message, {case}"
+        print(f"{label:<34} {show(theirs.get(case)):>9}" + "".join(f" {show(v):>9}" for v in ours))
+        ratios = [theirs[case] / v if case in theirs and v else None for v in ours]
+        met = all(r is not None and r >= RATIO_GOAL for r in ratios)
+        print(f"{'  peer / ours':<34} {'':>9}" + "".join(f" {show(r):>9}" for r in ratios)
+              + f" {'>= ' + format(RATIO_GOAL, 'g'):>9}  {'met' if met else 'NOT MET'}"
+              + ("" if theirs else " (the peer was not run: python3 bench/peer.py install)"))
+    ours = [results[kind].get("cold start") for kind in kinds]
+    met = all(v is not None and v <= COLD_START_GOAL for v in ours)
+    print(f"{'cold start to /readyz ms (p50)':<34} {'-':>9}" + "".join(f" {show(v):>9}" for v in ours)
+          + f" {'<= ' + format(COLD_START_GOAL, 'g'):>9}  {'met' if met else 'NOT MET'}")
+
+
+async def peer_steady(args: argparse.Namespace) -> dict[str, float]:
+    """The peer's CPU per message (ms) on the same fakes, messages and chats as `steady`."""
+    print(f"\n== steady, the peer: nanobot-ai {peer.NANOBOT} ({args.messages} messages over {args.chats} private "
+          f"chats, each waiting for its reply) ==")
+    result: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        async with LLMProcess(CHUNK_CHARS, reply=REPLY, tool=peer.TOOL) as llm, LoadTelegram() as fake:
+            nanobot = peer.NanobotProcess(directory, fake, llm.base_url, free_port())
+            ready = await nanobot.start()
+            try:
+                started = time.perf_counter()
+                fake.private_message(1, "hello")
+                first_reply = await asyncio.wait_for(fake.until_sent(1, 1), 60) - started
+                print(f"start to its first long poll: {ready * 1000:.0f} ms; first reply: {first_reply * 1000:.0f} ms")
+                print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8}")
+                base = 100
+                for case, text in MESSAGES:
+                    chats = list(range(base, base + args.chats))
+                    base += 1000
+                    cpu = nanobot.cpu_seconds()
+                    elapsed, latencies = await conversations(fake, chats, args.messages, text, args.timeout)
+                    cpu = nanobot.cpu_seconds() - cpu
+                    print(figures(case, cpu, elapsed, latencies))
+                    result[case] = cpu * 1000 / len(latencies)
+            finally:
+                await nanobot.stop()
+    return result
 
 
 async def steady(kind: str, args: argparse.Namespace) -> dict[str, float]:
@@ -342,8 +384,7 @@ async def steady(kind: str, args: argparse.Namespace) -> dict[str, float]:
                 print(f"{'case':<22} {'msgs':>5} {'cpu ms/msg':>9} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
                       f"{'stmts/msg':>10} {'txns/msg':>8}")
                 base = 100
-                cases = (("plain", "what does load_config do"), ("one tool call", f"{TOOL_TRIGGER} and tell me"))
-                for case, text in cases:
+                for case, text in MESSAGES:
                     chats = list(range(base, base + args.chats))
                     base += 1000
                     before = await gateway.metrics()
@@ -675,8 +716,13 @@ async def main(args: argparse.Namespace) -> None:
                 steady_results[kind] = await steady(kind, args)
             else:
                 await scenarios[name](kind, args)
+    peer_results: dict[str, float] = {}
+    if steady_results and args.peer == "on":
+        peer_results = await peer_steady(args)
+    elif steady_results and args.peer == "auto" and peer.python() is not None:
+        peer_results = await peer_steady(args)
     if steady_results:
-        print_against_goals(steady_results)
+        print_against_goals(steady_results, peer_results)
 
 
 if __name__ == "__main__":
@@ -700,6 +746,8 @@ if __name__ == "__main__":
                         help="sample the gateway with py-spy during `steady` and `thousand` "
                         "(collapsed stacks to PREFIX-<case>.txt)")
     parser.add_argument("--quick", action="store_true", help="60 messages, 100 turns in flight")
+    parser.add_argument("--peer", choices=["auto", "on", "off"], default="auto",
+                        help="run the peer (nanobot-ai, bench/peer.py) in `steady` too: auto when it is installed")
     parsed = parser.parse_args()
     if parsed.quick:
         parsed.messages, parsed.turns, parsed.cold_starts = 60, 100, 2

@@ -45,13 +45,15 @@ def bench_responder(request: dict[str, Any]) -> Any:
     from fakes.llm import FakeToolCall, Reply
 
     reply_text = os.environ.get("BENCH_REPLY_TEXT") or REPLY_TEXT
+    tool = os.environ.get("BENCH_TOOL_NAME") or "clock"
+    arguments = json.loads(os.environ.get("BENCH_TOOL_ARGUMENTS") or "{}")
 
     for message in reversed(request.get("messages", [])):
         role, content = message.get("role"), str(message.get("content") or "")
         if role == "tool" or role == "assistant":
             break
         if role == "user" and TOOL_TRIGGER in content:
-            return Reply(tool_calls=(FakeToolCall("clock", {}),))
+            return Reply(tool_calls=(FakeToolCall(tool, arguments),))
     return Reply(reply_text)
 
 
@@ -111,10 +113,14 @@ class LLMProcess:
     """The fake LLM in a child process. `server_seconds()` returns (and resets) the time the
     server spent on each request since the last call."""
 
-    def __init__(self, chunk_chars: int = 16, *, delay: float = 0.0, reply: str = ""):
+    def __init__(
+        self, chunk_chars: int = 16, *, delay: float = 0.0, reply: str = "",
+        tool: tuple[str, dict[str, Any]] = ("clock", {}),
+    ):
         self.chunk_chars = chunk_chars
         self.delay = delay  # seconds before each chunk
         self.reply = reply  # the text reply (default REPLY_TEXT)
+        self.tool = tool  # the call made when a message asks for it (TOOL_TRIGGER): name, arguments
         self.base_url = ""
         self._stats_url = ""
         self._proc: asyncio.subprocess.Process | None = None
@@ -125,7 +131,8 @@ class LLMProcess:
             sys.executable, str(Path(__file__).resolve()), "--serve", "--chunk-chars", str(self.chunk_chars),
             "--delay", str(self.delay),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "BENCH_REPLY_TEXT": self.reply},
+            env={**os.environ, "BENCH_REPLY_TEXT": self.reply, "BENCH_TOOL_NAME": self.tool[0],
+                 "BENCH_TOOL_ARGUMENTS": json.dumps(self.tool[1])},
         )
         assert self._proc.stdout is not None
         ready = json.loads(await asyncio.wait_for(self._proc.stdout.readline(), 30))
