@@ -252,6 +252,24 @@ async def test_the_code_sent_in_a_group_is_void(store, llm, tg, tmp_path, caplog
         assert not llm.requests
 
 
+async def test_words_shaped_like_a_code_are_a_message_not_a_wrong_code(store, llm, tg, tmp_path, caplog) -> None:
+    """Two five-letter words ("fresh start") fit a code's letters: before the owner claimed, a
+    person saying them was told "not this assistant's claim code" and counted toward a lock-out.
+    Only the code as shown (the dash, with a digit or in capitals) or `/start CODE` is an attempt."""
+    caplog.set_level(logging.INFO)
+    llm.responder = echo
+    config = first_hour_config(llm, tg, tmp_path)
+    async with running(store, config) as gateway:
+        said = await said_to(gateway, tg, OWNER, "fresh start", user_id=OWNER)
+        assert "pairing code" in said and "not this assistant's claim code" not in said  # a stranger's message
+        for words in ("sweet-dream", "Sweet Dream"):
+            tg.private_message(OWNER, words, user_id=OWNER)  # held with the first until they are let in
+        await gateway.inbox.wait_until_idle(10)
+        assert "a wrong code" not in caplog.text and len(texts(tg, OWNER)) == 1
+        wrong = await said_to(gateway, tg, OWNER, "NPQR2-STUV3", user_id=OWNER)  # as a code is shown: an attempt
+        assert "not this assistant's claim code" in wrong
+
+
 # ---- Slack: the code alone in a DM ------------------------------------------------------
 
 

@@ -204,6 +204,36 @@ async def test_a_private_chats_topics_are_separate_sessions_answered_in_their_to
         assert len(user_texts(llm.requests[-1])) == 2  # topic 4's own conversation
 
 
+@pytest.mark.parametrize("topics", [True, False])
+async def test_new_opens_a_topic_of_its_own_and_the_old_conversation_stays(store, llm, tg, tmp_path, topics) -> None:
+    """`telegram.new_topic_per_conversation`: /new in a private chat opens a topic (Bot API 9.4),
+    where a fresh session answers; the topic it was typed in keeps its conversation. A bot
+    without topics starts over in the same thread, as /new always did."""
+    llm.responder = echo
+    tg.bot_settings["has_topics_enabled"] = topics
+    config = tg_config(llm, tg, tmp_path, telegram={"new_topic_per_conversation": True})
+    async with running(store, config) as gateway:
+        tg.private_message(PRIVATE, "first words", thread_id=3 if topics else None)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 1)
+        tg.private_message(PRIVATE, "/new", thread_id=3 if topics else None)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) >= 2 + int(topics))
+        if not topics:
+            assert texts(tg, PRIVATE)[-1] == "Started a new session." and not tg.calls_to("createForumTopic")
+            return
+        ((topic, name),) = tg.topics[PRIVATE].items()
+        assert name.startswith("Chat of ")
+        placed = [(m.thread_id, m.text) for m in tg.bot_messages(PRIVATE)[1:]]
+        assert placed == [(topic, "A new conversation: what shall we talk about?"),
+                          (3, "Started a new conversation in a topic of its own.")]
+        tg.private_message(PRIVATE, "fresh start", thread_id=topic)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 4)
+        assert user_texts(llm.requests[-1]) == ["fresh start"], [(m.thread_id, m.text) for m in tg.bot_messages(PRIVATE)]
+        assert tg.bot_messages(PRIVATE)[-1].thread_id == topic
+        tg.private_message(PRIVATE, "back here", thread_id=3)
+        await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 5)
+        assert user_texts(llm.requests[-1]) == ["first words", "back here"]  # the old topic kept its session
+
+
 @pytest.mark.parametrize("shown", [True, False])
 async def test_tool_progress_lines_follow_the_setting(store, llm, tg, tmp_path, shown) -> None:
     llm.tool_call("clock", {}, id="c1")

@@ -337,6 +337,29 @@ class TelegramChannel:
                     log.debug("telegram chat %s: typing not shown: %s", target.chat_id, exc)
             await asyncio.sleep(self.typing_interval_s)
 
+    # --- topics --------------------------------------------------------------------
+
+    async def open_topic(self, thread: ThreadKey, title: str) -> ThreadKey | None:
+        """A new topic of a private chat for a new conversation (`/new` with
+        `telegram.new_topic_per_conversation`; a bot with topics in private chats, Bot API 9.4):
+        its thread, or None where there is none to open (a group, the option off, the bot without
+        topics, or Telegram refusing: then /new starts over in the same thread)."""
+        target = Target.of(thread)
+        me = self._bot.bot if self._bot is not None else None
+        if not (self.config.new_topic_per_conversation and target.is_private and me is not None):
+            return None
+        if not getattr(me, "has_topics_enabled", False):
+            log.info("telegram: /new stays in the chat: the bot has no topics (BotFather: Threaded Mode)")
+            return None
+        try:
+            topic = await self._caller.call(
+                "createForumTopic", target.chat_id, lambda: self.bot.create_forum_topic(target.chat_id, title[:128])
+            )
+        except ChannelError as exc:
+            log.warning("telegram chat %s: no new topic (%s); /new starts over in the same one", target.chat_id, exc)
+            return None
+        return ThreadKey(self.name, thread.chat, str(topic.message_thread_id))
+
     # --- prompts -------------------------------------------------------------------
 
     async def send_prompt(self, prompt: Prompt) -> Delivered:

@@ -37,8 +37,9 @@ MAX_WRONG = 5  # wrong codes in a row from one person before the lock-out
 LOCKOUT_S = 15 * 60.0
 
 _START = re.compile(r"^/start(?:@\w+)?(?:\s+(?P<code>\S.*))?$", re.IGNORECASE | re.DOTALL)
-# A code sent alone (Slack has no /start): its shape, dash (or space) included, so a word is not taken for one.
-_BARE_CODE = re.compile(rf"^[{CODE_ALPHABET}]{{5}}[-\s][{CODE_ALPHABET}]{{5}}$", re.IGNORECASE)
+# A code sent alone (Slack has no /start): its shape as shown, dash included, and a digit or its
+# capitals as well, so two words a person writes ("fresh start", "sweet-dream") are not taken for one.
+_BARE_CODE = re.compile(rf"^[{CODE_ALPHABET}]{{5}}-[{CODE_ALPHABET}]{{5}}$", re.IGNORECASE)
 
 WHERE_CODES_ARE = "the gateway's start log and `gateway status` show it"
 
@@ -53,7 +54,9 @@ def code_sent(text: str) -> str | None:
     start = _START.match(stripped)
     if start is not None:
         return start.group("code")
-    return stripped if _BARE_CODE.match(stripped) else None
+    if not _BARE_CODE.match(stripped):
+        return None
+    return stripped if stripped.isupper() or any(ch.isdigit() for ch in stripped) else None
 
 
 def how_to_send(channel: str, code: str) -> str:

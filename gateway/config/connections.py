@@ -142,6 +142,9 @@ class TelegramConfig(Section):
     # there (ephemeral messages, Bot API 10.2), besides the DM copy. Ephemeral delivery is not
     # guaranteed to someone offline: with no decider reached, the card is posted as "shared".
     group_approvals: Literal["shared", "private"] = "shared"
+    # `/new` in a private chat opens a new topic for the new conversation (the old one stays, to
+    # go back to), where the bot has topics in private chats (Bot API 9.4, BotFather's Threaded Mode).
+    new_topic_per_conversation: bool = False
 
     _ids = field_validator("allowed_users", "allowed_chats", mode="before")(lambda cls, v: _strings(v))
     _switches = field_validator("streaming", "stop_button", "rich_messages", mode="before")(

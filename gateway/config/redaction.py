@@ -85,7 +85,7 @@ SHOWN = _paths(
     telegram.typing_after_s
     telegram.rate_overall_per_s telegram.rate_private_per_s telegram.rate_group_per_min
     telegram.request_timeout_s telegram.link_previews telegram.group_context telegram.stop_button
-    telegram.rich_messages telegram.group_approvals
+    telegram.rich_messages telegram.group_approvals telegram.new_topic_per_conversation
     slack.allowed_users slack.allowed_channels slack.thread_followups slack.streaming slack.send_interval_s
     slack.stream_interval_s slack.link_previews slack.channel_context slack.task_cards slack.feedback_buttons
     slack.app_view slack.suggested_prompts.*.title slack.suggested_prompts.*.message slack.suggested_prompts_title

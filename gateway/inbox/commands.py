@@ -43,6 +43,7 @@ COMMANDS = {
 IMMEDIATE = frozenset({"status", "cost", "help", "memory", "voice", "rich"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
+NEW_TOPIC = "A new conversation: what shall we talk about?"
 STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
 Ended = Callable[[TurnRequest, TurnOutcome], Awaitable[None]]
 
@@ -159,10 +160,16 @@ class Commands:
         elif name == "new":
             await self._stop_thread(thread)
             said = Said.of(item)
+            topic = await self._open_topic(thread)
             await self.store.sessions.open(
-                str(thread), source=thread.channel, started_by=said.sender.id, fresh=True, private=said.private
+                str(topic or thread), source=thread.channel, started_by=said.sender.id, fresh=True,
+                private=said.private,
             )
-            await self._reply(thread, item, "Started a new session.")
+            if topic is None:
+                await self._reply(thread, item, "Started a new session.")
+            else:  # the new conversation has its own topic; this one stays as it was, to come back to
+                await self.services.outbox.send_text(topic, NEW_TOPIC, key=f"cmd:{item.id}:topic")
+                await self._reply(thread, item, "Started a new conversation in a topic of its own.")
         elif name == "start":
             await self._reply(thread, item, self._start(thread, item))
         elif name == "compact":
@@ -235,6 +242,14 @@ class Commands:
             text = help_text(unknown, help_lines(self.prompt_commands()))
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
+
+    async def _open_topic(self, thread: ThreadKey) -> ThreadKey | None:
+        """A new thread for `/new` where the channel opens one (Telegram's private topics)."""
+        opener = getattr(self.services.outbox.channels.get(thread.channel), "open_topic", None)
+        if opener is None:
+            return None
+        now = utcnow().astimezone(ZoneInfo(self.config.agent.timezone))
+        return await opener(thread, f"Chat of {now:%b} {now.day}, {now:%H:%M}")
 
     def prompt_commands(self) -> dict[str, PromptCommand]:
         """The running MCP servers' prompts by command; the built-in commands keep their names."""

@@ -144,6 +144,7 @@ class FakeTelegram:
         self.ephemeral: dict[int, dict[int, StoredMessage]] = {}
         self.non_members: set[int] = set()  # people an ephemeral message cannot reach (not in the group)
         self.never_started: set[int] = set()  # people who never opened a DM with the bot: sends there get 403
+        self.topics: dict[int, dict[int, str]] = {}  # topics created by the bot: chat -> thread id -> name
         self.before_ephemeral = False  # a server older than 10.3: ephemeral_message_parameters is ignored
 
     # --- lifecycle ---------------------------------------------------------------
@@ -614,6 +615,19 @@ class FakeTelegram:
 
     # --- methods -------------------------------------------------------------------
 
+    async def _api_createForumTopic(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A topic of a forum supergroup, or of a private chat with a bot that has topics (Bot API
+        9.4); its thread id, as Telegram numbers them (the id of the topic's first message)."""
+        _known(params, {"chat_id", "name", "icon_color", "icon_custom_emoji_id"})
+        chat_id, name = int(params["chat_id"]), str(params.get("name") or "")
+        if not 1 <= len(name) <= 128:
+            raise _ApiError(400, "Bad Request: TOPIC_TITLE_EMPTY" if not name else "Bad Request: TOPIC_TITLE_TOO_LONG")
+        if chat_id > 0 and not self.bot_info().get("has_topics_enabled"):
+            raise _ApiError(400, "Bad Request: the bot has no topics in private chats")
+        thread_id = self._next_message_id(chat_id)
+        self.topics.setdefault(chat_id, {})[thread_id] = name
+        return {"message_thread_id": thread_id, "name": name, "icon_color": 7322096}
+
     async def _api_editEphemeralMessageText(self, params: dict[str, Any]) -> bool:
         _check_keyboard(params.get("reply_markup"))
         stored = self._ephemeral_stored(params)
@@ -965,7 +979,7 @@ def _true(value: Any) -> bool:
     return str(value).lower() == "true"
 
 
-def _known(params: dict[str, Any], known: frozenset[str]) -> None:
+def _known(params: dict[str, Any], known: frozenset[str] | set[str]) -> None:
     """Stricter than Telegram, which passes over parameters it does not know: here a misspelt
     or invented parameter of a method newer than the library fails instead of doing nothing."""
     unknown = sorted(set(params) - known)
