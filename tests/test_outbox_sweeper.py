@@ -196,7 +196,7 @@ async def test_a_reply_left_in_a_flood_wait_by_an_earlier_holder_goes_before_the
     await store.outbox.record("prompt:elsewhere", str(elsewhere), "message", {"text": "card", "reply_to": ""},
                               fence=fence)
     await store.inbox.release(earlier)  # a graceful stop hands the thread back
-    held_until = utcnow() + timedelta(seconds=1)
+    held_until = utcnow() + timedelta(seconds=3)  # still held when the worker starts, even on a busy machine
     await store.holds.hold("fake:chat1", held_until)
     llm.reply("the second answer")
     config = make_config(llm.base_url, str(tmp_path), outbox={"sweep_after_s": 3600})

@@ -129,6 +129,12 @@ class ChatPacer:
     async def sleep(self, seconds: float) -> None:
         await self._sleep(seconds)
 
+    async def held_now(self, thread: ThreadKey) -> float:
+        """`held_for`, from a current view of the shared holds (read again when it went stale:
+        a worker starting right after the process did must not miss a hold it has not read yet)."""
+        await self._current_view()
+        return self.held_for(thread)
+
     def held_for(self, thread: ThreadKey) -> float:
         """Seconds until the chat may be sent to again (0 when it is not held)."""
         return max(0.0, self._held.get((thread.channel, thread.chat), 0.0) - self._clock())

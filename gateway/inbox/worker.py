@@ -120,7 +120,7 @@ class Worker:
         holder's replies: both wait for the same hold, and the sweeper would take the row only
         `outbox.sweep_after_s` after it, once the thread is idle, so the newer answer would
         arrive first. (A row left without a hold is the sweeper's, as before: no read here.)"""
-        if self.services.outbox.pacer.held_for(thread) <= 0:
+        if await self.services.outbox.pacer.held_now(thread) <= 0:
             return
         for row in await self.store.outbox.left_behind(str(thread), fence):
             await deliver_left(self.store, self.services.outbox, self.config.outbox, thread, row)
