@@ -117,6 +117,9 @@ class InboundMessage:
     # A part of a group's album that does not itself address the agent: answered only with an
     # addressed part of the same album (`group`), dropped when none is.
     album_part: bool = False
+    # A Stop pressed on a reply stream (the /stop it amounts to): the platform's id of that stream
+    # (a Telegram draft), for the instance running the turn, wherever the press was read.
+    stops_stream: str = ""
 
 
 @dataclass(frozen=True)

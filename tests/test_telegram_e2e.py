@@ -26,6 +26,7 @@ from gateway.app import Gateway
 from gateway.approvals.policy import rejection_text
 from gateway.approvals.routing import REQUESTERS
 from gateway.config import Config
+from gateway.events import InboundMessage, Sender, ThreadKey
 from gateway.llm import LLMClient
 from gateway.running.clock import SYSTEM_CLOCK, Clock
 from gateway.store import Store
@@ -666,6 +667,45 @@ async def test_the_stop_button_cancels_a_stalled_stream(store, llm, tg, tmp_path
         tg.private_message(PRIVATE, "/status")  # the thread is free: the next message is answered
         await settle(gateway, lambda: len(texts(tg, PRIVATE)) == 3)
         assert len(llm.requests) == 1
+
+
+def stop_read_elsewhere(draft_id: int) -> InboundMessage:
+    """The /stop a Stop press amounts to, as another instance (the leader, which polls) stores
+    it: this instance's channel never read the update."""
+    return InboundMessage(ThreadKey("telegram", str(PRIVATE), ""), Sender(str(PRIVATE), "Ann"), "/stop",
+                          f"tg:elsewhere:{draft_id}", private=True, stops_stream=str(draft_id))
+
+
+async def test_a_stop_read_by_another_instance_keeps_the_text_so_far(store, llm, tg, tmp_path) -> None:
+    llm.stall("The first half of the ans")
+    async with running(store, tg_config(llm, tg, tmp_path)) as gateway:
+        tg.private_message(PRIVATE, "explain")
+        await asyncio.wait_for(llm.stalled.wait(), 20)
+        await until(lambda: bool(tg.draft_params))
+        await gateway.inbox.submit([stop_read_elsewhere(int(tg.draft_params[-1]["draft_id"]))])
+        await llm.wait_disconnect()
+        await settle(gateway, lambda: "Stopped." in texts(tg, PRIVATE))
+        kept, stopped = texts(tg, PRIVATE)
+        assert kept and "The first half of the ans".startswith(kept) and stopped == "Stopped."
+
+
+async def test_a_stop_pressed_on_a_reply_already_sent_does_not_stop_the_next_turn(store, llm, tg, tmp_path) -> None:
+    llm.reply("The whole first answer, streamed as it came.")
+    async with running(store, tg_config(llm, tg, tmp_path, telegram={"edit_interval_s": 0})) as gateway:
+        tg.private_message(PRIVATE, "first")
+        await settle(gateway, lambda: bool(texts(tg, PRIVATE)))
+        sent_draft = int(tg.draft_params[-1]["draft_id"])
+        llm.stall("The second answer so f")
+        tg.private_message(PRIVATE, "second")
+        await asyncio.wait_for(llm.stalled.wait(), 20)
+        await gateway.inbox.submit([stop_read_elsewhere(sent_draft)])  # the press reached us late
+        for _ in range(200):  # the running turn's watcher takes the item, and lets it go
+            if not await store.inbox.pending(f"telegram:{PRIVATE}:"):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert not llm.disconnected.is_set() and (await store.runs.list())[0].stage == "RUNNING"
+        assert texts(tg, PRIVATE) == ["The whole first answer, streamed as it came."]  # no "Stopped."
 
 
 async def crash(gateway: Gateway) -> None:

@@ -337,6 +337,14 @@ class TelegramChannel:
                     log.debug("telegram chat %s: typing not shown: %s", target.chat_id, exc)
             await asyncio.sleep(self.typing_interval_s)
 
+    def stream_stopped(self, thread: ThreadKey, stream: str) -> bool:
+        """Stop pressed on draft `stream` (read here or by another instance): its reply keeps
+        the text so far (`stop_button: keep`). False when that draft's reply was sent already."""
+        if not stream.isdigit() or self._drafts.already_sent(int(stream)):
+            return False
+        self._drafts.stop(int(stream))
+        return True
+
     # --- topics --------------------------------------------------------------------
 
     async def open_topic(self, thread: ThreadKey, title: str) -> ThreadKey | None:

@@ -252,6 +252,7 @@ class UpdateReader:
             text="/stop",
             event_id=self.event_id(update_id),
             private=True,
+            stops_stream=str(draft_id),
         )
         return Reading("event", update_id, event=event, draft_id=draft_id)
 

@@ -245,6 +245,10 @@ class TurnRunner:
                 elif (
                     interrupting or (interrupt and item.kind == "message" and not self._answers(str(thread)))
                 ) and await self._stops(thread, item, running, command.name if command else ""):
+                    if not self._stream_stopped(thread, item):  # a Stop on a reply already sent: not this turn's
+                        log.debug("%s: a Stop pressed on a reply already sent; ignored", thread)
+                        await self.store.inbox.finish([item.id])
+                        continue
                     running.turn.request_stop(command.name if command else "interrupt")
                     return
             # Local submits wake it at once; polling (for other instances' events) can be slow.
@@ -253,6 +257,14 @@ class TurnRunner:
             except TimeoutError:
                 pass
 
+
+    def _stream_stopped(self, thread: ThreadKey, item: InboxItem) -> bool:
+        """A Stop pressed on a reply stream, told to the channel of this instance, which runs the
+        turn (the press may have been read by another): it keeps the text so far when it is set
+        to. False when that stream's reply was already sent here (the press came too late)."""
+        stream = item.payload.get("stops_stream")
+        told = getattr(self.services.outbox.channels.get(thread.channel), "stream_stopped", None)
+        return not stream or told is None or bool(told(thread, str(stream)))
 
     async def _stops(self, thread: ThreadKey, item: InboxItem, running: Running, command: str) -> bool:
         """Whether a /stop, a /new or (interrupt mode) a message stops the running turn: never

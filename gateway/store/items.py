@@ -188,4 +188,6 @@ def message_item(event: InboundMessage, kind: str, *, message_id: str = "", stat
         payload["context"] = [q.__dict__ for q in event.context]
     if event.surroundings is not None:
         payload["surroundings"] = str(event.surroundings)
+    if event.stops_stream:
+        payload["stops_stream"] = event.stops_stream
     return NewItem(event.event_id, str(event.thread), kind, payload, status)
