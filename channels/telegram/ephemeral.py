@@ -1,4 +1,4 @@
-"""A decider's own approval card in a group, which nobody else there sees (Bot API 10.2
+"""A decider's own approval card in a group, which nobody else there sees (Bot API 10.2-10.3
 ephemeral messages; `telegram.group_approvals: private`).
 
 An ephemeral message has an id of its own, kept here as "ephemeral:<receiver>:<id>" among
@@ -78,13 +78,13 @@ async def _send_text(
 
 
 def _id_of(sent: Message, receiver: int) -> str:
-    """"ephemeral:<receiver>:<id>"; a server older than 10.2 ignores the parameter and posts an
+    """"ephemeral:<receiver>:<id>"; a server older than 10.3 ignores the parameter and posts an
     ordinary message, whose id is kept as one (so closing the prompt closes it too)."""
     ephemeral_id = sent.api_kwargs.get("ephemeral_message_id")
     if isinstance(ephemeral_id, int):
         return f"{PREFIX}{receiver}:{ephemeral_id}"
     log.warning(
-        "telegram chat %s: the Bot API posted the card for %s as an ordinary message (older than 10.2?): "
+        "telegram chat %s: the Bot API posted the card for %s as an ordinary message (older than 10.3?): "
         "the group sees it; set telegram.group_approvals: shared to post one card only", sent.chat_id, receiver,
     )
     return str(sent.message_id)
