@@ -131,3 +131,31 @@ async def test_a_server_older_than_the_parameter_posts_the_card_and_it_still_clo
         await settle(gateway, lambda: "Written." in texts(tg, GROUP))
         assert tg.messages[GROUP][card.message_id].buttons == []
         assert "Approved by Ada" in tg.messages[GROUP][card.message_id].text
+
+
+async def test_in_a_forum_topic_the_card_and_the_waiting_line_stay_in_the_topic(store, llm, tg, tmp_path) -> None:
+    llm.tool_call("write_file", {"path": "t.txt", "content": "x"}, id="w1")
+    llm.reply("Written.")
+    tg.topic_message(GROUP, 9, "@test_bot write it", user_id=MEMBER, first_name="Mel")
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        await settle(gateway, lambda: bool(tg.ephemeral_of(GROUP, ADMIN)))
+        (card,) = tg.ephemeral_of(GROUP, ADMIN)
+        assert card.thread_id == 9 and tg.bot_messages(GROUP)[0].thread_id == 9
+        tg.ephemeral_press(GROUP, card.ephemeral_id or 0, button(card, "Approve"), first_name="Ada")
+        await settle(gateway, lambda: "Written." in texts(tg, GROUP))
+        assert tg.bot_messages(GROUP)[-1].thread_id == 9
+
+
+async def test_a_card_gone_before_the_decision_does_not_stop_the_rest_closing(store, llm, tg, tmp_path) -> None:
+    """Telegram never delivered it, or the person dismissed it: its edit is refused, which is
+    noted and passed over; the DM copy still shows the outcome."""
+    ask_to_write(llm, tg)
+    async with running(store, config(llm, tg, tmp_path)) as gateway:
+        await settle(gateway, lambda: bool(tg.ephemeral_of(GROUP, ADMIN)) and has_prompt(tg, ADMIN))
+        tg.ephemeral.clear()
+        copy = prompt_message(tg, ADMIN)
+        tg.press(ADMIN, copy.message_id, button(copy, "Approve"), user_id=ADMIN, first_name="Ada")
+        await settle(gateway, lambda: "Written." in texts(tg, GROUP))
+        assert "Approved by Ada" in tg.messages[ADMIN][copy.message_id].text
+        edits = tg.calls_to("editEphemeralMessageText")
+        assert len(edits) == 1  # tried once: a 400 is not retried
