@@ -64,7 +64,6 @@ from gateway.traces.runs import current_spending
 from gateway.voice import VoiceReplies
 from scheduler import control as job_control
 from scheduler.checklist_tool import checklist_tool
-from scheduler.definitions import DefinitionError, parse_deliver_to
 from scheduler.jobs import Scheduler
 from scheduler.tools import schedule_tool
 
@@ -274,6 +273,7 @@ class Gateway:
             config.scheduler,
             submit=self.inbox.submit,
             deliver=self.deliver,
+            open_topic=self.open_topic,
             room_for_job=self.spend.room_for_job,
             checks=JobChecks(config.agent, mcp=self.mcp, config_source=config.source),
             read_checklist=self.checklists.read,
@@ -373,19 +373,20 @@ class Gateway:
             return await self.outbox.send_prompt(item)
         return await self.outbox.send(item)
 
+    async def open_topic(self, chat: ThreadKey, title: str) -> ThreadKey | None:
+        """A topic of its own for a job (`topic`), where the chat's channel opens one."""
+        opener = getattr(self.channels.get(chat.channel), "open_topic", None)
+        return await opener(chat, title) if opener is not None else None
+
     # ---- lifecycle -----------------------------------------------------------------------
     async def _file_target(self, ctx: ToolContext) -> ThreadKey | None:
-        """Files go to the chat of the session; a scheduled run's to its job's `deliver_to`."""
+        """Files go to the chat of the session; a scheduled run's where its outcome goes (its job's
+        `deliver_to`, or the job's own topic there)."""
         if ctx.interactive:
             return ctx.thread
         session = await self.store.sessions.get(ctx.session_id)
         schedule = await self.store.schedules.get(session.schedule_id) if session and session.schedule_id else None
-        if schedule is None:
-            return None
-        try:
-            return parse_deliver_to(schedule.deliver_to)
-        except DefinitionError:
-            return None
+        return await self.scheduler.outcomes.target(schedule) if schedule is not None else None
 
     def _attachments(self) -> AttachmentPreparer:
         fetchers = {

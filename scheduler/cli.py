@@ -193,7 +193,7 @@ class _JobsCli:
         state = "enabled" if s.enabled else f"disabled ({s.disabled_reason or 'by operator'})"
         self.say(f"{s.name} ({s.kind}): {_when(s)} [{s.timezone}], {state}, source {s.source}")
         self.say(f"  next:        {self._next(s)}")
-        self.say(f"  deliver to:  {s.deliver_to}")
+        self.say(f"  deliver to:  {s.deliver_to}" + (f", in its own topic {s.topic!r}" if s.topic else ""))
         limits = [
             f"{n} {getattr(s, f)}"
             for f, n in (("max_rounds", "rounds"), ("max_tokens", "tokens"), ("timeout_s", "timeout s"))

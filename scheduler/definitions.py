@@ -157,6 +157,7 @@ def _to_schedule(
     if failures is not None and check is None:
         raise DefinitionError("check_failures_before_report: the job has no check; add one or leave it out")
     checklist = _checklist(job.checklist) if job.checklist is not None else None
+    topic = _topic(job) if job.topic is not None else None
     return NewSchedule(
         name=job.name,
         kind=kind,  # type: ignore[arg-type]
@@ -180,7 +181,20 @@ def _to_schedule(
         checklist=checklist,
         idle_max_every=idle_max_every,
         check_failures_before_report=failures,
+        topic=topic,
     )
+
+
+def _topic(job: JobConfig) -> str:
+    name = (job.topic or "").strip()
+    if not 1 <= len(name) <= 128:
+        raise DefinitionError("topic: a name of 1-128 characters for the job's own topic")
+    target = parse_deliver_to(job.deliver_to)
+    if target is None or target.channel != "telegram" or target.thread:
+        raise DefinitionError(
+            "topic: the job opens its topic in a Telegram chat: set deliver_to to telegram:<chat> (no topic id)"
+        )
+    return name
 
 
 def check_spec(check: CheckConfig) -> dict[str, Any]:

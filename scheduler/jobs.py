@@ -26,7 +26,7 @@ from scheduler.checklist import ChecklistGate, ChecklistReading, ReadChecklist, 
 from scheduler.checks import CHECK_FAILED, NO_CHANGE, CheckOutcome, Prober, next_state, run_check, with_check_output
 from scheduler.clock import Clock, ManualClock
 from scheduler.delivery import BUDGET_PREFIX, job_text
-from scheduler.outcomes import Deliver, Outcomes
+from scheduler.outcomes import Deliver, OpenTopic, Outcomes
 from scheduler.supervision import ONE_SHOT_DONE, Supervision
 from scheduler.sync import SyncReport, sync_config
 from scheduler.threads import SCHEDULER, job_run_id_of, run_thread, session_kind
@@ -50,6 +50,7 @@ class Scheduler:
         *,
         submit: Submit,
         deliver: Deliver,
+        open_topic: OpenTopic | None = None,
         now: Callable[[], datetime] | None = None,
         room_for_job: Callable[[int], Awaitable[str | None]] | None = None,
         checks: Prober | None = None,
@@ -76,7 +77,7 @@ class Scheduler:
         self._firing = asyncio.Semaphore(MAX_CONCURRENT_FIRINGS)
         self._fingerprint: int | None = None
         self._dirty = False
-        self.outcomes = Outcomes(store, self.repo, deliver, self._now)
+        self.outcomes = Outcomes(store, self.repo, deliver, self._now, open_topic)
         self.backoff = IdleBackoff(self.repo)
         self.supervision = Supervision(
             store, self.repo, config, submit=submit, now=self._now, outcomes=self.outcomes, grace=self._grace,

@@ -29,15 +29,20 @@ from scheduler.threads import job_run_id_of
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[Outbound | Prompt], Awaitable[Delivered]]
+OpenTopic = Callable[[ThreadKey, str], Awaitable[ThreadKey | None]]
 STATUS_BY_STAGE = {"SUCCESS": "success", "FAILED": "failed", "CANCELED": "canceled"}
 
 
 class Outcomes:
-    def __init__(self, store: Store, repo: ScheduleRepo, deliver: Deliver, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, store: Store, repo: ScheduleRepo, deliver: Deliver, now: Callable[[], datetime],
+        open_topic: OpenTopic | None = None,
+    ) -> None:
         self.store = store
         self.repo = repo
         self._deliver = deliver
         self._now = now
+        self._open_topic = open_topic  # a job's topic of its own (`topic`): the channel opens it
 
     async def on_turn_ended(self, event: TurnEnded) -> None:
         """Close the job run of a scheduled session's turn and deliver its outcome."""
@@ -59,7 +64,7 @@ class Outcomes:
             await self._deliver_outcome(schedule, closed, event)
 
     async def _deliver_outcome(self, schedule: ScheduleRecord, run: JobRunRecord, event: TurnEnded) -> None:
-        target = self._target(schedule)
+        target = await self.target(schedule)
         plan = plan_outcome(schedule, run, event)
         if target is None or plan.kind == "none":
             return
@@ -80,13 +85,13 @@ class Outcomes:
         await self._send(run.id, build(target, run.id, plan.text))
 
     async def notify_failure(self, schedule: ScheduleRecord, run: JobRunRecord) -> None:
-        target = self._target(schedule)
+        target = await self.target(schedule)
         if target is not None and schedule.notify_on_failure:
             await self._send(run.id, failure_message(target, run.id, failure_text(schedule, run.error or "")))
 
     async def notify_skipped(self, schedule: ScheduleRecord, run_id: int, closed: JobRunRecord | None) -> None:
         """A firing skipped at a spend cap is told like a failure (once: when this closed it)."""
-        target = self._target(schedule)
+        target = await self.target(schedule)
         if closed is not None and target is not None and schedule.notify_on_failure:
             await self._send(run_id, failure_message(target, run_id, skipped_text(schedule, closed.error or "")))
 
@@ -94,16 +99,36 @@ class Outcomes:
         self, schedule: ScheduleRecord, run: JobRunRecord, failures: int, error: str
     ) -> None:
         """A job's check failing `failures` times in a row, told once (until it works again)."""
-        target = self._target(schedule)
+        target = await self.target(schedule)
         if target is not None and schedule.notify_on_failure:
             await self._send(run.id, failure_message(target, run.id, failure_notice(schedule, failures, error)))
 
-    def _target(self, schedule: ScheduleRecord) -> ThreadKey | None:
+    async def target(self, schedule: ScheduleRecord) -> ThreadKey | None:
+        """Where the job's outcome (and what its runs send) goes: `deliver_to`, or its own topic there."""
         try:
-            return parse_deliver_to(schedule.deliver_to)
+            target = parse_deliver_to(schedule.deliver_to)
         except DefinitionError as exc:
             log.error("job %s: %s", schedule.name, exc)
             return None
+        if target is None or not schedule.topic or target.thread:
+            return target
+        return await self._own_topic(schedule, target)
+
+    async def _own_topic(self, schedule: ScheduleRecord, chat: ThreadKey) -> ThreadKey:
+        """The job's topic in `chat` (`topic`): the one it opened before, else a new one (kept in
+        its state); the chat itself when no topic can be opened there (said in the log)."""
+        kept = (await self.repo.state(schedule.id)).topic_thread
+        if kept:
+            thread = ThreadKey.parse(kept)
+            if (thread.channel, thread.chat) == (chat.channel, chat.chat):  # deliver_to may have changed
+                return thread
+        opened = await self._open_topic(chat, schedule.topic or schedule.name) if self._open_topic else None
+        if opened is None:
+            log.warning("job %s: no topic %r could be opened in %s; delivering to the chat itself",
+                        schedule.name, schedule.topic, chat)
+            return chat
+        await self.repo.save_state(schedule.id, topic_thread=str(opened), now=self._now())
+        return opened
 
     async def _send(self, job_run_id: int, message: Outbound | Prompt) -> tuple[str, ...]:
         try:

@@ -461,3 +461,45 @@ async def test_a_closed_sessions_files_are_pruned_after_their_retention(store, l
         current = sorted((tmp_path / "ws" / "sessions").glob("*/attachments/*/*"))
         assert len(current) == 1 and "photo" in current[0].name  # the second session's, kept
     assert len(await store.sessions.list()) == 2  # the history stays
+
+
+async def test_a_job_with_a_topic_of_its_own_opens_it_once_and_delivers_there(store, llm, tg, tmp_path) -> None:
+    """`topic:` on a job delivering to a private chat of a bot with topics (Bot API 9.4): its
+    first delivery opens the topic, later ones go into it, also after a restart; a bot without
+    topics gets the delivery in the chat itself."""
+    from datetime import UTC, datetime
+
+    job = {"name": "digest", "cron": "0 6 * * *", "prompt": "Summarise the news.",
+           "deliver_to": f"telegram:{PRIVATE}", "topic": "Morning digest"}
+    sections = {"scheduler": {"enabled": True, "jobs": [job]}}
+    for n in (1, 2):
+        llm.reply(f"Digest number {n}.")
+        async with running(store, config(llm, tg, tmp_path, **sections)) as gateway:
+            schedule = await store.schedules.by_name("digest")
+            await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
+            await settle(gateway, lambda n=n: any(f"Digest number {n}." in t for t in texts(tg, PRIVATE)))
+    ((topic, name),) = tg.topics[PRIVATE].items()
+    assert name == "Morning digest" and len(tg.calls_to("createForumTopic")) == 1
+    assert [m.thread_id for m in tg.bot_messages(PRIVATE)] == [topic, topic]
+    state = await store.schedules.state(schedule.id)
+    assert state.topic_thread == f"telegram:{PRIVATE}:{topic}"
+
+    tg.bot_settings["has_topics_enabled"] = False  # a bot without topics: the chat itself
+    await store.schedules.save_state(schedule.id, topic_thread=None)
+    llm.reply("Digest number 3.")
+    async with running(store, config(llm, tg, tmp_path, **sections)) as gateway:
+        await gateway.scheduler.fire(schedule.id, datetime.now(UTC))
+        await settle(gateway, lambda: any("Digest number 3." in t for t in texts(tg, PRIVATE)))
+    assert tg.bot_messages(PRIVATE)[-1].thread_id is None and len(tg.calls_to("createForumTopic")) == 1
+
+
+async def test_a_job_topic_needs_a_telegram_chat_without_a_topic(tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    from gateway.config import JobConfig, SchedulerConfig
+    from scheduler.definitions import DefinitionError, to_schedule
+
+    for deliver_to in ("slack:C123", f"telegram:{PRIVATE}:7", "none"):
+        job = JobConfig(name="j", cron="0 6 * * *", prompt="p", deliver_to=deliver_to, topic="News")
+        with pytest.raises(DefinitionError, match="topic: the job opens its topic in a Telegram chat"):
+            to_schedule(job, SchedulerConfig(), source="config", now=datetime.now(UTC))

@@ -89,6 +89,7 @@ class TelegramChannel:
         self.pair_unlisted = pair_unlisted
         self.show_tool_progress = config.show_tool_progress
         self.private_prompts = config.group_approvals == "private"  # Prompt.receiver: ephemeral cards
+        self.topic_per_conversation = config.new_topic_per_conversation  # /new opens a topic (open_topic)
         self.state = state
         self._max_download = min(max_download_bytes or BOT_API_DOWNLOAD_LIMIT, BOT_API_DOWNLOAD_LIMIT)
         self._pacer = Pacer(config.rate_overall_per_s, config.rate_private_per_s, config.rate_group_per_min)
@@ -348,23 +349,24 @@ class TelegramChannel:
     # --- topics --------------------------------------------------------------------
 
     async def open_topic(self, thread: ThreadKey, title: str) -> ThreadKey | None:
-        """A new topic of a private chat for a new conversation (`/new` with
-        `telegram.new_topic_per_conversation`; a bot with topics in private chats, Bot API 9.4):
-        its thread, or None where there is none to open (a group, the option off, the bot without
-        topics, or Telegram refusing: then /new starts over in the same thread)."""
+        """A new topic named `title` in the chat of `thread` (`createForumTopic`: in a private chat
+        when the bot has topics there, Bot API 9.4; in a forum where it may add topics): its
+        thread, or None where none can be opened (the caller stays in the chat: `/new` starts over
+        there, a job delivers there)."""
         target = Target.of(thread)
         me = self._bot.bot if self._bot is not None else None
-        if not (self.config.new_topic_per_conversation and target.is_private and me is not None):
+        if me is None:
             return None
-        if not getattr(me, "has_topics_enabled", False):
-            log.info("telegram: /new stays in the chat: the bot has no topics (BotFather: Threaded Mode)")
+        if target.is_private and not getattr(me, "has_topics_enabled", False):
+            log.info("telegram chat %s: no topic opened: the bot has no topics (BotFather: Threaded Mode)",
+                     target.chat_id)
             return None
         try:
             topic = await self._caller.call(
                 "createForumTopic", target.chat_id, lambda: self.bot.create_forum_topic(target.chat_id, title[:128])
             )
         except ChannelError as exc:
-            log.warning("telegram chat %s: no new topic (%s); /new starts over in the same one", target.chat_id, exc)
+            log.warning("telegram chat %s: no topic opened: %s", target.chat_id, exc)
             return None
         return ThreadKey(self.name, thread.chat, str(topic.message_thread_id))
 

@@ -63,6 +63,9 @@ class JobConfig(Section):
     checklist: str | None = None  # a workspace file a tick works through (kind tick)
     idle_backoff: IdleBackoffConfig | None = None  # kind tick with a check or a checklist
     check_failures_before_report: int | None = None  # None: scheduler.check_failures_before_report
+    # Deliver into a topic of its own, by this name, in deliver_to's Telegram chat (a private chat of a
+    # bot with topics, or a forum the bot may add topics to): opened at the first delivery, then kept.
+    topic: str | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -160,7 +160,7 @@ class Commands:
         elif name == "new":
             await self._stop_thread(thread)
             said = Said.of(item)
-            topic = await self._open_topic(thread)
+            topic = await self._open_topic(thread, said.private)
             await self.store.sessions.open(
                 str(topic or thread), source=thread.channel, started_by=said.sender.id, fresh=True,
                 private=said.private,
@@ -243,10 +243,11 @@ class Commands:
         await self._reply(thread, item, text)
         await self.store.inbox.finish([item.id])
 
-    async def _open_topic(self, thread: ThreadKey) -> ThreadKey | None:
-        """A new thread for `/new` where the channel opens one (Telegram's private topics)."""
-        opener = getattr(self.services.outbox.channels.get(thread.channel), "open_topic", None)
-        if opener is None:
+    async def _open_topic(self, thread: ThreadKey, private: bool) -> ThreadKey | None:
+        """A new thread for `/new` where the channel opens one (`telegram.new_topic_per_conversation`)."""
+        channel = self.services.outbox.channels.get(thread.channel)
+        opener = getattr(channel, "open_topic", None)
+        if opener is None or not private or not getattr(channel, "topic_per_conversation", False):
             return None
         now = utcnow().astimezone(ZoneInfo(self.config.agent.timezone))
         return await opener(thread, f"Chat of {now:%b} {now.day}, {now:%H:%M}")

@@ -49,7 +49,7 @@ BUSY_TIMEOUT_MS = 30_000
 CHECKPOINT_EVERY_WRITES = 200  # a passive WAL checkpoint on the writer thread after this many
 READER_THREADS = 4
 # The revision of the newest migration in gateway/migrations/versions (a test keeps the two equal).
-SCHEMA_REVISION = "0028"
+SCHEMA_REVISION = "0029"
 _VERSION_QUERY = text("SELECT version_num FROM alembic_version")
 WRITE_ISOLATION = "READ COMMITTED"  # PostgreSQL's default: what every write transaction runs at
 

@@ -58,6 +58,7 @@ class NewSchedule:
     checklist: str | None = None  # a workspace file the tick works through
     idle_max_every: str | None = None  # idle_backoff.max_every: how far an idle tick's interval stretches
     check_failures_before_report: int | None = None  # None: scheduler.check_failures_before_report
+    topic: str | None = None  # delivered into a topic of its own, by this name, in deliver_to's chat
 
     def definition(self) -> dict[str, Any]:
         """The fields that say what the job does (not who made it, nor whether it is on)."""
@@ -99,6 +100,7 @@ class ScheduleRecord:
     checklist: str | None = None
     idle_max_every: str | None = None
     check_failures_before_report: int | None = None
+    topic: str | None = None
 
     def definition(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in DEFINITION_FIELDS}
@@ -137,6 +139,7 @@ class ScheduleState:
     backoff_s: int | None = None  # the idle tick's stretched interval; None: its `every`
     last_woke_at: datetime | None = None
     updated_at: datetime | None = None
+    topic_thread: str | None = None  # the thread key of the topic the job opened (`topic`)
 
 
 STATE_FIELDS = frozenset(f for f in ScheduleState.__dataclass_fields__ if f not in ("schedule_id", "updated_at"))

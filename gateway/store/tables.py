@@ -356,6 +356,7 @@ schedules = Table(
     Column("checklist", String(255), nullable=True),  # a workspace file a tick works through
     Column("idle_max_every", String(32), nullable=True),  # idle_backoff.max_every ("4h"); NULL: no backoff
     Column("check_failures_before_report", Integer, nullable=True),  # NULL: the scheduler's default
+    Column("topic", String(128), nullable=True),  # a topic of its own in deliver_to's chat, by this name
 )
 
 # What a job's checks remember between firings (one row per schedule, made at its first check).
@@ -372,6 +373,7 @@ schedule_states = Table(
     Column("backoff_s", Integer, nullable=True),  # the stretched interval while idle (NULL: `every`)
     Column("last_woke_at", UTCDateTime, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
+    Column("topic_thread", String(255), nullable=True),  # the thread of the topic the job opened
 )
 
 job_runs = Table(
