@@ -99,7 +99,8 @@ SHOWN = _paths(
     scheduler.jobs.*.active_hours scheduler.jobs.*.quiet_sentinel scheduler.check_failures_before_report
     scheduler.jobs.*.check.wake_when scheduler.jobs.*.check.timeout scheduler.jobs.*.check.max_output
     scheduler.jobs.*.check.network scheduler.jobs.*.check.mcp.server scheduler.jobs.*.check.mcp.tool
-    scheduler.jobs.*.checklist scheduler.jobs.*.idle_backoff.max_every scheduler.jobs.*.check_failures_before_report scheduler.jobs.*.topic
+    scheduler.jobs.*.checklist scheduler.jobs.*.idle_backoff.max_every scheduler.jobs.*.check_failures_before_report
+    scheduler.jobs.*.topic
     mcp.servers.*.cwd mcp.servers.*.transport mcp.servers.*.protocol mcp.servers.*.tools mcp.servers.*.trusted
     mcp.servers.*.timeout_s mcp.servers.*.connect_timeout_s mcp.servers.*.sampling mcp.servers.*.description_chars
     mcp.servers.*.sampling_max_tokens mcp.servers.*.sampling_per_call
