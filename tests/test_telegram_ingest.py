@@ -60,10 +60,13 @@ async def poll_until(channel: TelegramChannel, condition: Callable[[], bool]) ->
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def ingest(channel: TelegramChannel, core: RecordingCore, fake: FakeTelegram) -> list[Any]:
-    """Poll until every queued update has been submitted (the batch may be all filtered)."""
+async def ingest(channel: TelegramChannel, core: RecordingCore, fake: FakeTelegram, *, answers: int = 0) -> list[Any]:
+    """Poll until every queued update has been submitted (the batch may be all filtered) and
+    `answers` callback queries have been answered: answers go after the batch is submitted, so a
+    poller cancelled once the offset is committed may not have sent them yet."""
     last = fake.pending_updates[-1]["update_id"]
-    await poll_until(channel, lambda: core.cursors.get("telegram:offset") == str(last + 1))
+    await poll_until(channel, lambda: core.cursors.get("telegram:offset") == str(last + 1)
+                     and len(fake.calls_to("answerCallbackQuery")) >= answers)
     return core.events
 
 
@@ -264,7 +267,7 @@ async def test_button_press_is_submitted_then_answered(make, fake, core) -> None
     prompt = await channel.bot.send_message(-100, "Approve?")
     core.answers["tok-1"] = ("This prompt was already decided.", True)
     update = fake.press(-100, prompt.message_id, "tok-1", user_id=7, first_name="Bob")
-    (event,) = await ingest(channel, core, fake)
+    (event,) = await ingest(channel, core, fake, answers=1)
     assert isinstance(event, ButtonPress)
     assert (event.token, event.message_id, event.sender.id) == ("tok-1", str(prompt.message_id), "7")
     assert event.thread == ThreadKey("telegram", "-100", "")
@@ -282,7 +285,7 @@ async def test_a_press_reported_by_inline_message_id_is_submitted_without_a_chat
     core.answers["tok-1"] = ("✅ Approved by Bob", False)
     update = fake.inline_press(-100, prompt.message_id, "tok-1", user_id=7, first_name="Bob")
     fake.inline_press(-100, prompt.message_id, "tok-1", user_id=555)  # not on allowed_users
-    (event,) = await ingest(channel, core, fake)
+    (event,) = await ingest(channel, core, fake, answers=2)
     assert isinstance(event, ButtonPress)
     assert (event.token, event.sender.id, event.message_id) == ("tok-1", "7", "")
     assert event.thread == ThreadKey("telegram", "", "")
@@ -296,7 +299,7 @@ async def test_a_press_without_chat_is_refused_when_only_chats_are_listed(make, 
     channel = await make(allowed_chats=["-100"])  # the tap's chat is unknown: fail closed
     prompt = await channel.bot.send_message(-100, "Approve?")
     fake.inline_press(-100, prompt.message_id, "tok", user_id=7)
-    assert await ingest(channel, core, fake) == []
+    assert await ingest(channel, core, fake, answers=1) == []
     (answer,) = fake.calls_to("answerCallbackQuery")
     assert answer.params["show_alert"] == "true" and "not allowed" in answer.params["text"]
 
@@ -361,7 +364,7 @@ async def test_strangers_buttons_get_an_alert_and_nothing_is_submitted(make, fak
     channel = await make(allowed_chats=["-100"])
     prompt = await channel.bot.send_message(-200, "Approve?")
     fake.press(-200, prompt.message_id, "tok", user_id=555)
-    assert await ingest(channel, core, fake) == []
+    assert await ingest(channel, core, fake, answers=1) == []
     (answer,) = fake.calls_to("answerCallbackQuery")
     assert answer.params["show_alert"] == "true" and "not allowed" in answer.params["text"]
 
