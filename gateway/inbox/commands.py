@@ -43,6 +43,8 @@ COMMANDS = {
 IMMEDIATE = frozenset({"status", "cost", "help", "memory", "voice", "rich"})
 # Cancel the running turn first.
 INTERRUPTING = frozenset({"stop", "new"})
+# Commands that switch something for the chat they are sent in, all answered the same way.
+CHAT_CHOICES = {"voice": voice_command, "rich": rich_command}
 NEW_TOPIC = "A new conversation: what shall we talk about?"
 STOP_NOT_YOURS = "This turn was started by someone else; only they or an admin can stop it."
 Ended = Callable[[TurnRequest, TurnOutcome], Awaitable[None]]
@@ -224,17 +226,10 @@ class Commands:
                 self.store, self.config.memory, self.services.access, thread, said.sender.id, said.private,
                 command.args if command else "",
             )
-        elif name == "voice":
+        elif name in CHAT_CHOICES:  # /voice, /rich: a chat's own switch
             said = Said.of(item)
             command = parse_command(said.text)
-            text = await voice_command(
-                self.store, self.config, self.services.access, thread, said.sender.id, said.private,
-                command.args if command else "",
-            )
-        elif name == "rich":
-            said = Said.of(item)
-            command = parse_command(said.text)
-            text = await rich_command(
+            text = await CHAT_CHOICES[name](
                 self.store, self.config, self.services.access, thread, said.sender.id, said.private,
                 command.args if command else "",
             )
